@@ -1,0 +1,237 @@
+// Package idemhook makes a webhook handler run once per event.
+//
+// Webhook providers deliver at least once: they send a notification again
+// when the answer is slow, lost or not 2xx. The middleware claims a key for
+// each event in a [Store] before the handler runs, stores the handler's final
+// response, and answers every re-delivery with that response (plus the
+// header Idempotent-Replayed: true) without calling the handler again.
+//
+// A route is configured like the @IdempotentWebhook decorator of the NestJS
+// guard idemhook descends from: a source (required), a TTL (default 24h) and a
+// header name (default idempotency-key). The key is the header's value, or
+// else "sha256:<hex>" of the body in its compact JSON form (the text
+// JSON.stringify(JSON.parse(body)) gives in Node.js, so the keys equal the
+// guard's), and the store key is "idem:<source>:<key>".
+//
+// Beyond the guard it adds in-flight policies (proceed, wait, reject), short
+// leases renewed while the handler runs, release of the claim when the handler
+// fails (5xx, 408, 429, a panic, a delivery cut short), a 422 for a reused
+// header key with a different body, a body size limit, a deadline on every
+// store call and a circuit breaker, so that a dead store adds milliseconds
+// rather than a dial timeout: on a store error the request proceeds
+// (fail-open) unless the route says closed (503).
+//
+// Provider presets (package provider) add a key that survives the provider's
+// retries and a signature check that runs before anything is claimed.
+//
+// The package imports only the standard library. Stores: memstore (memory),
+// redisstore (Redis standalone, Sentinel, Cluster) and sqlitestore.
+package idemhook
+
+import (
+	"log/slog"
+	"net/http"
+	"time"
+)
+
+// InFlightPolicy says what a duplicate does while the first delivery of its
+// event is still running.
+type InFlightPolicy string
+
+const (
+	// InFlightProceed runs the handler again, so that nothing is silently
+	// dropped (the seed's behaviour, the default).
+	InFlightProceed InFlightPolicy = "proceed"
+	// InFlightWait holds the duplicate until the first delivery finishes and
+	// then replays its response; if the first fails or its lease lapses, the
+	// duplicate takes over; after Route.WaitTimeout it proceeds.
+	InFlightWait InFlightPolicy = "wait"
+	// InFlightReject answers 409 Conflict with Retry-After and a problem+json
+	// body.
+	InFlightReject InFlightPolicy = "reject"
+)
+
+// StoreErrorPolicy says what a delivery does when the store fails.
+type StoreErrorPolicy string
+
+const (
+	// StoreErrorOpen logs a WARN and runs the handler (the default).
+	StoreErrorOpen StoreErrorPolicy = "open"
+	// StoreErrorClosed answers 503 Service Unavailable, so that the provider
+	// retries later.
+	StoreErrorClosed StoreErrorPolicy = "closed"
+)
+
+// Outcome is how a delivery ended. Every delivery has exactly one.
+type Outcome string
+
+const (
+	OutcomeProcessed         Outcome = "processed"           // first delivery, handler ran, response stored
+	OutcomeReplayed          Outcome = "replayed"            // stored response sent, handler not called
+	OutcomeInFlightProceeded Outcome = "in_flight_proceeded" // duplicate of a running delivery, handler ran (policy proceed, or wait timed out)
+	OutcomeInFlightWaited    Outcome = "in_flight_waited"    // duplicate waited and replayed the first response
+	OutcomeInFlightRejected  Outcome = "in_flight_rejected"  // duplicate of a running delivery, answered 409
+	OutcomeMismatch          Outcome = "mismatch"            // header key reused with another body, answered 422
+	OutcomeFailedReleased    Outcome = "failed_released"     // handler failed (5xx, 408, 429, panic, cut short), claim released
+	OutcomeStoreErrorOpen    Outcome = "store_error_open"    // store failed, handler ran without protection
+	OutcomeStoreErrorClosed  Outcome = "store_error_closed"  // store failed, answered 503
+	OutcomeKeyError          Outcome = "key_error"           // no key could be resolved (no source), handler ran
+	OutcomeSignatureInvalid  Outcome = "signature_invalid"   // preset's signature check failed, answered 401
+	OutcomeTooLarge          Outcome = "too_large"           // body over the limit, answered 413
+)
+
+// Outcomes lists every Outcome, in the order above.
+var Outcomes = []Outcome{
+	OutcomeProcessed, OutcomeReplayed, OutcomeInFlightProceeded, OutcomeInFlightWaited,
+	OutcomeInFlightRejected, OutcomeMismatch, OutcomeFailedReleased, OutcomeStoreErrorOpen,
+	OutcomeStoreErrorClosed, OutcomeKeyError, OutcomeSignatureInvalid, OutcomeTooLarge,
+}
+
+// DeliveryInfo describes one finished delivery, for Options.OnDelivery.
+type DeliveryInfo struct {
+	Request  *http.Request
+	Source   string
+	Key      string // the key part, e.g. "sha256:9f86..."; empty when none was resolved
+	StoreKey string // "idem:<source>:<key>"; empty when none was resolved
+	Outcome  Outcome
+	Status   int           // status sent to the caller
+	Duration time.Duration // from the middleware's entry to its return
+	// RequestBytes and ResponseBytes count the bodies (the request body as
+	// read, up to the limit; the response body as sent).
+	RequestBytes  int64
+	ResponseBytes int64
+	// Err is the error behind outcomes such as store_error_open,
+	// signature_invalid or key_error; nil otherwise.
+	Err error
+}
+
+// StoreCallInfo describes one call to the store, for Options.OnStoreCall.
+type StoreCallInfo struct {
+	Op       string // "claim", "complete", "release", "extend", "get"
+	Duration time.Duration
+	Err      error // nil on success; ErrNotOwner and a missing key are successes
+	Skipped  bool  // the breaker was open and the store was not called
+}
+
+// Options configures a [Middleware]: what all its routes share. The zero
+// value is valid and means every documented default.
+type Options struct {
+	// Logger receives the WARN messages (see the package doc). Default: nil,
+	// silent.
+	Logger *slog.Logger
+
+	// Now is the clock. Default: time.Now.
+	Now func() time.Time
+
+	// StoreTimeout bounds every store call. Default: 250ms.
+	StoreTimeout time.Duration
+
+	// Lease is how long a pending claim lives without renewal; it is renewed
+	// every Lease/3 while the handler runs, so a crashed process frees the key
+	// within Lease. Default: 30s.
+	Lease time.Duration
+
+	// BreakerThreshold is the number of consecutive failed store calls that
+	// opens the circuit breaker; while open, store calls are skipped (and
+	// count as store errors) until BreakerCooldown has passed and a probe
+	// succeeds. Default: 5. A negative value disables the breaker.
+	BreakerThreshold int
+
+	// BreakerCooldown is how long the breaker stays open before it lets one
+	// probe through. Default: 1s.
+	BreakerCooldown time.Duration
+
+	// OnDelivery is called once per delivery, after the response was written.
+	// Default: nil, not called.
+	OnDelivery func(DeliveryInfo)
+
+	// OnStoreCall is called after every store call (and every call skipped by
+	// the breaker). Default: nil, not called.
+	OnStoreCall func(StoreCallInfo)
+
+	// OnBreakerChange is called when the breaker opens (true) or closes
+	// (false). Default: nil, not called.
+	OnBreakerChange func(open bool)
+}
+
+// Route configures one webhook route: the equivalent of the seed's
+// @IdempotentWebhook({source, ttlSec, headerName}) decorator, plus the
+// policies idemhook adds. A zero field means its documented default.
+type Route struct {
+	// Source labels the provider, e.g. "stone"; it is the middle part of the
+	// store key. Required: a route without it logs
+	// "WebhookIdempotencyGuard key resolution failed: ..." and passes every
+	// request through unprotected, as the seed did.
+	Source string
+
+	// TTL is how long a completed response is kept and replayed.
+	// Default: 24h.
+	TTL time.Duration
+
+	// Header names the request header whose value is the key. Default:
+	// "idempotency-key"; with a Preset, no header unless set here.
+	Header string
+
+	// InFlight is the policy for duplicates of a running delivery.
+	// Default: InFlightProceed.
+	InFlight InFlightPolicy
+
+	// WaitTimeout bounds InFlightWait; then the duplicate proceeds.
+	// Default: 10s.
+	WaitTimeout time.Duration
+
+	// RetryAfter is the Retry-After of an InFlightReject answer, rounded up to
+	// whole seconds. Default: 5s.
+	RetryAfter time.Duration
+
+	// OnStoreError is the policy when the store fails. Default: StoreErrorOpen.
+	OnStoreError StoreErrorPolicy
+
+	// MaxBodyBytes limits the request body; a larger one is answered 413 and
+	// nothing is claimed. Default: 5 MiB.
+	MaxBodyBytes int64
+
+	// MaxStoredBodyBytes caps the response body kept for replay. A larger
+	// response is still sent in full to the first caller, but only its status
+	// and headers are stored: a replay has the same status and headers and an
+	// empty body. Default: 64 KiB.
+	MaxStoredBodyBytes int
+
+	// ReplayHeaders lists the response headers stored and replayed.
+	// Set-Cookie, Authorization, hop-by-hop headers and Content-Length are
+	// never stored, even if listed. Default: Content-Type.
+	ReplayHeaders []string
+
+	// Preset adds a provider's key strategy, signature check and duplicate
+	// answer (see package provider). Default: nil, none.
+	Preset *Preset
+}
+
+// Preset is what a provider adds to a route. Package provider has one per
+// common provider; a custom one is a value of this type.
+type Preset struct {
+	// Name identifies the preset in errors and logs, e.g. "stripe".
+	Name string
+
+	// Verify checks the request's signature against the body as received.
+	// A non-nil error answers 401 with a problem+json body, outcome
+	// signature_invalid; nothing is claimed and the handler is not called.
+	// Default: nil, no check.
+	Verify func(r *http.Request, body []byte) error
+
+	// Handshake answers requests that are not deliveries, such as Meta's GET
+	// subscription challenge or Slack's url_verification; it runs after
+	// Verify and reports whether it wrote a response. Handshakes have no
+	// outcome. Default: nil.
+	Handshake func(w http.ResponseWriter, r *http.Request, body []byte) bool
+
+	// Key returns the provider's stable event key, e.g. Stripe's "evt_..."
+	// id. An empty key falls back to the body hash; an error is outcome
+	// key_error and the handler runs unprotected. Keys from a preset never
+	// give a 422 mismatch. Default: nil, body hash.
+	Key func(r *http.Request, body []byte) (string, error)
+
+	// DuplicateStatus, if not 0, replaces the stored status when a response
+	// is replayed (iFood wants 202, Asaas exactly 200). Default: 0.
+	DuplicateStatus int
+}

@@ -1,0 +1,276 @@
+package idemhook
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// State says what a [Record] holds.
+type State uint8
+
+const (
+	// StatePending is a claim: a delivery of the event is running.
+	StatePending State = 1
+	// StateCompleted is the stored response of a delivery that finished.
+	StateCompleted State = 2
+)
+
+func (s State) String() string {
+	switch s {
+	case StatePending:
+		return "pending"
+	case StateCompleted:
+		return "completed"
+	}
+	return fmt.Sprintf("State(%d)", uint8(s))
+}
+
+// FingerprintSize is the length of a request fingerprint.
+const FingerprintSize = 16
+
+// Record is what a [Store] keeps under a key: either a pending claim or a
+// completed response.
+type Record struct {
+	State State
+
+	// Token identifies the owner of a pending claim (random, unique per
+	// delivery). Empty in a completed record.
+	Token string
+
+	// Fingerprint identifies the request body (the first bytes of the
+	// SHA-256 of its canonical form); zero when not recorded.
+	Fingerprint [FingerprintSize]byte
+
+	// CreatedAt is when the claim was taken or the response stored,
+	// truncated to the millisecond by the encoding.
+	CreatedAt time.Time
+
+	// The response, in a completed record.
+	Status int
+	Header http.Header // only the allowed headers
+	Body   []byte
+
+	// BodyOmitted reports that the response body exceeded the storage cap:
+	// the record holds the status and headers only and a replay has an
+	// empty body.
+	BodyOmitted bool
+}
+
+const (
+	recordVersion = 1
+
+	flagFingerprint = 1 << 0
+	flagBodyOmitted = 1 << 1
+
+	// maxHeaderEntries bounds decoding work on corrupt input.
+	maxHeaderEntries = 1024
+)
+
+// MarshalBinary encodes r in idemhook's versioned binary format. The encoding
+// is deterministic: equal records give equal bytes, so a store may compare
+// encoded claims to implement compare-and-set.
+func (r *Record) MarshalBinary() ([]byte, error) {
+	return r.AppendBinary(make([]byte, 0, r.encodedSizeHint()))
+}
+
+func (r *Record) encodedSizeHint() int {
+	n := 3 + binary.MaxVarintLen64 + FingerprintSize + 2*binary.MaxVarintLen32 + len(r.Token) + len(r.Body)
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 2*binary.MaxVarintLen32
+		}
+	}
+	return n
+}
+
+// AppendBinary appends the encoding of r to b.
+//
+// Layout (version 1): version byte, state byte, flags byte, created-at as a
+// varint of Unix milliseconds, the fingerprint (when flagged), then for a
+// pending record the token (uvarint length, bytes) and for a completed one
+// the status (uvarint), the header count (uvarint), each header as
+// name and value (uvarint length, bytes; one entry per value, names sorted)
+// and the body (uvarint length, bytes).
+func (r *Record) AppendBinary(b []byte) ([]byte, error) {
+	if r.State != StatePending && r.State != StateCompleted {
+		return nil, fmt.Errorf("idemhook: cannot encode record in %v", r.State)
+	}
+	var flags byte
+	if r.Fingerprint != ([FingerprintSize]byte{}) {
+		flags |= flagFingerprint
+	}
+	if r.BodyOmitted {
+		flags |= flagBodyOmitted
+	}
+	b = append(b, recordVersion, byte(r.State), flags)
+	var ms int64
+	if !r.CreatedAt.IsZero() {
+		ms = r.CreatedAt.UnixMilli()
+	}
+	b = binary.AppendVarint(b, ms)
+	if flags&flagFingerprint != 0 {
+		b = append(b, r.Fingerprint[:]...)
+	}
+	if r.State == StatePending {
+		return appendString(b, r.Token), nil
+	}
+	b = binary.AppendUvarint(b, uint64(r.Status))
+	names := sortedHeaderNames(r.Header)
+	var n int
+	for _, k := range names {
+		n += len(r.Header[k])
+	}
+	b = binary.AppendUvarint(b, uint64(n))
+	for _, k := range names {
+		for _, v := range r.Header[k] {
+			b = appendString(b, k)
+			b = appendString(b, v)
+		}
+	}
+	return appendString(b, string(r.Body)), nil
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// UnmarshalBinary decodes data written by MarshalBinary. It never panics on
+// bad input: anything it can't decode is an error wrapping ErrCorruptRecord.
+// The decoded record does not alias data.
+func (r *Record) UnmarshalBinary(data []byte) error {
+	d := decoder{buf: data}
+	*r = Record{}
+	version := d.byte()
+	state := State(d.byte())
+	flags := d.byte()
+	if d.err != nil {
+		return corrupt("truncated header")
+	}
+	if version != recordVersion {
+		return corrupt(fmt.Sprintf("unknown version %d", version))
+	}
+	if state != StatePending && state != StateCompleted {
+		return corrupt(fmt.Sprintf("unknown state %d", state))
+	}
+	if flags&^(flagFingerprint|flagBodyOmitted) != 0 {
+		return corrupt(fmt.Sprintf("unknown flags %#x", flags))
+	}
+	r.State = state
+	r.BodyOmitted = flags&flagBodyOmitted != 0
+	if ms := d.varint(); ms != 0 {
+		r.CreatedAt = time.UnixMilli(ms)
+	}
+	if flags&flagFingerprint != 0 {
+		copy(r.Fingerprint[:], d.bytes(FingerprintSize))
+	}
+	if state == StatePending {
+		r.Token = d.string()
+	} else {
+		status := d.uvarint()
+		if d.err == nil && (status < 100 || status > 999) {
+			return corrupt(fmt.Sprintf("status %d", status))
+		}
+		r.Status = int(status)
+		n := d.uvarint()
+		if n > maxHeaderEntries {
+			return corrupt(fmt.Sprintf("%d header entries", n))
+		}
+		if n > 0 {
+			r.Header = make(http.Header, n)
+		}
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			k := d.string()
+			v := d.string()
+			r.Header[k] = append(r.Header[k], v)
+		}
+		if body := d.string(); len(body) > 0 {
+			r.Body = []byte(body)
+		}
+	}
+	if d.err != nil {
+		return corrupt(d.err.Error())
+	}
+	if len(d.buf) != 0 {
+		return corrupt(fmt.Sprintf("%d trailing bytes", len(d.buf)))
+	}
+	return nil
+}
+
+func corrupt(why string) error { return fmt.Errorf("%w: %s", ErrCorruptRecord, why) }
+
+// DecodeRecord decodes a stored value; see [Record.UnmarshalBinary].
+func DecodeRecord(data []byte) (*Record, error) {
+	r := new(Record)
+	if err := r.UnmarshalBinary(data); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+type decoder struct {
+	buf []byte
+	err error
+}
+
+var errTruncated = fmt.Errorf("truncated")
+
+func (d *decoder) byte() byte {
+	if d.err != nil || len(d.buf) < 1 {
+		d.err = errTruncated
+		return 0
+	}
+	c := d.buf[0]
+	d.buf = d.buf[1:]
+	return c
+}
+
+func (d *decoder) bytes(n int) []byte {
+	if d.err != nil || len(d.buf) < n {
+		d.err = errTruncated
+		return nil
+	}
+	p := d.buf[:n]
+	d.buf = d.buf[n:]
+	return p
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.buf)
+	if n <= 0 {
+		d.err = fmt.Errorf("bad uvarint")
+		return 0
+	}
+	d.buf = d.buf[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.buf)
+	if n <= 0 {
+		d.err = fmt.Errorf("bad varint")
+		return 0
+	}
+	d.buf = d.buf[n:]
+	return v
+}
+
+func (d *decoder) string() string {
+	n := d.uvarint()
+	if d.err != nil {
+		return ""
+	}
+	if n > uint64(len(d.buf)) {
+		d.err = errTruncated
+		return ""
+	}
+	return string(d.bytes(int(n)))
+}

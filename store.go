@@ -1,0 +1,65 @@
+package idemhook
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Store keeps one [Record] per key and offers the atomic steps the middleware
+// is built from. Every method takes a context first; a missing key is data
+// (a nil record, or false), never an error.
+//
+// A store shared by several processes must make Claim atomic across all of
+// them: when N callers claim one absent key at once, exactly one gets a nil
+// existing record. Complete, Release and Extend are compare-and-set on the
+// claim: they act only while the key still holds exactly the pending record
+// that was claimed (same owner token), and return [ErrNotOwner] otherwise, so
+// a runner whose lease lapsed can't overwrite or free a newer one.
+//
+// Every store in this module passes the conformance suite in package
+// storetest; a third-party store should run it too.
+type Store interface {
+	// Claim stores claim (a pending record) under key with a lifetime of
+	// lease, unless key already holds a record. It returns the record found
+	// (nil when the claim was stored). A stored value that can't be decoded
+	// is reported as an error wrapping ErrCorruptRecord.
+	Claim(ctx context.Context, key string, claim *Record, lease time.Duration) (existing *Record, err error)
+
+	// Complete replaces the pending claim with done, kept for ttl.
+	Complete(ctx context.Context, key string, claim, done *Record, ttl time.Duration) error
+
+	// Release deletes the pending claim, so that the next delivery of the
+	// event runs the handler afresh.
+	Release(ctx context.Context, key string, claim *Record) error
+
+	// Extend renews the lease of the pending claim to lease from now.
+	Extend(ctx context.Context, key string, claim *Record, lease time.Duration) error
+
+	// Get returns the record under key, or nil when there is none.
+	Get(ctx context.Context, key string) (*Record, error)
+
+	// Delete removes key whatever it holds and reports whether it existed.
+	Delete(ctx context.Context, key string) (bool, error)
+}
+
+// ErrNotOwner is returned by Complete, Release and Extend when the key no
+// longer holds the claim passed in: it expired, was released, was deleted or
+// was taken over by another delivery.
+var ErrNotOwner = errors.New("idemhook: claim not held")
+
+// ErrCorruptRecord is wrapped by the errors of stores and [Record.UnmarshalBinary]
+// when a stored value can't be decoded.
+var ErrCorruptRecord = errors.New("idemhook: corrupt record")
+
+// StoreError is how the middleware reports a failed store call to hooks.
+type StoreError struct {
+	Op  string // "claim", "complete", "release", "extend", "get"
+	Key string
+	Err error
+}
+
+func (e *StoreError) Error() string {
+	return "idemhook: store " + e.Op + " " + e.Key + ": " + e.Err.Error()
+}
+func (e *StoreError) Unwrap() error { return e.Err }
