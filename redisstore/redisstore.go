@@ -1,0 +1,227 @@
+// Package redisstore is an [idemhook.Store] kept in Redis (or Valkey) through
+// a go-redis [redis.UniversalClient]: a standalone server, a Sentinel-managed
+// master or a Redis Cluster.
+//
+// Each step is one round trip touching one key, so it works unchanged on a
+// Cluster:
+//
+//   - Claim is a single SET key value NX GET PX lease (Redis 7.0 or later):
+//     it stores the pending record when the key is absent and returns the
+//     record already there otherwise. A duplicate delivery costs one command.
+//   - Complete, Release and Extend are Lua scripts (EVALSHA, falling back to
+//     EVAL when the server hasn't cached the script) that act only while the
+//     key still holds exactly the encoded claim. The encoding is deterministic
+//     and a pending record carries a random owner token, so byte equality is
+//     ownership.
+//   - Get is GET, Delete is DEL.
+//
+// Keys are the middleware's store keys ("idem:<source>:<key>", the NestJS
+// guard's format) with an optional [Config.Prefix]; values are
+// [idemhook.Record] in its binary encoding. A value that can't be decoded
+// is reported as an error wrapping [idemhook.ErrCorruptRecord].
+//
+// The caller owns the client: the store never closes it. Any client
+// satisfying redis.UniversalClient works: redis.NewClient,
+// redis.NewFailoverClient (Sentinel), redis.NewClusterClient or
+// redis.NewUniversalClient.
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemhook/idemhook"
+)
+
+// Config configures a [Store]. The zero value is valid.
+type Config struct {
+	// Prefix is prepended to every key. The middleware's keys are already
+	// "idem:<source>:<key>", the format of the NestJS guard, so a team moving
+	// from the guard to idemhook on the same Redis keeps its records; set a
+	// prefix only to separate several deployments sharing one database. On a
+	// Cluster, a prefix holding a hash tag ("{...}") sends every key to one
+	// slot. Default "".
+	Prefix string
+}
+
+// Store is an [idemhook.Store] in Redis. It is safe for concurrent use.
+type Store struct {
+	client redis.UniversalClient
+	prefix string
+}
+
+var _ idemhook.Store = (*Store)(nil)
+
+// New returns a store that keeps its records through client. The caller
+// owns client and closes it after the last use of the store.
+func New(client redis.UniversalClient, cfg Config) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("redisstore: nil client: pass a redis.UniversalClient such as redis.NewClient(&redis.Options{Addr: \"127.0.0.1:6379\"})")
+	}
+	return &Store{client: client, prefix: cfg.Prefix}, nil
+}
+
+// Key returns the Redis key a store key is kept under: the configured
+// prefix followed by key.
+func (s *Store) Key(key string) string { return s.prefix + key }
+
+// The compare-and-set scripts. KEYS[1] is the key, ARGV[1] the encoded claim.
+// GET on a missing key gives false, which never equals a string.
+var (
+	// ARGV[2] is the encoded completed record, ARGV[3] its TTL in ms.
+	completeScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+	redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+	return 1
+end
+return 0
+`)
+	releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+	redis.call('DEL', KEYS[1])
+	return 1
+end
+return 0
+`)
+	// ARGV[2] is the new lease in ms.
+	extendScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+	redis.call('PEXPIRE', KEYS[1], ARGV[2])
+	return 1
+end
+return 0
+`)
+)
+
+// Claim stores claim under key for lease with SET NX GET PX and returns the
+// record found there (nil when the claim was stored).
+func (s *Store) Claim(ctx context.Context, key string, claim *idemhook.Record, lease time.Duration) (*idemhook.Record, error) {
+	rkey := s.prefix + key
+	ms, err := millis("lease", lease)
+	if err != nil {
+		return nil, opError("claim", rkey, err)
+	}
+	val, err := claim.MarshalBinary()
+	if err != nil {
+		return nil, opError("claim", rkey, err)
+	}
+	old, err := s.client.SetArgs(ctx, rkey, val, redis.SetArgs{
+		Mode: "NX",
+		Get:  true,
+		TTL:  time.Duration(ms) * time.Millisecond,
+	}).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil // the key was absent and now holds the claim
+	}
+	if err != nil {
+		return nil, opError("claim", rkey, err)
+	}
+	rec, err := idemhook.DecodeRecord([]byte(old))
+	if err != nil {
+		return nil, opError("claim", rkey, err)
+	}
+	return rec, nil
+}
+
+// Complete replaces the claim with done, kept for ttl, if key still holds
+// the claim; otherwise it returns an error wrapping [idemhook.ErrNotOwner].
+func (s *Store) Complete(ctx context.Context, key string, claim, done *idemhook.Record, ttl time.Duration) error {
+	rkey := s.prefix + key
+	ms, err := millis("ttl", ttl)
+	if err != nil {
+		return opError("complete", rkey, err)
+	}
+	cv, err := claim.MarshalBinary()
+	if err != nil {
+		return opError("complete", rkey, err)
+	}
+	dv, err := done.MarshalBinary()
+	if err != nil {
+		return opError("complete", rkey, err)
+	}
+	return s.runCAS(ctx, "complete", completeScript, rkey, cv, dv, ms)
+}
+
+// Release deletes key if it still holds claim; otherwise it returns an
+// error wrapping [idemhook.ErrNotOwner].
+func (s *Store) Release(ctx context.Context, key string, claim *idemhook.Record) error {
+	rkey := s.prefix + key
+	cv, err := claim.MarshalBinary()
+	if err != nil {
+		return opError("release", rkey, err)
+	}
+	return s.runCAS(ctx, "release", releaseScript, rkey, cv)
+}
+
+// Extend sets the lifetime of the claim under key to lease from now if key
+// still holds it; otherwise it returns an error wrapping
+// [idemhook.ErrNotOwner].
+func (s *Store) Extend(ctx context.Context, key string, claim *idemhook.Record, lease time.Duration) error {
+	rkey := s.prefix + key
+	ms, err := millis("lease", lease)
+	if err != nil {
+		return opError("extend", rkey, err)
+	}
+	cv, err := claim.MarshalBinary()
+	if err != nil {
+		return opError("extend", rkey, err)
+	}
+	return s.runCAS(ctx, "extend", extendScript, rkey, cv, ms)
+}
+
+// runCAS runs one of the compare-and-set scripts, which answer 1 when they
+// acted and 0 when the key no longer held the claim.
+func (s *Store) runCAS(ctx context.Context, op string, script *redis.Script, rkey string, args ...any) error {
+	n, err := script.Run(ctx, s.client, []string{rkey}, args...).Int64()
+	if err != nil {
+		return opError(op, rkey, err)
+	}
+	if n != 1 {
+		return opError(op, rkey, idemhook.ErrNotOwner)
+	}
+	return nil
+}
+
+// Get returns the record under key, or nil when there is none.
+func (s *Store) Get(ctx context.Context, key string) (*idemhook.Record, error) {
+	rkey := s.prefix + key
+	val, err := s.client.Get(ctx, rkey).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, opError("get", rkey, err)
+	}
+	rec, err := idemhook.DecodeRecord(val)
+	if err != nil {
+		return nil, opError("get", rkey, err)
+	}
+	return rec, nil
+}
+
+// Delete removes key whatever it holds and reports whether it existed.
+func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
+	rkey := s.prefix + key
+	n, err := s.client.Del(ctx, rkey).Result()
+	if err != nil {
+		return false, opError("delete", rkey, err)
+	}
+	return n > 0, nil
+}
+
+// millis converts a lifetime to whole milliseconds, rounding up so that a
+// positive duration never becomes 0 (which Redis rejects).
+func millis(what string, d time.Duration) (int64, error) {
+	if d <= 0 {
+		return 0, fmt.Errorf("%s must be positive, got %v", what, d)
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond), nil
+}
+
+func opError(op, rkey string, err error) error {
+	return fmt.Errorf("redisstore: %s %s: %w", op, rkey, err)
+}
