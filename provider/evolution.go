@@ -1,0 +1,76 @@
+package provider
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/idemhook/idemhook"
+)
+
+// Evolution returns the preset for Evolution API (self-hosted WhatsApp)
+// webhooks, the seed's "whatsapp" source.
+//
+// Key: Evolution has no delivery id. For messages.upsert,
+// "<event>:<data.key.id>" (the WhatsApp message id); for messages.update,
+// "<event>:<data.keyId>:<data.status>" (one message goes through several
+// statuses); for any other event, or a body that is not such JSON, the body
+// hash (Evolution re-posts the same bytes on its retries).
+//
+// Verify: Evolution signs nothing. Configure a static header on the
+// instance's webhook (its "headers" setting), e.g. {"apikey": "<secret>"};
+// the header named by Options["header"] (default "apikey") must equal one of
+// cfg.Secrets, compared in constant time. With "header": "authorization", a
+// "Bearer " prefix is removed first. Evolution's jwt_key mode (a 10-minute
+// JWT that binds no body and expires during Evolution's own retries) is not
+// supported: use a static header. The global webhook (WEBHOOK_GLOBAL_URL) is
+// sent without instance headers, so it cannot pass this check.
+//
+// Duplicates: the stored status (any 2xx).
+func Evolution(cfg Config) (*idemhook.Preset, error) {
+	s, err := cfg.check("evolution", "header")
+	if err != nil {
+		return nil, err
+	}
+	header := "apikey"
+	if h, ok := s.options["header"]; ok {
+		if h = strings.TrimSpace(h); h == "" || strings.ContainsAny(h, " \t:\r\n") {
+			return nil, fmt.Errorf("provider evolution: option header %q is not a header name", s.options["header"])
+		}
+		header = h
+	}
+	return &idemhook.Preset{
+		Name:   "evolution",
+		Verify: s.verifyToken(header, strings.EqualFold(header, "authorization")),
+		Key: func(r *http.Request, body []byte) (string, error) {
+			return evolutionKey(body), nil
+		},
+	}, nil
+}
+
+// evolutionEvent is the part of an Evolution webhook body the key reads.
+type evolutionEvent struct {
+	Event string `json:"event"`
+	Data  struct {
+		Key struct {
+			ID jsonID `json:"id"`
+		} `json:"key"`
+		KeyID  jsonID `json:"keyId"`
+		Status jsonID `json:"status"`
+	} `json:"data"`
+}
+
+// evolutionKey returns the message key of an Evolution body, or "".
+func evolutionKey(body []byte) string {
+	var ev evolutionEvent
+	if !decodeEvent(body, &ev) || ev.Event == "" {
+		return ""
+	}
+	switch {
+	case ev.Data.Key.ID != "":
+		return ev.Event + ":" + string(ev.Data.Key.ID)
+	case ev.Data.KeyID != "" && ev.Data.Status != "":
+		return ev.Event + ":" + string(ev.Data.KeyID) + ":" + string(ev.Data.Status)
+	}
+	return ""
+}

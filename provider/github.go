@@ -1,0 +1,77 @@
+package provider
+
+import (
+	"encoding/hex"
+	"net/http"
+	"strings"
+
+	"github.com/idemhook/idemhook"
+)
+
+// HubSignatureHeader is the header GitHub and Meta put their body HMAC in.
+const HubSignatureHeader = "X-Hub-Signature-256"
+
+// GitHub returns the preset for GitHub webhooks (repository, organization and
+// App hooks).
+//
+// Key: "<X-GitHub-Hook-ID>:<X-GitHub-Delivery>". The delivery GUID is kept on
+// redelivery but is the same for every hook that receives the event, so it is
+// scoped by the hook id; without a hook id header the GUID alone; without a
+// GUID, the body hash.
+//
+// Verify: X-Hub-Signature-256 "sha256=<hex>" = HMAC-SHA256(secret, raw body).
+// GitHub signs no timestamp, so there is no tolerance: the delivery GUID,
+// deduplicated here, is the replay defence. The legacy SHA-1 X-Hub-Signature
+// is not accepted.
+//
+// Duplicates: the stored status. No options. GitHub never retries on its own;
+// redeliveries are manual.
+func GitHub(cfg Config) (*idemhook.Preset, error) {
+	s, err := cfg.check("github")
+	if err != nil {
+		return nil, err
+	}
+	return &idemhook.Preset{
+		Name:   "github",
+		Verify: s.verifyHubSignature,
+		Key: func(r *http.Request, body []byte) (string, error) {
+			delivery := strings.TrimSpace(r.Header.Get("X-GitHub-Delivery"))
+			if delivery == "" {
+				return "", nil
+			}
+			if hook := strings.TrimSpace(r.Header.Get("X-GitHub-Hook-ID")); hook != "" {
+				return hook + ":" + delivery, nil
+			}
+			return delivery, nil
+		},
+	}, nil
+}
+
+// verifyHubSignature checks X-Hub-Signature-256 against the raw body.
+func (s settings) verifyHubSignature(r *http.Request, body []byte) error {
+	sig, err := parseHubSignature(r.Header.Get(HubSignatureHeader))
+	if err != nil {
+		return s.fail(HubSignatureHeader, err, headerDetail(err, `want "sha256=<hex>"`))
+	}
+	if !anyMAC(s.secretBytes(), [][]byte{sig}, func(k []byte) []byte { return hmacSHA256(k, body) }) {
+		return s.fail(HubSignatureHeader, ErrNoMatchingSignature, "")
+	}
+	return nil
+}
+
+// parseHubSignature decodes an X-Hub-Signature-256 value, "sha256=<hex>".
+func parseHubSignature(v string) ([]byte, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return nil, ErrMissingHeader
+	}
+	hexSig, ok := strings.CutPrefix(v, "sha256=")
+	if !ok {
+		return nil, ErrMalformedHeader
+	}
+	sig, err := hex.DecodeString(hexSig)
+	if err != nil || len(sig) != 32 {
+		return nil, ErrMalformedHeader
+	}
+	return sig, nil
+}

@@ -1,0 +1,25 @@
+package provider
+
+import "github.com/idemhook/idemhook"
+
+// The headers Svix sends (white-labelled senders use the webhook-* ones).
+const (
+	SvixIDHeader        = "svix-id"
+	SvixTimestampHeader = "svix-timestamp"
+	SvixSignatureHeader = "svix-signature"
+)
+
+// Svix returns the preset for webhooks sent through Svix (Clerk, Resend and
+// many others). The scheme is Standard Webhooks' (see [StandardWebhooks])
+// with svix-id, svix-timestamp and svix-signature; a request without svix-id
+// is read from the webhook-* headers instead, as Svix's own libraries do.
+//
+// Key: svix-id (the same on every resend). Verify: v1 HMAC-SHA256 over
+// "<id>.<timestamp>.<raw body>" with the decoded "whsec_" secret, tolerance
+// cfg.Tolerance (default 5 minutes, both directions). Duplicates: the stored
+// status. No options.
+func Svix(cfg Config) (*idemhook.Preset, error) {
+	return standardWebhooks(cfg, "svix",
+		SvixIDHeader, SvixTimestampHeader, SvixSignatureHeader,
+		WebhookIDHeader, WebhookTimestampHeader, WebhookSignatureHeader)
+}

@@ -1,0 +1,130 @@
+package provider
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// The reasons a Verify fails. A [*VerifyError] wraps exactly one of them, so
+// callers can tell them apart with errors.Is.
+var (
+	// ErrMissingHeader: a header the scheme needs is absent or empty.
+	ErrMissingHeader = errors.New("missing header")
+	// ErrMalformedHeader: a header is present but cannot be parsed.
+	ErrMalformedHeader = errors.New("malformed header")
+	// ErrTimestampOutOfTolerance: the signed timestamp is too old or too far
+	// in the future.
+	ErrTimestampOutOfTolerance = errors.New("timestamp outside tolerance")
+	// ErrNoMatchingSignature: no signature in the request matches any
+	// configured secret.
+	ErrNoMatchingSignature = errors.New("no matching signature")
+	// ErrTokenMismatch: a static token header does not equal any configured
+	// token.
+	ErrTokenMismatch = errors.New("token does not match")
+	// ErrMalformedBody: the body cannot carry a signature (Stone's JWE).
+	ErrMalformedBody = errors.New("malformed body")
+)
+
+// VerifyError is the error a preset's Verify returns. Its text, e.g.
+// `stripe: header Stripe-Signature: timestamp outside tolerance (signed 7m0s
+// ago, tolerance 5m0s)`, is safe to send to the caller: it never holds a
+// secret or an expected signature.
+type VerifyError struct {
+	Preset string // the preset's name, e.g. "stripe"
+	Header string // the header at fault, e.g. "Stripe-Signature"; "" when the fault is elsewhere
+	Err    error  // one of the Err* sentinels of this package
+	Detail string // more context, e.g. how old the timestamp is; may be ""
+}
+
+// Error describes the failure.
+func (e *VerifyError) Error() string {
+	msg := e.Preset + ": "
+	if e.Header != "" {
+		msg += "header " + e.Header + ": "
+	}
+	msg += e.Err.Error()
+	if e.Detail != "" {
+		msg += " (" + e.Detail + ")"
+	}
+	return msg
+}
+
+// Unwrap returns the sentinel reason.
+func (e *VerifyError) Unwrap() error { return e.Err }
+
+// fail builds a *VerifyError for the provider s.
+func (s settings) fail(header string, reason error, detail string) error {
+	return &VerifyError{Preset: s.name, Header: header, Err: reason, Detail: detail}
+}
+
+// hmacSHA256 returns HMAC-SHA256(key, parts...).
+func hmacSHA256(key []byte, parts ...[]byte) []byte {
+	m := hmac.New(sha256.New, key)
+	for _, p := range parts {
+		m.Write(p)
+	}
+	return m.Sum(nil)
+}
+
+// anyMAC reports whether one of the candidate MACs equals mac(key) for one of
+// the keys. Comparisons are constant-time (hmac.Equal); only which pair
+// matched, never the expected value, could leak through timing.
+func anyMAC(keys [][]byte, candidates [][]byte, mac func(key []byte) []byte) bool {
+	for _, k := range keys {
+		want := mac(k)
+		for _, c := range candidates {
+			if hmac.Equal(want, c) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// anyToken reports whether got equals one of the tokens, in constant time
+// with respect to the tokens' contents.
+func anyToken(tokens []string, got string) bool {
+	found := 0
+	for _, t := range tokens {
+		found |= subtle.ConstantTimeCompare([]byte(t), []byte(got))
+	}
+	return found == 1
+}
+
+// parseUnix parses a decimal count of seconds since the Unix epoch, as
+// signed by Stripe, Standard Webhooks, Slack and Paddle.
+func parseUnix(v string) (time.Time, bool) {
+	if v == "" || len(v) > 18 {
+		return time.Time{}, false
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return time.Time{}, false
+		}
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.Unix(n, 0), true
+}
+
+// checkAge returns an ErrTimestampOutOfTolerance error when signed is more
+// than s.tolerance away from now, in either direction.
+func (s settings) checkAge(header string, signed time.Time) error {
+	now := s.now()
+	switch age := now.Sub(signed); {
+	case age > s.tolerance:
+		return s.fail(header, ErrTimestampOutOfTolerance,
+			fmt.Sprintf("signed %v ago, tolerance %v", age.Truncate(time.Second), s.tolerance))
+	case -age > s.tolerance:
+		return s.fail(header, ErrTimestampOutOfTolerance,
+			fmt.Sprintf("signed %v in the future, tolerance %v", (-age).Truncate(time.Second), s.tolerance))
+	}
+	return nil
+}

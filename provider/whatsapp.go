@@ -1,0 +1,113 @@
+package provider
+
+import (
+	"net/http"
+
+	"github.com/idemhook/idemhook"
+)
+
+// WhatsAppCloud returns the preset for the WhatsApp Cloud API (Meta Graph
+// webhooks).
+//
+// Key: when the POST holds exactly one item, the inbound message's id
+// (wamid...) or, for a status update, "<status id>:<status>" (one wamid goes
+// through sent, delivered and read). Meta batches up to 1000 updates per
+// request and does not guarantee the same batching on a retry, so a batch of
+// several items (or none) falls back to the body hash.
+//
+// Verify: X-Hub-Signature-256 "sha256=<hex>" = HMAC-SHA256(App Secret, raw
+// body). No timestamp is signed: the key store is the only replay defence.
+// GET and HEAD requests carry no signature and pass Verify, so that the
+// subscription challenge reaches Handshake.
+//
+// Handshake: Meta's GET subscription challenge. hub.mode=subscribe with a
+// hub.verify_token equal (constant time) to Options["verify_token"] is
+// answered 200 text/plain with hub.challenge; any other GET carrying hub.mode
+// is answered 403. Without the verify_token option every challenge is
+// refused. GETs without hub.mode are not handshakes.
+//
+// Duplicates: the stored status (Meta wants 200). Options: "verify_token".
+func WhatsAppCloud(cfg Config) (*idemhook.Preset, error) {
+	s, err := cfg.check("whatsapp-cloud", "verify_token")
+	if err != nil {
+		return nil, err
+	}
+	verifyToken := s.options["verify_token"]
+	return &idemhook.Preset{
+		Name: "whatsapp-cloud",
+		Verify: func(r *http.Request, body []byte) error {
+			if r.Method == http.MethodGet || r.Method == http.MethodHead {
+				return nil
+			}
+			return s.verifyHubSignature(r, body)
+		},
+		Handshake: func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
+			if r.Method != http.MethodGet {
+				return false
+			}
+			q := r.URL.Query()
+			if !q.Has("hub.mode") {
+				return false
+			}
+			challenge := q.Get("hub.challenge")
+			if q.Get("hub.mode") != "subscribe" || verifyToken == "" || challenge == "" ||
+				!anyToken([]string{verifyToken}, q.Get("hub.verify_token")) {
+				http.Error(w, "whatsapp-cloud: subscription refused: hub.verify_token does not match the configured verify_token", http.StatusForbidden)
+				return true
+			}
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write([]byte(challenge))
+			return true
+		},
+		Key: func(r *http.Request, body []byte) (string, error) {
+			return whatsAppKey(body), nil
+		},
+	}, nil
+}
+
+// whatsAppNotification is the part of a WhatsApp Cloud webhook the key reads.
+type whatsAppNotification struct {
+	Entry []struct {
+		Changes []struct {
+			Value struct {
+				Messages []struct {
+					ID jsonID `json:"id"`
+				} `json:"messages"`
+				Statuses []struct {
+					ID     jsonID `json:"id"`
+					Status jsonID `json:"status"`
+				} `json:"statuses"`
+			} `json:"value"`
+		} `json:"changes"`
+	} `json:"entry"`
+}
+
+// whatsAppKey returns the id of the notification's single item, or "".
+func whatsAppKey(body []byte) string {
+	var n whatsAppNotification
+	if !decodeEvent(body, &n) {
+		return ""
+	}
+	items := 0
+	key := ""
+	for _, e := range n.Entry {
+		for _, c := range e.Changes {
+			for _, m := range c.Value.Messages {
+				items++
+				key = string(m.ID)
+			}
+			for _, st := range c.Value.Statuses {
+				items++
+				key = ""
+				if st.ID != "" && st.Status != "" {
+					key = string(st.ID) + ":" + string(st.Status)
+				}
+			}
+		}
+	}
+	if items != 1 {
+		return ""
+	}
+	return key
+}
