@@ -75,7 +75,7 @@ const (
 	OutcomeFailedReleased    Outcome = "failed_released"     // handler failed (5xx, 408, 429, panic, cut short), claim released
 	OutcomeStoreErrorOpen    Outcome = "store_error_open"    // store failed, handler ran without protection
 	OutcomeStoreErrorClosed  Outcome = "store_error_closed"  // store failed, answered 503
-	OutcomeKeyError          Outcome = "key_error"           // no key could be resolved (no source), handler ran
+	OutcomeKeyError          Outcome = "key_error"           // no key could be resolved: no source or a preset key error (handler ran unprotected), or an unreadable body (400)
 	OutcomeSignatureInvalid  Outcome = "signature_invalid"   // preset's signature check failed, answered 401
 	OutcomeTooLarge          Outcome = "too_large"           // body over the limit, answered 413
 )

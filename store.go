@@ -17,6 +17,13 @@ import (
 // that was claimed (same owner token), and return [ErrNotOwner] otherwise, so
 // a runner whose lease lapsed can't overwrite or free a newer one.
 //
+// A store must not retain the records passed to it after the call returns
+// (their Body may be reused), and must return records that don't alias its
+// own memory.
+//
+// A store may also implement Name() string to name itself in the WARN logs
+// ("WebhookIdempotencyGuard Redis error for key=..."); the default is "store".
+//
 // Every store in this module passes the conformance suite in package
 // storetest; a third-party store should run it too.
 type Store interface {

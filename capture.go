@@ -1,0 +1,112 @@
+package idemhook
+
+import (
+	"net/http"
+)
+
+// responseCapture wraps the handler's ResponseWriter.
+//
+// In buffering mode (the first delivery of an event) it holds the status and
+// the body, up to the storage cap, and sends nothing: the middleware stores
+// the response (or releases the claim) first and only then sends it, so a
+// provider that retries the instant it has our answer finds the response
+// stored rather than a pending claim. Flush is deferred while buffering. A
+// body over the cap switches to streaming: what was buffered is sent and the
+// rest passes straight through; the record then keeps status and headers only.
+//
+// In pass-through mode (a delivery that owns no claim) it only counts.
+type responseCapture struct {
+	w         http.ResponseWriter
+	buffering bool
+	limit     int
+
+	status    int
+	streaming bool // the header was sent to w
+	omitted   bool // the body went over limit
+	buf       []byte
+	written   int64
+}
+
+var _ http.Flusher = (*responseCapture)(nil)
+
+func (c *responseCapture) Header() http.Header { return c.w.Header() }
+
+func (c *responseCapture) WriteHeader(code int) {
+	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
+		c.w.WriteHeader(code) // informational: passes through, not the final status
+		return
+	}
+	if c.status != 0 {
+		return
+	}
+	c.status = code
+	if !c.buffering {
+		c.streaming = true
+		c.w.WriteHeader(code)
+	}
+}
+
+func (c *responseCapture) Write(p []byte) (int, error) {
+	if c.status == 0 {
+		c.WriteHeader(http.StatusOK)
+	}
+	c.written += int64(len(p))
+	if c.streaming {
+		return c.w.Write(p)
+	}
+	if len(c.buf)+len(p) <= c.limit {
+		c.buf = append(c.buf, p...)
+		return len(p), nil
+	}
+	c.omitted = true
+	c.startStreaming()
+	return c.w.Write(p)
+}
+
+// startStreaming sends the status and what is buffered.
+func (c *responseCapture) startStreaming() {
+	c.streaming = true
+	c.w.WriteHeader(c.status)
+	if len(c.buf) > 0 {
+		c.w.Write(c.buf) //nolint:errcheck // a write error reaches the handler on its next Write
+	}
+}
+
+// Flush implements http.Flusher; it is deferred while buffering.
+func (c *responseCapture) Flush() {
+	if c.streaming {
+		http.NewResponseController(c.w).Flush() //nolint:errcheck // Flusher has no error
+	}
+}
+
+// FlushError is what http.ResponseController calls.
+func (c *responseCapture) FlushError() error {
+	if c.streaming {
+		return http.NewResponseController(c.w).Flush()
+	}
+	return nil
+}
+
+// Unwrap gives http.ResponseController the underlying writer.
+func (c *responseCapture) Unwrap() http.ResponseWriter { return c.w }
+
+// finalStatus is the status the handler answered; 200 when it wrote nothing,
+// as net/http does.
+func (c *responseCapture) finalStatus() int {
+	if c.status == 0 {
+		return http.StatusOK
+	}
+	return c.status
+}
+
+// send writes a buffered response to the client.
+func (c *responseCapture) send() {
+	if c.streaming {
+		return
+	}
+	c.streaming = true
+	c.w.WriteHeader(c.finalStatus())
+	if len(c.buf) > 0 {
+		c.w.Write(c.buf) //nolint:errcheck // the client may be gone; nothing to do
+	}
+}
