@@ -1,0 +1,471 @@
+// Package memstore is an in-memory [idemhook.Store] for one process: the
+// library's default, and the store of tests.
+//
+// Keys live in a sharded map, each shard behind its own mutex. A value is
+// the record in idemhook's binary encoding, held in one allocation with its
+// key and expiry, so a typical small response costs under 200 bytes per key
+// (see BenchmarkMemoryPerKey). Keys that end in a lowercase hex SHA-256, the
+// body-hash keys of the middleware, are held in 32 bytes instead of 64.
+//
+// Expired entries are absent to every call; they are removed when a call
+// meets them, a few at each write, and all at once when a shard has doubled
+// since it was last swept, so dead keys can't pile up. No goroutine runs in
+// the background.
+package memstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"math/bits"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemhook/idemhook"
+)
+
+// Defaults of [Config].
+const (
+	DefaultMaxEntries = 1_000_000
+	DefaultShards     = 64
+)
+
+// ErrFull is returned by Claim when the store holds MaxEntries keys and none
+// can be dropped: every entry of the key's shard is a live pending claim.
+// The middleware treats it as any store error (fail-open by default).
+var ErrFull = errors.New("memstore: full: every entry of the shard is a running claim (raise Config.MaxEntries)")
+
+// ErrClosed is returned by every call after Close.
+var ErrClosed = errors.New("memstore: store is closed")
+
+// Config configures a [Store]. The zero value means the defaults.
+type Config struct {
+	// Now is the clock that leases and TTLs are measured with. Default
+	// time.Now.
+	Now func() time.Time
+
+	// MaxEntries bounds the number of keys held, expired ones included.
+	// The bound is kept per shard (MaxEntries/Shards keys each, so the
+	// total never exceeds MaxEntries). When a Claim finds its shard full it
+	// first drops the shard's expired entries; if that frees less than
+	// 1/64 of the shard, it evicts the completed records closest to expiry
+	// until it has, as a cache would: those are the oldest answers, whose
+	// retries are least likely to come. Pending claims are never evicted
+	// (a running handler would lose its protection against a concurrent
+	// duplicate): when the whole shard is pending claims, Claim fails with
+	// ErrFull. Default 1_000_000.
+	MaxEntries int
+
+	// Shards is the number of independently locked parts of the map, a
+	// power of two. It is lowered to the largest power of two not above
+	// MaxEntries when MaxEntries is smaller. Default 64.
+	Shards int
+}
+
+// Store is an in-memory [idemhook.Store]. It is safe for concurrent use.
+type Store struct {
+	now      func() time.Time
+	seed     maphash.Seed
+	mask     uint64
+	perShard int // capacity of each shard
+	shards   []shard
+	closed   atomic.Bool
+}
+
+var _ idemhook.Store = (*Store)(nil)
+
+type shard struct {
+	mu sync.Mutex
+	m  map[string]string // compact key → entry (see newEntry)
+	// sweepAt is the size at which the shard is swept in full: twice its
+	// size after the previous sweep.
+	sweepAt int
+	_       [40]byte // keep shards on separate cache lines
+}
+
+const (
+	// minSweepAt is the smallest size that triggers a full sweep.
+	minSweepAt = 1024
+	// samplePerWrite is how many entries a write inspects for expiry.
+	samplePerWrite = 2
+)
+
+// New returns a Store configured by cfg.
+func New(cfg Config) (*Store, error) {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.MaxEntries == 0 {
+		cfg.MaxEntries = DefaultMaxEntries
+	}
+	if cfg.MaxEntries < 0 {
+		return nil, fmt.Errorf("memstore: MaxEntries is %d; want a positive bound, or 0 for the default %d", cfg.MaxEntries, DefaultMaxEntries)
+	}
+	if cfg.Shards == 0 {
+		cfg.Shards = DefaultShards
+	}
+	if cfg.Shards < 0 || bits.OnesCount(uint(cfg.Shards)) != 1 {
+		return nil, fmt.Errorf("memstore: Shards is %d; want a power of two, or 0 for the default %d", cfg.Shards, DefaultShards)
+	}
+	for cfg.Shards > cfg.MaxEntries {
+		cfg.Shards /= 2
+	}
+	s := &Store{
+		now:      cfg.Now,
+		seed:     maphash.MakeSeed(),
+		mask:     uint64(cfg.Shards - 1),
+		perShard: cfg.MaxEntries / cfg.Shards,
+		shards:   make([]shard, cfg.Shards),
+	}
+	for i := range s.shards {
+		s.shards[i].m = make(map[string]string)
+		s.shards[i].sweepAt = minSweepAt
+	}
+	return s, nil
+}
+
+// Name names the store in the middleware's logs.
+func (s *Store) Name() string { return "memory" }
+
+// Len returns the number of keys held, counting expired keys that have not
+// been removed yet: the number MaxEntries bounds.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Close drops every entry; later calls fail with ErrClosed. The store runs
+// no goroutine, so Close is only needed to free the memory early.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		sh.m = nil
+		sh.mu.Unlock()
+	}
+	return nil
+}
+
+// Claim implements [idemhook.Store].
+func (s *Store) Claim(ctx context.Context, key string, claim *idemhook.Record, lease time.Duration) (*idemhook.Record, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	if err := checkClaim(claim); err != nil {
+		return nil, err
+	}
+	if lease <= 0 {
+		return nil, fmt.Errorf("memstore: claim lease is %v; want a positive duration", lease)
+	}
+	var kbuf, ebuf [256]byte
+	ck := compactKey(kbuf[:0], key)
+	now := s.now().UnixNano()
+	entry, err := newEntry(ebuf[:0], expiry(now, lease), ck, claim)
+	if err != nil {
+		return nil, err
+	}
+
+	sh := s.shard(ck)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.m == nil {
+		return nil, ErrClosed
+	}
+	if e, ok := sh.m[string(ck)]; ok {
+		if !expired(e, now) {
+			return decode(e, len(ck))
+		}
+		delete(sh.m, string(ck))
+	}
+	if len(sh.m) >= s.perShard {
+		if !s.makeRoom(sh, now) {
+			return nil, ErrFull
+		}
+	} else if len(sh.m) >= sh.sweepAt {
+		sh.sweep(now)
+	} else {
+		sh.sample(now)
+	}
+	e := string(entry)
+	sh.m[e[entryHeader:entryHeader+len(ck)]] = e
+	return nil, nil
+}
+
+// Complete implements [idemhook.Store].
+func (s *Store) Complete(ctx context.Context, key string, claim, done *idemhook.Record, ttl time.Duration) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if err := checkClaim(claim); err != nil {
+		return err
+	}
+	if done == nil || done.State != idemhook.StateCompleted {
+		return fmt.Errorf("memstore: Complete wants a completed record, got %v", stateOf(done))
+	}
+	if ttl <= 0 {
+		return fmt.Errorf("memstore: record TTL is %v; want a positive duration", ttl)
+	}
+	var kbuf, ebuf [256]byte
+	ck := compactKey(kbuf[:0], key)
+	now := s.now().UnixNano()
+	entry, err := newEntry(ebuf[:0], expiry(now, ttl), ck, done)
+	if err != nil {
+		return err
+	}
+
+	sh := s.shard(ck)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if err := sh.owned(ck, claim, now); err != nil {
+		return err
+	}
+	// Replace the key too: the old one shares the old entry's memory.
+	delete(sh.m, string(ck))
+	e := string(entry)
+	sh.m[e[entryHeader:entryHeader+len(ck)]] = e
+	return nil
+}
+
+// Release implements [idemhook.Store].
+func (s *Store) Release(ctx context.Context, key string, claim *idemhook.Record) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if err := checkClaim(claim); err != nil {
+		return err
+	}
+	var kbuf [256]byte
+	ck := compactKey(kbuf[:0], key)
+	now := s.now().UnixNano()
+
+	sh := s.shard(ck)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if err := sh.owned(ck, claim, now); err != nil {
+		return err
+	}
+	delete(sh.m, string(ck))
+	return nil
+}
+
+// Extend implements [idemhook.Store].
+func (s *Store) Extend(ctx context.Context, key string, claim *idemhook.Record, lease time.Duration) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if err := checkClaim(claim); err != nil {
+		return err
+	}
+	if lease <= 0 {
+		return fmt.Errorf("memstore: claim lease is %v; want a positive duration", lease)
+	}
+	var kbuf [256]byte
+	ck := compactKey(kbuf[:0], key)
+	now := s.now().UnixNano()
+
+	sh := s.shard(ck)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if err := sh.owned(ck, claim, now); err != nil {
+		return err
+	}
+	old := sh.m[string(ck)]
+	b := make([]byte, len(old))
+	putMeta(b, expiry(now, lease), false)
+	copy(b[entryHeader:], old[entryHeader:])
+	e := string(b)
+	delete(sh.m, string(ck))
+	sh.m[e[entryHeader:entryHeader+len(ck)]] = e
+	return nil
+}
+
+// Get implements [idemhook.Store].
+func (s *Store) Get(ctx context.Context, key string) (*idemhook.Record, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	var kbuf [256]byte
+	ck := compactKey(kbuf[:0], key)
+	now := s.now().UnixNano()
+
+	sh := s.shard(ck)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := sh.m[string(ck)]
+	if !ok {
+		return nil, nil
+	}
+	if expired(e, now) {
+		delete(sh.m, string(ck))
+		return nil, nil
+	}
+	return decode(e, len(ck))
+}
+
+// Delete implements [idemhook.Store].
+func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
+	if err := s.check(ctx); err != nil {
+		return false, err
+	}
+	var kbuf [256]byte
+	ck := compactKey(kbuf[:0], key)
+	now := s.now().UnixNano()
+
+	sh := s.shard(ck)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := sh.m[string(ck)]
+	if !ok {
+		return false, nil
+	}
+	delete(sh.m, string(ck))
+	return !expired(e, now), nil
+}
+
+func (s *Store) check(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+func (s *Store) shard(ck []byte) *shard {
+	return &s.shards[maphash.Bytes(s.seed, ck)&s.mask]
+}
+
+// owned reports nil when the shard holds, under ck, a live pending claim
+// with claim's token, and ErrNotOwner otherwise. The caller holds sh.mu.
+func (sh *shard) owned(ck []byte, claim *idemhook.Record, now int64) error {
+	if sh.m == nil {
+		return ErrClosed
+	}
+	e, ok := sh.m[string(ck)]
+	if !ok {
+		return idemhook.ErrNotOwner
+	}
+	if expired(e, now) {
+		delete(sh.m, string(ck))
+		return idemhook.ErrNotOwner
+	}
+	if completed(e) {
+		return idemhook.ErrNotOwner
+	}
+	rec, err := decode(e, len(ck))
+	if err != nil {
+		return err
+	}
+	if rec.Token != claim.Token {
+		return idemhook.ErrNotOwner
+	}
+	return nil
+}
+
+// sample removes the expired ones among a few entries of the shard (Go
+// starts each map iteration at a random place). The caller holds sh.mu.
+func (sh *shard) sample(now int64) {
+	n := 0
+	for k, e := range sh.m {
+		if expired(e, now) {
+			delete(sh.m, k)
+		}
+		n++
+		if n == samplePerWrite {
+			return
+		}
+	}
+}
+
+// sweep removes every expired entry of the shard. The caller holds sh.mu.
+func (sh *shard) sweep(now int64) {
+	for k, e := range sh.m {
+		if expired(e, now) {
+			delete(sh.m, k)
+		}
+	}
+	sh.sweepAt = max(2*len(sh.m), minSweepAt)
+}
+
+// makeRoom frees at least 1/64 of a full shard (at least one entry): it
+// sweeps the expired entries, then evicts the completed records that are
+// closest to expiry. It reports false when no entry could be freed. The
+// caller holds sh.mu.
+func (s *Store) makeRoom(sh *shard, now int64) bool {
+	sh.sweep(now)
+	target := s.perShard - max(1, s.perShard/64)
+	if len(sh.m) <= target {
+		return len(sh.m) < s.perShard
+	}
+	type candidate struct {
+		exp int64
+		key string
+	}
+	var done []candidate
+	for k, e := range sh.m {
+		if completed(e) {
+			done = append(done, candidate{expiryOf(e), k})
+		}
+	}
+	n := min(len(sh.m)-target, len(done))
+	if n < len(done) {
+		slices.SortFunc(done, func(a, b candidate) int { return cmpInt64(a.exp, b.exp) })
+	}
+	for _, c := range done[:n] {
+		delete(sh.m, c.key)
+	}
+	return len(sh.m) < s.perShard
+}
+
+func cmpInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func checkClaim(claim *idemhook.Record) error {
+	if claim == nil || claim.State != idemhook.StatePending {
+		return fmt.Errorf("memstore: want a pending claim, got %v", stateOf(claim))
+	}
+	if claim.Token == "" {
+		return errors.New("memstore: claim has no owner token")
+	}
+	return nil
+}
+
+func stateOf(r *idemhook.Record) string {
+	if r == nil {
+		return "nil"
+	}
+	return "a record in state " + r.State.String()
+}
+
+// expiry returns now+d in Unix nanoseconds, saturating far in the future.
+func expiry(now int64, d time.Duration) int64 {
+	if int64(d) > maxExpiry-now {
+		return maxExpiry
+	}
+	return now + int64(d)
+}
+
+// maxExpiry is the latest expiry an entry can hold: the top bit of its meta
+// word holds the completed flag.
+const maxExpiry = math.MaxInt64 >> 1
