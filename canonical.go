@@ -161,7 +161,7 @@ func (p *canonParser) object() bool {
 	if p.members == nil {
 		// One allocation per call, reused by every object; a stack array
 		// would escape anyway through the recursive methods.
-		p.members = make([]jsonMember, 0, 16)
+		p.members = make([]jsonMember, 0, 32)
 	}
 	base := len(p.members)
 	reorder := false
