@@ -1,0 +1,367 @@
+package provider_test
+
+// Signed deliveries for every preset, computed here from each provider's
+// documented algorithm (independently of the package's own code).
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemhook/idemhook/provider"
+)
+
+// baseTime is the tests' "now".
+var baseTime = time.Unix(1_780_000_000, 0)
+
+// fixture knows how one provider sends a delivery.
+type fixture struct {
+	name        string
+	cfg         provider.Config // Secrets[0] is the secret that signs valid deliveries
+	wrongSecret string          // a secret the preset does not know
+	rotateWith  string          // another valid secret, listed before the signing one in rotation tests; default wrongSecret
+	bodySigned  bool            // the signature covers the body (not for token headers, Mercado Pago)
+	timestamped bool            // the scheme signs a timestamp (retries are re-signed)
+	// sigHeader is the header "missing header" deletes and "malformed
+	// header" replaces with malformed; "" when the scheme has none (stone).
+	sigHeader string
+	malformed string
+	// badReason is what a delivery signed with wrongSecret fails with.
+	badReason error
+	dupStatus int // the preset's DuplicateStatus
+	// build returns event id's delivery sent at `at`, signed with secret.
+	build func(t testing.TB, id string, at time.Time, secret string) *http.Request
+	// key is the key Key must return for event id.
+	key func(id string) string
+}
+
+func (f fixture) secret() string { return f.cfg.Secrets[0] }
+
+func hmacHex(secret string, parts ...string) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	for _, p := range parts {
+		m.Write([]byte(p))
+	}
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+func hmacB64(key []byte, parts ...string) string {
+	m := hmac.New(sha256.New, key)
+	for _, p := range parts {
+		m.Write([]byte(p))
+	}
+	return base64.StdEncoding.EncodeToString(m.Sum(nil))
+}
+
+func post(target, body string) *http.Request {
+	r := httptest.NewRequest(http.MethodPost, target, strings.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	return r
+}
+
+func unix(t time.Time) string { return strconv.FormatInt(t.Unix(), 10) }
+
+// swKey decodes a whsec_ secret as the Standard Webhooks spec says.
+func swKey(t testing.TB, secret string) []byte {
+	k, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
+	if err != nil {
+		t.Fatalf("bad test secret %q: %v", secret, err)
+	}
+	return k
+}
+
+const (
+	stdWebhooksSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw" // the spec's test-vector secret
+	otherSWSecret     = "whsec_c2Vjb25kLXNlY3JldC1mb3Itcm90YXRpb24="
+)
+
+// fixtures returns one fixture per preset, in Names order.
+func fixtures(t testing.TB) []fixture {
+	stone := stoneKeys(t)
+	return []fixture{
+		{
+			name: "asaas", cfg: provider.Config{Secrets: []string{"asaas-token-1"}}, wrongSecret: "asaas-token-x",
+			sigHeader: "asaas-access-token", malformed: "", badReason: provider.ErrTokenMismatch, dupStatus: 200,
+			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {
+				r := post("/asaas", `{"id":"evt_`+id+`&368604920","event":"PAYMENT_RECEIVED","payment":{"id":"pay_1"}}`)
+				r.Header.Set("asaas-access-token", secret)
+				return r
+			},
+			key: func(id string) string { return "evt_" + id + "&368604920" },
+		},
+		{
+			name: "evolution", cfg: provider.Config{Secrets: []string{"evo-key"}}, wrongSecret: "evo-wrong",
+			sigHeader: "apikey", malformed: "", badReason: provider.ErrTokenMismatch,
+			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {
+				r := post("/whatsapp", `{"event":"messages.upsert","instance":"shop","data":{"key":{"remoteJid":"5511999999999@s.whatsapp.net","fromMe":false,"id":"3EB0`+id+`"},"message":{"conversation":"oi"}},"date_time":"2026-01-01T10:00:00.000Z"}`)
+				r.Header.Set("apikey", secret)
+				return r
+			},
+			key: func(id string) string { return "messages.upsert:3EB0" + id },
+		},
+		{
+			name: "github", bodySigned: true, cfg: provider.Config{Secrets: []string{"It's a Secret to Everybody"}}, wrongSecret: "not the secret",
+			sigHeader: "X-Hub-Signature-256", malformed: "sha1=757107ea", badReason: provider.ErrNoMatchingSignature,
+			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {
+				body := `{"zen":"Keep it logically awesome.","hook_id":42,"event":"` + id + `"}`
+				r := post("/github", body)
+				r.Header.Set("X-GitHub-Event", "ping")
+				r.Header.Set("X-GitHub-Delivery", "d-"+id)
+				r.Header.Set("X-GitHub-Hook-ID", "42")
+				r.Header.Set("X-Hub-Signature-256", "sha256="+hmacHex(secret, body))
+				return r
+			},
+			key: func(id string) string { return "42:d-" + id },
+		},
+		{
+			name: "ifood", bodySigned: true, cfg: provider.Config{Secrets: []string{"ifood-client-secret"}}, wrongSecret: "homologation-bad",
+			sigHeader: "X-IFood-Signature", malformed: "zz", badReason: provider.ErrNoMatchingSignature, dupStatus: 202,
+			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {
+				body := `{"id":"` + id + `","code":"PLC","fullCode":"PLACED","orderId":"o-1","merchantId":"m-1"}`
+				r := post("/ifood", body)
+				r.Header.Set("X-IFood-Signature", hmacHex(secret, body))
+				return r
+			},
+			key: func(id string) string { return id },
+		},
+		{
+			name: "mercadopago", cfg: provider.Config{Secrets: []string{"mp-secret-signature"}}, wrongSecret: "mp-wrong",
+			sigHeader: "x-signature", malformed: "ts=abc,v1=00", badReason: provider.ErrNoMatchingSignature,
+			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {
+				body := `{"id":1` + digits(id) + `,"live_mode":true,"type":"payment","action":"payment.updated","data":{"id":"999999999"}}`
+				r := post("/mp?data.id=999999999&type=payment", body)
+				reqID := "req-" + id + "-" + unix(at) // per request, like Mercado Pago's
+				ts := unix(at)
+				r.Header.Set("x-request-id", reqID)
+				r.Header.Set("x-signature", "ts="+ts+",v1="+hmacHex(secret, "id:999999999;request-id:"+reqID+";ts:"+ts+";"))
+				return r
+			},
+			key: func(id string) string { return "1" + digits(id) },
+		},
+		{
+			name: "paddle", bodySigned: true, cfg: provider.Config{Secrets: []string{"pdl_ntfset_01_secret"}}, wrongSecret: "pdl_ntfset_wrong",
+			timestamped: true, sigHeader: "Paddle-Signature", malformed: "h1=abcd", badReason: provider.ErrNoMatchingSignature, dupStatus: 200,
+			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {
+				body := `{"event_id":"evt_` + id + `","notification_id":"ntf_1","event_type":"subscription.created","data":{}}`
+				r := post("/paddle", body)
+				r.Header.Set("Paddle-Signature", "ts="+unix(at)+";h1="+hmacHex(secret, unix(at)+":"+body))
+				return r
+			},
+			key: func(id string) string { return "evt_" + id },
+		},
+		{
+			name: "shopify", bodySigned: true, cfg: provider.Config{Secrets: []string{"shpss_client_secret"}}, wrongSecret: "shpss_wrong",
+			sigHeader: "X-Shopify-Hmac-Sha256", malformed: "not base64!", badReason: provider.ErrNoMatchingSignature,
+			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {
+				body := `{"id":820982911946154508,"name":"#` + id + `","financial_status":"paid"}`
+				r := post("/shopify", body)
+				r.Header.Set("X-Shopify-Topic", "orders/create")
+				r.Header.Set("X-Shopify-Webhook-Id", "b54557e4-"+id)
+				r.Header.Set("X-Shopify-Event-Id", "ev-"+id)
+				r.Header.Set("X-Shopify-Hmac-Sha256", hmacB64([]byte(secret), body))
+				return r
+			},
+			key: func(id string) string { return "b54557e4-" + id },
+		},
+		{
+			name: "slack", bodySigned: true, cfg: provider.Config{Secrets: []string{"8f742231b10e8888abcd99yyyzzz85a5"}}, wrongSecret: "wrong-signing-secret",
+			timestamped: true, sigHeader: "X-Slack-Signature", malformed: "v1=abc", badReason: provider.ErrNoMatchingSignature,
+			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {
+				body := `{"token":"XXYYZZ","team_id":"T1","api_app_id":"A0MDYCDME","event":{"type":"app_mention","text":"hi"},"type":"event_callback","event_id":"Ev` + id + `","event_time":1780000000}`
+				r := post("/slack", body)
+				r.Header.Set("X-Slack-Request-Timestamp", unix(at))
+				r.Header.Set("X-Slack-Signature", "v0="+hmacHex(secret, "v0:"+unix(at)+":"+body))
+				return r
+			},
+			key: func(id string) string { return "A0MDYCDME:Ev" + id },
+		},
+		{
+			name: "standardwebhooks", bodySigned: true, cfg: provider.Config{Secrets: []string{stdWebhooksSecret}}, wrongSecret: otherSWSecret,
+			timestamped: true, sigHeader: "webhook-signature", malformed: "v1", badReason: provider.ErrNoMatchingSignature,
+			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {
+				body := `{"type":"contact.created","timestamp":"2022-11-03T20:26:10.344522Z","data":{"id":"` + id + `"}}`
+				r := post("/sw", body)
+				r.Header.Set("webhook-id", "msg_"+id)
+				r.Header.Set("webhook-timestamp", unix(at))
+				r.Header.Set("webhook-signature", "v1,"+hmacB64(swKey(t, secret), "msg_"+id+"."+unix(at)+"."+body))
+				return r
+			},
+			key: func(id string) string { return "msg_" + id },
+		},
+		{
+			name: "stone", cfg: provider.Config{Secrets: []string{stone.ourPEM}, Options: map[string]string{"jwks": stone.jwks}},
+			wrongSecret: stoneForged, rotateWith: stone.otherPEM, bodySigned: true, sigHeader: "", badReason: provider.ErrNoMatchingSignature,
+			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {
+				claims := `{"env":"sandbox","event_type":"cash_in_internal_transfer","iat":` + unix(at) + `,"jti":"` + id + `-` + unix(at) + `","id":null,"target_data":{"id":"` + id + `","amount":1,"status":"FINISHED"},"target_type":"internal_transfer"}`
+				signer, kid := stone.stonePriv, stone.kid
+				if secret == stoneForged {
+					signer, kid = stone.forger, stone.kid // claims Stone's kid, signed by someone else
+				}
+				jwe := stoneJWE(t, stoneJWS(t, signer, kid, claims), &stone.ourPriv.PublicKey)
+				r := post("/stone", `{"encrypted_body":"`+jwe+`"}`)
+				r.Header.Set("x-stone-webhook-event-id", "7b1f3c2e-"+id)
+				r.Header.Set("x-stone-webhook-event-type", "cash_in_internal_transfer")
+				return r
+			},
+			key: func(id string) string { return "7b1f3c2e-" + id },
+		},
+		{
+			name: "stripe", bodySigned: true, cfg: provider.Config{Secrets: []string{"whsec_test_stripe"}}, wrongSecret: "whsec_wrong",
+			timestamped: true, sigHeader: "Stripe-Signature", malformed: "v1=abc", badReason: provider.ErrNoMatchingSignature,
+			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {
+				body := `{"id":"evt_` + id + `","object":"event","type":"payment_intent.succeeded","data":{"object":{"id":"pi_1"}}}`
+				r := post("/stripe", body)
+				r.Header.Set("Stripe-Signature", "t="+unix(at)+",v1="+hmacHex(secret, unix(at)+"."+body)+",v0=6ffbb59b2300aae63f272406069a9788598b792a944a07aba816edb039989a39")
+				return r
+			},
+			key: func(id string) string { return "evt_" + id },
+		},
+		{
+			name: "svix", bodySigned: true, cfg: provider.Config{Secrets: []string{stdWebhooksSecret}}, wrongSecret: otherSWSecret,
+			timestamped: true, sigHeader: "svix-signature", malformed: "v1,***", badReason: provider.ErrNoMatchingSignature,
+			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {
+				body := `{"type":"email.sent","data":{"email_id":"` + id + `"}}`
+				r := post("/svix", body)
+				r.Header.Set("svix-id", "msg_"+id)
+				r.Header.Set("svix-timestamp", unix(at))
+				r.Header.Set("svix-signature", "v1,"+hmacB64(swKey(t, secret), "msg_"+id+"."+unix(at)+"."+body))
+				return r
+			},
+			key: func(id string) string { return "msg_" + id },
+		},
+		{
+			name: "whatsapp-cloud", bodySigned: true, cfg: provider.Config{Secrets: []string{"meta-app-secret"}, Options: map[string]string{"verify_token": "vt-123"}},
+			wrongSecret: "other-app-secret", sigHeader: "X-Hub-Signature-256", malformed: "sha256=xyz", badReason: provider.ErrNoMatchingSignature,
+			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {
+				body := `{"object":"whatsapp_business_account","entry":[{"id":"WABA","changes":[{"field":"messages","value":{"messaging_product":"whatsapp","metadata":{"phone_number_id":"1"},"messages":[{"from":"5511","id":"wamid.` + id + `","timestamp":"1780000000","type":"text","text":{"body":"oi"}}]}}]}]}`
+				r := post("/wa", body)
+				r.Header.Set("X-Hub-Signature-256", "sha256="+hmacHex(secret, body))
+				return r
+			},
+			key: func(id string) string { return "wamid." + id },
+		},
+	}
+}
+
+// digits maps an id to decimal digits (three per byte, so distinct ids stay
+// distinct), for Mercado Pago's numeric notification ids.
+func digits(id string) string {
+	var b strings.Builder
+	for _, c := range []byte(id) {
+		fmt.Fprintf(&b, "%03d", c)
+	}
+	return b.String()
+}
+
+// stoneForged marks a Stone delivery whose JWS is signed by a key that is
+// not Stone's.
+const stoneForged = "forged"
+
+// stoneKeySet holds the RSA keys of the Stone fixtures.
+type stoneKeySet struct {
+	ourPriv   *rsa.PrivateKey // the application's key: Stone encrypts to it
+	ourPEM    string
+	otherPEM  string // another application key, for rotation
+	stonePriv *rsa.PrivateKey
+	kid       string
+	jwks      string
+	stonePEM  string // Stone's public key as PEM
+	forger    *rsa.PrivateKey
+}
+
+var stoneKeysOnce = sync.OnceValues(func() (*stoneKeySet, error) {
+	var keys [4]*rsa.PrivateKey
+	for i := range keys {
+		k, err := rsa.GenerateKey(rand.Reader, 2048)
+		if err != nil {
+			return nil, err
+		}
+		keys[i] = k
+	}
+	s := &stoneKeySet{ourPriv: keys[0], stonePriv: keys[1], forger: keys[2], kid: "stone-sig-2026"}
+	s.ourPEM = string(pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(keys[0])}))
+	p8, err := x509.MarshalPKCS8PrivateKey(keys[3])
+	if err != nil {
+		return nil, err
+	}
+	s.otherPEM = string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: p8}))
+	pub := &keys[1].PublicKey
+	s.jwks = fmt.Sprintf(`{"keys":[{"kty":"RSA","use":"enc","kid":"enc-1","n":"AQAB","e":"AQAB"},{"kty":"RSA","use":"sig","alg":"RS256","kid":%q,"n":%q,"e":%q}]}`,
+		s.kid, base64.RawURLEncoding.EncodeToString(pub.N.Bytes()), base64.RawURLEncoding.EncodeToString(big.NewInt(int64(pub.E)).Bytes()))
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return nil, err
+	}
+	s.stonePEM = string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
+	return s, nil
+})
+
+func stoneKeys(t testing.TB) *stoneKeySet {
+	s, err := stoneKeysOnce()
+	if err != nil {
+		t.Fatalf("generate Stone test keys: %v", err)
+	}
+	return s
+}
+
+func b64u(b []byte) string { return base64.RawURLEncoding.EncodeToString(b) }
+
+// stoneJWS signs claims as a compact RS256 JWS (RFC 7515).
+func stoneJWS(t testing.TB, key *rsa.PrivateKey, kid, claims string) string {
+	input := b64u([]byte(`{"alg":"RS256","typ":"JWT","kid":"`+kid+`"}`)) + "." + b64u([]byte(claims))
+	sum := sha256.Sum256([]byte(input))
+	sig, err := rsa.SignPKCS1v15(rand.Reader, key, crypto.SHA256, sum[:])
+	if err != nil {
+		t.Fatalf("sign JWS: %v", err)
+	}
+	return input + "." + b64u(sig)
+}
+
+// stoneJWE encrypts plaintext to pub as a compact RSA-OAEP-256 / A256GCM
+// JWE (RFC 7516), with a fresh content key and IV each time, as a JWE
+// encryptor does.
+func stoneJWE(t testing.TB, jws string, pub *rsa.PublicKey) string {
+	cek := make([]byte, 32)
+	iv := make([]byte, 12)
+	rand.Read(cek)
+	rand.Read(iv)
+	encKey, err := rsa.EncryptOAEP(sha256.New(), rand.Reader, pub, cek, nil)
+	if err != nil {
+		t.Fatalf("encrypt CEK: %v", err)
+	}
+	header := b64u([]byte(`{"alg":"RSA-OAEP-256","enc":"A256GCM","cty":"JWT"}`))
+	block, _ := aes.NewCipher(cek)
+	gcm, _ := cipher.NewGCM(block)
+	sealed := gcm.Seal(nil, iv, []byte(jws), []byte(header))
+	ct, tag := sealed[:len(sealed)-16], sealed[len(sealed)-16:]
+	return strings.Join([]string{header, b64u(encKey), b64u(iv), b64u(ct), b64u(tag)}, ".")
+}
+
+// readBody returns r's body and puts it back.
+func readBody(t testing.TB, r *http.Request) []byte {
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	return b
+}
