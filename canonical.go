@@ -41,7 +41,7 @@ const maxJSONDepth = 10000
 func appendCanonicalJSON(dst, src []byte) ([]byte, bool) {
 	p := canonParser{src: src, dst: slices.Grow(dst, len(src)+8)}
 	p.skipSpace()
-	if !p.value() {
+	if _, ok := p.value(nil); !ok {
 		return dst, false
 	}
 	p.skipSpace()
@@ -60,12 +60,11 @@ type jsonMember struct {
 
 // canonParser holds the state of one appendCanonicalJSON call.
 type canonParser struct {
-	src     []byte
-	pos     int
-	dst     []byte
-	depth   int
-	members []jsonMember // members of the objects being parsed, innermost last
-	order   []int        // scratch for reordering an object's members
+	src   []byte
+	pos   int
+	dst   []byte
+	depth int
+	order []int // scratch for sorting an object's members
 }
 
 func (p *canonParser) skipSpace() {
@@ -79,29 +78,31 @@ func (p *canonParser) skipSpace() {
 	}
 }
 
-// value parses the value at p.pos, which follows any whitespace.
-func (p *canonParser) value() bool {
+// value parses the value at p.pos, which follows any whitespace. ms holds
+// the members of the enclosing objects, innermost last; value returns it,
+// possibly grown, with the same length.
+func (p *canonParser) value(ms []jsonMember) ([]jsonMember, bool) {
 	if p.pos >= len(p.src) {
-		return false
+		return ms, false
 	}
 	switch c := p.src[p.pos]; c {
 	case '{':
-		return p.object()
+		return p.object(ms)
 	case '[':
-		return p.array()
+		return p.array(ms)
 	case '"':
-		return p.str()
+		return ms, p.str()
 	case 't':
-		return p.literal("true")
+		return ms, p.literal("true")
 	case 'f':
-		return p.literal("false")
+		return ms, p.literal("false")
 	case 'n':
-		return p.literal("null")
+		return ms, p.literal("null")
 	default:
 		if c == '-' || (c >= '0' && c <= '9') {
-			return p.number()
+			return ms, p.number()
 		}
-		return false
+		return ms, false
 	}
 }
 
@@ -114,9 +115,9 @@ func (p *canonParser) literal(word string) bool {
 	return true
 }
 
-func (p *canonParser) array() bool {
+func (p *canonParser) array(ms []jsonMember) ([]jsonMember, bool) {
 	if p.depth++; p.depth > maxJSONDepth {
-		return false
+		return ms, false
 	}
 	p.pos++
 	p.dst = append(p.dst, '[')
@@ -125,15 +126,16 @@ func (p *canonParser) array() bool {
 		p.pos++
 		p.dst = append(p.dst, ']')
 		p.depth--
-		return true
+		return ms, true
 	}
 	for {
-		if !p.value() {
-			return false
+		var ok bool
+		if ms, ok = p.value(ms); !ok {
+			return ms, false
 		}
 		p.skipSpace()
 		if p.pos >= len(p.src) {
-			return false
+			return ms, false
 		}
 		switch p.src[p.pos] {
 		case ',':
@@ -144,41 +146,42 @@ func (p *canonParser) array() bool {
 			p.pos++
 			p.dst = append(p.dst, ']')
 			p.depth--
-			return true
+			return ms, true
 		default:
-			return false
+			return ms, false
 		}
 	}
 }
 
-func (p *canonParser) object() bool {
+func (p *canonParser) object(ms []jsonMember) ([]jsonMember, bool) {
 	if p.depth++; p.depth > maxJSONDepth {
-		return false
+		return ms, false
 	}
 	p.pos++
 	p.dst = append(p.dst, '{')
 	body := len(p.dst)
-	if p.members == nil {
-		// One allocation per call, reused by every object; a stack array
-		// would escape anyway through the recursive methods.
-		p.members = make([]jsonMember, 0, 32)
+	if ms == nil {
+		// The first object allocates the member stack that every object
+		// of the call shares (a stack array would escape through the
+		// recursion anyway).
+		ms = make([]jsonMember, 0, 32)
 	}
-	base := len(p.members)
+	base := len(ms)
 	reorder := false
 	p.skipSpace()
 	if p.pos < len(p.src) && p.src[p.pos] == '}' {
 		p.pos++
 		p.dst = append(p.dst, '}')
 		p.depth--
-		return true
+		return ms, true
 	}
 	for {
 		if p.pos >= len(p.src) || p.src[p.pos] != '"' {
-			return false
+			return ms, false
 		}
 		keyStart := len(p.dst)
 		if !p.str() {
-			return false
+			return ms, false
 		}
 		keyEnd := len(p.dst)
 		if !reorder && isArrayIndex(p.dst[keyStart+1:keyEnd-1]) {
@@ -186,39 +189,40 @@ func (p *canonParser) object() bool {
 		}
 		p.skipSpace()
 		if p.pos >= len(p.src) || p.src[p.pos] != ':' {
-			return false
+			return ms, false
 		}
 		p.pos++
 		p.dst = append(p.dst, ':')
 		p.skipSpace()
 		valStart := len(p.dst)
-		if !p.value() {
-			return false
+		var ok bool
+		if ms, ok = p.value(ms); !ok {
+			return ms, false
 		}
 		// Nested objects have popped their own members by now.
-		p.members = append(p.members, jsonMember{keyStart, keyEnd, valStart, len(p.dst)})
+		ms = append(ms, jsonMember{keyStart, keyEnd, valStart, len(p.dst)})
 		p.skipSpace()
 		if p.pos >= len(p.src) {
-			return false
+			return ms, false
 		}
 		if p.src[p.pos] == '}' {
 			p.pos++
 			break
 		}
 		if p.src[p.pos] != ',' {
-			return false
+			return ms, false
 		}
 		p.pos++
 		p.dst = append(p.dst, ',')
 		p.skipSpace()
 	}
-	if reorder || p.hasDuplicateKey(p.members[base:]) {
-		p.reorder(body, p.members[base:])
+	if reorder || p.hasDuplicateKey(ms[base:]) {
+		p.reorder(body, ms[base:])
 	}
-	p.members = p.members[:base]
+	ms = ms[:base]
 	p.dst = append(p.dst, '}')
 	p.depth--
-	return true
+	return ms, true
 }
 
 func (p *canonParser) key(m jsonMember) []byte {
@@ -333,9 +337,9 @@ func isArrayIndex(key []byte) bool {
 // str parses the string at p.pos (on its opening quote) and writes it the
 // way JSON.stringify does.
 func (p *canonParser) str() bool {
-	src := p.src
+	src, dst := p.src, p.dst
 	i := p.pos + 1
-	p.dst = append(p.dst, '"')
+	dst = append(dst, '"')
 	for {
 		start := i
 		for i < len(src) {
@@ -345,42 +349,40 @@ func (p *canonParser) str() bool {
 			}
 			i++
 		}
-		p.dst = append(p.dst, src[start:i]...)
+		dst = append(dst, src[start:i]...)
 		if i >= len(src) {
 			return false
 		}
 		switch c := src[i]; {
 		case c == '"':
-			p.dst = append(p.dst, '"')
+			p.dst = append(dst, '"')
 			p.pos = i + 1
 			return true
 		case c == '\\':
-			next, ok := p.escape(i)
-			if !ok {
+			var ok bool
+			if dst, i, ok = appendEscape(dst, src, i); !ok {
 				return false
 			}
-			i = next
 		case c < 0x20:
 			return false
 		default:
 			r, size := utf8.DecodeRune(src[i:])
 			if r != utf8.RuneError || size > 1 {
-				p.dst = append(p.dst, src[i:i+size]...)
+				dst = append(dst, src[i:i+size]...)
 				i += size
 			} else {
-				p.dst = append(p.dst, "\uFFFD"...)
+				dst = append(dst, "\uFFFD"...)
 				i += invalidUTF8Len(src[i:])
 			}
 		}
 	}
 }
 
-// escape decodes the escape sequence at p.src[i] (a backslash), writes its
-// output form and returns the index after it.
-func (p *canonParser) escape(i int) (int, bool) {
-	src := p.src
+// appendEscape decodes the escape sequence at src[i] (a backslash), appends
+// its output form and returns the index after it.
+func appendEscape(dst, src []byte, i int) ([]byte, int, bool) {
 	if i+1 >= len(src) {
-		return i, false
+		return dst, i, false
 	}
 	var short byte
 	switch src[i+1] {
@@ -389,8 +391,7 @@ func (p *canonParser) escape(i int) (int, bool) {
 	case '\\':
 		short = '\\'
 	case '/':
-		p.dst = append(p.dst, '/')
-		return i + 2, true
+		return append(dst, '/'), i + 2, true
 	case 'b':
 		short = 'b'
 	case 'f':
@@ -404,51 +405,47 @@ func (p *canonParser) escape(i int) (int, bool) {
 	case 'u':
 		u, ok := hex4(src[i+2:])
 		if !ok {
-			return i, false
+			return dst, i, false
 		}
 		i += 6
 		if u >= 0xD800 && u <= 0xDBFF && i+1 < len(src) && src[i] == '\\' && src[i+1] == 'u' {
 			if lo, ok := hex4(src[i+2:]); ok && lo >= 0xDC00 && lo <= 0xDFFF {
-				r := utf16Pair(u, lo)
-				p.dst = utf8.AppendRune(p.dst, r)
-				return i + 6, true
+				return utf8.AppendRune(dst, utf16Pair(u, lo)), i + 6, true
 			}
 		}
-		p.appendCodeUnit(u)
-		return i, true
+		return appendCodeUnit(dst, u), i, true
 	default:
-		return i, false
+		return dst, i, false
 	}
-	p.dst = append(p.dst, '\\', short)
-	return i + 2, true
+	return append(dst, '\\', short), i + 2, true
 }
 
 func utf16Pair(hi, lo rune) rune {
 	return 0x10000 + (hi-0xD800)<<10 + (lo - 0xDC00)
 }
 
-// appendCodeUnit writes one UTF-16 code unit from a \u escape as
+// appendCodeUnit appends one UTF-16 code unit from a \u escape as
 // JSON.stringify does.
-func (p *canonParser) appendCodeUnit(u rune) {
+func appendCodeUnit(dst []byte, u rune) []byte {
 	const hexDigits = "0123456789abcdef"
 	switch {
 	case u == '"' || u == '\\':
-		p.dst = append(p.dst, '\\', byte(u))
+		return append(dst, '\\', byte(u))
 	case u == '\b':
-		p.dst = append(p.dst, '\\', 'b')
+		return append(dst, '\\', 'b')
 	case u == '\f':
-		p.dst = append(p.dst, '\\', 'f')
+		return append(dst, '\\', 'f')
 	case u == '\n':
-		p.dst = append(p.dst, '\\', 'n')
+		return append(dst, '\\', 'n')
 	case u == '\r':
-		p.dst = append(p.dst, '\\', 'r')
+		return append(dst, '\\', 'r')
 	case u == '\t':
-		p.dst = append(p.dst, '\\', 't')
+		return append(dst, '\\', 't')
 	case u < 0x20 || (u >= 0xD800 && u <= 0xDFFF):
-		p.dst = append(p.dst, '\\', 'u',
+		return append(dst, '\\', 'u',
 			hexDigits[u>>12], hexDigits[u>>8&0xF], hexDigits[u>>4&0xF], hexDigits[u&0xF])
 	default:
-		p.dst = utf8.AppendRune(p.dst, u)
+		return utf8.AppendRune(dst, u)
 	}
 }
 
