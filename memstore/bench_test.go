@@ -1,0 +1,64 @@
+package memstore_test
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/memstore"
+)
+
+// BenchmarkMemoryPerKey stores 100k typical small responses (key
+// "idem:stone:sha256:<64 hex>", status 200, Content-Type: application/json,
+// body {"ok":true}) and reports the heap they take per key. DESIGN's target
+// is 200 bytes.
+func BenchmarkMemoryPerKey(b *testing.B) {
+	const n = 100_000
+	keys := make([]string, n)
+	for i := range keys {
+		var sum [32]byte
+		rand.Read(sum[:])
+		keys[i] = idemhook.StoreKey("stone", "sha256:"+hex.EncodeToString(sum[:]))
+	}
+	claim := &idemhook.Record{State: idemhook.StatePending, Token: rand.Text(), CreatedAt: time.Now()}
+	rand.Read(claim.Fingerprint[:])
+	done := &idemhook.Record{
+		State:       idemhook.StateCompleted,
+		Fingerprint: claim.Fingerprint,
+		CreatedAt:   time.Now(),
+		Status:      http.StatusOK,
+		Header:      http.Header{"Content-Type": {"application/json"}},
+		Body:        []byte(`{"ok":true}`),
+	}
+	var perKey float64
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		st, err := memstore.New(memstore.Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, key := range keys {
+			if _, err := st.Claim(b.Context(), key, claim, time.Minute); err != nil {
+				b.Fatal(err)
+			}
+			if err := st.Complete(b.Context(), key, claim, done, time.Hour); err != nil {
+				b.Fatal(err)
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if st.Len() != n {
+			b.Fatalf("Len: got %d, want %d", st.Len(), n)
+		}
+		perKey = float64(after.HeapAlloc-before.HeapAlloc) / n
+		runtime.KeepAlive(st)
+	}
+	runtime.KeepAlive(keys)
+	b.ReportMetric(perKey, "B/key")
+}

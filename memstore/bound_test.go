@@ -1,0 +1,193 @@
+package memstore_test
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/memstore"
+)
+
+func claimOf(i int) *idemhook.Record {
+	return &idemhook.Record{State: idemhook.StatePending, Token: fmt.Sprintf("token-%d", i)}
+}
+
+func doneOf(i int) *idemhook.Record {
+	return &idemhook.Record{
+		State:  idemhook.StateCompleted,
+		Status: http.StatusOK,
+		Header: http.Header{"Content-Type": {"application/json"}},
+		Body:   fmt.Appendf(nil, `{"n":%d}`, i),
+	}
+}
+
+func keyOf(i int) string { return fmt.Sprintf("idem:test:%d", i) }
+
+// fill stores a completed record under keyOf(i) for i in [from, to), with
+// the TTL ttl(i).
+func fill(t *testing.T, st *memstore.Store, from, to int, ttl func(i int) time.Duration) {
+	t.Helper()
+	for i := from; i < to; i++ {
+		if existing, err := st.Claim(t.Context(), keyOf(i), claimOf(i), time.Minute); err != nil || existing != nil {
+			t.Fatalf("Claim(%q): got %v, %v; want nil, nil", keyOf(i), existing, err)
+		}
+		if err := st.Complete(t.Context(), keyOf(i), claimOf(i), doneOf(i), ttl(i)); err != nil {
+			t.Fatalf("Complete(%q): %v", keyOf(i), err)
+		}
+	}
+}
+
+func present(t *testing.T, st *memstore.Store, key string) bool {
+	t.Helper()
+	r, err := st.Get(t.Context(), key)
+	if err != nil {
+		t.Fatalf("Get(%q): %v", key, err)
+	}
+	return r != nil
+}
+
+func wantLen(t *testing.T, st *memstore.Store, want int) {
+	t.Helper()
+	if got := st.Len(); got != want {
+		t.Fatalf("Len: got %d, want %d", got, want)
+	}
+}
+
+func TestMaxEntriesEvictsCompletedClosestToExpiry(t *testing.T) {
+	const max = 256 // one shard: evictions free max/64 = 4 entries at a time
+	clk := newClock()
+	st := newStore(t, memstore.Config{Now: clk.Now, MaxEntries: max, Shards: 1})
+	// Later keys expire sooner: eviction must follow expiry, not age.
+	fill(t, st, 0, max, func(i int) time.Duration { return time.Duration(2*max-i) * time.Minute })
+	wantLen(t, st, max)
+
+	if existing, err := st.Claim(t.Context(), keyOf(max), claimOf(max), time.Minute); err != nil || existing != nil {
+		t.Fatalf("Claim on a full store: got %v, %v; want nil, nil", existing, err)
+	}
+	wantLen(t, st, max-4+1)
+	for i := range max {
+		if want := i < max-4; present(t, st, keyOf(i)) != want {
+			t.Fatalf("key %d (TTL %d min): present %t, want %t", i, 2*max-i, !want, want)
+		}
+	}
+	if !present(t, st, keyOf(max)) {
+		t.Fatal("the new claim is not stored")
+	}
+}
+
+func TestMaxEntriesDropsExpiredFirst(t *testing.T) {
+	const max = 256
+	clk := newClock()
+	st := newStore(t, memstore.Config{Now: clk.Now, MaxEntries: max, Shards: 1})
+	// Even keys live a minute, odd keys a day.
+	fill(t, st, 0, max, func(i int) time.Duration {
+		if i%2 == 0 {
+			return time.Minute
+		}
+		return 24 * time.Hour
+	})
+	clk.Advance(2 * time.Minute)
+	wantLen(t, st, max) // nothing has met the expired keys yet
+
+	if existing, err := st.Claim(t.Context(), keyOf(max), claimOf(max), time.Minute); err != nil || existing != nil {
+		t.Fatalf("Claim on a full store: got %v, %v; want nil, nil", existing, err)
+	}
+	// The sweep freed enough: no live record was evicted.
+	wantLen(t, st, max/2+1)
+	for i := 1; i < max; i += 2 {
+		if !present(t, st, keyOf(i)) {
+			t.Fatalf("live key %d was evicted although expired keys could be dropped", i)
+		}
+	}
+}
+
+func TestMaxEntriesNeverEvictsPending(t *testing.T) {
+	const max = 8
+	clk := newClock()
+	st := newStore(t, memstore.Config{Now: clk.Now, MaxEntries: max, Shards: 1})
+	for i := range max {
+		if _, err := st.Claim(t.Context(), keyOf(i), claimOf(i), time.Hour); err != nil {
+			t.Fatalf("Claim %d: %v", i, err)
+		}
+	}
+	_, err := st.Claim(t.Context(), keyOf(max), claimOf(max), time.Hour)
+	if !errors.Is(err, memstore.ErrFull) {
+		t.Fatalf("Claim on a store full of pending claims: got %v, want ErrFull", err)
+	}
+	wantLen(t, st, max)
+	for i := range max {
+		if !present(t, st, keyOf(i)) {
+			t.Fatalf("pending claim %d was dropped", i)
+		}
+	}
+	// Claims on keys already held still answer: they store nothing.
+	if existing, err := st.Claim(t.Context(), keyOf(0), claimOf(100), time.Hour); err != nil || existing == nil {
+		t.Fatalf("Claim on a held key of a full store: got %v, %v; want the claim held", existing, err)
+	}
+
+	// Once one claim completes, its record is the one to make room.
+	if err := st.Complete(t.Context(), keyOf(3), claimOf(3), doneOf(3), time.Hour); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	if existing, err := st.Claim(t.Context(), keyOf(max), claimOf(max), time.Hour); err != nil || existing != nil {
+		t.Fatalf("Claim after a completion: got %v, %v; want nil, nil", existing, err)
+	}
+	if present(t, st, keyOf(3)) {
+		t.Fatal("the completed record was kept and a pending claim dropped instead")
+	}
+	for _, i := range []int{0, 1, 2, 4, 5, 6, 7, max} {
+		if !present(t, st, keyOf(i)) {
+			t.Fatalf("pending claim %d was dropped", i)
+		}
+	}
+
+	// A claim whose lease is over is expired, not pending: it makes room.
+	clk.Advance(2 * time.Hour)
+	if existing, err := st.Claim(t.Context(), keyOf(max+1), claimOf(max+1), time.Hour); err != nil || existing != nil {
+		t.Fatalf("Claim once the leases are over: got %v, %v; want nil, nil", existing, err)
+	}
+	wantLen(t, st, 1)
+}
+
+func TestMaxEntriesIsATotalBound(t *testing.T) {
+	// 1000 keys over 16 shards of 62: the total stays under MaxEntries even
+	// though the keys spread unevenly.
+	const max = 1000
+	st := newStore(t, memstore.Config{MaxEntries: max, Shards: 16})
+	fill(t, st, 0, 5*max, func(int) time.Duration { return time.Hour })
+	if n := st.Len(); n > max || n < max*9/10 {
+		t.Fatalf("Len after 5000 insertions: got %d, want at most %d and not far below", n, max)
+	}
+}
+
+func TestExpiredEntriesAreSwept(t *testing.T) {
+	clk := newClock()
+	st := newStore(t, memstore.Config{Now: clk.Now, Shards: 1})
+	fill(t, st, 0, 1000, func(int) time.Duration { return time.Minute })
+	wantLen(t, st, 1000)
+	clk.Advance(2 * time.Minute)
+
+	// Get meets an expired key and removes it.
+	if present(t, st, keyOf(0)) {
+		t.Fatal("an expired key is present")
+	}
+	wantLen(t, st, 999)
+
+	// New writes remove the dead keys: by the time the shard has grown
+	// to 1024 entries it is swept in full, so only the live keys remain.
+	fill(t, st, 1000, 3000, func(int) time.Duration { return time.Hour })
+	wantLen(t, st, 2000)
+}
+
+func TestExpiredKeysAreAbsent(t *testing.T) {
+	clk := newClock()
+	st := newStore(t, memstore.Config{Now: clk.Now})
+	fill(t, st, 0, 1, func(int) time.Duration { return time.Minute })
+	clk.Advance(time.Minute) // expiry is exclusive: at now == deadline it's gone
+	if present(t, st, keyOf(0)) {
+		t.Fatal("a key is present at the end of its TTL")
+	}
+}

@@ -1,0 +1,46 @@
+package memstore
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestCompactKey(t *testing.T) {
+	hash := strings.Repeat("0123456789abcdef", 4)
+	tests := []struct {
+		give    string
+		wantLen int
+	}{
+		{"", 1},
+		{"idem:stone:evt_1", 17},
+		{"idem:stone:sha256:" + hash, 18 + 32 + 1},
+		{hash, 32 + 1},
+		{"idem:stone:sha256:" + strings.ToUpper(hash), 18 + 64 + 1},
+		{"idem:stone:sha256:" + hash[1:], 18 + 63 + 1},
+		{"idem:stone:sha256:" + hash[:63] + "g", 18 + 64 + 1},
+	}
+	for _, tt := range tests {
+		if got := compactKey(nil, tt.give); len(got) != tt.wantLen {
+			t.Errorf("compactKey(%q): got %d bytes, want %d", tt.give, len(got), tt.wantLen)
+		}
+	}
+}
+
+// FuzzCompactKey checks that distinct keys never share a compact key.
+func FuzzCompactKey(f *testing.F) {
+	hash := strings.Repeat("0123456789abcdef", 4)
+	packed := string(compactKey(nil, hash))
+	f.Add("idem:a:sha256:"+hash, "idem:a:sha256:"+strings.ToUpper(hash))
+	f.Add(hash, packed)
+	f.Add(hash, packed[:len(packed)-1])
+	f.Add("x"+hash, "x"+packed)
+	f.Add("a", "a\x00")
+	f.Add("", "\x00")
+	f.Fuzz(func(t *testing.T, a, b string) {
+		ca, cb := compactKey(nil, a), compactKey(nil, b)
+		if (a == b) != bytes.Equal(ca, cb) {
+			t.Fatalf("keys %q and %q: compact keys %q and %q", a, b, ca, cb)
+		}
+	})
+}
