@@ -1,0 +1,68 @@
+package redisstore_test
+
+import (
+	"fmt"
+	"log"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/redisstore"
+)
+
+// New takes a client the caller owns; nothing is sent to Redis until the
+// first store call. By default a record lives under the middleware's key
+// unchanged, which is the NestJS guard's key.
+func ExampleNew() {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer client.Close()
+
+	store, err := redisstore.New(client, redisstore.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	shared, err := redisstore.New(client, redisstore.Config{Prefix: "billing:"})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	key := idemhook.StoreKey("stripe", "evt_1NG8Du2eZvKYlo2CUI79vXWy")
+	fmt.Println(store.Key(key))
+	fmt.Println(shared.Key(key))
+
+	_, err = redisstore.New(nil, redisstore.Config{})
+	fmt.Println(err != nil)
+	// Output:
+	// idem:stripe:evt_1NG8Du2eZvKYlo2CUI79vXWy
+	// billing:idem:stripe:evt_1NG8Du2eZvKYlo2CUI79vXWy
+	// true
+}
+
+// With Sentinel, a failover client follows the master Sentinel names; the
+// store is the same. (No output: it needs running Sentinels.)
+func ExampleNew_sentinel() {
+	client := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:    "mymaster",
+		SentinelAddrs: []string{"10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"},
+	})
+	defer client.Close()
+	store, err := redisstore.New(client, redisstore.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = store // pass to idemhook.New
+}
+
+// With a Cluster every step touches one key, so records spread over the
+// slots. (No output: it needs a running cluster.)
+func ExampleNew_cluster() {
+	client := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"},
+	})
+	defer client.Close()
+	store, err := redisstore.New(client, redisstore.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = store // pass to idemhook.New
+}
