@@ -262,7 +262,7 @@ func TestCanonicalNumberFastPath(t *testing.T) {
 	}
 }
 
-func TestAppendJSNumber(t *testing.T) {
+func TestCanonicalAppendJSNumber(t *testing.T) {
 	// Wants produced by Node 20's String(x).
 	tests := []struct {
 		give float64
@@ -288,7 +288,7 @@ func TestAppendJSNumber(t *testing.T) {
 	}
 }
 
-func TestIsArrayIndex(t *testing.T) {
+func TestCanonicalIsArrayIndex(t *testing.T) {
 	tests := []struct {
 		give string
 		want bool

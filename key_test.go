@@ -1,0 +1,135 @@
+package idemhook
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// The sha256 literals below were computed independently with sha256sum.
+func TestNormalizeKey(t *testing.T) {
+	a128 := strings.Repeat("a", 128)
+	a129 := strings.Repeat("a", 129)
+	const hashA129 = "sha256:c12cb024a2e5551cca0e08fce8f1c5e314555cc3fef6329ee994a3db752166ae"
+	tests := []struct {
+		name string
+		give string
+		want string
+	}{
+		{"empty", "", ""},
+		{"only spaces", " \t ", ""},
+		{"plain", "evt_123", "evt_123"},
+		{"trimmed", "  evt_123 \t", "evt_123"},
+		{"sf-string", `"evt_123"`, "evt_123"},
+		{"sf-string trimmed first", `  "evt_123"  `, "evt_123"},
+		{"sf-string escaped quote", `"a\"b"`, `a"b`},
+		{"sf-string escaped backslash", `"a\\b"`, `a\b`},
+		{"empty sf-string", `""`, ""},
+		{"bad escape kept verbatim", `"a\x"`, `"a\x"`},
+		{"trailing backslash kept verbatim", `"a\"`, `"a\"`},
+		{"bare inner quote kept verbatim", `"a"b"`, `"a"b"`},
+		{"lone quote", `"`, `"`},
+		{"quote on one side only", `"abc`, `"abc`},
+		{"inner space kept", "a b", "a b"},
+		{"128 bytes verbatim", a128, a128},
+		{"129 bytes hashed", a129, hashA129},
+		{"129 bytes after unquoting hashed", `"` + a129 + `"`, hashA129},
+		{"128 bytes after unquoting verbatim", `"` + a128 + `"`, a128},
+		{"non-ASCII hashed", "é", "sha256:4a99557e4033c3539de2eb65472017cad5f9557f7a0625a09f1c3f6e2ba69c4c"},
+		{"inner tab hashed", "a\tb", "sha256:894891f8b78a9945b0aa07e70d5f71f10b1f1990af127de561cc0ac36024c188"},
+		{"quoted non-ASCII hashed with its quotes", `"é"`, "sha256:f2886017e9c7abacf804b54d64787dce2b611c9544ba21f3affdd126a6e50086"},
+		{"quoted control hashed with its quotes", "\"a\x01\"", "sha256:c9d2383066aab673c265d5a4d2cd636c9052859fdffb0f253683f003d01d9cc7"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := NormalizeKey(tt.give); got != tt.want {
+				t.Errorf("NormalizeKey(%q) = %q, want %q", tt.give, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestNormalizeKeyHashesTheValue(t *testing.T) {
+	// The hash covers the trimmed, unquoted value, so the same key sent
+	// quoted or bare maps to one record.
+	v := strings.Repeat("k", 200)
+	sum := sha256.Sum256([]byte(v))
+	want := "sha256:" + hex.EncodeToString(sum[:])
+	for _, give := range []string{v, " " + v + " ", `"` + v + `"`} {
+		if got := NormalizeKey(give); got != want {
+			t.Errorf("NormalizeKey(%.20q...) = %s, want %s", give, got, want)
+		}
+	}
+}
+
+func TestStoreKey(t *testing.T) {
+	tests := []struct {
+		source, key string
+		want        string
+	}{
+		{"stone", "evt_1", "idem:stone:evt_1"},
+		{"stone", "sha256:ab12", "idem:stone:sha256:ab12"},
+		{"", "", "idem::"},
+	}
+	for _, tt := range tests {
+		if got := StoreKey(tt.source, tt.key); got != tt.want {
+			t.Errorf("StoreKey(%q, %q) = %q, want %q", tt.source, tt.key, got, tt.want)
+		}
+	}
+}
+
+// The sha256 literals below were computed independently with sha256sum over
+// the text named in each case.
+func TestBodyKey(t *testing.T) {
+	tests := []struct {
+		name string
+		give string
+		want string
+	}{
+		{"JSON hashed in compact form", `{"a": 1}`, "sha256:015abd7f5cc57a2dd94b7590f04ad8084273905ee33ec5cebeae62276a97f862"}, // {"a":1}
+		{"compact JSON hashed as is", `{"a":1}`, "sha256:015abd7f5cc57a2dd94b7590f04ad8084273905ee33ec5cebeae62276a97f862"},
+		{"non-JSON hashed raw", "not json {", "sha256:c3f07c17117dc1953b6b514cc4e816c00a33fb6cbbe66cbb31e5e22cd1a05fd0"},
+		{"empty body hashed raw", "", "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+		{"BOM-prefixed JSON hashed raw", "\xef\xbb\xbf{}", "sha256:aa25e978046d680ef8740d837e6de5bc1e2a2dc6089dbda1012544b538d53f65"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := BodyKey([]byte(tt.give)); got != tt.want {
+				t.Errorf("BodyKey(%q) = %s, want %s", tt.give, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestBodyKeyRawFallbackDiffersFromJSON(t *testing.T) {
+	// A non-JSON body that happens to be a prefix of JSON must not share
+	// the JSON form's key, and whitespace changes it (raw bytes).
+	if BodyKey([]byte(`{"a":1`)) == BodyKey([]byte(`{"a":1}`)) {
+		t.Error("truncated JSON got the key of the complete body")
+	}
+	if BodyKey([]byte("not json")) == BodyKey([]byte("not  json")) {
+		t.Error("raw fallback ignored a byte difference")
+	}
+}
+
+func TestKeyHeaderValue(t *testing.T) {
+	h := http.Header{}
+	if got := headerValue(h, "Idempotency-Key"); got != "" {
+		t.Errorf("absent header = %q, want empty", got)
+	}
+	h.Add("Idempotency-Key", "a")
+	if got := headerValue(h, "idempotency-key"); got != "a" {
+		t.Errorf("one field = %q, want a", got)
+	}
+	h.Add("Idempotency-Key", "b")
+	if got := headerValue(h, "Idempotency-Key"); got != "a, b" {
+		t.Errorf("two fields = %q, want %q (Node's join)", got, "a, b")
+	}
+	h.Set("X-Other", "1")
+	if got, want := sortedHeaderNames(h), []string{"Idempotency-Key", "X-Other"}; !slices.Equal(got, want) {
+		t.Errorf("sortedHeaderNames = %v, want %v", got, want)
+	}
+}
