@@ -1,0 +1,36 @@
+// Command idemhook is the idemhook gateway: a reverse proxy that makes the
+// backend behind it run once per webhook event, whatever language the
+// backend is written in. It answers every re-delivery of an event with the
+// response of the first one, and is configured by one YAML file.
+//
+// Usage:
+//
+//	idemhook serve --config idemhook.yaml   run the gateway
+//	idemhook check --config idemhook.yaml   validate the file and exit
+//	idemhook demo                           a scripted tour on loopback
+//	idemhook version                        print the version
+//
+// docs/gateway.md is the configuration reference.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "idemhook:", err)
+		if errors.As(err, new(usageError)) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// newTransport returns the transport of one route: its own connection pool,
+// sized for a gateway, with the route's upstream timeout as the bound on
+// waiting for the response headers.
+func newTransport(timeout time.Duration) *http.Transport {
+	return &http.Transport{
+		Proxy: nil, // never route webhooks through HTTP_PROXY
+		DialContext: (&net.Dialer{
+			Timeout:   5 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          512,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		ResponseHeaderTimeout: timeout,
+	}
+}
+
+// newProxy returns the reverse proxy of one route. The request goes to the
+// upstream URL's path (plus, for a route path ending in /, the rest of the
+// request path after it) with the request's query; the body and the headers
+// are forwarded as received, X-Forwarded-For, -Host and -Proto are set, and
+// Host becomes the upstream's.
+//
+// An upstream that can't be reached answers 502, one that doesn't send its
+// headers within the route's upstream_timeout 504, both with a problem+json
+// body; either way the middleware releases the claim, so the provider's
+// retry is forwarded again.
+func newProxy(rc RouteConfig, rt http.RoundTripper, logger *slog.Logger) *httputil.ReverseProxy {
+	target := rc.Upstream
+	prefix := ""
+	if strings.HasSuffix(rc.Path, "/") {
+		prefix = rc.Path
+	}
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			in := pr.In.URL
+			out := pr.Out.URL
+			out.Scheme, out.Host = target.Scheme, target.Host
+			out.Path, out.RawPath = upstreamPath(target, prefix, in), ""
+			out.RawQuery = joinQuery(target.RawQuery, in.RawQuery)
+			pr.Out.Host = ""
+			pr.SetXForwarded()
+		},
+		Transport:     rt,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			status, title := http.StatusBadGateway, "upstream unreachable"
+			if isTimeout(err) && r.Context().Err() == nil {
+				status, title = http.StatusGatewayTimeout, "upstream timeout"
+			}
+			if r.Context().Err() != nil {
+				title = "delivery cut short"
+			}
+			logger.Warn("idemhook upstream error", "route", rc.Path, "upstream", target.Redacted(), "status", status, "err", err)
+			writeProblem(w, status, title, title+": "+errText(err))
+		},
+	}
+}
+
+// upstreamPath maps an incoming path onto the upstream: the upstream's path
+// for an exact route, the upstream's path joined with the rest for a prefix
+// route.
+func upstreamPath(target *url.URL, prefix string, in *url.URL) string {
+	if prefix == "" {
+		return target.Path
+	}
+	rest := strings.TrimPrefix(in.Path, prefix)
+	if rest == "" {
+		return target.Path
+	}
+	return strings.TrimSuffix(target.Path, "/") + "/" + rest
+}
+
+func joinQuery(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "&" + b
+}
+
+func isTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// errText is err's message without the URL net/http wraps it in, which
+// would repeat the upstream.
+func errText(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return err.Error()
+}
+
+// problem is an RFC 9457 problem detail.
+type problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+}
+
+func writeProblem(w http.ResponseWriter, status int, title, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(problem{Type: "about:blank", Title: title, Status: status, Detail: detail})
+}
+
+// timedTransport observes the time each upstream call takes to answer with
+// its headers.
+type timedTransport struct {
+	next    http.RoundTripper
+	observe func(time.Duration)
+}
+
+func (t timedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	start := time.Now()
+	resp, err := t.next.RoundTrip(r)
+	t.observe(time.Since(start))
+	return resp, err
+}
+
+// probeUpstreams dials every distinct upstream once and logs a WARN for
+// those that don't answer: backends restart, so a down upstream is not a
+// reason to refuse to start (its deliveries get 502 until it is back).
+func probeUpstreams(ctx context.Context, routes []RouteConfig, logger *slog.Logger) {
+	seen := map[string]bool{}
+	done := make(chan struct{})
+	n := 0
+	for _, rc := range routes {
+		host := rc.Upstream.Host
+		if rc.Upstream.Port() == "" {
+			if rc.Upstream.Scheme == "https" {
+				host += ":443"
+			} else {
+				host += ":80"
+			}
+		}
+		if seen[host] {
+			continue
+		}
+		seen[host] = true
+		n++
+		go func(rc RouteConfig, host string) {
+			defer func() { done <- struct{}{} }()
+			d := net.Dialer{Timeout: 2 * time.Second}
+			conn, err := d.DialContext(ctx, "tcp", host)
+			if err != nil {
+				logger.Warn("idemhook upstream unreachable at start; its deliveries get 502 until it is back",
+					"route", rc.Path, "upstream", rc.Upstream.Redacted(), "err", err)
+				return
+			}
+			conn.Close()
+		}(rc, host)
+	}
+	for range n {
+		<-done
+	}
+}

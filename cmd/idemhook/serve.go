@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/idemhook/idemhook"
+)
+
+// newLogger returns the logger of the gateway, writing to w.
+func newLogger(lc LogConfig, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(lc.Level)) // checked by the config parser
+	opts := &slog.HandlerOptions{Level: level}
+	if lc.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// gateway is a configured, not yet listening, gateway.
+type gateway struct {
+	cfg     *Config
+	logger  *slog.Logger
+	store   idemhook.Store
+	mw      *idemhook.Middleware
+	metrics *metrics
+	audit   *auditTrail
+	handler http.Handler // the routes
+	admin   http.Handler
+	res     resources
+}
+
+// newGateway opens the store and the audit sink and builds the handlers.
+// On error, everything opened so far is closed.
+func newGateway(ctx context.Context, cfg *Config, logger *slog.Logger, now func() time.Time) (_ *gateway, err error) {
+	g := &gateway{cfg: cfg, logger: logger, metrics: newMetrics()}
+	defer func() {
+		if err != nil {
+			g.res.close()
+		}
+	}()
+	files := &sqliteFiles{rs: &g.res}
+	g.store, err = openStore(ctx, cfg.Store, files, now)
+	if err != nil {
+		return nil, err
+	}
+	g.audit, err = openAudit(ctx, cfg.Audit, files, logger, g.metrics)
+	if err != nil {
+		return nil, err
+	}
+	routeOf := func(r *http.Request) string {
+		if r == nil {
+			return ""
+		}
+		return r.Pattern
+	}
+	g.mw, err = idemhook.New(g.store, idemhook.Options{
+		Logger: logger,
+		Now:    now,
+		OnDelivery: func(d idemhook.DeliveryInfo) {
+			g.metrics.onDelivery(d)
+			g.audit.record(routeOf(d.Request), d)
+		},
+		OnStoreCall:     g.metrics.onStoreCall,
+		OnBreakerChange: g.metrics.onBreakerChange,
+	})
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	for _, rc := range cfg.Routes {
+		wrap, err := g.mw.Route(rc.Route)
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: route %s: %w", cfg.File, rc.Line, rc.Path, err)
+		}
+		tr := newTransport(rc.UpstreamTimeout)
+		g.res.add(func() error { tr.CloseIdleConnections(); return nil })
+		rt := timedTransport{next: tr, observe: g.metrics.upstreamObserver(rc.Path)}
+		mux.Handle(rc.Path, wrap(newProxy(rc, rt, logger)))
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, http.StatusNotFound, "no route", fmt.Sprintf("no route for %s; the configured paths are in %s", r.URL.Path, cfg.File))
+	})
+	g.handler = mux
+	g.admin = g.adminHandler()
+	return g, nil
+}
+
+// serve runs the gateway until ctx is done, then shuts down gracefully.
+func serve(ctx context.Context, cfg *Config, e env) error {
+	logger := newLogger(cfg.Log, e.stderr)
+	g, err := newGateway(ctx, cfg, logger, e.now)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := g.res.close(); err != nil {
+			logger.Warn("idemhook close", "err", err)
+		}
+	}()
+
+	if err := storeReady(ctx, g.store, 2*time.Second); err != nil {
+		logger.Warn("idemhook store not reachable at start; deliveries fail open (or closed, per route) until it is back",
+			"driver", cfg.Store.Driver, "err", err)
+	}
+	probeUpstreams(ctx, cfg.Routes, logger)
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	var adminLn net.Listener
+	if cfg.Admin.Listen != "" {
+		adminLn, err = net.Listen("tcp", cfg.Admin.Listen)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("admin listen %s: %w", cfg.Admin.Listen, err)
+		}
+	}
+
+	// Deliveries run under base: cancelling it after the shutdown bound cuts
+	// the remaining ones short, so that the middleware releases their claims.
+	base, cutShort := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cutShort(nil)
+	srv := &http.Server{
+		Handler:           g.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return base },
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	var adminSrv *http.Server
+	if adminLn != nil {
+		adminSrv = &http.Server{
+			Handler:           g.admin,
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		}
+	}
+
+	errc := make(chan error, 2)
+	var wg sync.WaitGroup
+	wg.Go(func() { errc <- srv.Serve(ln) })
+	a := addrs{Listen: ln.Addr().String()}
+	if adminSrv != nil {
+		a.Admin = adminLn.Addr().String()
+		wg.Go(func() { errc <- adminSrv.Serve(adminLn) })
+	}
+	logger.Info("idemhook listening", "listen", a.Listen, "admin", a.Admin, "store", cfg.Store.Driver,
+		"audit", cfg.Audit.Sink, "routes", len(cfg.Routes))
+	if e.ready != nil {
+		e.ready(a)
+	}
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+	}
+	logger.Info("idemhook shutting down", "timeout", cfg.ShutdownTimeout)
+	shutdown(srv, cfg.ShutdownTimeout, cutShort, logger)
+	if adminSrv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if err := adminSrv.Shutdown(sctx); err != nil {
+			adminSrv.Close()
+		}
+		cancel()
+	}
+	wg.Wait()
+	actx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := g.audit.close(actx); err != nil {
+		logger.Warn("idemhook audit close", "err", err)
+	}
+	cancel()
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	logger.Info("idemhook stopped")
+	return nil
+}
+
+// shutdown stops srv accepting, lets the running deliveries finish within
+// timeout, then cuts the rest short (their requests' context is cancelled,
+// the proxy answers 502 and the middleware releases their claims) and waits
+// a moment for them to do so.
+func shutdown(srv *http.Server, timeout time.Duration, cutShort context.CancelCauseFunc, logger *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	err := srv.Shutdown(ctx)
+	cancel()
+	if err == nil {
+		return
+	}
+	logger.Warn("idemhook shutdown timeout reached; cutting the remaining deliveries short (their claims are released)", "timeout", timeout)
+	cutShort(errors.New("idemhook: shutdown timeout reached"))
+	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		srv.Close()
+	}
+}

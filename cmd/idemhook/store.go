@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/memstore"
+	"github.com/idemhook/idemhook/redisstore"
+	"github.com/idemhook/idemhook/sqlitestore"
+	"github.com/redis/go-redis/v9"
+)
+
+// resources are what the gateway opens and must close, in reverse order.
+type resources struct {
+	closers []func() error
+}
+
+func (rs *resources) add(f func() error) { rs.closers = append(rs.closers, f) }
+
+// close closes everything, last opened first, and returns the first error.
+func (rs *resources) close() error {
+	var first error
+	for i := len(rs.closers) - 1; i >= 0; i-- {
+		if err := rs.closers[i](); err != nil && first == nil {
+			first = err
+		}
+	}
+	rs.closers = nil
+	return first
+}
+
+// sqliteFiles shares one *sql.DB per file between the store and the audit
+// sink.
+type sqliteFiles struct {
+	rs  *resources
+	dbs map[string]*sql.DB
+}
+
+func (f *sqliteFiles) open(path string) (*sql.DB, error) {
+	if db, ok := f.dbs[path]; ok {
+		return db, nil
+	}
+	db, err := sqlitestore.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	if f.dbs == nil {
+		f.dbs = map[string]*sql.DB{}
+	}
+	f.dbs[path] = db
+	f.rs.add(db.Close)
+	return db, nil
+}
+
+// openStore opens the configured store.
+func openStore(ctx context.Context, sc StoreConfig, files *sqliteFiles, now func() time.Time) (idemhook.Store, error) {
+	switch sc.Driver {
+	case "memory":
+		s, err := memstore.New(memstore.Config{Now: now})
+		if err != nil {
+			return nil, fmt.Errorf("memory store: %w", err)
+		}
+		files.rs.add(s.Close)
+		return s, nil
+	case "sqlite":
+		db, err := files.open(sc.Path)
+		if err != nil {
+			return nil, err
+		}
+		s, err := sqlitestore.New(db, sqlitestore.Config{Now: now})
+		if err != nil {
+			return nil, fmt.Errorf("sqlite store %s: %w", sc.Path, err)
+		}
+		files.rs.add(s.Close)
+		return s, nil
+	case "redis":
+		opts := &redis.UniversalOptions{
+			Addrs:      sc.Addrs,
+			MasterName: sc.MasterName,
+			Username:   sc.Username,
+			Password:   sc.Password,
+		}
+		if sc.URL != "" {
+			o, err := redis.ParseURL(sc.URL)
+			if err != nil {
+				return nil, fmt.Errorf("redis store: %w", err)
+			}
+			opts.Addrs = []string{o.Addr}
+			opts.DB = o.DB
+			opts.TLSConfig = o.TLSConfig
+			if o.Username != "" {
+				opts.Username = o.Username
+			}
+			if o.Password != "" {
+				opts.Password = o.Password
+			}
+		}
+		client := redis.NewUniversalClient(opts)
+		files.rs.add(client.Close)
+		s, err := redisstore.New(client, redisstore.Config{Prefix: sc.Prefix})
+		if err != nil {
+			return nil, fmt.Errorf("redis store: %w", err)
+		}
+		return s, nil
+	}
+	return nil, fmt.Errorf("unknown store driver %q", sc.Driver)
+}
+
+// storeReady checks that the store answers: a Get of a key nobody writes.
+func storeReady(ctx context.Context, s idemhook.Store, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	_, err := s.Get(ctx, idemhook.StoreKey("idemhook", "readyz"))
+	return err
+}
