@@ -1,0 +1,21 @@
+package sqlitestore_test
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/sqlitestore"
+	"github.com/idemhook/idemhook/storetest"
+)
+
+// BenchmarkStore measures the middleware's store steps on a database file
+// opened with Open (WAL, synchronous=NORMAL, one connection).
+func BenchmarkStore(b *testing.B) {
+	storetest.Bench(b, storetest.Harness{
+		New: func(tb testing.TB) idemhook.Store {
+			db := openDB(tb, filepath.Join(tb.TempDir(), "idemhook.db"))
+			return newStore(tb, db, sqlitestore.Config{})
+		},
+	})
+}

@@ -1,0 +1,85 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// BusyTimeout is how long a connection opened by [Open] waits for a lock
+// held by another connection (another process sharing the file, or a
+// second *sql.DB in this one) before failing with SQLITE_BUSY.
+const BusyTimeout = 10 * time.Second
+
+// Open opens, creating it if needed, the SQLite database file at path,
+// configured for the gateway's workload:
+//
+//   - journal_mode=WAL: readers never block the writer nor the writer them,
+//     and a commit appends to the log instead of rewriting pages;
+//   - synchronous=NORMAL: with WAL, a commit is durable against a crash of
+//     the process; only a power loss may lose the last commits, never
+//     corrupt the file;
+//   - busy_timeout (see [BusyTimeout]) and foreign_keys=ON;
+//   - transactions begin IMMEDIATE, so a transaction that will write takes
+//     the write lock up front and can't fail with SQLITE_BUSY halfway.
+//
+// The pool holds a single connection that is never recycled. SQLite admits
+// one writer at a time and nearly every store operation writes, so more
+// connections would only queue on SQLite's file lock, where a waiter sleeps
+// and retries; one connection makes them queue in database/sql instead, in
+// order, with no SQLITE_BUSY and no sleeping. Each operation is a single
+// short statement, so the queue drains fast. The consequence for callers
+// sharing the *sql.DB: don't hold a transaction or an open *sql.Rows while
+// calling something else that uses the same *sql.DB, it would wait forever.
+//
+// The caller owns the returned *sql.DB and closes it after the stores and
+// sinks built on it.
+func Open(path string) (*sql.DB, error) {
+	if path == "" {
+		return nil, fmt.Errorf("sqlitestore: open: empty path")
+	}
+	db, err := sql.Open("sqlite", dsn(path))
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: open %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	db.SetConnMaxLifetime(0)
+	db.SetConnMaxIdleTime(0)
+
+	ctx, cancel := context.WithTimeout(context.Background(), BusyTimeout+5*time.Second)
+	defer cancel()
+	var mode string
+	if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlitestore: open %s: %w (does the directory exist and is it writable?)", path, err)
+	}
+	if !strings.EqualFold(mode, "wal") && !strings.EqualFold(mode, "memory") {
+		db.Close()
+		return nil, fmt.Errorf("sqlitestore: open %s: journal_mode is %q, want wal (is the file on a network filesystem?)", path, mode)
+	}
+	return db, nil
+}
+
+// dsn builds the modernc.org/sqlite data source name for path: a file: URI
+// (SQLite decodes %XX escapes in it) with the connection settings as query
+// parameters.
+func dsn(path string) string {
+	if path != ":memory:" {
+		path = filepath.Clean(path)
+	}
+	esc := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", BusyTimeout.Milliseconds()))
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Add("_pragma", "foreign_keys(ON)")
+	q.Set("_txlock", "immediate")
+	return "file:" + esc + "?" + q.Encode()
+}

@@ -1,0 +1,397 @@
+// Package sqlitestore is an [idemhook.Store] kept in a SQLite database file,
+// through the pure Go driver modernc.org/sqlite (no cgo).
+//
+// It is the gateway's default store: one machine, no server to run, and the
+// records survive a restart, so a duplicate sent after the gateway restarts
+// is still replayed. Every process that opens the same file shares the
+// records, and Claim is atomic across them.
+//
+// Records live in the table idem_keys (key, value, expires_at): value is the
+// record's binary encoding ([idemhook.Record.MarshalBinary]) and expires_at
+// the expiry in Unix milliseconds. A row whose expiry has passed counts as
+// absent; a background sweeper deletes such rows (see [Config]).
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/idemhook/idemhook"
+)
+
+// SchemaVersion is the version of the idem_keys table this package writes.
+// It is recorded in the table idemhook_schema, so that an older idemhook
+// refuses a file migrated by a newer one instead of misreading it.
+const SchemaVersion = 1
+
+const schemaComponent = "sqlitestore"
+
+// Config configures a [Store]. The zero value means the defaults.
+type Config struct {
+	// Now is the clock deciding expiry. Default: time.Now.
+	Now func() time.Time
+
+	// SweepInterval is how often expired rows are deleted. Expired rows
+	// already count as absent; sweeping only reclaims their space.
+	// A negative value disables the sweeper ([Store.Sweep] still works).
+	// Default: 1 minute.
+	SweepInterval time.Duration
+
+	// Logger receives a WARN when a background sweep fails. Default: none.
+	Logger *slog.Logger
+}
+
+// Store is an [idemhook.Store] backed by SQLite. It is safe for concurrent
+// use. Create it with [New].
+type Store struct {
+	db  *sql.DB
+	now func() time.Time
+	log *slog.Logger
+
+	claim, get, complete, release, extend, del, sweep *sql.Stmt
+
+	stop     chan struct{}
+	done     chan struct{}
+	stopOnce sync.Once
+}
+
+var _ idemhook.Store = (*Store)(nil)
+
+// sweepBatch bounds the rows one sweep statement deletes, so that a large
+// backlog of expired keys doesn't hold the write lock for long.
+const sweepBatch = 1000
+
+var schema = []string{
+	`CREATE TABLE IF NOT EXISTS idem_keys (
+		key        TEXT PRIMARY KEY NOT NULL,
+		value      BLOB NOT NULL,
+		expires_at INTEGER NOT NULL -- Unix milliseconds; the row counts as absent from then on
+	)`,
+	`CREATE INDEX IF NOT EXISTS idem_keys_expires_at ON idem_keys (expires_at)`,
+}
+
+// New returns a store keeping its records in db, creating the table
+// idem_keys if it is missing, and starts the sweeper unless
+// cfg.SweepInterval is negative. The caller owns db (see [Open] for the
+// recommended settings) and closes it after [Store.Close].
+func New(db *sql.DB, cfg Config) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("sqlitestore: New: nil *sql.DB")
+	}
+	s := &Store{db: db, now: cfg.Now, log: cfg.Logger, stop: make(chan struct{}), done: make(chan struct{})}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	ctx := context.Background()
+	if err := migrate(ctx, db, schemaComponent, SchemaVersion, schema); err != nil {
+		return nil, err
+	}
+	stmts := []struct {
+		p *(*sql.Stmt)
+		q string
+	}{
+		// Insert the claim, or take over a row that has expired; RETURNING
+		// yields a row only when the claim was stored.
+		{&s.claim, `INSERT INTO idem_keys (key, value, expires_at) VALUES (?1, ?2, ?3)
+			ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at
+			WHERE idem_keys.expires_at <= ?4
+			RETURNING 1`},
+		{&s.get, `SELECT value FROM idem_keys WHERE key = ?1 AND expires_at > ?2`},
+		{&s.complete, `UPDATE idem_keys SET value = ?3, expires_at = ?4
+			WHERE key = ?1 AND value = ?2 AND expires_at > ?5`},
+		{&s.release, `DELETE FROM idem_keys WHERE key = ?1 AND value = ?2 AND expires_at > ?3`},
+		{&s.extend, `UPDATE idem_keys SET expires_at = ?3
+			WHERE key = ?1 AND value = ?2 AND expires_at > ?4`},
+		{&s.del, `DELETE FROM idem_keys WHERE key = ?1 RETURNING expires_at`},
+		{&s.sweep, `DELETE FROM idem_keys WHERE rowid IN
+			(SELECT rowid FROM idem_keys WHERE expires_at <= ?1 LIMIT ?2)`},
+	}
+	for _, st := range stmts {
+		p, err := db.PrepareContext(ctx, st.q)
+		if err != nil {
+			s.closeStmts()
+			return nil, fmt.Errorf("sqlitestore: prepare: %w", err)
+		}
+		*st.p = p
+	}
+	interval := cfg.SweepInterval
+	if interval == 0 {
+		interval = time.Minute
+	}
+	if interval > 0 {
+		go s.sweeper(interval)
+	} else {
+		close(s.done)
+	}
+	return s, nil
+}
+
+// migrate creates the schema of component in db if it is missing and
+// records its version, refusing a database written by a newer version.
+func migrate(ctx context.Context, db *sql.DB, component string, version int, ddl []string) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("%s: create schema: %w", component, err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS idemhook_schema (
+		component TEXT PRIMARY KEY NOT NULL,
+		version   INTEGER NOT NULL
+	)`); err != nil {
+		return fmt.Errorf("%s: create schema: %w", component, err)
+	}
+	var have int
+	err = tx.QueryRowContext(ctx, `SELECT version FROM idemhook_schema WHERE component = ?`, component).Scan(&have)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return fmt.Errorf("%s: read schema version: %w", component, err)
+	case have > version:
+		return fmt.Errorf("%s: the database has schema version %d, this build knows up to %d: upgrade idemhook or use another file", component, have, version)
+	}
+	for _, q := range ddl {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("%s: create schema: %w", component, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO idemhook_schema (component, version) VALUES (?1, ?2)
+		ON CONFLICT (component) DO UPDATE SET version = excluded.version`, component, version); err != nil {
+		return fmt.Errorf("%s: record schema version: %w", component, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("%s: create schema: %w", component, err)
+	}
+	return nil
+}
+
+// Close stops the sweeper and releases the prepared statements. It does not
+// close the *sql.DB, which belongs to the caller. The store must not be used
+// after Close. Close is safe to call more than once.
+func (s *Store) Close() error {
+	s.stopOnce.Do(func() {
+		close(s.stop)
+		<-s.done
+		s.closeStmts()
+	})
+	return nil
+}
+
+func (s *Store) closeStmts() {
+	for _, st := range []*sql.Stmt{s.claim, s.get, s.complete, s.release, s.extend, s.del, s.sweep} {
+		if st != nil {
+			st.Close()
+		}
+	}
+}
+
+func (s *Store) sweeper(interval time.Duration) {
+	defer close(s.done)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-s.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			if _, err := s.Sweep(ctx); err != nil && ctx.Err() == nil && s.log != nil {
+				s.log.Warn("sqlitestore: sweeping expired keys failed", "err", err)
+			}
+		}
+	}
+}
+
+// Sweep deletes the rows that have expired and returns how many it deleted.
+// It works in batches, releasing the write lock between them.
+func (s *Store) Sweep(ctx context.Context) (int64, error) {
+	now := s.now().UnixMilli()
+	var total int64
+	for {
+		res, err := s.sweep.ExecContext(ctx, now, sweepBatch)
+		if err != nil {
+			return total, fmt.Errorf("sqlitestore: sweep: %w", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return total, fmt.Errorf("sqlitestore: sweep: %w", err)
+		}
+		total += n
+		if n < sweepBatch {
+			return total, nil
+		}
+	}
+}
+
+// Expiry is kept at millisecond precision, like Redis's PX: both the
+// expiry and the current time are truncated to the millisecond, and a row
+// has expired when expires_at <= now. At the exact end of a lifetime the row
+// is gone; within the last millisecond it may already be.
+
+// nowMillis is the current time in Unix milliseconds.
+func (s *Store) nowMillis() int64 { return s.now().UnixMilli() }
+
+// expiry returns the end of a lifetime d starting now, in Unix milliseconds.
+func (s *Store) expiry(d time.Duration) int64 { return s.now().Add(d).UnixMilli() }
+
+func encode(op string, r *idemhook.Record) ([]byte, error) {
+	if r == nil {
+		return nil, fmt.Errorf("sqlitestore: %s: nil record", op)
+	}
+	b, err := r.MarshalBinary()
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: %s: %w", op, err)
+	}
+	return b, nil
+}
+
+func decode(key string, value []byte) (*idemhook.Record, error) {
+	r, err := idemhook.DecodeRecord(value)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: key %q: %w", key, err)
+	}
+	return r, nil
+}
+
+func checkLifetime(op string, d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("sqlitestore: %s: lifetime must be positive, got %v", op, d)
+	}
+	return nil
+}
+
+// Claim stores claim under key for lease unless key holds a record that
+// hasn't expired, which it returns instead. The insert is one statement, so
+// exactly one of many concurrent claims of an absent key succeeds, in this
+// process or any other sharing the file.
+func (s *Store) Claim(ctx context.Context, key string, claim *idemhook.Record, lease time.Duration) (*idemhook.Record, error) {
+	if err := checkLifetime("claim", lease); err != nil {
+		return nil, err
+	}
+	value, err := encode("claim", claim)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		// Read first: a duplicate, the common case under retries, then
+		// costs one read and takes no write lock.
+		var existing []byte
+		err := s.get.QueryRowContext(ctx, key, s.nowMillis()).Scan(&existing)
+		if err == nil {
+			return decode(key, existing)
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return nil, fmt.Errorf("sqlitestore: claim %q: %w", key, err)
+		}
+		// Absent or expired: insert the claim, or take over the expired
+		// row. If another claim got in between, read again.
+		var one int
+		err = s.claim.QueryRowContext(ctx, key, value, s.expiry(lease), s.nowMillis()).Scan(&one)
+		if err == nil {
+			return nil, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return nil, fmt.Errorf("sqlitestore: claim %q: %w", key, err)
+		}
+	}
+}
+
+// Complete replaces the pending claim under key with done, kept for ttl.
+// It returns [idemhook.ErrNotOwner] unless key still holds exactly claim
+// and it hasn't expired.
+func (s *Store) Complete(ctx context.Context, key string, claim, done *idemhook.Record, ttl time.Duration) error {
+	if err := checkLifetime("complete", ttl); err != nil {
+		return err
+	}
+	old, err := encode("complete", claim)
+	if err != nil {
+		return err
+	}
+	value, err := encode("complete", done)
+	if err != nil {
+		return err
+	}
+	res, err := s.complete.ExecContext(ctx, key, old, value, s.expiry(ttl), s.nowMillis())
+	return s.casResult("complete", key, res, err)
+}
+
+// Release deletes the pending claim under key. It returns
+// [idemhook.ErrNotOwner] unless key still holds exactly claim and it hasn't
+// expired.
+func (s *Store) Release(ctx context.Context, key string, claim *idemhook.Record) error {
+	old, err := encode("release", claim)
+	if err != nil {
+		return err
+	}
+	res, err := s.release.ExecContext(ctx, key, old, s.nowMillis())
+	return s.casResult("release", key, res, err)
+}
+
+// Extend renews the lease of the pending claim under key to lease from now.
+// It returns [idemhook.ErrNotOwner] unless key still holds exactly claim and
+// it hasn't expired.
+func (s *Store) Extend(ctx context.Context, key string, claim *idemhook.Record, lease time.Duration) error {
+	if err := checkLifetime("extend", lease); err != nil {
+		return err
+	}
+	old, err := encode("extend", claim)
+	if err != nil {
+		return err
+	}
+	res, err := s.extend.ExecContext(ctx, key, old, s.expiry(lease), s.nowMillis())
+	return s.casResult("extend", key, res, err)
+}
+
+func (s *Store) casResult(op, key string, res sql.Result, err error) error {
+	if err != nil {
+		return fmt.Errorf("sqlitestore: %s %q: %w", op, key, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("sqlitestore: %s %q: %w", op, key, err)
+	}
+	if n == 0 {
+		return idemhook.ErrNotOwner
+	}
+	return nil
+}
+
+// Get returns the record under key, or nil when there is none or it has
+// expired.
+func (s *Store) Get(ctx context.Context, key string) (*idemhook.Record, error) {
+	var value []byte
+	err := s.get.QueryRowContext(ctx, key, s.nowMillis()).Scan(&value)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: get %q: %w", key, err)
+	}
+	return decode(key, value)
+}
+
+// Delete removes key whatever it holds and reports whether it held a record
+// that hadn't expired.
+func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
+	var expiresAt int64
+	err := s.del.QueryRowContext(ctx, key).Scan(&expiresAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("sqlitestore: delete %q: %w", key, err)
+	}
+	return expiresAt > s.nowMillis(), nil
+}

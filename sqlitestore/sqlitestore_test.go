@@ -1,0 +1,430 @@
+package sqlitestore_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/sqlitestore"
+	"github.com/idemhook/idemhook/storetest"
+)
+
+// clock is a fake clock shared by the stores of a test. It starts off a
+// millisecond boundary, so that the rounding of expiries to milliseconds is
+// exercised.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.Unix(1_800_000_000, 123_456_789)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+func openDB(tb testing.TB, path string) *sql.DB {
+	tb.Helper()
+	db, err := sqlitestore.Open(path)
+	if err != nil {
+		tb.Fatalf("Open(%q): %v", path, err)
+	}
+	tb.Cleanup(func() { db.Close() })
+	return db
+}
+
+func newStore(tb testing.TB, db *sql.DB, cfg sqlitestore.Config) *sqlitestore.Store {
+	tb.Helper()
+	s, err := sqlitestore.New(db, cfg)
+	if err != nil {
+		tb.Fatalf("New: %v", err)
+	}
+	tb.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	clk := newClock()
+	storetest.Run(t, storetest.Harness{
+		New: func(tb testing.TB) idemhook.Store {
+			db := openDB(tb, filepath.Join(tb.TempDir(), "idemhook.db"))
+			return newStore(tb, db, sqlitestore.Config{Now: clk.Now, SweepInterval: -1})
+		},
+		Advance: clk.Advance,
+	})
+}
+
+// TestConformanceRealClock runs the suite with the real clock, as the
+// gateway does: expiry is then checked with short real lifetimes.
+func TestConformanceRealClock(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for real expiries; skipped with -short")
+	}
+	storetest.Run(t, storetest.Harness{
+		New: func(tb testing.TB) idemhook.Store {
+			db := openDB(tb, filepath.Join(tb.TempDir(), "idemhook.db"))
+			return newStore(tb, db, sqlitestore.Config{})
+		},
+	})
+}
+
+func pending(token string) *idemhook.Record {
+	return &idemhook.Record{State: idemhook.StatePending, Token: token, CreatedAt: time.UnixMilli(1_800_000_000_000)}
+}
+
+func completed(body string) *idemhook.Record {
+	return &idemhook.Record{
+		State:     idemhook.StateCompleted,
+		CreatedAt: time.UnixMilli(1_800_000_000_000),
+		Status:    http.StatusOK,
+		Header:    http.Header{"Content-Type": {"application/json"}},
+		Body:      []byte(body),
+	}
+}
+
+func countRows(t *testing.T, db *sql.DB) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM idem_keys`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestSweep(t *testing.T) {
+	ctx := t.Context()
+	clk := newClock()
+	db := openDB(t, filepath.Join(t.TempDir(), "idemhook.db"))
+	s := newStore(t, db, sqlitestore.Config{Now: clk.Now, SweepInterval: -1})
+
+	// Rows expiring at 1s, 2s, ... 5s from now, plus one completed for an hour.
+	for i := 1; i <= 5; i++ {
+		key := "idem:test:" + string(rune('a'+i))
+		if existing, err := s.Claim(ctx, key, pending(key), time.Duration(i)*time.Second); err != nil || existing != nil {
+			t.Fatalf("Claim(%q): %v, %v", key, existing, err)
+		}
+	}
+	claim := pending("kept")
+	if _, err := s.Claim(ctx, "idem:test:kept", claim, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, "idem:test:kept", claim, completed("{}"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+
+	tests := []struct {
+		advance   time.Duration
+		wantSwept int64
+		wantRows  int
+	}{
+		{0, 0, 6},
+		{999 * time.Millisecond, 0, 6},
+		{time.Millisecond, 1, 5}, // exactly 1s: the first lease has ended
+		{2 * time.Second, 2, 3},  // 3s
+		{time.Minute, 2, 1},
+		{time.Minute, 0, 1},
+	}
+	for i, tt := range tests {
+		clk.Advance(tt.advance)
+		n, err := s.Sweep(ctx)
+		if err != nil {
+			t.Fatalf("step %d: Sweep: %v", i, err)
+		}
+		if n != tt.wantSwept {
+			t.Errorf("step %d: Sweep deleted %d rows, want %d", i, n, tt.wantSwept)
+		}
+		if got := countRows(t, db); got != tt.wantRows {
+			t.Errorf("step %d: %d rows left, want %d", i, got, tt.wantRows)
+		}
+	}
+	got, err := s.Get(ctx, "idem:test:kept")
+	if err != nil || got == nil || string(got.Body) != "{}" {
+		t.Fatalf("the completed record was swept: %v, %v", got, err)
+	}
+}
+
+// TestSweepBatches sweeps more rows than one batch deletes.
+func TestSweepBatches(t *testing.T) {
+	ctx := t.Context()
+	clk := newClock()
+	db := openDB(t, filepath.Join(t.TempDir(), "idemhook.db"))
+	s := newStore(t, db, sqlitestore.Config{Now: clk.Now, SweepInterval: -1})
+	const n = 2500
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	value, _ := pending("x").MarshalBinary()
+	for i := range n {
+		if _, err := tx.Exec(`INSERT INTO idem_keys (key, value, expires_at) VALUES (?, ?, ?)`,
+			"idem:bulk:"+strings.Repeat("k", 1+i%7)+string(rune(0x4e00+i)), value, clk.Now().UnixMilli()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Sweep(ctx)
+	if err != nil || got != n {
+		t.Fatalf("Sweep: %d, %v; want %d, nil", got, err, n)
+	}
+	if rows := countRows(t, db); rows != 0 {
+		t.Fatalf("%d rows left after Sweep", rows)
+	}
+}
+
+// TestSweeper checks that the background sweeper runs, with the real clock
+// and a short interval: the test waits for the rows to go, it doesn't time
+// the sweeper.
+func TestSweeper(t *testing.T) {
+	ctx := t.Context()
+	clk := newClock()
+	db := openDB(t, filepath.Join(t.TempDir(), "idemhook.db"))
+	s := newStore(t, db, sqlitestore.Config{Now: clk.Now, SweepInterval: 5 * time.Millisecond})
+	if _, err := s.Claim(ctx, "idem:test:a", pending("a"), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second)
+	deadline := time.Now().Add(10 * time.Second)
+	for countRows(t, db) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the sweeper did not delete the expired row within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// TestRestart: a duplicate sent after the gateway restarts is still
+// replayed. The store and the database are closed and reopened on the same
+// file; the completed record is still there, the pending claim too (its
+// owner may have died, its lease frees it), and both keep their expiry.
+func TestRestart(t *testing.T) {
+	ctx := t.Context()
+	clk := newClock()
+	path := filepath.Join(t.TempDir(), "idemhook.db")
+
+	db, err := sqlitestore.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sqlitestore.New(db, sqlitestore.Config{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim, done := pending("first"), completed(`{"ok":true}`)
+	if _, err := s.Claim(ctx, "idem:stone:evt_1", claim, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, "idem:stone:evt_1", claim, done, 24*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	running := pending("running")
+	if _, err := s.Claim(ctx, "idem:stone:evt_2", running, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	db2 := openDB(t, path)
+	s2 := newStore(t, db2, sqlitestore.Config{Now: clk.Now})
+	existing, err := s2.Claim(ctx, "idem:stone:evt_1", pending("duplicate"), 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if existing == nil || existing.State != idemhook.StateCompleted || existing.Status != 200 || string(existing.Body) != `{"ok":true}` ||
+		existing.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("after a restart, Claim of a completed key returned %+v, want the stored response", existing)
+	}
+	existing, err = s2.Claim(ctx, "idem:stone:evt_2", pending("duplicate"), 30*time.Second)
+	if err != nil || existing == nil || existing.Token != "running" {
+		t.Fatalf("after a restart, Claim of a pending key: %+v, %v; want the pending claim", existing, err)
+	}
+	// The owner of evt_2 is gone; its lease frees the key.
+	clk.Advance(30 * time.Second)
+	if existing, err := s2.Claim(ctx, "idem:stone:evt_2", pending("retry"), 30*time.Second); err != nil || existing != nil {
+		t.Fatalf("Claim after the lease of the dead owner: %+v, %v; want the claim stored", existing, err)
+	}
+	// And the completed record keeps its TTL.
+	clk.Advance(24 * time.Hour)
+	if got, err := s2.Get(ctx, "idem:stone:evt_1"); err != nil || got != nil {
+		t.Fatalf("Get after the TTL: %+v, %v; want nil", got, err)
+	}
+}
+
+// TestTwoProcesses claims one key from many goroutines through two
+// separate *sql.DB on one file (as two gateway processes would): exactly
+// one wins, and no call fails with SQLITE_BUSY.
+func TestTwoProcesses(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "idemhook.db")
+	stores := []*sqlitestore.Store{
+		newStore(t, openDB(t, path), sqlitestore.Config{}),
+		newStore(t, openDB(t, path), sqlitestore.Config{}),
+	}
+	const keys, racers = 20, 100
+	for k := range keys {
+		key := "idem:test:" + string(rune('A'+k))
+		var wins atomic.Int32
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		errs := make(chan error, racers)
+		for i := range racers {
+			wg.Go(func() {
+				<-start
+				existing, err := stores[i%2].Claim(context.Background(), key, pending(key+string(rune('a'+i%26))), time.Minute)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if existing == nil {
+					wins.Add(1)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Errorf("key %s: Claim: %v", key, err)
+		}
+		if got := wins.Load(); got != 1 {
+			t.Fatalf("key %s: %d claims won, want exactly 1", key, got)
+		}
+	}
+}
+
+func TestCorruptValue(t *testing.T) {
+	ctx := t.Context()
+	db := openDB(t, filepath.Join(t.TempDir(), "idemhook.db"))
+	s := newStore(t, db, sqlitestore.Config{SweepInterval: -1})
+	if _, err := db.Exec(`INSERT INTO idem_keys (key, value, expires_at) VALUES ('idem:test:bad', x'ff00', ?)`,
+		time.Now().Add(time.Hour).UnixMilli()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(ctx, "idem:test:bad", pending("a"), time.Minute); !errors.Is(err, idemhook.ErrCorruptRecord) {
+		t.Errorf("Claim of a corrupt value: got %v, want ErrCorruptRecord", err)
+	}
+	if _, err := s.Get(ctx, "idem:test:bad"); !errors.Is(err, idemhook.ErrCorruptRecord) {
+		t.Errorf("Get of a corrupt value: got %v, want ErrCorruptRecord", err)
+	}
+	if err := s.Complete(ctx, "idem:test:bad", pending("a"), completed(""), time.Minute); !errors.Is(err, idemhook.ErrNotOwner) {
+		t.Errorf("Complete over a corrupt value: got %v, want ErrNotOwner", err)
+	}
+	// Delete clears it, so the next delivery can claim the key.
+	if ok, err := s.Delete(ctx, "idem:test:bad"); err != nil || !ok {
+		t.Fatalf("Delete: %t, %v", ok, err)
+	}
+	if existing, err := s.Claim(ctx, "idem:test:bad", pending("a"), time.Minute); err != nil || existing != nil {
+		t.Fatalf("Claim after Delete: %+v, %v", existing, err)
+	}
+}
+
+func TestNewRejectsNewerSchema(t *testing.T) {
+	db := openDB(t, filepath.Join(t.TempDir(), "idemhook.db"))
+	s := newStore(t, db, sqlitestore.Config{SweepInterval: -1})
+	s.Close()
+	if _, err := db.Exec(`UPDATE idemhook_schema SET version = ? WHERE component = 'sqlitestore'`, sqlitestore.SchemaVersion+1); err != nil {
+		t.Fatal(err)
+	}
+	_, err := sqlitestore.New(db, sqlitestore.Config{SweepInterval: -1})
+	if err == nil || !strings.Contains(err.Error(), "schema version 2") {
+		t.Fatalf("New on a newer schema: got %v, want a schema version error", err)
+	}
+}
+
+func TestInvalidInput(t *testing.T) {
+	ctx := t.Context()
+	db := openDB(t, filepath.Join(t.TempDir(), "idemhook.db"))
+	s := newStore(t, db, sqlitestore.Config{SweepInterval: -1})
+	tests := []struct {
+		name string
+		call func() error
+		want string
+	}{
+		{"claim nil", func() error { _, err := s.Claim(ctx, "k", nil, time.Second); return err }, "nil record"},
+		{"claim zero lease", func() error { _, err := s.Claim(ctx, "k", pending("a"), 0); return err }, "lifetime must be positive"},
+		{"complete bad state", func() error { return s.Complete(ctx, "k", pending("a"), &idemhook.Record{}, time.Second) }, "cannot encode"},
+		{"extend negative", func() error { return s.Extend(ctx, "k", pending("a"), -time.Second) }, "lifetime must be positive"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.call()
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+	if _, err := sqlitestore.New(nil, sqlitestore.Config{}); err == nil {
+		t.Error("New(nil): got nil error")
+	}
+}
+
+func TestOpen(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name    string
+		path    string
+		wantErr string
+	}{
+		{"plain", filepath.Join(dir, "a.db"), ""},
+		{"odd characters", filepath.Join(dir, "we?ird #100%.db"), ""},
+		{"missing directory", filepath.Join(dir, "nope", "a.db"), "does the directory exist"},
+		{"empty", "", "empty path"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			db, err := sqlitestore.Open(tt.path)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Open(%q): got %v, want an error containing %q", tt.path, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Open(%q): %v", tt.path, err)
+			}
+			defer db.Close()
+			if _, err := os.Stat(tt.path); err != nil {
+				t.Errorf("the database file was not created under its name: %v", err)
+			}
+			for pragma, want := range map[string]string{"journal_mode": "wal", "synchronous": "1", "foreign_keys": "1", "busy_timeout": "10000"} {
+				var got string
+				if err := db.QueryRow("PRAGMA " + pragma).Scan(&got); err != nil {
+					t.Fatal(err)
+				}
+				if got != want {
+					t.Errorf("PRAGMA %s = %s, want %s", pragma, got, want)
+				}
+			}
+			if _, err := sqlitestore.New(db, sqlitestore.Config{SweepInterval: -1}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
