@@ -104,6 +104,7 @@ var canonicalTests = []struct {
 	{"duplicate index keys", "{\"1\":1,\"b\":2,\"1\":3,\"b\":4,\"0\":5}", "{\"0\":5,\"1\":3,\"b\":4}", true},
 	{"escaped duplicate key", "{\"a\":1,\"\\u0061\":2}", "{\"a\":2}", true},
 	{"empty containers", " { \"a\" : [ ] , \"b\" : { } } ", "{\"a\":[],\"b\":{}}", true},
+	{"__proto__ is an ordinary key", "{\"__proto__\":1,\"a\":2,\"__proto__\":{\"x\":1}}", "{\"__proto__\":{\"x\":1},\"a\":2}", true},
 	{"top-level string", "\"x\"", "\"x\"", true},
 	{"top-level null", " null ", "null", true},
 	{"empty", "", "", false},
