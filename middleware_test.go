@@ -1,0 +1,971 @@
+package idemhook_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/memstore"
+)
+
+// clock is an injectable time source shared by the store and the middleware.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// logBuffer collects log output safely across goroutines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// env is one middleware over a real store, with everything a test counts.
+type env struct {
+	t     *testing.T
+	clock *clock
+	store idemhook.Store
+	mw    *idemhook.Middleware
+	logs  *logBuffer
+
+	mu         sync.Mutex
+	deliveries []idemhook.DeliveryInfo
+	storeCalls []idemhook.StoreCallInfo
+}
+
+func newEnv(t *testing.T, store idemhook.Store, clk *clock, opts idemhook.Options) *env {
+	t.Helper()
+	e := &env{t: t, clock: clk, store: store, logs: &logBuffer{}}
+	opts.Logger = slog.New(slog.NewTextHandler(e.logs, nil))
+	if clk != nil {
+		opts.Now = clk.Now
+	}
+	opts.OnDelivery = func(di idemhook.DeliveryInfo) {
+		e.mu.Lock()
+		e.deliveries = append(e.deliveries, di)
+		e.mu.Unlock()
+	}
+	userCalls := opts.OnStoreCall
+	opts.OnStoreCall = func(ci idemhook.StoreCallInfo) {
+		e.mu.Lock()
+		e.storeCalls = append(e.storeCalls, ci)
+		e.mu.Unlock()
+		if userCalls != nil {
+			userCalls(ci)
+		}
+	}
+	mw, err := idemhook.New(store, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.mw = mw
+	return e
+}
+
+// newMemEnv is an env over a memory store on an injected clock.
+func newMemEnv(t *testing.T, opts idemhook.Options) *env {
+	t.Helper()
+	clk := newClock()
+	st, err := memstore.New(memstore.Config{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newEnv(t, st, clk, opts)
+}
+
+func (e *env) route(rt idemhook.Route, h http.Handler) http.Handler {
+	e.t.Helper()
+	wrap, err := e.mw.Route(rt)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return wrap(h)
+}
+
+func (e *env) outcomes() []idemhook.Outcome {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []idemhook.Outcome
+	for _, d := range e.deliveries {
+		out = append(out, d.Outcome)
+	}
+	return out
+}
+
+func (e *env) countOutcomes() map[idemhook.Outcome]int {
+	m := map[idemhook.Outcome]int{}
+	for _, o := range e.outcomes() {
+		m[o]++
+	}
+	return m
+}
+
+// counter is a webhook handler that counts its executions.
+type counter struct {
+	n      atomic.Int64
+	status int
+	body   string
+}
+
+func (c *counter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	n := c.n.Add(1)
+	io.Copy(io.Discard, r.Body) //nolint:errcheck
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Set-Cookie", "session=secret")
+	w.Header().Set("X-Not-Replayed", "1")
+	status := c.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	w.WriteHeader(status)
+	if c.body != "" {
+		io.WriteString(w, c.body) //nolint:errcheck
+		return
+	}
+	fmt.Fprintf(w, `{"execution":%d}`, n)
+}
+
+func send(h http.Handler, body string, header ...string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, "/webhook", strings.NewReader(body))
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Add(header[i], header[i+1])
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+func wantOutcomes(t *testing.T, e *env, want ...idemhook.Outcome) {
+	t.Helper()
+	got := e.outcomes()
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("outcomes = %v, want %v", got, want)
+	}
+}
+
+type seedVector struct {
+	Name       string `json:"name"`
+	Body       string `json:"body"`
+	Normalized string `json:"normalized"`
+	Key        string `json:"key"`
+}
+
+func loadSeedVectors(t *testing.T) []seedVector {
+	t.Helper()
+	raw, err := os.ReadFile("../shared/reference/seed-key-vectors.json")
+	if err != nil {
+		t.Fatalf("seed key vectors (the checkout must sit beside shared/): %v", err)
+	}
+	var f struct {
+		Vectors []seedVector `json:"vectors"`
+	}
+	if err := json.Unmarshal(raw, &f); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Vectors) == 0 {
+		t.Fatal("no vectors in seed-key-vectors.json")
+	}
+	return f.Vectors
+}
+
+// The seed's Stone route: body hash, first delivery runs, duplicate replays,
+// and the record sits exactly under the key the NestJS guard used.
+func TestSeedBodyHashRouteUsesTheGuardsKeys(t *testing.T) {
+	for _, v := range loadSeedVectors(t) {
+		t.Run(v.Name, func(t *testing.T) {
+			e := newMemEnv(t, idemhook.Options{})
+			h := &counter{}
+			stone := e.route(idemhook.Route{Source: "stone", TTL: 86400 * time.Second}, h)
+
+			first := send(stone, v.Body)
+			if first.Code != 200 || first.Header().Get(idemhook.ReplayedHeader) != "" {
+				t.Fatalf("first delivery: %d %v", first.Code, first.Header())
+			}
+			rec, err := e.store.Get(t.Context(), v.Key)
+			if err != nil || rec == nil || rec.State != idemhook.StateCompleted {
+				t.Fatalf("no completed record under the seed's key %s: %v %v", v.Key, rec, err)
+			}
+			dup := send(stone, v.Body)
+			if dup.Code != 200 || dup.Body.String() != first.Body.String() || dup.Header().Get(idemhook.ReplayedHeader) != "true" {
+				t.Fatalf("duplicate: %d %q %v", dup.Code, dup.Body, dup.Header())
+			}
+			if n := h.n.Load(); n != 1 {
+				t.Fatalf("handler ran %d times, want 1", n)
+			}
+			// The normalized text, sent as is, is the same event.
+			if v.Normalized != v.Body {
+				send(stone, v.Normalized)
+				if n := h.n.Load(); n != 1 {
+					t.Fatalf("normalized body ran the handler again (%d)", n)
+				}
+			}
+			if di := e.deliveries[0]; di.StoreKey != v.Key || di.Key != strings.TrimPrefix(v.Key, "idem:stone:") {
+				t.Fatalf("DeliveryInfo keys = %q %q", di.StoreKey, di.Key)
+			}
+		})
+	}
+}
+
+// The seed's Stripe route keys on the stripe-signature header, verbatim; the
+// WhatsApp route on the body hash under its own source.
+func TestSeedHeaderAndWhatsAppRoutes(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	h := &counter{}
+	stripe := e.route(idemhook.Route{Source: "stripe", Header: "stripe-signature"}, h)
+	whatsapp := e.route(idemhook.Route{Source: "whatsapp"}, h)
+
+	sig := "t=1492774577,v1=5257a869e7ecebeda32affa62cdca3fa51cad7e77a0e56ff536d0ce8e108d8bd"
+	body := `{"id":"evt_1","object":"event"}`
+	send(stripe, body, "Stripe-Signature", sig)
+	send(stripe, body, "Stripe-Signature", sig)
+	if rec, _ := e.store.Get(t.Context(), "idem:stripe:"+sig); rec == nil {
+		t.Fatal("no record under idem:stripe:<signature>")
+	}
+	vectors := loadSeedVectors(t)
+	evo := vectors[len(vectors)-1]
+	send(whatsapp, evo.Body)
+	send(whatsapp, evo.Body)
+	key := "idem:whatsapp:" + strings.TrimPrefix(evo.Key, "idem:stone:")
+	if rec, _ := e.store.Get(t.Context(), key); rec == nil {
+		t.Fatalf("no record under %s", key)
+	}
+	if n := h.n.Load(); n != 2 {
+		t.Fatalf("handler ran %d times, want 2 (once per event)", n)
+	}
+	wantOutcomes(t, e, idemhook.OutcomeProcessed, idemhook.OutcomeReplayed, idemhook.OutcomeProcessed, idemhook.OutcomeReplayed)
+}
+
+func TestSeedDefaultHeaderIdempotencyKey(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	h := &counter{}
+	route := e.route(idemhook.Route{Source: "marketplace"}, h)
+	send(route, `{"a":1}`, "Idempotency-Key", `"order-42"`) // RFC 8941 string: unquoted
+	send(route, `{"a":1}`, "idempotency-key", "order-42")
+	if rec, _ := e.store.Get(t.Context(), "idem:marketplace:order-42"); rec == nil {
+		t.Fatal("no record under idem:marketplace:order-42")
+	}
+	if n := h.n.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+}
+
+func TestSeedRouteWithoutSourcePassesThrough(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	h := &counter{}
+	route := e.route(idemhook.Route{}, h)
+	for range 2 {
+		if rec := send(route, `{"id":1}`); rec.Code != 200 {
+			t.Fatalf("status %d", rec.Code)
+		}
+	}
+	if n := h.n.Load(); n != 2 {
+		t.Fatalf("handler ran %d times, want 2 (no protection without a source)", n)
+	}
+	if got := strings.Count(e.logs.String(), `level=WARN msg="WebhookIdempotencyGuard key resolution failed: `); got != 2 {
+		t.Fatalf("want 2 key resolution WARNs, logs:\n%s", e.logs)
+	}
+	wantOutcomes(t, e, idemhook.OutcomeKeyError, idemhook.OutcomeKeyError)
+}
+
+func TestReplayFidelity(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	h := &counter{status: http.StatusCreated, body: `{"received":true}`}
+	route := e.route(idemhook.Route{Source: "stone", ReplayHeaders: []string{"Content-Type", "X-Trace"}}, h)
+	first := send(route, `{"id":"a"}`)
+	dup := send(route, `{"id":"a"}`)
+	if dup.Code != http.StatusCreated || dup.Body.String() != `{"received":true}` {
+		t.Fatalf("replay: %d %q", dup.Code, dup.Body)
+	}
+	if first.Header().Get("Set-Cookie") == "" {
+		t.Fatal("the first caller must get the handler's headers untouched")
+	}
+	for name, want := range map[string]string{
+		"Content-Type":        "application/json",
+		"Idempotent-Replayed": "true",
+		"Content-Length":      "17",
+		"Set-Cookie":          "",
+		"X-Not-Replayed":      "",
+		"X-Trace":             "",
+	} {
+		if got := dup.Header().Get(name); got != want {
+			t.Errorf("replayed %s = %q, want %q", name, got, want)
+		}
+	}
+}
+
+func TestRouteRejectsHeadersThatAreNeverReplayed(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	for _, name := range []string{"Set-Cookie", "authorization", "Transfer-Encoding"} {
+		if _, err := e.mw.Route(idemhook.Route{Source: "s", ReplayHeaders: []string{name}}); err == nil {
+			t.Errorf("ReplayHeaders %s accepted", name)
+		}
+	}
+}
+
+func TestRouteValidation(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	tests := []struct {
+		give idemhook.Route
+		want string
+	}{
+		{idemhook.Route{Source: "s", InFlight: "queue"}, `InFlight "queue" is not one of proceed, wait, reject`},
+		{idemhook.Route{Source: "s", OnStoreError: "maybe"}, `OnStoreError "maybe" is not one of open, closed`},
+		{idemhook.Route{Source: "s", TTL: -time.Second}, "TTL -1s is negative"},
+		{idemhook.Route{Source: "a:b"}, "must not contain ':'"},
+		{idemhook.Route{Source: "s", MaxBodyBytes: -1}, "must not be negative"},
+		{idemhook.Route{Source: "s", Preset: &idemhook.Preset{Name: "p", DuplicateStatus: 500}}, "DuplicateStatus 500 is not a 2xx status"},
+	}
+	for _, tt := range tests {
+		_, err := e.mw.Route(tt.give)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Route(%+v) error = %v, want it to contain %q", tt.give, err, tt.want)
+		}
+	}
+	if _, err := idemhook.New(nil, idemhook.Options{}); err == nil {
+		t.Error("New(nil store) accepted")
+	}
+}
+
+// blocker is a handler that holds every execution until released.
+type blocker struct {
+	n       atomic.Int64
+	started chan struct{}
+	release chan struct{}
+	status  atomic.Int64
+}
+
+func newBlocker() *blocker {
+	return &blocker{started: make(chan struct{}, 1000), release: make(chan struct{})}
+}
+
+func (b *blocker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	n := b.n.Add(1)
+	b.started <- struct{}{}
+	<-b.release
+	if s := b.status.Load(); s != 0 && n == 1 {
+		w.WriteHeader(int(s))
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain")
+	fmt.Fprintf(w, "execution %d", n)
+}
+
+func TestInFlightProceedRunsTheHandlerAgain(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	b := newBlocker()
+	route := e.route(idemhook.Route{Source: "stone"}, b)
+	done := make(chan *httptest.ResponseRecorder)
+	go func() { done <- send(route, `{"id":1}`) }()
+	<-b.started
+	go func() { done <- send(route, `{"id":1}`) }()
+	<-b.started // the duplicate runs while the first is still running
+	close(b.release)
+	<-done
+	<-done
+	if n := b.n.Load(); n != 2 {
+		t.Fatalf("handler ran %d times, want 2", n)
+	}
+	if c := e.countOutcomes(); c[idemhook.OutcomeProcessed] != 1 || c[idemhook.OutcomeInFlightProceeded] != 1 {
+		t.Fatalf("outcomes %v", c)
+	}
+}
+
+// concurrentDuplicates sends n copies of one event at once through a real
+// HTTP server; the handler is held until every copy has made its claim.
+func concurrentDuplicates(t *testing.T, policy idemhook.InFlightPolicy, n int) (*env, *blocker, []*http.Response, []string) {
+	t.Helper()
+	b := newBlocker()
+	var claims atomic.Int64
+	allClaimed := make(chan struct{})
+	clk := newClock()
+	st, err := memstore.New(memstore.Config{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, st, clk, idemhook.Options{OnStoreCall: func(ci idemhook.StoreCallInfo) {
+		if ci.Op == "claim" && claims.Add(1) == int64(n) {
+			close(allClaimed)
+		}
+	}})
+	srv := httptest.NewServer(e.route(idemhook.Route{Source: "stone", InFlight: policy, WaitTimeout: time.Minute}, b))
+	t.Cleanup(srv.Close)
+	go func() {
+		<-allClaimed
+		close(b.release)
+	}()
+	resps := make([]*http.Response, n)
+	bodies := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			resp, err := srv.Client().Post(srv.URL, "application/json", strings.NewReader(`{"id":"evt_concurrent"}`))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			resps[i], bodies[i] = resp, string(body)
+		})
+	}
+	wg.Wait()
+	return e, b, resps, bodies
+}
+
+func TestInFlightWaitExecutesOnceAndAllGetTheSameResponse(t *testing.T) {
+	e, b, resps, bodies := concurrentDuplicates(t, idemhook.InFlightWait, 100)
+	if n := b.n.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+	for i, resp := range resps {
+		if resp == nil || resp.StatusCode != 200 || bodies[i] != "execution 1" {
+			t.Fatalf("response %d: %v %q", i, resp, bodies[i])
+		}
+	}
+	c := e.countOutcomes()
+	if c[idemhook.OutcomeProcessed] != 1 || c[idemhook.OutcomeInFlightWaited]+c[idemhook.OutcomeReplayed] != 99 {
+		t.Fatalf("outcomes %v", c)
+	}
+}
+
+func TestInFlightRejectExecutesOnce(t *testing.T) {
+	e, b, resps, bodies := concurrentDuplicates(t, idemhook.InFlightReject, 100)
+	if n := b.n.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+	var ok, rejected int
+	for i, resp := range resps {
+		switch {
+		case resp.StatusCode == 200 && bodies[i] == "execution 1":
+			ok++
+		case resp.StatusCode == http.StatusConflict:
+			rejected++
+			if resp.Header.Get("Retry-After") != "5" || resp.Header.Get("Content-Type") != "application/problem+json" ||
+				!strings.Contains(bodies[i], `"status":409`) {
+				t.Fatalf("409 answer: %v %s", resp.Header, bodies[i])
+			}
+		default:
+			t.Fatalf("response %d: %d %q", i, resp.StatusCode, bodies[i])
+		}
+	}
+	if ok < 1 || ok+rejected != 100 {
+		t.Fatalf("ok %d, rejected %d", ok, rejected)
+	}
+	if c := e.countOutcomes(); c[idemhook.OutcomeInFlightRejected] != rejected {
+		t.Fatalf("outcomes %v, rejected %d", c, rejected)
+	}
+}
+
+// A waiter takes over when the first delivery fails.
+func TestInFlightWaitTakesOverAfterAFailure(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	b := newBlocker()
+	b.status.Store(http.StatusInternalServerError)
+	route := e.route(idemhook.Route{Source: "stone", InFlight: idemhook.InFlightWait, WaitTimeout: time.Minute}, b)
+	first := make(chan *httptest.ResponseRecorder)
+	go func() { first <- send(route, `{"id":1}`) }()
+	<-b.started
+	second := make(chan *httptest.ResponseRecorder)
+	go func() { second <- send(route, `{"id":1}`) }()
+	close(b.release) // the first fails with 500 and releases; the waiter claims and runs
+	if r := <-first; r.Code != 500 {
+		t.Fatalf("first: %d", r.Code)
+	}
+	r := <-second
+	if r.Code != 200 || r.Body.String() != "execution 2" {
+		t.Fatalf("waiter: %d %q", r.Code, r.Body)
+	}
+	// The waiter may have arrived after the release and simply claimed;
+	// either way the handler ran exactly twice and the success is stored.
+	if n := b.n.Load(); n != 2 {
+		t.Fatalf("handler ran %d times, want 2", n)
+	}
+	if r := send(route, `{"id":1}`); r.Body.String() != "execution 2" || r.Header().Get(idemhook.ReplayedHeader) != "true" {
+		t.Fatalf("after: %q %v", r.Body, r.Header())
+	}
+}
+
+// A waiter takes over a claim whose lease lapsed (its owner crashed).
+func TestInFlightWaitTakesOverALapsedLease(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{Lease: 30 * time.Second})
+	h := &counter{}
+	route := e.route(idemhook.Route{Source: "stone", InFlight: idemhook.InFlightWait, WaitTimeout: time.Minute}, h)
+	body := `{"id":"crashed"}`
+	key := idemhook.StoreKey("stone", idemhook.BodyKey([]byte(body)))
+	stale := &idemhook.Record{State: idemhook.StatePending, Token: "crashed-process", CreatedAt: e.clock.Now()}
+	if existing, err := e.store.Claim(t.Context(), key, stale, 30*time.Second); err != nil || existing != nil {
+		t.Fatal(existing, err)
+	}
+	go func() {
+		// Let the waiter poll at least once against the live claim, then
+		// move the clock past the lease.
+		for {
+			e.mu.Lock()
+			polled := len(e.storeCalls) >= 2
+			e.mu.Unlock()
+			if polled {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		e.clock.Advance(31 * time.Second)
+	}()
+	r := send(route, body)
+	if r.Code != 200 || h.n.Load() != 1 {
+		t.Fatalf("waiter: %d, handler ran %d times", r.Code, h.n.Load())
+	}
+	wantOutcomes(t, e, idemhook.OutcomeProcessed)
+}
+
+func TestInFlightWaitTimesOutAndProceeds(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	b := newBlocker()
+	route := e.route(idemhook.Route{Source: "stone", InFlight: idemhook.InFlightWait, WaitTimeout: 20 * time.Millisecond}, b)
+	first := make(chan *httptest.ResponseRecorder)
+	go func() { first <- send(route, `{"id":1}`) }()
+	<-b.started
+	second := make(chan *httptest.ResponseRecorder)
+	go func() { second <- send(route, `{"id":1}`) }()
+	<-b.started // the waiter gave up and runs the handler itself
+	close(b.release)
+	<-first
+	<-second
+	if c := e.countOutcomes(); c[idemhook.OutcomeProcessed] != 1 || c[idemhook.OutcomeInFlightProceeded] != 1 {
+		t.Fatalf("outcomes %v", c)
+	}
+}
+
+func TestFailuresReleaseTheClaim(t *testing.T) {
+	for _, status := range []int{500, 502, 503, 408, 429} {
+		t.Run(fmt.Sprint(status), func(t *testing.T) {
+			e := newMemEnv(t, idemhook.Options{})
+			h := &counter{status: status}
+			route := e.route(idemhook.Route{Source: "stone"}, h)
+			if r := send(route, `{"id":1}`); r.Code != status {
+				t.Fatalf("first: %d", r.Code)
+			}
+			h.status = 200
+			if r := send(route, `{"id":1}`); r.Code != 200 || r.Header().Get(idemhook.ReplayedHeader) != "" {
+				t.Fatalf("retry: %d %v", r.Code, r.Header())
+			}
+			if r := send(route, `{"id":1}`); r.Header().Get(idemhook.ReplayedHeader) != "true" {
+				t.Fatal("success after the retry was not stored")
+			}
+			if n := h.n.Load(); n != 2 {
+				t.Fatalf("handler ran %d times, want 2", n)
+			}
+			wantOutcomes(t, e, idemhook.OutcomeFailedReleased, idemhook.OutcomeProcessed, idemhook.OutcomeReplayed)
+		})
+	}
+}
+
+func TestFinalAnswersAreStored(t *testing.T) {
+	for _, status := range []int{200, 201, 202, 204, 400, 404, 409, 422} {
+		e := newMemEnv(t, idemhook.Options{})
+		h := &counter{status: status}
+		route := e.route(idemhook.Route{Source: "stone"}, h)
+		send(route, `{"id":1}`)
+		if r := send(route, `{"id":1}`); r.Code != status || r.Header().Get(idemhook.ReplayedHeader) != "true" {
+			t.Fatalf("status %d: replay %d %v", status, r.Code, r.Header())
+		}
+		if n := h.n.Load(); n != 1 {
+			t.Fatalf("status %d: handler ran %d times", status, n)
+		}
+	}
+}
+
+func TestPanicReleasesAndRepanics(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	var calls atomic.Int64
+	route := e.route(idemhook.Route{Source: "stone"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			panic("boom")
+		}
+		w.WriteHeader(200)
+	}))
+	func() {
+		defer func() {
+			if p := recover(); p != "boom" {
+				t.Fatalf("recovered %v, want the handler's panic", p)
+			}
+		}()
+		send(route, `{"id":1}`)
+	}()
+	if r := send(route, `{"id":1}`); r.Code != 200 || calls.Load() != 2 {
+		t.Fatalf("retry after panic: %d, calls %d", r.Code, calls.Load())
+	}
+	wantOutcomes(t, e, idemhook.OutcomeFailedReleased, idemhook.OutcomeProcessed)
+}
+
+// A delivery whose sender is gone before the handler answered is released.
+func TestDeliveryCutShortIsReleased(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	var calls atomic.Int64
+	ctx, cancel := context.WithCancel(t.Context())
+	route := e.route(idemhook.Route{Source: "stone"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			cancel() // the provider hung up
+			<-r.Context().Done()
+			return // nothing written
+		}
+		io.WriteString(w, "ok") //nolint:errcheck
+	}))
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/", strings.NewReader(`{"id":1}`))
+	route.ServeHTTP(httptest.NewRecorder(), req)
+	if r := send(route, `{"id":1}`); r.Code != 200 || r.Body.String() != "ok" {
+		t.Fatalf("retry: %d %q", r.Code, r.Body)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("handler ran %d times, want 2", n)
+	}
+	e.mu.Lock()
+	first := e.deliveries[0]
+	e.mu.Unlock()
+	if first.Outcome != idemhook.OutcomeFailedReleased || first.Err == nil || !strings.Contains(first.Err.Error(), "cut short") {
+		t.Fatalf("first delivery: %v %v", first.Outcome, first.Err)
+	}
+}
+
+func TestHeaderKeyWithADifferentBodyIs422(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	h := &counter{}
+	route := e.route(idemhook.Route{Source: "billing"}, h)
+	send(route, `{"amount":100}`, "Idempotency-Key", "k1")
+	r := send(route, `{"amount":999}`, "Idempotency-Key", "k1")
+	if r.Code != http.StatusUnprocessableEntity || r.Header().Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("mismatch: %d %v %s", r.Code, r.Header(), r.Body)
+	}
+	var problem map[string]any
+	if err := json.Unmarshal(r.Body.Bytes(), &problem); err != nil || problem["status"] != float64(422) || problem["title"] == "" {
+		t.Fatalf("problem body %s: %v", r.Body, err)
+	}
+	// The same JSON, pretty-printed, is the same body.
+	if r := send(route, "{\n  \"amount\": 100\n}", "Idempotency-Key", "k1"); r.Code != 200 || r.Header().Get(idemhook.ReplayedHeader) != "true" {
+		t.Fatalf("pretty-printed same body: %d", r.Code)
+	}
+	if n := h.n.Load(); n != 1 {
+		t.Fatalf("handler ran %d times", n)
+	}
+	wantOutcomes(t, e, idemhook.OutcomeProcessed, idemhook.OutcomeMismatch, idemhook.OutcomeReplayed)
+}
+
+func TestBodyLimit(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	h := &counter{}
+	route := e.route(idemhook.Route{Source: "stone", MaxBodyBytes: 16}, h)
+	tests := []struct {
+		name    string
+		body    io.Reader
+		wantLen int64
+	}{
+		{"declared length", strings.NewReader(strings.Repeat("x", 17)), 17},
+		{"chunked", io.MultiReader(strings.NewReader(strings.Repeat("y", 40))), -1},
+	}
+	for _, tt := range tests {
+		req := httptest.NewRequest(http.MethodPost, "/", tt.body)
+		req.ContentLength = tt.wantLen
+		rec := httptest.NewRecorder()
+		route.ServeHTTP(rec, req)
+		if rec.Code != http.StatusRequestEntityTooLarge || !strings.Contains(rec.Body.String(), "exceeds the limit of 16 bytes") {
+			t.Fatalf("%s: %d %s", tt.name, rec.Code, rec.Body)
+		}
+	}
+	if h.n.Load() != 0 || e.store.(*memstore.Store).Len() != 0 {
+		t.Fatalf("handler ran %d times, store holds %d keys: want nothing", h.n.Load(), e.store.(*memstore.Store).Len())
+	}
+	if r := send(route, strings.Repeat("z", 16)); r.Code != 200 {
+		t.Fatalf("body at the limit: %d", r.Code)
+	}
+	wantOutcomes(t, e, idemhook.OutcomeTooLarge, idemhook.OutcomeTooLarge, idemhook.OutcomeProcessed)
+}
+
+func TestHandlerGetsTheBodyUnchanged(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	body := "{\n  \"pretty\": true,\n  \"n\": 1.50\n}"
+	var got []byte
+	var gotLen int64
+	route := e.route(idemhook.Route{Source: "stone"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, _ = io.ReadAll(r.Body)
+		gotLen = r.ContentLength
+		again, _ := r.GetBody()
+		if b, _ := io.ReadAll(again); string(b) != body {
+			t.Errorf("GetBody gave %q", b)
+		}
+	}))
+	send(route, body)
+	if string(got) != body || gotLen != int64(len(body)) {
+		t.Fatalf("handler got %q (len %d), want %q", got, gotLen, body)
+	}
+}
+
+func TestLargeResponseIsSentInFullButNotStored(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	big := strings.Repeat("b", 100)
+	route := e.route(idemhook.Route{Source: "stone", MaxStoredBodyBytes: 64}, &counter{status: 202, body: big})
+	first := send(route, `{"id":1}`)
+	if first.Code != 202 || first.Body.String() != big {
+		t.Fatalf("first: %d, %d bytes", first.Code, first.Body.Len())
+	}
+	dup := send(route, `{"id":1}`)
+	if dup.Code != 202 || dup.Body.Len() != 0 || dup.Header().Get("Content-Type") != "application/json" || dup.Header().Get(idemhook.ReplayedHeader) != "true" {
+		t.Fatalf("replay of an oversized response: %d %q %v", dup.Code, dup.Body, dup.Header())
+	}
+	rec, _ := e.store.Get(t.Context(), idemhook.StoreKey("stone", idemhook.BodyKey([]byte(`{"id":1}`))))
+	if rec == nil || !rec.BodyOmitted || len(rec.Body) != 0 {
+		t.Fatalf("record %+v", rec)
+	}
+}
+
+func TestTTLExpiryWithInjectedClock(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	h := &counter{}
+	route := e.route(idemhook.Route{Source: "stone", TTL: time.Hour}, h)
+	send(route, `{"id":1}`)
+	e.clock.Advance(59 * time.Minute)
+	send(route, `{"id":1}`)
+	if n := h.n.Load(); n != 1 {
+		t.Fatalf("handler ran %d times within the TTL", n)
+	}
+	e.clock.Advance(2 * time.Minute)
+	if r := send(route, `{"id":1}`); r.Header().Get(idemhook.ReplayedHeader) != "" {
+		t.Fatal("replayed after the TTL")
+	}
+	if n := h.n.Load(); n != 2 {
+		t.Fatalf("handler ran %d times, want 2 after expiry", n)
+	}
+}
+
+func TestSafeMethodsPassThrough(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	h := &counter{}
+	route := e.route(idemhook.Route{Source: "stone"}, h)
+	for range 2 {
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		route.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	if h.n.Load() != 2 || len(e.outcomes()) != 0 {
+		t.Fatalf("GET: handler ran %d times, outcomes %v", h.n.Load(), e.outcomes())
+	}
+}
+
+func TestPresetVerifyKeyAndDuplicateStatus(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	h := &counter{}
+	preset := &idemhook.Preset{
+		Name: "acme",
+		Verify: func(r *http.Request, body []byte) error {
+			if r.Header.Get("X-Acme-Token") != "s3cret" {
+				return errors.New("bad token")
+			}
+			return nil
+		},
+		Key: func(r *http.Request, body []byte) (string, error) {
+			var ev struct{ ID string }
+			if err := json.Unmarshal(body, &ev); err != nil {
+				return "", err
+			}
+			return ev.ID, nil
+		},
+		DuplicateStatus: http.StatusAccepted,
+	}
+	route := e.route(idemhook.Route{Source: "acme", Preset: preset}, h)
+
+	forged := send(route, `{"ID":"evt_1"}`, "X-Acme-Token", "guess")
+	if forged.Code != 401 || !strings.Contains(forged.Body.String(), "bad token") {
+		t.Fatalf("forged: %d %s", forged.Code, forged.Body)
+	}
+	if e.store.(*memstore.Store).Len() != 0 || h.n.Load() != 0 {
+		t.Fatal("a forged request claimed a key or ran the handler")
+	}
+	send(route, `{"ID":"evt_1","attempt":1}`, "X-Acme-Token", "s3cret")
+	// A retry with a different envelope: preset keys replay, never 422.
+	dup := send(route, `{"ID":"evt_1","attempt":2}`, "X-Acme-Token", "s3cret")
+	if dup.Code != http.StatusAccepted || dup.Header().Get(idemhook.ReplayedHeader) != "true" {
+		t.Fatalf("duplicate: %d %v", dup.Code, dup.Header())
+	}
+	if rec, _ := e.store.Get(t.Context(), "idem:acme:evt_1"); rec == nil {
+		t.Fatal("no record under the preset's key")
+	}
+	// An unparseable body is a key error: the handler runs unprotected.
+	send(route, `not json`, "X-Acme-Token", "s3cret")
+	if n := h.n.Load(); n != 2 {
+		t.Fatalf("handler ran %d times, want 2", n)
+	}
+	wantOutcomes(t, e, idemhook.OutcomeSignatureInvalid, idemhook.OutcomeProcessed, idemhook.OutcomeReplayed, idemhook.OutcomeKeyError)
+}
+
+// failingStore is a real memory store with one operation made to fail, to
+// drive the error paths that a live server only reaches by accident.
+type failingStore struct {
+	*memstore.Store
+	fail map[string]error
+}
+
+func (f *failingStore) Name() string { return "Flaky" }
+
+func (f *failingStore) Claim(ctx context.Context, key string, claim *idemhook.Record, lease time.Duration) (*idemhook.Record, error) {
+	if err := f.fail["claim"]; err != nil {
+		return nil, err
+	}
+	return f.Store.Claim(ctx, key, claim, lease)
+}
+
+func (f *failingStore) Complete(ctx context.Context, key string, claim, done *idemhook.Record, ttl time.Duration) error {
+	if err := f.fail["complete"]; err != nil {
+		return err
+	}
+	return f.Store.Complete(ctx, key, claim, done, ttl)
+}
+
+func newFailingEnv(t *testing.T, fail map[string]error, opts idemhook.Options) *env {
+	clk := newClock()
+	st, err := memstore.New(memstore.Config{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newEnv(t, &failingStore{Store: st, fail: fail}, clk, opts)
+}
+
+func TestStoreErrorFailOpenAndClosed(t *testing.T) {
+	down := errors.New("connection refused")
+	e := newFailingEnv(t, map[string]error{"claim": down}, idemhook.Options{})
+	h := &counter{}
+	open := e.route(idemhook.Route{Source: "stone"}, h)
+	closed := e.route(idemhook.Route{Source: "stone", OnStoreError: idemhook.StoreErrorClosed}, h)
+
+	if r := send(open, `{"id":1}`); r.Code != 200 {
+		t.Fatalf("open: %d", r.Code)
+	}
+	r := send(closed, `{"id":1}`)
+	if r.Code != http.StatusServiceUnavailable || r.Header().Get("Retry-After") == "" || r.Header().Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("closed: %d %v", r.Code, r.Header())
+	}
+	if n := h.n.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1 (open only)", n)
+	}
+	if !strings.Contains(e.logs.String(), `msg="WebhookIdempotencyGuard Flaky error for key=idem:stone:sha256:`) {
+		t.Fatalf("missing store error WARN:\n%s", e.logs)
+	}
+	wantOutcomes(t, e, idemhook.OutcomeStoreErrorOpen, idemhook.OutcomeStoreErrorClosed)
+}
+
+func TestCacheWriteFailureIsLogged(t *testing.T) {
+	e := newFailingEnv(t, map[string]error{"complete": errors.New("disk full")}, idemhook.Options{})
+	route := e.route(idemhook.Route{Source: "stone"}, &counter{})
+	if r := send(route, `{"id":1}`); r.Code != 200 {
+		t.Fatalf("status %d", r.Code)
+	}
+	if !strings.Contains(e.logs.String(), `msg="WebhookIdempotencyInterceptor cache write failed for key=idem:stone:sha256:`) {
+		t.Fatalf("missing cache write WARN:\n%s", e.logs)
+	}
+}
+
+func TestCorruptRecordIsParseErrorAndRunsTheHandler(t *testing.T) {
+	e := newFailingEnv(t, map[string]error{"claim": fmt.Errorf("decode: %w", idemhook.ErrCorruptRecord)}, idemhook.Options{})
+	h := &counter{}
+	route := e.route(idemhook.Route{Source: "stone", OnStoreError: idemhook.StoreErrorClosed}, h)
+	if r := send(route, `{"id":1}`); r.Code != 200 || h.n.Load() != 1 {
+		t.Fatalf("status %d, handler ran %d times", r.Code, h.n.Load())
+	}
+	if !strings.Contains(e.logs.String(), `msg="WebhookIdempotencyGuard cached value parse error for key=idem:stone:sha256:`) {
+		t.Fatalf("missing parse error WARN:\n%s", e.logs)
+	}
+}
+
+func TestBreakerSkipsADeadStore(t *testing.T) {
+	var changes []bool
+	e := newFailingEnv(t, map[string]error{"claim": errors.New("i/o timeout")}, idemhook.Options{
+		BreakerThreshold: 3,
+		BreakerCooldown:  time.Second,
+		OnBreakerChange:  func(open bool) { changes = append(changes, open) },
+	})
+	h := &counter{}
+	route := e.route(idemhook.Route{Source: "stone"}, h)
+	for range 10 {
+		send(route, `{"id":1}`)
+	}
+	var called, skipped int
+	for _, c := range e.storeCalls {
+		if c.Skipped {
+			skipped++
+		} else {
+			called++
+		}
+	}
+	if called != 3 || skipped != 7 || !e.mw.BreakerOpen() {
+		t.Fatalf("store called %d times, skipped %d, open %v: want 3, 7, true", called, skipped, e.mw.BreakerOpen())
+	}
+	if h.n.Load() != 10 {
+		t.Fatalf("handler ran %d times, want 10 (fail-open)", h.n.Load())
+	}
+	// The store comes back; after the cooldown one probe closes the breaker.
+	e.store.(*failingStore).fail = nil
+	e.clock.Advance(time.Second)
+	send(route, `{"id":2}`)
+	send(route, `{"id":2}`)
+	if e.mw.BreakerOpen() || h.n.Load() != 11 {
+		t.Fatalf("after recovery: open %v, handler ran %d times", e.mw.BreakerOpen(), h.n.Load())
+	}
+	if fmt.Sprint(changes) != "[true false]" {
+		t.Fatalf("breaker changes %v", changes)
+	}
+}
+
+func TestEveryDeliveryHasExactlyOneOutcome(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	route := e.route(idemhook.Route{Source: "stone", MaxBodyBytes: 64}, &counter{})
+	bodies := []string{`{"id":1}`, `{"id":1}`, `{"id":2}`, strings.Repeat("x", 65)}
+	for _, b := range bodies {
+		send(route, b)
+	}
+	if got := len(e.outcomes()); got != len(bodies) {
+		t.Fatalf("%d outcomes for %d deliveries", got, len(bodies))
+	}
+	for _, d := range e.deliveries {
+		if d.Status == 0 || d.Source != "stone" {
+			t.Fatalf("delivery info %+v", d)
+		}
+	}
+	if d := e.deliveries[0]; d.RequestBytes != 8 || d.ResponseBytes != int64(len(`{"execution":1}`)) {
+		t.Fatalf("sizes %d %d", d.RequestBytes, d.ResponseBytes)
+	}
+}

@@ -1,0 +1,113 @@
+package idemhook_test
+
+import (
+	"bytes"
+	"errors"
+	"net/http"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/idemhook/idemhook"
+)
+
+func TestRecordRoundTrip(t *testing.T) {
+	fp := [idemhook.FingerprintSize]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+	created := time.UnixMilli(1_764_000_000_123)
+	tests := []struct {
+		name string
+		give idemhook.Record
+	}{
+		{"pending", idemhook.Record{State: idemhook.StatePending, Token: "0123456789abcdef", Fingerprint: fp, CreatedAt: created}},
+		{"pending without fingerprint", idemhook.Record{State: idemhook.StatePending, Token: "t", CreatedAt: created}},
+		{"completed", idemhook.Record{
+			State: idemhook.StateCompleted, Fingerprint: fp, CreatedAt: created, Status: 201,
+			Header: http.Header{"Content-Type": {"application/json"}, "X-Multi": {"a", "b"}},
+			Body:   []byte(`{"ok":true}`),
+		}},
+		{"completed empty", idemhook.Record{State: idemhook.StateCompleted, Status: 204}},
+		{"body omitted", idemhook.Record{State: idemhook.StateCompleted, Status: 200, BodyOmitted: true, CreatedAt: created}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := tt.give.MarshalBinary()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := idemhook.DecodeRecord(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(*got, tt.give) {
+				t.Fatalf("round trip:\n got %+v\nwant %+v", *got, tt.give)
+			}
+			again, _ := got.MarshalBinary()
+			if !bytes.Equal(again, b) {
+				t.Fatal("encoding is not deterministic")
+			}
+		})
+	}
+}
+
+func TestRecordDecodeRejectsCorruptValues(t *testing.T) {
+	good, _ := (&idemhook.Record{State: idemhook.StateCompleted, Status: 200, Body: []byte("hello")}).MarshalBinary()
+	tests := []struct {
+		name string
+		give []byte
+	}{
+		{"empty", nil},
+		{"json left by another writer", []byte(`{"statusCode":200,"body":{"ok":true}}`)},
+		{"unknown version", append([]byte{9}, good[1:]...)},
+		{"unknown state", append([]byte{1, 7}, good[2:]...)},
+		{"unknown flag", append([]byte{1, 2, 0x80}, good[3:]...)},
+		{"truncated", good[:len(good)-2]},
+		{"trailing bytes", append(append([]byte{}, good...), 0)},
+		{"bad status", []byte{1, 2, 0, 0, 5, 0, 0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := idemhook.DecodeRecord(tt.give)
+			if !errors.Is(err, idemhook.ErrCorruptRecord) {
+				t.Fatalf("err = %v, want ErrCorruptRecord", err)
+			}
+		})
+	}
+}
+
+func TestRecordMarshalRejectsUnknownState(t *testing.T) {
+	if _, err := (&idemhook.Record{}).MarshalBinary(); err == nil {
+		t.Fatal("encoded a record without a state")
+	}
+}
+
+func FuzzDecodeRecord(f *testing.F) {
+	for _, r := range []idemhook.Record{
+		{State: idemhook.StatePending, Token: "tok", CreatedAt: time.UnixMilli(5)},
+		{State: idemhook.StateCompleted, Status: 200, Header: http.Header{"Content-Type": {"text/plain"}}, Body: []byte("x")},
+		{State: idemhook.StateCompleted, Status: 200, BodyOmitted: true, Fingerprint: [16]byte{1}},
+	} {
+		b, _ := r.MarshalBinary()
+		f.Add(b)
+	}
+	f.Add([]byte{1, 2, 0, 0, 0xc8, 0x01, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		rec, err := idemhook.DecodeRecord(data)
+		if err != nil {
+			if !errors.Is(err, idemhook.ErrCorruptRecord) {
+				t.Fatalf("decode error does not wrap ErrCorruptRecord: %v", err)
+			}
+			return
+		}
+		b, err := rec.MarshalBinary()
+		if err != nil {
+			t.Fatalf("decoded record does not encode: %v", err)
+		}
+		back, err := idemhook.DecodeRecord(b)
+		if err != nil {
+			t.Fatalf("re-encoded record does not decode: %v", err)
+		}
+		if !reflect.DeepEqual(rec, back) {
+			t.Fatalf("decode(encode(decode(x))) != decode(x):\n%+v\n%+v", rec, back)
+		}
+	})
+}
