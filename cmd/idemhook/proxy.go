@@ -59,7 +59,7 @@ func newProxy(rc RouteConfig, rt http.RoundTripper, logger *slog.Logger) *httput
 			pr.Out.Host = ""
 			pr.SetXForwarded()
 		},
-		Transport:     rt,
+		Transport: rt,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			status, title := http.StatusBadGateway, "upstream unreachable"
 			if isTimeout(err) && r.Context().Err() == nil {
