@@ -1,0 +1,208 @@
+package provider
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Fuzz targets for every signature-header parser. Each checks that the
+// parser never panics, that what it accepts has the documented shape, and
+// that the preset's Verify agrees with it (a header the parser refuses is
+// never accepted, and the error is one of the package's reasons).
+
+var fuzzNow = time.Unix(1_780_000_000, 0)
+
+// fuzzVerify runs preset name's Verify on a POST with header set to v and
+// checks that a failure is a *VerifyError with a known reason.
+func fuzzVerify(t *testing.T, name string, cfg Config, header, v string) error {
+	cfg.Now = func() time.Time { return fuzzNow }
+	p, err := New(name, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader("{}"))
+	r.Header.Set(header, v)
+	r.Header.Set("webhook-id", "msg_1")
+	r.Header.Set("webhook-timestamp", "1780000000")
+	r.Header.Set("X-Slack-Request-Timestamp", "1780000000")
+	err = p.Verify(r, []byte("{}"))
+	var ve *VerifyError
+	if err != nil && !errors.As(err, &ve) {
+		t.Fatalf("Verify error %v is not a *VerifyError", err)
+	}
+	if err != nil && strings.Contains(err.Error(), cfg.Secrets[0]) {
+		t.Fatalf("error %q leaks the secret", err)
+	}
+	return err
+}
+
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func FuzzStripeSignature(f *testing.F) {
+	f.Add("t=1780000000,v1=" + strings.Repeat("ab", 32))
+	f.Add("t=1780000000,v1=00,v1=11,v0=22")
+	f.Add("t=,v1=")
+	f.Add("v1=ab")
+	f.Add(",,,=")
+	f.Fuzz(func(t *testing.T, v string) {
+		ts, sigs, err := parseStripeSignature(v)
+		if err == nil && (!allDigits(ts) || len(sigs) == 0) {
+			t.Fatalf("accepted %q with ts %q and %d signatures", v, ts, len(sigs))
+		}
+		verr := fuzzVerify(t, "stripe", Config{Secrets: []string{"whsec_fuzz"}}, StripeSignatureHeader, v)
+		if err != nil && !errors.Is(verr, err) {
+			t.Fatalf("parse error %v but Verify %v", err, verr)
+		}
+		if err == nil && verr == nil {
+			// Only possible with the right MAC over "<ts>.{}".
+			want := hmac.New(sha256.New, []byte("whsec_fuzz"))
+			want.Write([]byte(ts + ".{}"))
+			if !strings.Contains(v, hex.EncodeToString(want.Sum(nil))) {
+				t.Fatalf("Verify accepted %q without the right MAC", v)
+			}
+		}
+	})
+}
+
+func FuzzStandardWebhooks(f *testing.F) {
+	f.Add("v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=")
+	f.Add("v1a,abc v1,bm9wZQ==")
+	f.Add("v1, v2,")
+	f.Add("   ")
+	f.Fuzz(func(t *testing.T, v string) {
+		sigs, err := parseStandardSignature(v)
+		if err == nil && len(sigs) == 0 {
+			t.Fatalf("accepted %q without a signature", v)
+		}
+		for _, name := range []string{"standardwebhooks", "svix"} {
+			verr := fuzzVerify(t, name, Config{Secrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}}, WebhookSignatureHeader, v)
+			if err != nil && !errors.Is(verr, err) {
+				t.Fatalf("%s: parse error %v but Verify %v", name, err, verr)
+			}
+		}
+	})
+}
+
+func FuzzPaddleSignature(f *testing.F) {
+	f.Add("ts=1780000000;h1=" + strings.Repeat("cd", 32))
+	f.Add("ts=1;h1=00;h1=11")
+	f.Add("h1=;ts=")
+	f.Fuzz(func(t *testing.T, v string) {
+		ts, sigs, err := parsePaddleSignature(v)
+		if err == nil && (!allDigits(ts) || len(sigs) == 0) {
+			t.Fatalf("accepted %q with ts %q and %d signatures", v, ts, len(sigs))
+		}
+		verr := fuzzVerify(t, "paddle", Config{Secrets: []string{"pdl_fuzz"}}, PaddleSignatureHeader, v)
+		if err != nil && !errors.Is(verr, err) {
+			t.Fatalf("parse error %v but Verify %v", err, verr)
+		}
+	})
+}
+
+func FuzzMercadoPagoSignature(f *testing.F) {
+	f.Add("ts=1704908010,v1=618c85345248dd820d5fd456117c2ab2ef8eda45a0282ff693eac24131a5e839")
+	f.Add(" ts = 1 , v1 = 00 ")
+	f.Add("ts=,v1=")
+	f.Fuzz(func(t *testing.T, v string) {
+		ts, sigs, err := parseMercadoPagoSignature(v)
+		if err == nil && (!allDigits(ts) || len(sigs) == 0) {
+			t.Fatalf("accepted %q with ts %q and %d signatures", v, ts, len(sigs))
+		}
+		verr := fuzzVerify(t, "mercadopago", Config{Secrets: []string{"mp_fuzz"}, Tolerance: time.Minute}, MercadoPagoSignatureHeader, v)
+		if err != nil && !errors.Is(verr, err) {
+			t.Fatalf("parse error %v but Verify %v", err, verr)
+		}
+	})
+}
+
+// FuzzBodyHMACSignatures covers the single-MAC headers: GitHub and Meta's
+// X-Hub-Signature-256, Slack's v0, Shopify's base64 and iFood's bare hex.
+func FuzzBodyHMACSignatures(f *testing.F) {
+	f.Add("sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17")
+	f.Add("v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503")
+	f.Add("dXNlcm5hbWU6cGFzc3dvcmQ=")
+	f.Add("ZZ")
+	f.Fuzz(func(t *testing.T, v string) {
+		parsers := []struct {
+			preset, header string
+			parse          func(string) ([]byte, error)
+		}{
+			{"github", HubSignatureHeader, parseHubSignature},
+			{"whatsapp-cloud", HubSignatureHeader, parseHubSignature},
+			{"slack", SlackSignatureHeader, parseSlackSignature},
+			{"shopify", ShopifySignatureHeader, parseShopifySignature},
+			{"ifood", IFoodSignatureHeader, parseHexSignature},
+		}
+		for _, p := range parsers {
+			sig, err := p.parse(v)
+			if err == nil && len(sig) != sha256.Size {
+				t.Fatalf("%s accepted %q as a %d-byte MAC", p.preset, v, len(sig))
+			}
+			verr := fuzzVerify(t, p.preset, Config{Secrets: []string{"fuzz-secret"}}, p.header, v)
+			if err != nil && !errors.Is(verr, err) {
+				t.Fatalf("%s: parse error %v but Verify %v", p.preset, err, verr)
+			}
+			if verr == nil {
+				t.Fatalf("%s: Verify accepted %q over a body it was not made for", p.preset, v)
+			}
+		}
+	})
+}
+
+// FuzzPresetKeys feeds arbitrary bodies to the JSON key extractors.
+func FuzzPresetKeys(f *testing.F) {
+	f.Add(`{"object":"whatsapp_business_account","entry":[{"changes":[{"value":{"messages":[{"id":"wamid.A"}]}}]}]}`)
+	f.Add(`{"event":"messages.update","data":{"keyId":"A","status":"READ"}}`)
+	f.Add(`{"id":12345,"event_id":null}`)
+	f.Add(`[1,2`)
+	f.Fuzz(func(t *testing.T, body string) {
+		b := []byte(body)
+		_ = whatsAppKey(b)
+		_ = evolutionKey(b)
+		_ = topLevelID(b, "id")
+		if k := topLevelID(b, "id"); k != "" && !strings.Contains(body, k) && !strings.Contains(body, `\`) {
+			t.Fatalf("id %q is not in the body %q", k, body)
+		}
+	})
+}
+
+// FuzzStoneBody feeds arbitrary bodies to Stone's JWE/JWS opening: it must
+// refuse them with ErrMalformedBody or ErrNoMatchingSignature, never panic.
+func FuzzStoneBody(f *testing.F) {
+	f.Add(`{"encrypted_body":"e30.e30.AAAAAAAAAAAAAAAA.e30.AAAAAAAAAAAAAAAAAAAAAA"}`)
+	f.Add(`{"encrypted_body":"eyJhbGciOiJSU0EtT0FFUC0yNTYiLCJlbmMiOiJBMjU2R0NNIn0.AA.AAAAAAAAAAAAAAAA.AA.AAAAAAAAAAAAAAAAAAAAAA"}`)
+	f.Add(`{"encrypted_body":""}`)
+	f.Add(`{}`)
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		f.Fatal(err)
+	}
+	pubs := []stoneKey{{kid: "k", pub: &key.PublicKey}}
+	f.Fuzz(func(t *testing.T, body string) {
+		_, err := openStoneBody([]byte(body), []*rsa.PrivateKey{key}, pubs)
+		if err == nil {
+			t.Fatalf("accepted %q", body)
+		}
+		if jws := []byte(body); len(jws) > 0 {
+			if _, err := verifyJWS(jws, pubs); err == nil {
+				t.Fatalf("verifyJWS accepted %q", body)
+			}
+		}
+	})
+}
