@@ -39,7 +39,7 @@ func (g *gateway) adminHandler() http.Handler {
 	})
 	auth := g.bearer
 	mux.Handle("GET /metrics", auth(g.metrics.handler()))
-	mux.Handle("GET /admin/deliveries", auth(g.audit.handler))
+	mux.Handle("GET /admin/deliveries", auth(http.HandlerFunc(g.audit.serveDeliveries)))
 	mux.Handle("GET /admin/keys/{source}/{key...}", auth(http.HandlerFunc(g.getKey)))
 	mux.Handle("DELETE /admin/keys/{source}/{key...}", auth(http.HandlerFunc(g.deleteKey)))
 	return mux
