@@ -1,0 +1,307 @@
+package provider_test
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"time"
+
+	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/memstore"
+	"github.com/idemhook/idemhook/provider"
+)
+
+// sign returns hex(HMAC-SHA256(secret, msg)).
+func sign(secret, msg string) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte(msg))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// A custom preset is a plain idemhook.Preset value: here for a provider
+// "acme" that signs the body in X-Acme-Signature and names the event in
+// X-Acme-Event-Id, and wants exactly 200 on a duplicate.
+func Example_customPreset() {
+	const secret = "acme-secret"
+	acme := &idemhook.Preset{
+		Name: "acme",
+		Verify: func(r *http.Request, body []byte) error {
+			got, err := hex.DecodeString(strings.TrimPrefix(r.Header.Get("X-Acme-Signature"), "sha256="))
+			if err != nil || len(got) == 0 {
+				return errors.New("acme: header X-Acme-Signature: missing or malformed")
+			}
+			m := hmac.New(sha256.New, []byte(secret))
+			m.Write(body)
+			if !hmac.Equal(got, m.Sum(nil)) {
+				return errors.New("acme: header X-Acme-Signature: no matching signature")
+			}
+			return nil
+		},
+		Key: func(r *http.Request, body []byte) (string, error) {
+			return r.Header.Get("X-Acme-Event-Id"), nil // "" would mean the body hash
+		},
+		DuplicateStatus: http.StatusOK,
+	}
+
+	store, _ := memstore.New(memstore.Config{})
+	mw, _ := idemhook.New(store, idemhook.Options{})
+	route, _ := mw.Route(idemhook.Route{Source: "acme", Preset: acme})
+	runs := 0
+	h := route(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs++
+		w.WriteHeader(http.StatusAccepted)
+	}))
+
+	deliver := func(event, body, sig string) {
+		r := httptest.NewRequest(http.MethodPost, "/acme", strings.NewReader(body))
+		r.Header.Set("X-Acme-Event-Id", event)
+		r.Header.Set("X-Acme-Signature", "sha256="+sig)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		fmt.Println(event, w.Code, "replayed:", w.Header().Get("Idempotent-Replayed") == "true", "runs:", runs)
+	}
+	body := `{"order":42}`
+	deliver("ev-1", body, sign(secret, body))  // first delivery
+	deliver("ev-1", body, sign(secret, body))  // the provider's retry
+	deliver("ev-2", body, sign("guess", body)) // forged: 401, nothing claimed
+	deliver("ev-2", body, sign(secret, body))  // the real ev-2
+	// Output:
+	// ev-1 202 replayed: false runs: 1
+	// ev-1 200 replayed: true runs: 1
+	// ev-2 401 replayed: false runs: 1
+	// ev-2 202 replayed: false runs: 2
+}
+
+// New builds a preset by name, as the gateway does for `provider: NAME`.
+func ExampleNew() {
+	now := time.Unix(1_780_000_000, 0)
+	p, err := provider.New("stripe", provider.Config{
+		Secrets: []string{"whsec_old", "whsec_new"}, // both accepted during a rotation
+		Now:     func() time.Time { return now },
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	body := []byte(`{"id":"evt_1NnfJm2eZvKYlo2C","object":"event","type":"invoice.paid"}`)
+	r := httptest.NewRequest(http.MethodPost, "/stripe", nil)
+	r.Header.Set("Stripe-Signature", "t=1780000000,v1="+sign("whsec_new", "1780000000."+string(body)))
+	key, _ := p.Key(r, body)
+	fmt.Println(p.Name, p.Verify(r, body), key)
+
+	// A delivery signed 10 minutes ago.
+	r.Header.Set("Stripe-Signature", "t=1779999400,v1="+sign("whsec_new", "1779999400."+string(body)))
+	fmt.Println(p.Verify(r, body))
+	// Output:
+	// stripe <nil> evt_1NnfJm2eZvKYlo2C
+	// stripe: header Stripe-Signature: timestamp outside tolerance (signed 10m0s ago, tolerance 5m0s)
+}
+
+// An unknown name, or a missing secret, is an error at start.
+func ExampleNew_errors() {
+	_, err := provider.New("paypal", provider.Config{Secrets: []string{"s"}})
+	fmt.Println(err)
+	_, err = provider.New("ifood", provider.Config{})
+	fmt.Println(err)
+	// Output:
+	// provider: unknown provider "paypal" (known: asaas, evolution, github, ifood, mercadopago, paddle, shopify, slack, standardwebhooks, stone, stripe, svix, whatsapp-cloud)
+	// provider ifood: no secret configured (Config.Secrets is empty); set the provider's signing secret or token
+}
+
+// The Stripe preset on a route: Stripe's retry is signed with a new
+// timestamp, yet the handler runs once.
+func ExampleStripe() {
+	now := time.Unix(1_780_000_000, 0)
+	preset, _ := provider.Stripe(provider.Config{Secrets: []string{"whsec_test"}, Now: func() time.Time { return now }})
+	store, _ := memstore.New(memstore.Config{})
+	mw, _ := idemhook.New(store, idemhook.Options{})
+	route, _ := mw.Route(idemhook.Route{Source: "stripe", Preset: preset})
+	runs := 0
+	h := route(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs++ }))
+
+	body := `{"id":"evt_1","type":"invoice.paid"}`
+	for _, t := range []string{"1779999900", "1780000000"} { // first attempt, retry
+		r := httptest.NewRequest(http.MethodPost, "/stripe", strings.NewReader(body))
+		r.Header.Set("Stripe-Signature", "t="+t+",v1="+sign("whsec_test", t+"."+body))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		fmt.Println(w.Code, w.Header().Get("Idempotent-Replayed"), runs)
+	}
+	// Output:
+	// 200  1
+	// 200 true 1
+}
+
+// GitHub's published test vector.
+func ExampleGitHub() {
+	p, _ := provider.GitHub(provider.Config{Secrets: []string{"It's a Secret to Everybody"}})
+	r := httptest.NewRequest(http.MethodPost, "/github", nil)
+	r.Header.Set("X-Hub-Signature-256", "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17")
+	r.Header.Set("X-GitHub-Hook-ID", "42")
+	r.Header.Set("X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958")
+	key, _ := p.Key(r, nil)
+	fmt.Println(p.Verify(r, []byte("Hello, World!")), key)
+	// Output: <nil> 42:72d3162e-cc78-11e3-81ab-4c9367dc0958
+}
+
+// The Standard Webhooks reference libraries' test vector.
+func ExampleStandardWebhooks() {
+	p, _ := provider.StandardWebhooks(provider.Config{
+		Secrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"},
+		Now:     func() time.Time { return time.Unix(1614265330, 0) },
+	})
+	r := httptest.NewRequest(http.MethodPost, "/hooks", nil)
+	r.Header.Set("webhook-id", "msg_p5jXN8AQM9LWM0D4loKWxJek")
+	r.Header.Set("webhook-timestamp", "1614265330")
+	r.Header.Set("webhook-signature", "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=")
+	body := []byte(`{"test": 2432232314}`)
+	key, _ := p.Key(r, body)
+	fmt.Println(p.Verify(r, body), key)
+	// Output: <nil> msg_p5jXN8AQM9LWM0D4loKWxJek
+}
+
+// Svix sends the Standard Webhooks scheme under svix-* headers.
+func ExampleSvix() {
+	p, _ := provider.Svix(provider.Config{
+		Secrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"},
+		Now:     func() time.Time { return time.Unix(1614265330, 0) },
+	})
+	r := httptest.NewRequest(http.MethodPost, "/svix", nil)
+	r.Header.Set("svix-id", "msg_p5jXN8AQM9LWM0D4loKWxJek")
+	r.Header.Set("svix-timestamp", "1614265330")
+	r.Header.Set("svix-signature", "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=")
+	fmt.Println(p.Verify(r, []byte(`{"test": 2432232314}`)))
+	r.Header.Del("svix-timestamp")
+	fmt.Println(p.Verify(r, []byte(`{"test": 2432232314}`)))
+	// Output:
+	// <nil>
+	// svix: header svix-timestamp: missing header
+}
+
+// Slack: the url_verification challenge is answered by the preset.
+func ExampleSlack() {
+	now := time.Unix(1_780_000_000, 0)
+	p, _ := provider.Slack(provider.Config{Secrets: []string{"8f742231b10e8888abcd99yyyzzz85a5"}, Now: func() time.Time { return now }})
+	body := []byte(`{"token":"t","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification"}`)
+	r := httptest.NewRequest(http.MethodPost, "/slack/events", nil)
+	r.Header.Set("X-Slack-Request-Timestamp", "1780000000")
+	r.Header.Set("X-Slack-Signature", "v0="+sign("8f742231b10e8888abcd99yyyzzz85a5", "v0:1780000000:"+string(body)))
+	w := httptest.NewRecorder()
+	fmt.Println(p.Verify(r, body), p.Handshake(w, r, body), w.Code, w.Body)
+	// Output: <nil> true 200 3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P
+}
+
+// WhatsApp Cloud: Meta's GET subscription challenge.
+func ExampleWhatsAppCloud() {
+	p, _ := provider.WhatsAppCloud(provider.Config{
+		Secrets: []string{"app-secret"},
+		Options: map[string]string{"verify_token": "my-verify-token"},
+	})
+	for _, token := range []string{"my-verify-token", "guess"} {
+		r := httptest.NewRequest(http.MethodGet, "/whatsapp?hub.mode=subscribe&hub.challenge=1158201444&hub.verify_token="+token, nil)
+		w := httptest.NewRecorder()
+		fmt.Println(p.Verify(r, nil), p.Handshake(w, r, nil), w.Code)
+	}
+	body := []byte(`{"entry":[{"changes":[{"value":{"statuses":[{"id":"wamid.HBgM","status":"read"}]}}]}]}`)
+	key, _ := p.Key(httptest.NewRequest(http.MethodPost, "/whatsapp", nil), body)
+	fmt.Println(key)
+	// Output:
+	// <nil> true 200
+	// <nil> true 403
+	// wamid.HBgM:read
+}
+
+// iFood: duplicates are answered 202.
+func ExampleIFood() {
+	p, _ := provider.IFood(provider.Config{Secrets: []string{"client-secret"}})
+	body := []byte(`{"id":"a38ba215-f949-4b2c-982a-6e53f8c2fb8a","code":"PLC","orderId":"2c97e104"}`)
+	r := httptest.NewRequest(http.MethodPost, "/ifood", nil)
+	r.Header.Set("X-IFood-Signature", sign("client-secret", string(body)))
+	key, _ := p.Key(r, body)
+	fmt.Println(p.Verify(r, body), key, p.DuplicateStatus)
+	r.Header.Set("X-IFood-Signature", sign("homologation", string(body)))
+	fmt.Println(p.Verify(r, body))
+	// Output:
+	// <nil> a38ba215-f949-4b2c-982a-6e53f8c2fb8a 202
+	// ifood: header X-IFood-Signature: no matching signature
+}
+
+// Asaas: a static token header; duplicates are answered exactly 200.
+func ExampleAsaas() {
+	p, _ := provider.Asaas(provider.Config{Secrets: []string{"asaas-token"}})
+	body := []byte(`{"id":"evt_05b708f961d739ea7eba7e4db318f621&368604920","event":"PAYMENT_RECEIVED"}`)
+	r := httptest.NewRequest(http.MethodPost, "/asaas", nil)
+	r.Header.Set("asaas-access-token", "asaas-token")
+	key, _ := p.Key(r, body)
+	fmt.Println(p.Verify(r, body), key, p.DuplicateStatus)
+	r.Header.Set("asaas-access-token", "other")
+	fmt.Println(p.Verify(r, body))
+	// Output:
+	// <nil> evt_05b708f961d739ea7eba7e4db318f621&368604920 200
+	// asaas: header asaas-access-token: token does not match
+}
+
+// Evolution API: the API key header configured on the instance's webhook.
+func ExampleEvolution() {
+	p, _ := provider.Evolution(provider.Config{Secrets: []string{"evo-key"}, Options: map[string]string{"header": "apikey"}})
+	body := []byte(`{"event":"messages.update","data":{"keyId":"3EB0C431C26A1916E07E","status":"READ"}}`)
+	r := httptest.NewRequest(http.MethodPost, "/whatsapp", nil)
+	r.Header.Set("apikey", "evo-key")
+	key, _ := p.Key(r, body)
+	fmt.Println(p.Verify(r, body), key)
+	// Output: <nil> messages.update:3EB0C431C26A1916E07E:READ
+}
+
+// Shopify: base64 HMAC; the key is the per-delivery webhook id.
+func ExampleShopify() {
+	p, _ := provider.Shopify(provider.Config{Secrets: []string{"shpss_secret"}})
+	body := []byte(`{"id":820982911946154508,"name":"#1001"}`)
+	m := hmac.New(sha256.New, []byte("shpss_secret"))
+	m.Write(body)
+	r := httptest.NewRequest(http.MethodPost, "/shopify", nil)
+	r.Header.Set("X-Shopify-Hmac-Sha256", base64.StdEncoding.EncodeToString(m.Sum(nil)))
+	r.Header.Set("X-Shopify-Webhook-Id", "b54557e4-bdd9-4b37-8a5f-bf7d70bcd043")
+	key, _ := p.Key(r, body)
+	fmt.Println(p.Verify(r, body), key)
+	// Output: <nil> b54557e4-bdd9-4b37-8a5f-bf7d70bcd043
+}
+
+// Paddle: several h1 signatures during a rotation; duplicates answered 200.
+func ExamplePaddle() {
+	now := time.Unix(1_780_000_000, 0)
+	p, _ := provider.Paddle(provider.Config{Secrets: []string{"pdl_ntfset_new"}, Now: func() time.Time { return now }})
+	body := []byte(`{"event_id":"evt_01h8bzakzx3hm2fmen703n5q45","notification_id":"ntf_01","event_type":"transaction.paid"}`)
+	r := httptest.NewRequest(http.MethodPost, "/paddle", nil)
+	r.Header.Set("Paddle-Signature", "ts=1780000000;h1="+sign("pdl_ntfset_old", "1780000000:"+string(body))+";h1="+sign("pdl_ntfset_new", "1780000000:"+string(body)))
+	key, _ := p.Key(r, body)
+	fmt.Println(p.Verify(r, body), key, p.DuplicateStatus)
+	// Output: <nil> evt_01h8bzakzx3hm2fmen703n5q45 200
+}
+
+// Mercado Pago: the manifest signs data.id from the query string, the
+// request id and ts; the key is the notification id.
+func ExampleMercadoPago() {
+	p, _ := provider.MercadoPago(provider.Config{Secrets: []string{"mp-secret"}})
+	body := []byte(`{"id":12345,"type":"payment","action":"payment.updated","data":{"id":"999999999"}}`)
+	r := httptest.NewRequest(http.MethodPost, "/mp?data.id=999999999&type=payment", nil)
+	r.Header.Set("x-request-id", "bb56a2f1-6aae-46ac-982e-9dcd3581d08e")
+	r.Header.Set("x-signature", "ts=1704908010,v1="+sign("mp-secret", "id:999999999;request-id:bb56a2f1-6aae-46ac-982e-9dcd3581d08e;ts:1704908010;"))
+	key, _ := p.Key(r, body)
+	fmt.Println(p.Verify(r, body), key)
+	// Output: <nil> 12345
+}
+
+// Stone needs your application's private key (to open the JWE) and Stone's
+// public signing keys (to check the JWS inside); without the latter the
+// route is refused at start.
+func ExampleStone() {
+	_, err := provider.Stone(provider.Config{Secrets: []string{"-----BEGIN PRIVATE KEY-----\n..."}})
+	fmt.Println(err)
+	// Output: provider stone: secret #1: not a PEM private key (want your application's RSA private key)
+}
