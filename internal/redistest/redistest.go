@@ -1,7 +1,7 @@
 // Package redistest gives tests a Redis: the shared server named by
 // IDEMHOOK_REDIS_URL, or private redis-server processes (a standalone server
-// to kill and restart, a Cluster) on free loopback ports, stopped when the
-// test ends.
+// to kill and restart, a Sentinel, a Cluster) on free loopback ports, stopped
+// when the test ends.
 //
 // The rule for every helper: when what it needs is missing (the variable,
 // the redis-server or redis-cli binary), the test is skipped if
@@ -77,7 +77,8 @@ func requireBinaries(t testing.TB, names ...string) {
 type Server struct {
 	port int
 	dir  string
-	args []string
+	lead []string // arguments before the standard options (a config file)
+	args []string // arguments after them
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -90,13 +91,38 @@ type Server struct {
 // PING, and kills it when the test ends.
 func StartServer(t testing.TB, args ...string) *Server {
 	t.Helper()
-	return startServer(t, func(string, int) []string { return args })
+	return startServer(t, func(s *Server) error {
+		s.args = args
+		return nil
+	})
 }
 
-// startServer starts a server whose extra arguments may depend on its
-// directory and port. It retries with a new port when the one it picked was
-// taken in the meantime.
-func startServer(t testing.TB, extra func(dir string, port int) []string) *Server {
+// StartSentinel starts a Redis Sentinel (redis-server --sentinel) on a free
+// loopback port that monitors the master at addr under name with a quorum
+// of 1, waits until it answers PING, and kills it when the test ends. Point
+// redis.NewFailoverClient at its Addr with MasterName name.
+func StartSentinel(t testing.TB, name, addr string) *Server {
+	t.Helper()
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatalf("redistest: master address %q: %v", addr, err)
+	}
+	return startServer(t, func(s *Server) error {
+		// Sentinel requires a writable config file and rewrites it.
+		conf := filepath.Join(s.dir, "sentinel.conf")
+		line := fmt.Sprintf("sentinel monitor %s %s %s 1\n", name, host, port)
+		if err := os.WriteFile(conf, []byte(line), 0o600); err != nil {
+			return err
+		}
+		s.lead = []string{conf, "--sentinel"}
+		return nil
+	})
+}
+
+// startServer starts a server that setup may configure further (its
+// arguments may depend on its directory and port). It retries with a new
+// port when the one it picked was taken in the meantime.
+func startServer(t testing.TB, setup func(s *Server) error) *Server {
 	t.Helper()
 	requireBinaries(t, "redis-server")
 	var lastErr error
@@ -106,7 +132,10 @@ func startServer(t testing.TB, extra func(dir string, port int) []string) *Serve
 			t.Fatalf("redistest: finding a free port: %v", err)
 		}
 		dir := t.TempDir()
-		s := &Server{port: port, dir: dir, args: extra(dir, port)}
+		s := &Server{port: port, dir: dir}
+		if err := setup(s); err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
 		if lastErr = s.start(); lastErr == nil {
 			t.Cleanup(s.Kill)
 			return s
@@ -158,14 +187,15 @@ func (s *Server) logPath() string { return filepath.Join(s.dir, "redis.log") }
 
 // start runs redis-server and waits until it answers PING or exits.
 func (s *Server) start() error {
-	argv := []string{
+	argv := append([]string(nil), s.lead...)
+	argv = append(argv,
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
 		"--save", "",
 		"--appendonly", "no",
 		"--dir", s.dir,
 		"--logfile", s.logPath(),
-	}
+	)
 	argv = append(argv, s.args...)
 	cmd := exec.Command("redis-server", argv...)
 	if err := cmd.Start(); err != nil {
@@ -256,12 +286,13 @@ func StartCluster(t testing.TB, masters int) []string {
 	requireBinaries(t, "redis-server", "redis-cli")
 	addrs := make([]string, masters)
 	for i := range addrs {
-		s := startServer(t, func(dir string, port int) []string {
-			return []string{
+		s := startServer(t, func(s *Server) error {
+			s.args = []string{
 				"--cluster-enabled", "yes",
-				"--cluster-config-file", filepath.Join(dir, "nodes-"+strconv.Itoa(port)+".conf"),
+				"--cluster-config-file", filepath.Join(s.dir, "nodes-"+strconv.Itoa(s.port)+".conf"),
 				"--cluster-node-timeout", "5000",
 			}
+			return nil
 		})
 		addrs[i] = s.Addr()
 	}
