@@ -1,0 +1,132 @@
+package idemhook_test
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/memstore"
+)
+
+// webhookHandler is a typical small webhook handler: it reads the body and
+// answers a short JSON document.
+var webhookHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	io.Copy(io.Discard, r.Body) //nolint:errcheck
+	w.Header().Set("Content-Type", "application/json")
+	w.Write([]byte(`{"ok":true}`)) //nolint:errcheck
+})
+
+// eventBody returns a Stone-like body; every n gives a different event.
+func eventBody(n int64) []byte {
+	b := make([]byte, 0, 160)
+	b = append(b, `{"id":"evt_`...)
+	b = strconv.AppendInt(b, n, 10)
+	b = append(b, `","type":"payment.succeeded","data":{"amount":1000,"currency":"BRL","customer":"cus_123"}}`...)
+	return b
+}
+
+func benchMiddleware(b *testing.B) http.Handler {
+	b.Helper()
+	store, err := memstore.New(memstore.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	mw, err := idemhook.New(store, idemhook.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	route, err := mw.Route(idemhook.Route{Source: "stone"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return route(webhookHandler)
+}
+
+// discardWriter is a minimal ResponseWriter, so that the in-process
+// benchmarks measure the middleware rather than httptest.
+type discardWriter struct{ h http.Header }
+
+func (w *discardWriter) Header() http.Header         { return w.h }
+func (w *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (w *discardWriter) WriteHeader(int)             {}
+
+// serveInProcess runs h with one request per iteration, body from next.
+func serveInProcess(b *testing.B, h http.Handler, next func() []byte) {
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		w := &discardWriter{h: http.Header{}}
+		for pb.Next() {
+			body := next()
+			req := httptest.NewRequest(http.MethodPost, "/webhooks/stone", bytes.NewReader(body))
+			clear(w.h)
+			h.ServeHTTP(w, req)
+		}
+	})
+}
+
+// BenchmarkInProcess compares a bare handler with the same handler behind the
+// middleware and the memory store, calling ServeHTTP directly: the figures are
+// the middleware's own cost.
+func BenchmarkInProcess(b *testing.B) {
+	var seq atomic.Int64
+	fresh := func() []byte { return eventBody(seq.Add(1)) }
+	same := eventBody(0)
+	one := func() []byte { return same }
+
+	b.Run("bare", func(b *testing.B) { serveInProcess(b, webhookHandler, fresh) })
+	b.Run("memory/first", func(b *testing.B) { serveInProcess(b, benchMiddleware(b), fresh) })
+	b.Run("memory/replay", func(b *testing.B) {
+		h := benchMiddleware(b)
+		serveInProcess(b, h, one) // the first iteration stores, every other replays
+	})
+}
+
+// BenchmarkLoopback compares the same handlers behind a real HTTP server on
+// loopback, with keep-alive clients: the throughput ratio a service sees.
+func BenchmarkLoopback(b *testing.B) {
+	var seq atomic.Int64
+	fresh := func() []byte { return eventBody(seq.Add(1)) }
+	same := eventBody(0)
+	one := func() []byte { return same }
+
+	run := func(b *testing.B, h http.Handler, next func() []byte) {
+		srv := httptest.NewServer(h)
+		defer srv.Close()
+		tr := &http.Transport{MaxIdleConnsPerHost: 64}
+		defer tr.CloseIdleConnections()
+		client := &http.Client{Transport: tr}
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				resp, err := client.Post(srv.URL, "application/json", bytes.NewReader(next()))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				io.Copy(io.Discard, resp.Body) //nolint:errcheck
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					b.Errorf("status %d", resp.StatusCode)
+					return
+				}
+			}
+		})
+	}
+	b.Run("bare", func(b *testing.B) { run(b, webhookHandler, fresh) })
+	b.Run("memory/first", func(b *testing.B) { run(b, benchMiddleware(b), fresh) })
+	b.Run("memory/replay", func(b *testing.B) { run(b, benchMiddleware(b), one) })
+}
+
+func BenchmarkBodyKey(b *testing.B) {
+	body := eventBody(42)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		idemhook.BodyKey(body)
+	}
+}
