@@ -116,10 +116,10 @@ func TestPresetsVerifyAndKey(t *testing.T) {
 				{name: "rotated secrets", cfg: &rotated, give: func() *http.Request { return f.build(t, "1", sent, f.secret()) }},
 			}
 			for _, tt := range tests {
+				if tt.skip { // not applicable to this scheme (no timestamp, no header)
+					continue
+				}
 				t.Run(tt.name, func(t *testing.T) {
-					if tt.skip {
-						t.Skipf("%s: not applicable", f.name)
-					}
 					pp := p
 					if tt.cfg != nil {
 						pp = newPreset(t, f.name, *tt.cfg, baseTime)
