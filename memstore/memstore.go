@@ -3,7 +3,7 @@
 //
 // Keys live in a sharded map, each shard behind its own mutex. A value is
 // the record in idemhook's binary encoding, held in one allocation with its
-// key and expiry, so a typical small response costs under 200 bytes per key
+// key and expiry, so a typical small response takes about 200 bytes per key
 // (see BenchmarkMemoryPerKey). Keys that end in a lowercase hex SHA-256, the
 // body-hash keys of the middleware, are held in 32 bytes instead of 64.
 //

@@ -249,7 +249,13 @@ func (s *suite) claimExistingCompleted(t *testing.T) {
 
 func (s *suite) claimConcurrent(t *testing.T) {
 	st := s.store(t)
-	key := newKey()
+	raceClaims(t, st, newKey())
+}
+
+// raceClaims has racers goroutines claim key at once and checks that
+// exactly one wins and every other one is shown the winner's claim.
+func raceClaims(t *testing.T, st idemhook.Store, key string) {
+	t.Helper()
 	claims := make([]*idemhook.Record, racers)
 	existing := make([]*idemhook.Record, racers)
 	errs := make([]error, racers)
@@ -764,6 +770,7 @@ func (s *suite) expiry(t *testing.T) {
 		t.Parallel()
 		t.Run("Lease", s.realLease)
 		t.Run("ClaimAfterLease", s.realClaimAfterLease)
+		t.Run("ConcurrentClaimAfterLease", s.realConcurrentClaimAfterLease)
 		t.Run("TTL", s.realTTL)
 		t.Run("ExtendRenews", s.realExtend)
 		return
@@ -771,6 +778,7 @@ func (s *suite) expiry(t *testing.T) {
 	// Sequential: each of these moves the shared clock.
 	t.Run("Lease", s.fakeLease)
 	t.Run("ClaimAfterLease", s.fakeClaimAfterLease)
+	t.Run("ConcurrentClaimAfterLease", s.fakeConcurrentClaimAfterLease)
 	t.Run("TTL", s.fakeTTL)
 	t.Run("CompleteReplacesLease", s.fakeCompleteReplacesLease)
 	t.Run("ExtendRenews", s.fakeExtend)
@@ -811,6 +819,16 @@ func (s *suite) fakeClaimAfterLease(t *testing.T) {
 	wantNotOwner(t, "Release by the expired owner", st.Release(t.Context(), key, claim))
 	wantRecord(t, st, key, next)
 	s.mustComplete(t, st, key, next, newDone(next), longLease)
+}
+
+func (s *suite) fakeConcurrentClaimAfterLease(t *testing.T) {
+	st := s.store(t)
+	key := newKey()
+	s.mustClaim(t, st, key, newClaim(), 10*time.Second)
+	s.h.Advance(11 * time.Second)
+	// The expired claim is still in a lazily expiring store: replacing it
+	// must be as atomic as claiming an absent key.
+	raceClaims(t, st, key)
 }
 
 func (s *suite) fakeTTL(t *testing.T) {
@@ -911,6 +929,17 @@ func (s *suite) realClaimAfterLease(t *testing.T) {
 	wantNotOwner(t, "Complete by the expired owner", st.Complete(t.Context(), key, claim, newDone(claim), longLease))
 	wantRecord(t, st, key, next)
 	s.mustComplete(t, st, key, next, newDone(next), longLease)
+}
+
+func (s *suite) realConcurrentClaimAfterLease(t *testing.T) {
+	t.Parallel()
+	st := s.store(t)
+	key := newKey()
+	start := time.Now()
+	s.mustClaim(t, st, key, newClaim(), shortLife)
+	time.Sleep(time.Until(start.Add(shortLife + 50*time.Millisecond)))
+	pollAbsent(t, st, key)
+	raceClaims(t, st, key)
 }
 
 func (s *suite) realTTL(t *testing.T) {
