@@ -121,3 +121,22 @@ func TestClose(t *testing.T) {
 		}
 	}
 }
+
+func TestOwnershipIsTheToken(t *testing.T) {
+	// The owner may pass a copy of its claim whose other fields differ
+	// (say a CreatedAt rebuilt from another clock): the token decides.
+	st := newStore(t, memstore.Config{})
+	claim := &idemhook.Record{State: idemhook.StatePending, Token: "owner", CreatedAt: time.UnixMilli(1_000)}
+	if _, err := st.Claim(t.Context(), keyOf(1), claim, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	copyOfClaim := *claim
+	copyOfClaim.CreatedAt = time.UnixMilli(2_000)
+	copyOfClaim.Fingerprint[0] = 1
+	if err := st.Extend(t.Context(), keyOf(1), &copyOfClaim, time.Hour); err != nil {
+		t.Fatalf("Extend with the owner's token: %v", err)
+	}
+	if err := st.Complete(t.Context(), keyOf(1), &copyOfClaim, doneOf(1), time.Hour); err != nil {
+		t.Fatalf("Complete with the owner's token: %v", err)
+	}
+}
