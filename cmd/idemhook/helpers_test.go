@@ -1,0 +1,236 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// received is one request the test upstream got.
+type received struct {
+	Method, Path, Query, Host string
+	Header                    http.Header
+	Body                      []byte
+}
+
+// upstream is a backend that records what it receives. By default it
+// answers 200 with a JSON body naming the call number and the body's hash,
+// a Set-Cookie header (which must never be replayed) and X-Upstream.
+type upstream struct {
+	srv   *httptest.Server
+	mu    sync.Mutex
+	got   []received
+	calls atomic.Int64
+	// handle, if set, answers call n (1-based) instead of the default.
+	handle func(w http.ResponseWriter, r *http.Request, n int64)
+}
+
+func newUpstream(t *testing.T) *upstream {
+	t.Helper()
+	u := &upstream{}
+	u.srv = httptest.NewServer(http.HandlerFunc(u.serve))
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	n := u.calls.Add(1)
+	u.mu.Lock()
+	u.got = append(u.got, received{r.Method, r.URL.Path, r.URL.RawQuery, r.Host, r.Header.Clone(), body})
+	u.mu.Unlock()
+	if u.handle != nil {
+		u.handle(w, r, n)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("Set-Cookie", "session=secret")
+	w.Header().Set("X-Upstream", "yes")
+	fmt.Fprintf(w, `{"call":%d,"sha256":%q}`, n, sha(body))
+}
+
+func (u *upstream) received() []received {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]received(nil), u.got...)
+}
+
+func sha(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// fakeClock is a settable clock, safe for concurrent use.
+type fakeClock struct{ ns atomic.Int64 }
+
+func newFakeClock() *fakeClock {
+	c := &fakeClock{}
+	c.ns.Store(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC).UnixNano())
+	return c
+}
+func (c *fakeClock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// gw is a gateway running in-process.
+type gw struct {
+	addrs
+	stderr *syncBuffer
+	stop   func() error // cancels run's context and returns run's error
+}
+
+// url returns the gateway URL of path.
+func (g *gw) url(path string) string { return "http://" + g.Listen + path }
+
+// adminURL returns the admin URL of path.
+func (g *gw) adminURL(path string) string { return "http://" + g.Admin + path }
+
+type startOpts struct {
+	getenv func(string) string
+	now    func() time.Time
+}
+
+// writeConfig writes text to a file in dir and returns its path.
+func writeConfig(t *testing.T, dir, text string) string {
+	t.Helper()
+	p := filepath.Join(dir, "idemhook.yaml")
+	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// startGateway runs "idemhook serve --config FILE" with FILE holding text,
+// and returns once it listens. It is stopped in t.Cleanup if the test
+// didn't stop it.
+func startGateway(t *testing.T, configPath string, o startOpts) *gw {
+	t.Helper()
+	if o.getenv == nil {
+		o.getenv = func(string) string { return "" }
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stderr := &syncBuffer{}
+	ready := make(chan addrs, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- runEnv(ctx, env{
+			args:   []string{"serve", "--config", configPath},
+			getenv: o.getenv,
+			stdout: io.Discard,
+			stderr: stderr,
+			ready:  func(a addrs) { ready <- a },
+			now:    o.now,
+		})
+	}()
+	g := &gw{stderr: stderr}
+	select {
+	case g.addrs = <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("gateway did not start: %v\nlog:\n%s", err, stderr)
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatalf("gateway did not start within 30s\nlog:\n%s", stderr)
+	}
+	var once sync.Once
+	var runErr error
+	g.stop = func() error {
+		once.Do(func() {
+			cancel()
+			runErr = <-done
+		})
+		return runErr
+	}
+	t.Cleanup(func() {
+		if err := g.stop(); err != nil {
+			t.Errorf("gateway run returned %v\nlog:\n%s", err, stderr)
+		}
+	})
+	return g
+}
+
+// response is what a sender got back.
+type response struct {
+	Status int
+	Header http.Header
+	Body   string
+}
+
+func post(t *testing.T, url, body string, header ...string) response {
+	t.Helper()
+	return do(t, http.MethodPost, url, body, header...)
+}
+
+// do sends a request; header is name, value pairs.
+func do(t *testing.T, method, url, body string, header ...string) response {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return response{resp.StatusCode, resp.Header, string(b)}
+}
+
+// routeConfig is a one-route configuration over the memory store with the
+// admin listener on a free port; extra lines are appended to the route.
+func routeConfig(upstreamURL string, extra ...string) string {
+	return fmt.Sprintf(`listen: 127.0.0.1:0
+store: {driver: memory}
+admin: {listen: 127.0.0.1:0}
+audit: {sink: none}
+log: {level: debug}
+routes:
+  - path: /webhooks/test
+    upstream: %s/hook
+    source: test
+%s`, upstreamURL, indent(extra))
+}
+
+func indent(lines []string) string {
+	var b strings.Builder
+	for _, l := range lines {
+		b.WriteString("    " + l + "\n")
+	}
+	return b.String()
+}
