@@ -475,4 +475,3 @@ func TestNoRoute(t *testing.T) {
 		t.Errorf("unknown path = %d, calls %d; want 404 and no upstream call", r.Status, up.calls.Load())
 	}
 }
-
