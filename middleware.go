@@ -337,9 +337,16 @@ func (d *delivery) resolveKey() error {
 		}
 	}
 	if d.key == "" {
+		// One allocation for both: the key is the tail of the store key.
 		sum := bodySum(d.body)
-		d.key, d.kind = "sha256:"+hex.EncodeToString(sum[:]), keyFromBody
 		copy(d.fp[:], sum[:])
+		prefix := len("idem:") + len(rt.Source) + len(":")
+		b := make([]byte, 0, prefix+len("sha256:")+hex.EncodedLen(len(sum)))
+		b = append(append(append(b, "idem:"...), rt.Source...), ":sha256:"...)
+		b = hex.AppendEncode(b, sum[:])
+		d.storeKey, d.kind = string(b), keyFromBody
+		d.key = d.storeKey[prefix:]
+		return nil
 	}
 	d.storeKey = StoreKey(rt.Source, d.key)
 	return nil
