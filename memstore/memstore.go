@@ -178,21 +178,31 @@ func (s *Store) Claim(ctx context.Context, key string, claim *idemhook.Record, l
 		return nil, err
 	}
 
-	sh := s.shard(ck)
+	existing, err := s.claim(s.shard(ck), ck, entry, now)
+	if err != nil || existing == "" {
+		return nil, err
+	}
+	// Entries are immutable: decode outside the lock.
+	return decode(existing, len(ck))
+}
+
+// claim stores entry under ck unless the shard holds a live entry there,
+// which it returns ("" when entry was stored).
+func (s *Store) claim(sh *shard, ck, entry []byte, now int64) (string, error) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if sh.m == nil {
-		return nil, ErrClosed
+		return "", ErrClosed
 	}
 	if e, ok := sh.m[string(ck)]; ok {
 		if !expired(e, now) {
-			return decode(e, len(ck))
+			return e, nil
 		}
 		delete(sh.m, string(ck))
 	}
 	if len(sh.m) >= s.perShard {
 		if !s.makeRoom(sh, now) {
-			return nil, ErrFull
+			return "", ErrFull
 		}
 	} else if len(sh.m) >= sh.sweepAt {
 		sh.sweep(now)
@@ -201,7 +211,7 @@ func (s *Store) Claim(ctx context.Context, key string, claim *idemhook.Record, l
 	}
 	e := string(entry)
 	sh.m[e[entryHeader:entryHeader+len(ck)]] = e
-	return nil, nil
+	return "", nil
 }
 
 // Complete implements [idemhook.Store].
@@ -301,18 +311,26 @@ func (s *Store) Get(ctx context.Context, key string) (*idemhook.Record, error) {
 	ck := compactKey(kbuf[:0], key)
 	now := s.now().UnixNano()
 
-	sh := s.shard(ck)
+	e := s.shard(ck).get(ck, now)
+	if e == "" {
+		return nil, nil
+	}
+	return decode(e, len(ck))
+}
+
+// get returns the live entry under ck, or "".
+func (sh *shard) get(ck []byte, now int64) string {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e, ok := sh.m[string(ck)]
 	if !ok {
-		return nil, nil
+		return ""
 	}
 	if expired(e, now) {
 		delete(sh.m, string(ck))
-		return nil, nil
+		return ""
 	}
-	return decode(e, len(ck))
+	return e
 }
 
 // Delete implements [idemhook.Store].
