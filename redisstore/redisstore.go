@@ -30,6 +30,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -118,6 +119,10 @@ func (s *Store) Claim(ctx context.Context, key string, claim *idemhook.Record, l
 		return nil, nil // the key was absent and now holds the claim
 	}
 	if err != nil {
+		var rerr redis.Error
+		if errors.As(err, &rerr) && strings.Contains(rerr.Error(), "syntax error") {
+			err = fmt.Errorf("%w (SET with both NX and GET needs Redis 7.0 or later)", err)
+		}
 		return nil, opError("claim", rkey, err)
 	}
 	rec, err := idemhook.DecodeRecord([]byte(old))

@@ -198,6 +198,7 @@ func (s *Server) start() error {
 	)
 	argv = append(argv, s.args...)
 	cmd := exec.Command("redis-server", argv...)
+	cmd.SysProcAttr = procAttr()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting redis-server: %w", err)
 	}

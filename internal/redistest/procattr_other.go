@@ -1,0 +1,9 @@
+//go:build !linux
+
+package redistest
+
+import "syscall"
+
+// procAttr returns nil: only Linux can tie a child's life to its parent's;
+// elsewhere t.Cleanup alone stops the servers.
+func procAttr() *syscall.SysProcAttr { return nil }
