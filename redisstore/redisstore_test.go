@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"net"
 	"slices"
@@ -127,6 +128,69 @@ func BenchmarkStore(b *testing.B) {
 	storetest.Bench(b, storetest.Harness{
 		New: func(tb testing.TB) idemhook.Store { return newStore(tb, client) },
 	})
+}
+
+// BenchmarkMemoryPerKey reports the server memory a completed record of a
+// typical small answer takes (DESIGN section 6: at most 200 bytes per key),
+// on a private server: used_memory grows by this much per stored key.
+func BenchmarkMemoryPerKey(b *testing.B) {
+	srv := redistest.StartServer(b)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	b.Cleanup(func() { client.Close() })
+	st, err := redisstore.New(client, redisstore.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := b.Context()
+	usedMemory := func() int64 {
+		b.Helper()
+		info, err := client.Info(ctx, "memory").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return n
+			}
+		}
+		b.Fatal("INFO memory has no used_memory")
+		return 0
+	}
+	var sum [32]byte
+	done := func(claim *idemhook.Record) *idemhook.Record {
+		return &idemhook.Record{
+			State:       idemhook.StateCompleted,
+			Fingerprint: claim.Fingerprint,
+			CreatedAt:   time.Now(),
+			Status:      200,
+			Header:      map[string][]string{"Content-Type": {"application/json"}},
+			Body:        []byte(`{"ok":true}`),
+		}
+	}
+	// The key of a body-hash route: "idem:<source>:sha256:<64 hex>".
+	store := func() {
+		rand.Read(sum[:])
+		key := idemhook.StoreKey("stripe", "sha256:"+hex.EncodeToString(sum[:]))
+		claim := pendingRecord()
+		if _, err := st.Claim(ctx, key, claim, time.Minute); err != nil {
+			b.Fatal(err)
+		}
+		if err := st.Complete(ctx, key, claim, done(claim), 24*time.Hour); err != nil {
+			b.Fatal(err)
+		}
+	}
+	store() // scripts cached, connection open
+	before := usedMemory()
+	n := 0
+	for b.Loop() {
+		store()
+		n++
+	}
+	b.ReportMetric(float64(usedMemory()-before)/float64(n), "bytes/key")
 }
 
 func pendingRecord() *idemhook.Record {
