@@ -176,8 +176,8 @@ func TestExpiredEntriesAreSwept(t *testing.T) {
 	}
 	wantLen(t, st, 999)
 
-	// New writes remove the dead keys: by the time the shard has grown
-	// to 1024 entries it is swept in full, so only the live keys remain.
+	// New writes remove the dead keys: when the shard reaches 1024
+	// entries it is swept in full, so only the live keys remain.
 	fill(t, st, 1000, 3000, func(int) time.Duration { return time.Hour })
 	wantLen(t, st, 2000)
 }
@@ -190,4 +190,28 @@ func TestExpiredKeysAreAbsent(t *testing.T) {
 	if present(t, st, keyOf(0)) {
 		t.Fatal("a key is present at the end of its TTL")
 	}
+}
+
+func TestDeadKeysStayBounded(t *testing.T) {
+	// Steady traffic: one new key per second, each living 2000 s, so 2000
+	// keys are live once warmed up. Dead keys must not pile up: the shard
+	// never holds more than 1.5 times the live keys.
+	const live = 2000
+	clk := newClock()
+	st := newStore(t, memstore.Config{Now: clk.Now, Shards: 1})
+	largest := 0
+	for i := range 10 * live {
+		fill(t, st, i, i+1, func(int) time.Duration { return live * time.Second })
+		clk.Advance(time.Second)
+		if i >= live {
+			largest = max(largest, st.Len())
+		}
+	}
+	if largest > live*3/2 {
+		t.Fatalf("the store grew to %d entries for %d live keys; want at most %d", largest, live, live*3/2)
+	}
+	if largest < live {
+		t.Fatalf("the store held at most %d entries for %d live keys", largest, live)
+	}
+	t.Logf("at most %d entries held for %d live keys", largest, live)
 }
