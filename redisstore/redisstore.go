@@ -23,9 +23,10 @@
 // The caller owns the client: the store never closes it. Any client
 // satisfying redis.UniversalClient works: redis.NewClient,
 // redis.NewFailoverClient (Sentinel), redis.NewClusterClient or
-// redis.NewUniversalClient. Claim, Complete, Release and Extend always go to
-// the master; a client that routes reads to replicas (ReadOnly,
-// RouteByLatency, RouteRandomly, ReplicaOnly) may answer Get with a record a
+// redis.NewUniversalClient. Claim, Complete, Release and Extend write, so
+// they go to the master (with FailoverOptions.ReplicaOnly every command goes
+// to a replica and they fail); a client that routes reads to replicas
+// (ReadOnly, RouteByLatency, RouteRandomly) may answer Get with a record a
 // replication lag old, which only delays a waiting duplicate.
 package redisstore
 
