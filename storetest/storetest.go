@@ -49,8 +49,9 @@ type Harness struct {
 	// Advance moves the clock of every store New returns forward by d. Nil
 	// when the store's time can't be injected (Redis, for example): the
 	// suite then checks expiry with short real lifetimes polled under a
-	// deadline. The suite never advances the clock while another subtest
-	// runs, so a clock shared by all the stores is fine.
+	// deadline. A Run never advances the clock while another of its
+	// subtests runs, so one clock may drive all the stores of a Run (but
+	// not those of two Runs that run in parallel).
 	Advance func(d time.Duration)
 }
 
