@@ -215,3 +215,66 @@ func TestDeadKeysStayBounded(t *testing.T) {
 	}
 	t.Logf("at most %d entries held for %d live keys", largest, live)
 }
+
+func TestFullOfPendingRecovers(t *testing.T) {
+	// A shard full of running claims refuses new ones until one of them
+	// ends, whichever way it ends.
+	const max = 8
+	tests := []struct {
+		name string
+		end  func(t *testing.T, st *memstore.Store, clk *clock)
+	}{
+		{"complete", func(t *testing.T, st *memstore.Store, _ *clock) {
+			if err := st.Complete(t.Context(), keyOf(5), claimOf(5), doneOf(5), time.Hour); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"release", func(t *testing.T, st *memstore.Store, _ *clock) {
+			if err := st.Release(t.Context(), keyOf(5), claimOf(5)); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"delete", func(t *testing.T, st *memstore.Store, _ *clock) {
+			if ok, err := st.Delete(t.Context(), keyOf(5)); err != nil || !ok {
+				t.Fatalf("Delete: %t, %v", ok, err)
+			}
+		}},
+		{"first lease ends", func(t *testing.T, _ *memstore.Store, clk *clock) {
+			clk.Advance(time.Hour + 5*time.Minute) // the lease of claim 5
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := newClock()
+			st := newStore(t, memstore.Config{Now: clk.Now, MaxEntries: max, Shards: 1})
+			for i := range max {
+				// Claim 5 has the shortest lease; the others end later.
+				lease := 2 * time.Hour
+				if i == 5 {
+					lease = time.Hour
+				}
+				if _, err := st.Claim(t.Context(), keyOf(i), claimOf(i), lease); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for range 3 {
+				if _, err := st.Claim(t.Context(), keyOf(max), claimOf(max), time.Hour); !errors.Is(err, memstore.ErrFull) {
+					t.Fatalf("Claim on a shard full of claims: got %v, want ErrFull", err)
+				}
+			}
+			clk.Advance(time.Minute) // no lease has ended yet
+			if _, err := st.Claim(t.Context(), keyOf(max), claimOf(max), time.Hour); !errors.Is(err, memstore.ErrFull) {
+				t.Fatalf("Claim before any lease ended: got %v, want ErrFull", err)
+			}
+			tt.end(t, st, clk)
+			if existing, err := st.Claim(t.Context(), keyOf(max), claimOf(max), time.Hour); err != nil || existing != nil {
+				t.Fatalf("Claim once a claim ended: got %v, %v; want nil, nil", existing, err)
+			}
+			for i := range max {
+				if i != 5 && !present(t, st, keyOf(i)) {
+					t.Fatalf("running claim %d was dropped", i)
+				}
+			}
+		})
+	}
+}

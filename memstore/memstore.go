@@ -85,7 +85,17 @@ type shard struct {
 	// sweepAt is the size at which the shard is swept in full: 1.5 times
 	// its size after the previous sweep.
 	sweepAt int
-	_       [40]byte // keep shards on separate cache lines
+	// fullUntil is set when the shard was found full of pending claims:
+	// until that time (the end of the first of their leases) or until an
+	// entry is removed, Claim fails fast rather than scan the shard again.
+	fullUntil int64
+	_         [32]byte // keep shards on separate cache lines
+}
+
+// remove deletes the entry under k. The caller holds sh.mu.
+func (sh *shard) remove(k string) {
+	delete(sh.m, k)
+	sh.fullUntil = 0
 }
 
 // minSweepAt is the smallest size that triggers a full sweep.
@@ -195,10 +205,10 @@ func (s *Store) claim(sh *shard, ck, entry []byte, now int64) (string, error) {
 		if !expired(e, now) {
 			return e, nil
 		}
-		delete(sh.m, string(ck))
+		sh.remove(string(ck))
 	}
 	if len(sh.m) >= s.perShard {
-		if !s.makeRoom(sh, now) {
+		if now < sh.fullUntil || !s.makeRoom(sh, now) {
 			return "", ErrFull
 		}
 	} else if len(sh.m) >= sh.sweepAt {
@@ -238,7 +248,7 @@ func (s *Store) Complete(ctx context.Context, key string, claim, done *idemhook.
 		return err
 	}
 	// Replace the key too: the old one shares the old entry's memory.
-	delete(sh.m, string(ck))
+	sh.remove(string(ck))
 	e := string(entry)
 	sh.m[e[entryHeader:entryHeader+len(ck)]] = e
 	return nil
@@ -262,7 +272,7 @@ func (s *Store) Release(ctx context.Context, key string, claim *idemhook.Record)
 	if err := sh.owned(ck, claim, now); err != nil {
 		return err
 	}
-	delete(sh.m, string(ck))
+	sh.remove(string(ck))
 	return nil
 }
 
@@ -292,7 +302,7 @@ func (s *Store) Extend(ctx context.Context, key string, claim *idemhook.Record, 
 	putMeta(b, expiry(now, lease), false)
 	copy(b[entryHeader:], old[entryHeader:])
 	e := string(b)
-	delete(sh.m, string(ck))
+	sh.remove(string(ck))
 	sh.m[e[entryHeader:entryHeader+len(ck)]] = e
 	return nil
 }
@@ -322,7 +332,7 @@ func (sh *shard) get(ck []byte, now int64) string {
 		return ""
 	}
 	if expired(e, now) {
-		delete(sh.m, string(ck))
+		sh.remove(string(ck))
 		return ""
 	}
 	return e
@@ -344,7 +354,7 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	if !ok {
 		return false, nil
 	}
-	delete(sh.m, string(ck))
+	sh.remove(string(ck))
 	return !expired(e, now), nil
 }
 
@@ -373,7 +383,7 @@ func (sh *shard) owned(ck []byte, claim *idemhook.Record, now int64) error {
 		return idemhook.ErrNotOwner
 	}
 	if expired(e, now) {
-		delete(sh.m, string(ck))
+		sh.remove(string(ck))
 		return idemhook.ErrNotOwner
 	}
 	if completed(e) {
@@ -399,7 +409,7 @@ func (sh *shard) owned(ck []byte, claim *idemhook.Record, now int64) error {
 func (sh *shard) sweep(now int64) {
 	for k, e := range sh.m {
 		if expired(e, now) {
-			delete(sh.m, k)
+			sh.remove(k)
 		}
 	}
 	sh.sweepAt = max(len(sh.m)+len(sh.m)/2, minSweepAt)
@@ -420,17 +430,24 @@ func (s *Store) makeRoom(sh *shard, now int64) bool {
 		key string
 	}
 	var done []candidate
+	firstEnd := int64(maxExpiry)
 	for k, e := range sh.m {
 		if completed(e) {
 			done = append(done, candidate{expiryOf(e), k})
+		} else {
+			firstEnd = min(firstEnd, expiryOf(e))
 		}
+	}
+	if len(done) == 0 {
+		sh.fullUntil = firstEnd
+		return false
 	}
 	n := min(len(sh.m)-target, len(done))
 	if n < len(done) {
 		slices.SortFunc(done, func(a, b candidate) int { return cmpInt64(a.exp, b.exp) })
 	}
 	for _, c := range done[:n] {
-		delete(sh.m, c.key)
+		sh.remove(c.key)
 	}
 	return len(sh.m) < s.perShard
 }
