@@ -1,0 +1,523 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemhook/idemhook"
+)
+
+// minimal is the smallest valid configuration.
+const minimal = `routes:
+  - path: /webhooks/stone
+    upstream: http://127.0.0.1:3000/webhook
+    source: stone
+`
+
+func envOf(kv ...string) func(string) string {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) string { return m[k] }
+}
+
+func TestConfigDefaults(t *testing.T) {
+	cfg, err := parseConfig("idemhook.yaml", []byte(minimal), envOf())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := cfg.Routes[0]
+	tests := []struct {
+		name string
+		got  any
+		want any
+	}{
+		{"listen", cfg.Listen, "127.0.0.1:8080"},
+		{"store.driver", cfg.Store.Driver, "sqlite"},
+		{"store.path", cfg.Store.Path, "idemhook.db"},
+		{"admin.listen", cfg.Admin.Listen, "127.0.0.1:9090"},
+		{"audit.sink", cfg.Audit.Sink, "sqlite"},
+		{"audit.path", cfg.Audit.Path, "idemhook.db"},
+		{"audit.retention", cfg.Audit.Retention, 7 * 24 * time.Hour},
+		{"log.format", cfg.Log.Format, "text"},
+		{"log.level", cfg.Log.Level, "info"},
+		{"shutdown_timeout", cfg.ShutdownTimeout, 10 * time.Second},
+		{"path", r.Path, "/webhooks/stone"},
+		{"upstream", r.Upstream.String(), "http://127.0.0.1:3000/webhook"},
+		{"upstream_timeout", r.UpstreamTimeout, 30 * time.Second},
+		{"source", r.Route.Source, "stone"},
+		{"ttl", r.Route.TTL, 24 * time.Hour},
+		{"header", r.Route.Header, ""}, // the middleware's default, idempotency-key
+		{"in_flight", r.Route.InFlight, idemhook.InFlightProceed},
+		{"wait_timeout", r.Route.WaitTimeout, 10 * time.Second},
+		{"on_store_error", r.Route.OnStoreError, idemhook.StoreErrorOpen},
+		{"max_body", r.Route.MaxBodyBytes, int64(5 << 20)},
+		{"preset", r.Route.Preset == nil, true},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("%s = %v, want %v", tt.name, tt.got, tt.want)
+		}
+	}
+}
+
+func TestConfigAllFields(t *testing.T) {
+	text := `listen: 0.0.0.0:8443
+shutdown_timeout: 3s
+store: {driver: redis, addrs: [10.0.0.1:6379, 10.0.0.2:6379], password: "${REDIS_PASSWORD}", prefix: "gw:"}
+admin: {listen: 0.0.0.0:9443, token: "${ADMIN_TOKEN}"}
+audit: {sink: postgres, url: "postgres://postgres@127.0.0.1:5432/test", table: deliveries, retention: 30d}
+log: {format: json, level: warn}
+routes:
+  - path: /hooks/
+    upstream: https://backend.internal/in?x=1
+    source: github
+    ttl: 72h
+    header: X-GitHub-Delivery
+    in_flight: wait
+    wait_timeout: 2s
+    on_store_error: closed
+    max_body: 512KiB
+    upstream_timeout: 5s
+    replay_headers: [Content-Type, X-Request-Id]
+    provider: github
+    secrets: ["${GH_NEW}", "${GH_OLD}"]
+    tolerance: 1m
+`
+	cfg, err := parseConfig("f.yaml", []byte(text), envOf("REDIS_PASSWORD", "pw", "ADMIN_TOKEN", "tok", "GH_NEW", "n", "GH_OLD", "o"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := cfg.Routes[0]
+	tests := []struct {
+		name string
+		got  any
+		want any
+	}{
+		{"store.addrs", strings.Join(cfg.Store.Addrs, ","), "10.0.0.1:6379,10.0.0.2:6379"},
+		{"store.password", cfg.Store.Password, "pw"},
+		{"store.prefix", cfg.Store.Prefix, "gw:"},
+		{"store.path", cfg.Store.Path, ""},
+		{"admin.token", cfg.Admin.Token, "tok"},
+		{"audit.table", cfg.Audit.Table, "deliveries"},
+		{"audit.retention", cfg.Audit.Retention, 30 * 24 * time.Hour},
+		{"log.format", cfg.Log.Format, "json"},
+		{"shutdown_timeout", cfg.ShutdownTimeout, 3 * time.Second},
+		{"ttl", r.Route.TTL, 72 * time.Hour},
+		{"header", r.Route.Header, "X-GitHub-Delivery"},
+		{"in_flight", r.Route.InFlight, idemhook.InFlightWait},
+		{"wait_timeout", r.Route.WaitTimeout, 2 * time.Second},
+		{"on_store_error", r.Route.OnStoreError, idemhook.StoreErrorClosed},
+		{"max_body", r.Route.MaxBodyBytes, int64(512 << 10)},
+		{"upstream_timeout", r.UpstreamTimeout, 5 * time.Second},
+		{"replay_headers", strings.Join(r.Route.ReplayHeaders, ","), "Content-Type,X-Request-Id"},
+		{"preset", r.Route.Preset != nil && r.Route.Preset.Name == "github", true},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("%s = %v, want %v", tt.name, tt.got, tt.want)
+		}
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	route := func(extra string) string { return minimal + extra }
+	tests := []struct {
+		name string
+		give string
+		env  []string
+		want []string // every error, in order
+	}{
+		{
+			name: "unknown top-level field",
+			give: "listne: 127.0.0.1:8080\n" + minimal,
+			want: []string{`idemhook.yaml:1: listne: unknown field "listne" (known: listen, store, admin, audit, log, shutdown_timeout, routes)`},
+		},
+		{
+			name: "unknown route field",
+			give: route("    tll: 1h\n"),
+			want: []string{`idemhook.yaml:5: routes[0].tll: unknown field "tll" (known: path, upstream, source, ttl, header, in_flight, wait_timeout, on_store_error, provider, secret_env, secrets, provider_options, tolerance, max_body, upstream_timeout, replay_headers)`},
+		},
+		{
+			name: "missing source",
+			give: "routes:\n  - path: /a\n    upstream: http://127.0.0.1:3000/\n",
+			want: []string{`idemhook.yaml:2: routes[0].source: missing: the provider's label, e.g. source: stone (it names the keys: idem:<source>:<key>)`},
+		},
+		{
+			name: "missing path and upstream",
+			give: "routes:\n  - source: stone\n",
+			want: []string{
+				`idemhook.yaml:2: routes[0].path: missing: the path this route receives, e.g. /webhooks/stone`,
+				`idemhook.yaml:2: routes[0].upstream: missing: the URL deliveries are forwarded to, e.g. http://127.0.0.1:3000/webhook`,
+			},
+		},
+		{
+			name: "bad duration",
+			give: minimal + "  - path: /b\n    upstream: http://127.0.0.1:3000/b\n    source: b\n    ttl: 1x\n",
+			want: []string{`idemhook.yaml:8: routes[1].ttl: invalid duration "1x" (examples: 500ms, 30s, 10m, 24h, 7d)`},
+		},
+		{
+			name: "negative duration",
+			give: route("    wait_timeout: -1s\n"),
+			want: []string{`idemhook.yaml:5: routes[0].wait_timeout: must be positive, got "-1s"`},
+		},
+		{
+			name: "malformed upstream",
+			give: "routes:\n  - path: /a\n    upstream: \"http://[::1\"\n    source: a\n",
+			want: []string{`idemhook.yaml:3: routes[0].upstream: malformed upstream URL "http://[::1": missing ']' in host`},
+		},
+		{
+			name: "upstream scheme",
+			give: "routes:\n  - path: /a\n    upstream: 127.0.0.1:3000\n    source: a\n",
+			want: []string{`idemhook.yaml:3: routes[0].upstream: malformed upstream URL "127.0.0.1:3000": first path segment in URL cannot contain colon`},
+		},
+		{
+			name: "upstream without host",
+			give: "routes:\n  - path: /a\n    upstream: http:///x\n    source: a\n",
+			want: []string{`idemhook.yaml:3: routes[0].upstream: malformed upstream URL "http:///x": no host`},
+		},
+		{
+			name: "in_flight",
+			give: route("    in_flight: sometimes\n"),
+			want: []string{`idemhook.yaml:5: routes[0].in_flight: invalid in_flight "sometimes" (want proceed, wait or reject)`},
+		},
+		{
+			name: "on_store_error",
+			give: route("    on_store_error: ignore\n"),
+			want: []string{`idemhook.yaml:5: routes[0].on_store_error: invalid on_store_error "ignore" (want open or closed)`},
+		},
+		{
+			name: "unknown provider",
+			give: route("    provider: strip\n    secret_env: S\n"),
+			env:  []string{"S", "x"},
+			want: []string{`idemhook.yaml:5: routes[0].provider: unknown provider "strip" (known: asaas, evolution, github, ifood, mercadopago, paddle, shopify, slack, standardwebhooks, stone, stripe, svix, whatsapp-cloud)`},
+		},
+		{
+			name: "provider without secret",
+			give: route("    provider: stripe\n"),
+			want: []string{`idemhook.yaml:5: routes[0].provider: provider stripe needs a secret: set secret_env: NAME_OF_VARIABLE (or secrets: [${VAR}] to accept several during a rotation)`},
+		},
+		{
+			name: "secret_env unset",
+			give: route("    provider: stripe\n    secret_env: STRIPE_WEBHOOK_SECRET\n"),
+			want: []string{`idemhook.yaml:6: routes[0].secret_env: environment variable STRIPE_WEBHOOK_SECRET is not set or empty (export it, or use secrets: [${STRIPE_WEBHOOK_SECRET}])`},
+		},
+		{
+			name: "secrets entry unset",
+			give: route("    provider: stripe\n    secrets: [\"${NEW}\", \"${OLD}\"]\n"),
+			env:  []string{"NEW", "n"},
+			want: []string{`idemhook.yaml:6: routes[0].secrets[1]: environment variable OLD is not set or empty (used as ${OLD})`},
+		},
+		{
+			name: "secret without provider",
+			give: route("    secret_env: S\n"),
+			env:  []string{"S", "x"},
+			want: []string{`idemhook.yaml:5: routes[0].secret_env: only used with provider: (the signature check of a preset); set provider or remove secret_env`},
+		},
+		{
+			name: "unknown provider option",
+			give: route("    provider: stripe\n    secret_env: S\n    provider_options: {colour: blue}\n"),
+			env:  []string{"S", "x"},
+			want: []string{`idemhook.yaml:7: routes[0].provider_options: provider stripe: unknown option "colour" (this provider takes no options)`},
+		},
+		{
+			name: "duplicate paths",
+			give: minimal + "  - path: /webhooks/stone\n    upstream: http://127.0.0.1:3000/b\n    source: b\n",
+			want: []string{`idemhook.yaml:5: routes[1].path: duplicate path "/webhooks/stone" (also routes[0], line 2)`},
+		},
+		{
+			name: "bad path",
+			give: "routes:\n  - path: webhooks/a\n    upstream: http://127.0.0.1:3000/\n    source: a\n",
+			want: []string{`idemhook.yaml:2: routes[0].path: invalid path "webhooks/a": must start with /`},
+		},
+		{
+			name: "unclean path",
+			give: "routes:\n  - path: /a//b\n    upstream: http://127.0.0.1:3000/\n    source: a\n",
+			want: []string{`idemhook.yaml:2: routes[0].path: invalid path "/a//b": not clean (did you mean "/a/b"?)`},
+		},
+		{
+			name: "bad listen address",
+			give: "listen: 8080\n" + minimal,
+			want: []string{`idemhook.yaml:1: listen: invalid address "8080": want host:port, e.g. 127.0.0.1:8080 or :8080`},
+		},
+		{
+			name: "bad listen port",
+			give: "listen: 127.0.0.1:99999\n" + minimal,
+			want: []string{`idemhook.yaml:1: listen: invalid address "127.0.0.1:99999": bad port "99999"`},
+		},
+		{
+			name: "admin on the same address",
+			give: "listen: 127.0.0.1:8080\nadmin: {listen: 127.0.0.1:8080}\n" + minimal,
+			want: []string{`idemhook.yaml:2: admin.listen: same address as listen (127.0.0.1:8080): give the admin listener its own port`},
+		},
+		{
+			name: "admin token required off loopback",
+			give: "admin: {listen: \":9090\"}\n" + minimal,
+			want: []string{`idemhook.yaml:1: admin.token: required when admin.listen (:9090) is not a loopback address: the admin API can delete keys (use token: ${IDEMHOOK_ADMIN_TOKEN})`},
+		},
+		{
+			name: "store driver",
+			give: "store: {driver: mongo}\n" + minimal,
+			want: []string{`idemhook.yaml:1: store.driver: invalid driver "mongo" (want sqlite, redis or memory)`},
+		},
+		{
+			name: "redis without url",
+			give: "store:\n  driver: redis\n" + minimal,
+			want: []string{`idemhook.yaml:2: store: driver redis needs url (redis://host:port/db) or addrs (a list of host:port)`},
+		},
+		{
+			name: "redis bad url",
+			give: "store: {driver: redis, url: \"http://x:1\"}\n" + minimal,
+			want: []string{`idemhook.yaml:1: store.url: invalid Redis URL "http://x:1": redis: invalid URL scheme: http (want redis://[user:password@]host:port/db)`},
+		},
+		{
+			name: "field of another driver",
+			give: "store: {driver: memory, url: \"redis://x:1\"}\n" + minimal,
+			want: []string{`idemhook.yaml:1: store.url: only used by driver redis (driver is memory)`},
+		},
+		{
+			name: "postgres without url",
+			give: "audit: {sink: postgres}\n" + minimal,
+			want: []string{`idemhook.yaml:1: audit.url: sink postgres needs url (postgres://user:password@host:5432/db)`},
+		},
+		{
+			name: "bad size",
+			give: route("    max_body: 5 parsecs\n"),
+			want: []string{`idemhook.yaml:5: routes[0].max_body: invalid size "5 parsecs" (examples: 5MiB, 512KiB, 1048576)`},
+		},
+		{
+			name: "bad header name",
+			give: route("    header: \"x key\"\n"),
+			want: []string{`idemhook.yaml:5: routes[0].header: invalid header name "x key"`},
+		},
+		{
+			name: "env var in a string",
+			give: "listen: ${LISTEN}\n" + minimal,
+			want: []string{`idemhook.yaml:1: listen: environment variable LISTEN is not set or empty (used as ${LISTEN})`},
+		},
+		{
+			name: "field given twice",
+			give: "listen: 127.0.0.1:1\nlisten: 127.0.0.1:2\n" + minimal,
+			want: []string{`idemhook.yaml:2: listen: field given twice (first at line 1)`},
+		},
+		{
+			name: "wrong kind",
+			give: "routes: {path: /a}\n",
+			want: []string{`idemhook.yaml:1: routes: expected a list of routes (- path: ...), got a mapping`},
+		},
+		{
+			name: "no routes",
+			give: "listen: 127.0.0.1:8080\n",
+			want: []string{`idemhook.yaml:1: routes: missing: the gateway needs at least one route (path, upstream, source)`},
+		},
+		{
+			name: "empty file",
+			give: "",
+			want: []string{`idemhook.yaml:1: the file is empty: it needs at least routes: (see examples/idemhook.yaml)`},
+		},
+		{
+			name: "YAML syntax",
+			give: "listen: a\n\tb: c\n",
+			want: []string{`idemhook.yaml:2: invalid YAML: found a tab character that violates indentation`},
+		},
+		{
+			name: "every error at once",
+			give: "listen: 8080\nroutes:\n  - path: /a\n    upstream: ftp://x\n    ttl: soon\n  - path: /a\n    upstream: http://h/\n    source: b\n    in_flight: later\n",
+			want: []string{
+				`idemhook.yaml:1: listen: invalid address "8080": want host:port, e.g. 127.0.0.1:8080 or :8080`,
+				`idemhook.yaml:3: routes[0].source: missing: the provider's label, e.g. source: stone (it names the keys: idem:<source>:<key>)`,
+				`idemhook.yaml:4: routes[0].upstream: malformed upstream URL "ftp://x": want http:// or https://`,
+				`idemhook.yaml:5: routes[0].ttl: invalid duration "soon" (examples: 500ms, 30s, 10m, 24h, 7d)`,
+				`idemhook.yaml:6: routes[1].path: duplicate path "/a" (also routes[0], line 3)`,
+				`idemhook.yaml:9: routes[1].in_flight: invalid in_flight "later" (want proceed, wait or reject)`,
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parseConfig("idemhook.yaml", []byte(tt.give), envOf(tt.env...))
+			var errs ConfigErrors
+			if !errors.As(err, &errs) {
+				t.Fatalf("err = %v, want ConfigErrors", err)
+			}
+			var got []string
+			for _, e := range errs {
+				got = append(got, e.Error())
+			}
+			if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
+				t.Errorf("errors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			}
+		})
+	}
+}
+
+func TestExpand(t *testing.T) {
+	env := envOf("A", "x", "B", "y z")
+	tests := []struct {
+		give, want, wantErr string
+	}{
+		{give: "plain", want: "plain"},
+		{give: "${A}", want: "x"},
+		{give: "pre-${A}-${B}", want: "pre-x-y z"},
+		{give: "$$A costs $5", want: "$A costs $5"},
+		{give: "${MISSING:-fallback}", want: "fallback"},
+		{give: "${A:-fallback}", want: "x"},
+		{give: "${MISSING}", wantErr: "environment variable MISSING is not set or empty (used as ${MISSING})"},
+		{give: "${A", wantErr: `unclosed ${ in "${A"`},
+		{give: "${1A}", wantErr: `invalid variable name "1A" in ${...}`},
+	}
+	for _, tt := range tests {
+		got, err := expand(tt.give, env)
+		if tt.wantErr != "" {
+			if err == nil || err.Error() != tt.wantErr {
+				t.Errorf("expand(%q) error = %v, want %q", tt.give, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("expand(%q) = %q, %v; want %q", tt.give, got, err, tt.want)
+		}
+	}
+}
+
+func TestParseSizeAndDuration(t *testing.T) {
+	sizes := []struct {
+		give string
+		want int64
+	}{
+		{"1048576", 1 << 20}, {"5MiB", 5 << 20}, {"512KiB", 512 << 10}, {"1MB", 1000000}, {"2 gib", 2 << 30}, {"10B", 10},
+		{"0", 0}, {"-1", 0}, {"1.5MiB", 0}, {"MiB", 0}, {"5XB", 0},
+	}
+	for _, tt := range sizes {
+		got, err := parseSize(tt.give)
+		if (err != nil) != (tt.want == 0) || got != tt.want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", tt.give, got, err, tt.want)
+		}
+	}
+	durations := []struct {
+		give string
+		want time.Duration
+	}{
+		{"500ms", 500 * time.Millisecond}, {"24h", 24 * time.Hour}, {"7d", 7 * 24 * time.Hour}, {"1h30m", 90 * time.Minute},
+		{"1x", -1}, {"d", -1}, {"", -1},
+	}
+	for _, tt := range durations {
+		got, err := parseDuration(tt.give)
+		if (err != nil) != (tt.want == -1) || (err == nil && got != tt.want) {
+			t.Errorf("parseDuration(%q) = %v, %v; want %v", tt.give, got, err, tt.want)
+		}
+	}
+}
+
+func TestCheckCommand(t *testing.T) {
+	dir := t.TempDir()
+	good := writeConfig(t, dir, minimal)
+	var stdout, stderr bytes.Buffer
+	if err := run(t.Context(), []string{"check", "--config", good}, envOf(), &stdout, &stderr); err != nil {
+		t.Fatalf("check of a valid file: %v", err)
+	}
+	for _, want := range []string{good + ": OK", "store    sqlite idemhook.db", "/webhooks/stone -> http://127.0.0.1:3000/webhook source=stone ttl=24h"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("check output lacks %q:\n%s", want, stdout.String())
+		}
+	}
+
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("listen: nowhere\nroutes:\n  - path: /a\n    upstream: http://h/\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := run(t.Context(), []string{"check", "--config", bad}, envOf(), &stdout, &stderr)
+	want := "2 errors in the configuration:\n" +
+		"  " + bad + `:1: listen: invalid address "nowhere": want host:port, e.g. 127.0.0.1:8080 or :8080` + "\n" +
+		"  " + bad + `:3: routes[0].source: missing: the provider's label, e.g. source: stone (it names the keys: idem:<source>:<key>)`
+	if err == nil || err.Error() != want {
+		t.Errorf("check of a bad file = %v\nwant %s", err, want)
+	}
+
+	// serve refuses the same file before opening anything.
+	if err := run(t.Context(), []string{"serve", "--config", bad}, envOf(), &stdout, &stderr); err == nil || err.Error() != want {
+		t.Errorf("serve of a bad file = %v", err)
+	}
+	missing := filepath.Join(dir, "nope.yaml")
+	err = run(t.Context(), []string{"check", "--config", missing}, envOf(), &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "config file "+missing+" does not exist") {
+		t.Errorf("check of a missing file = %v", err)
+	}
+}
+
+func TestCommands(t *testing.T) {
+	tests := []struct {
+		args       []string
+		wantOut    string // in stdout
+		wantErr    string // exact error, "" for none
+		wantUsage  bool
+		wantStderr string
+	}{
+		{args: []string{"version"}, wantOut: "idemhook "},
+		{args: []string{"help"}, wantOut: "idemhook serve --config FILE"},
+		{args: nil, wantErr: `no command given (run "idemhook help")`, wantUsage: true, wantStderr: "Usage:"},
+		{args: []string{"frobnicate"}, wantErr: `unknown command "frobnicate" (run "idemhook help")`, wantUsage: true},
+		{args: []string{"check", "extra"}, wantErr: `unexpected argument "extra" (idemhook check --config FILE) (run "idemhook help")`, wantUsage: true},
+		{args: []string{"serve", "--conf", "x"}, wantErr: `flag provided but not defined: -conf (run "idemhook help")`, wantUsage: true},
+		{args: []string{"demo", "now"}, wantErr: `demo takes no arguments (run "idemhook help")`, wantUsage: true},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			err := run(t.Context(), tt.args, envOf(), &stdout, &stderr)
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || err.Error() != tt.wantErr) {
+				t.Fatalf("err = %v, want %q", err, tt.wantErr)
+			}
+			if tt.wantUsage && !errors.As(err, new(usageError)) {
+				t.Errorf("err is not a usageError (exit 2)")
+			}
+			if !strings.Contains(stdout.String(), tt.wantOut) {
+				t.Errorf("stdout lacks %q:\n%s", tt.wantOut, stdout.String())
+			}
+			if !strings.Contains(stderr.String(), tt.wantStderr) {
+				t.Errorf("stderr lacks %q:\n%s", tt.wantStderr, stderr.String())
+			}
+		})
+	}
+}
+
+func TestExampleConfig(t *testing.T) {
+	cfg, err := loadConfig("../../examples/idemhook.yaml", envOf("STRIPE_WEBHOOK_SECRET", "whsec_x"))
+	if err != nil {
+		t.Fatalf("examples/idemhook.yaml: %v", err)
+	}
+	if len(cfg.Routes) != 2 {
+		t.Errorf("routes = %d, want 2", len(cfg.Routes))
+	}
+}
+
+func FuzzConfig(f *testing.F) {
+	f.Add([]byte(minimal))
+	f.Add([]byte("listen: ${X:-127.0.0.1:1}\nstore: {driver: redis, addrs: [a:1]}\nroutes: [{path: /a, upstream: 'http://h', source: s, provider: stripe, secrets: [x], provider_options: {a: b}}]\n"))
+	f.Add([]byte("a: &x [*x]\nroutes: *x\n"))
+	f.Add([]byte("routes:\n  - &r {path: /a, upstream: 'http://h', source: s}\n  - *r\n"))
+	if data, err := os.ReadFile("../../examples/idemhook.yaml"); err == nil {
+		f.Add(data)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, err := parseConfig("fuzz.yaml", data, envOf("X", "1"))
+		if err == nil && (cfg == nil || len(cfg.Routes) == 0) {
+			t.Fatalf("no error and no routes")
+		}
+		var errs ConfigErrors
+		if err != nil && !errors.As(err, &errs) {
+			t.Fatalf("error of type %T: %v", err, err)
+		}
+		for _, e := range errs {
+			if e.Line < 1 || e.File != "fuzz.yaml" {
+				t.Fatalf("error without a position: %+v", e)
+			}
+		}
+	})
+}
