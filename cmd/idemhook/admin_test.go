@@ -1,0 +1,275 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemhook/idemhook"
+	"github.com/jackc/pgx/v5"
+)
+
+// sqliteConfig is a one-route configuration on SQLite (store and audit
+// trail in one file in dir), admin on a free port.
+func sqliteConfig(dir, upstreamURL string, adminExtra string) string {
+	return fmt.Sprintf(`listen: 127.0.0.1:0
+store: {driver: sqlite, path: %q}
+admin: {listen: 127.0.0.1:0%s}
+log: {level: debug}
+routes:
+  - path: /webhooks/test
+    upstream: %s/hook
+    source: test
+  - path: /webhooks/other
+    upstream: %s/other
+    source: other
+`, filepath.Join(dir, "idemhook.db"), adminExtra, upstreamURL, upstreamURL)
+}
+
+func decodeJSON[T any](t *testing.T, r response) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal([]byte(r.Body), &v); err != nil {
+		t.Fatalf("decode %q: %v", r.Body, err)
+	}
+	return v
+}
+
+// deliveries polls GET /admin/deliveries?query until it lists want entries:
+// the recorder writes in batches, in the background.
+func deliveries(t *testing.T, g *gw, query string, want int) deliveriesJSON {
+	t.Helper()
+	var page deliveriesJSON
+	waitFor(t, fmt.Sprintf("%d audit rows for %q", want, query), func() bool {
+		r := do(t, "GET", g.adminURL("/admin/deliveries?"+query), "")
+		if r.Status != 200 {
+			t.Fatalf("GET /admin/deliveries?%s = %d %s", query, r.Status, r.Body)
+		}
+		page = decodeJSON[deliveriesJSON](t, r)
+		return len(page.Deliveries) >= want
+	})
+	if len(page.Deliveries) != want {
+		t.Fatalf("GET /admin/deliveries?%s: %d rows, want %d", query, len(page.Deliveries), want)
+	}
+	return page
+}
+
+func TestAdminAPI(t *testing.T) {
+	up := newUpstream(t)
+	up.handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+		if r.URL.Path == "/other" {
+			w.Header().Set("Content-Type", "application/octet-stream")
+			w.Write([]byte{0xff, 0x00, 0xfe})
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"call":%d}`, n)
+	}
+	dir := t.TempDir()
+	g := startGateway(t, writeConfig(t, dir, sqliteConfig(dir, up.srv.URL, "")), startOpts{})
+	start := time.Now().Add(-time.Second)
+
+	body := `{"id":"evt_admin"}`
+	key := idemhook.BodyKey([]byte(body))
+	post(t, g.url("/webhooks/test"), body)                                    // processed
+	post(t, g.url("/webhooks/test"), body)                                    // replayed
+	post(t, g.url("/webhooks/other"), `{"id":"x"}`)                           // processed, binary answer
+	post(t, g.url("/webhooks/other"), `{"id":"x"}`, "Idempotency-Key", "k 1") // header key
+
+	t.Run("health", func(t *testing.T) {
+		for _, p := range []string{"/healthz", "/readyz"} {
+			if r := do(t, "GET", g.adminURL(p), ""); r.Status != 200 || r.Body != "ok\n" {
+				t.Errorf("GET %s = %d %q", p, r.Status, r.Body)
+			}
+		}
+	})
+
+	t.Run("deliveries", func(t *testing.T) {
+		all := deliveries(t, g, "", 4)
+		newest := all.Deliveries[0]
+		if newest.Route != "/webhooks/other" || newest.Source != "other" || newest.Key != "k 1" || newest.Outcome != "processed" ||
+			newest.Status != 200 || newest.RequestBytes != int64(len(`{"id":"x"}`)) || newest.ResponseBytes != 3 || newest.Time.Before(start) {
+			t.Errorf("newest row = %+v", newest)
+		}
+		replayed := deliveries(t, g, "outcome=replayed", 1).Deliveries[0]
+		if replayed.Source != "test" || replayed.Key != key || replayed.Status != 200 {
+			t.Errorf("replayed row = %+v", replayed)
+		}
+		deliveries(t, g, "source=test", 2)
+		deliveries(t, g, "route=/webhooks/other&outcome=processed", 2)
+		deliveries(t, g, "since="+url.QueryEscape(time.Now().Add(time.Hour).Format(time.RFC3339)), 0)
+		deliveries(t, g, "until="+url.QueryEscape(start.Format(time.RFC3339)), 0)
+
+		// Pages of 3 then 1, each row once.
+		p1 := deliveries(t, g, "limit=3", 3)
+		if p1.Next == "" {
+			t.Fatal("first page of 3 (of 4) has no next cursor")
+		}
+		p2 := deliveries(t, g, "limit=3&cursor="+url.QueryEscape(p1.Next), 1)
+		if p2.Next != "" || p2.Deliveries[0].ID != all.Deliveries[3].ID {
+			t.Errorf("second page = %+v, want the oldest row %+v", p2, all.Deliveries[3])
+		}
+	})
+
+	t.Run("deliveries bad queries", func(t *testing.T) {
+		tests := []struct{ query, want string }{
+			{"since=yesterday", `since: "yesterday" is not an RFC 3339 time (e.g. 2026-11-30T04:00:00Z)`},
+			{"limit=0", `limit: "0" is not a positive integer (at most 1000)`},
+			{"outcome=done", `outcome: unknown "done" (known: processed, replayed, in_flight_proceeded, in_flight_waited, in_flight_rejected, mismatch, failed_released, store_error_open, store_error_closed, key_error, signature_invalid, too_large)`},
+			{"cursor=garbage", `cursor: not one returned as next by this endpoint`},
+			{"sort=asc", `unknown parameter "sort" (known: source, outcome, route, since, until, limit, cursor)`},
+		}
+		for _, tt := range tests {
+			r := do(t, "GET", g.adminURL("/admin/deliveries?"+tt.query), "")
+			p := decodeJSON[problem](t, r)
+			if r.Status != 400 || p.Detail != tt.want {
+				t.Errorf("?%s = %d %q, want 400 %q", tt.query, r.Status, p.Detail, tt.want)
+			}
+		}
+	})
+
+	t.Run("keys", func(t *testing.T) {
+		r := do(t, "GET", g.adminURL("/admin/keys/test/"+key), "")
+		if r.Status != 200 {
+			t.Fatalf("GET key = %d %s", r.Status, r.Body)
+		}
+		rec := decodeJSON[recordJSON](t, r)
+		if rec.StoreKey != "idem:test:"+key || rec.State != "completed" || rec.Status != 200 || rec.Body == nil ||
+			*rec.Body != `{"call":1}` || rec.BodyEncoding != "text" || rec.Headers["Content-Type"][0] != "application/json" || rec.CreatedAt.IsZero() {
+			t.Errorf("record = %+v", rec)
+		}
+
+		bin := decodeJSON[recordJSON](t, do(t, "GET", g.adminURL("/admin/keys/other/"+idemhook.BodyKey([]byte(`{"id":"x"}`))), ""))
+		if raw, err := base64.StdEncoding.DecodeString(*bin.Body); bin.BodyEncoding != "base64" || err != nil || !bytes.Equal(raw, []byte{0xff, 0, 0xfe}) {
+			t.Errorf("binary record body = %q %s (%v)", *bin.Body, bin.BodyEncoding, err)
+		}
+		if r := do(t, "GET", g.adminURL("/admin/keys/other/k%201"), ""); r.Status != 200 {
+			t.Errorf("GET header key with a space = %d", r.Status)
+		}
+
+		if r := do(t, "GET", g.adminURL("/admin/keys/test/sha256:nothing"), ""); r.Status != 404 {
+			t.Errorf("GET missing key = %d, want 404", r.Status)
+		}
+		if r := do(t, "DELETE", g.adminURL("/admin/keys/test/"+key), ""); r.Status != 204 {
+			t.Errorf("DELETE key = %d %s, want 204", r.Status, r.Body)
+		}
+		if r := do(t, "DELETE", g.adminURL("/admin/keys/test/"+key), ""); r.Status != 404 {
+			t.Errorf("DELETE deleted key = %d, want 404", r.Status)
+		}
+		if r := do(t, "GET", g.adminURL("/admin/keys/test/"+key), ""); r.Status != 404 {
+			t.Errorf("GET deleted key = %d, want 404", r.Status)
+		}
+		// Deleting forces reprocessing.
+		calls := up.calls.Load()
+		if r := post(t, g.url("/webhooks/test"), body); r.Header.Get(idemhook.ReplayedHeader) != "" || up.calls.Load() != calls+1 {
+			t.Errorf("after DELETE: replayed=%q, upstream calls %d, want a fresh delivery", r.Header.Get(idemhook.ReplayedHeader), up.calls.Load()-calls)
+		}
+	})
+
+	t.Run("metrics", func(t *testing.T) {
+		r := do(t, "GET", g.adminURL("/metrics"), "")
+		for _, want := range []string{
+			`idemhook_deliveries_total{outcome="processed",source="test"} 2`,
+			`idemhook_deliveries_total{outcome="replayed",source="test"} 1`,
+			`idemhook_deliveries_total{outcome="processed",source="other"} 2`,
+			`idemhook_store_operation_duration_seconds_count{op="claim"} 5`,
+			`idemhook_store_operation_duration_seconds_count{op="complete"} 4`,
+			`idemhook_upstream_duration_seconds_count{route="/webhooks/test"} 2`,
+			`idemhook_breaker_open 0`,
+			`idemhook_audit_dropped_total 0`,
+		} {
+			if !strings.Contains(r.Body, want) {
+				t.Errorf("metrics lack %q", want)
+			}
+		}
+	})
+}
+
+func TestAdminToken(t *testing.T) {
+	up := newUpstream(t)
+	dir := t.TempDir()
+	g := startGateway(t, writeConfig(t, dir, sqliteConfig(dir, up.srv.URL, ", token: \"${TOKEN}\"")),
+		startOpts{getenv: envOf("TOKEN", "s3cret")})
+	tests := []struct {
+		path, auth string
+		want       int
+	}{
+		{"/healthz", "", 200},
+		{"/readyz", "", 200},
+		{"/metrics", "", 401},
+		{"/metrics", "Bearer s3cret", 200},
+		{"/admin/deliveries", "", 401},
+		{"/admin/deliveries", "Bearer wrong", 401},
+		{"/admin/deliveries", "s3cret", 401},
+		{"/admin/deliveries", "Bearer s3cret", 200},
+		{"/admin/keys/test/k", "Bearer s3cret", 404},
+		{"/admin/keys/test/k", "", 401},
+	}
+	for _, tt := range tests {
+		var h []string
+		if tt.auth != "" {
+			h = []string{"Authorization", tt.auth}
+		}
+		if r := do(t, "GET", g.adminURL(tt.path), "", h...); r.Status != tt.want {
+			t.Errorf("GET %s with %q = %d, want %d", tt.path, tt.auth, r.Status, tt.want)
+		}
+	}
+}
+
+func TestAuditSinks(t *testing.T) {
+	t.Run("log", func(t *testing.T) {
+		up := newUpstream(t)
+		cfg := strings.Replace(routeConfig(up.srv.URL), "audit: {sink: none}", "audit: {sink: log}", 1)
+		g := startGateway(t, writeConfig(t, t.TempDir(), cfg), startOpts{})
+		post(t, g.url("/webhooks/test"), `{"id":"logged"}`)
+		r := do(t, "GET", g.adminURL("/admin/deliveries"), "")
+		if r.Status != http.StatusNotImplemented {
+			t.Errorf("deliveries with sink log = %d, want 501", r.Status)
+		}
+		if err := g.stop(); err != nil { // flushes the recorder
+			t.Fatal(err)
+		}
+		if log := g.stderr.String(); !strings.Contains(log, "outcome=processed") || !strings.Contains(log, idemhook.BodyKey([]byte(`{"id":"logged"}`))) {
+			t.Errorf("the log sink wrote no line for the delivery:\n%s", log)
+		}
+	})
+	t.Run("postgres", func(t *testing.T) {
+		raw := os.Getenv("IDEMHOOK_POSTGRES_URL")
+		if raw == "" {
+			t.Skip("IDEMHOOK_POSTGRES_URL is not set (e.g. postgres://postgres@127.0.0.1:5432/test): skipping the PostgreSQL audit sink test")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, raw)
+		if err != nil {
+			t.Fatalf("IDEMHOOK_POSTGRES_URL is set but PostgreSQL is unreachable: %v", err)
+		}
+		defer conn.Close(context.Background())
+		table := fmt.Sprintf("idemhook_gwtest_%d", time.Now().UnixNano())
+		t.Cleanup(func() { conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+table) })
+
+		up := newUpstream(t)
+		cfg := strings.Replace(routeConfig(up.srv.URL), "audit: {sink: none}",
+			fmt.Sprintf("audit: {sink: postgres, url: \"${PG}\", table: %s}", table), 1)
+		g := startGateway(t, writeConfig(t, t.TempDir(), cfg), startOpts{getenv: envOf("PG", raw)})
+		post(t, g.url("/webhooks/test"), `{"id":"pg"}`)
+		post(t, g.url("/webhooks/test"), `{"id":"pg"}`)
+		page := deliveries(t, g, "source=test", 2)
+		if page.Deliveries[0].Outcome != "replayed" || page.Deliveries[1].Outcome != "processed" {
+			t.Errorf("rows = %+v", page.Deliveries)
+		}
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil || n != 2 {
+			t.Errorf("rows in %s = %d (%v), want 2", table, n, err)
+		}
+	})
+}
