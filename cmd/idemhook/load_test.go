@@ -1,0 +1,232 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The load comparison behind docs/benchmarks.md. It is off by default (it
+// takes about a minute and wants the machine to itself):
+//
+//	IDEMHOOK_REDIS_URL=redis://127.0.0.1:6379/0 \
+//	  go test ./cmd/idemhook -run TestLoadComparison -count=1 -v -load
+var (
+	loadRun      = flag.Bool("load", false, "run TestLoadComparison (the gateway's load comparison on loopback)")
+	loadDuration = flag.Duration("load.duration", 3*time.Second, "load comparison: time bound of each measurement")
+	loadRequests = flag.Int("load.requests", 200000, "load comparison: request bound of each measurement")
+	loadConc     = flag.Int("load.concurrency", 32, "load comparison: concurrent senders")
+)
+
+// loadResult is one measurement.
+type loadResult struct {
+	name     string
+	requests int
+	errors   int
+	elapsed  time.Duration
+	p50, p99 time.Duration
+}
+
+func (r loadResult) rps() float64 { return float64(r.requests) / r.elapsed.Seconds() }
+
+// measure sends requests to target with *loadConc senders until
+// *loadRequests were sent or *loadDuration passed. body(n) is the body of
+// request n.
+func measure(t *testing.T, name, target string, body func(n int64) string) loadResult {
+	t.Helper()
+	client := &http.Client{Transport: &http.Transport{
+		MaxIdleConns: *loadConc * 2, MaxIdleConnsPerHost: *loadConc * 2, DisableCompression: true,
+	}}
+	defer client.CloseIdleConnections()
+	send := func(n int64) (time.Duration, bool) {
+		start := time.Now()
+		resp, err := client.Post(target, "application/json", strings.NewReader(body(n)))
+		if err != nil {
+			return time.Since(start), false
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return time.Since(start), resp.StatusCode == http.StatusOK
+	}
+	var seq atomic.Int64
+	seq.Store(1 << 40) // warm-up bodies never collide with measured ones
+	for range 200 {
+		send(seq.Add(1))
+	}
+	seq.Store(0)
+
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		all      []time.Duration
+		errs     atomic.Int64
+		deadline = time.Now().Add(*loadDuration)
+	)
+	start := time.Now()
+	for range *loadConc {
+		wg.Go(func() {
+			lat := make([]time.Duration, 0, *loadRequests / *loadConc + 1)
+			for time.Now().Before(deadline) {
+				n := seq.Add(1)
+				if n > int64(*loadRequests) {
+					break
+				}
+				d, ok := send(n)
+				if !ok {
+					errs.Add(1)
+				}
+				lat = append(lat, d)
+			}
+			mu.Lock()
+			all = append(all, lat...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	slices.Sort(all)
+	r := loadResult{name: name, requests: len(all), errors: int(errs.Load()), elapsed: elapsed}
+	if len(all) > 0 {
+		r.p50 = all[len(all)*50/100]
+		r.p99 = all[len(all)*99/100]
+	}
+	return r
+}
+
+func TestLoadComparison(t *testing.T) {
+	if !*loadRun {
+		t.Skip("the load comparison runs with -load (see docs/benchmarks.md)")
+	}
+	// The upstream: reads the body, answers a small JSON document.
+	upSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"ok":true}`))
+	})}
+	upLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go upSrv.Serve(upLn)
+	t.Cleanup(func() { upSrv.Close() })
+	upURL := "http://" + upLn.Addr().String()
+
+	// A plain reverse proxy: one hop, no idempotency, the gateway's transport.
+	target, _ := url.Parse(upURL)
+	proxySrv := &http.Server{Handler: &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.SetXForwarded()
+		},
+		Transport: newTransport(30 * time.Second),
+	}}
+	proxyLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go proxySrv.Serve(proxyLn)
+	t.Cleanup(func() { proxySrv.Close() })
+	proxyURL := "http://" + proxyLn.Addr().String() + "/hook"
+
+	unique := func(n int64) string {
+		return fmt.Sprintf(`{"id":"evt_%d","type":"order.paid","amount":1234}`, n)
+	}
+	same := func(int64) string { return `{"id":"evt_replayed","type":"order.paid","amount":1234}` }
+
+	redisURL := os.Getenv("IDEMHOOK_REDIS_URL")
+	prefix := fmt.Sprintf("idemhook-load-%d:", time.Now().UnixNano())
+	dir := t.TempDir()
+	gateways := []struct{ name, store, audit string }{
+		{"gateway, memory", "{driver: memory}", "none"},
+		{"gateway, SQLite", fmt.Sprintf("{driver: sqlite, path: %q}", filepath.Join(dir, "a.db")), "none"},
+		{"gateway, SQLite + SQLite audit (default config)", fmt.Sprintf("{driver: sqlite, path: %q}", filepath.Join(dir, "b.db")), "sqlite"},
+		{"gateway, Redis", fmt.Sprintf("{driver: redis, url: %q, prefix: %q}", redisURL, prefix), "none"},
+	}
+	if redisURL == "" {
+		t.Log("IDEMHOOK_REDIS_URL is not set: no Redis row")
+		gateways = gateways[:3]
+	} else {
+		opts, err := redis.ParseURL(redisURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		client := redis.NewClient(opts)
+		t.Cleanup(func() {
+			ctx := context.Background()
+			iter := client.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+			var keys []string
+			for iter.Next(ctx) {
+				keys = append(keys, iter.Val())
+				if len(keys) == 1000 {
+					client.Del(ctx, keys...)
+					keys = keys[:0]
+				}
+			}
+			if len(keys) > 0 {
+				client.Del(ctx, keys...)
+			}
+			client.Close()
+		})
+	}
+
+	var results []loadResult
+	results = append(results, measure(t, "upstream alone", upURL+"/hook", unique))
+	proxyFirst := measure(t, "plain httputil.ReverseProxy", proxyURL, unique)
+	results = append(results, proxyFirst)
+	var replays []loadResult
+	for _, gwc := range gateways {
+		cfg := fmt.Sprintf(`listen: 127.0.0.1:0
+store: %s
+admin: {listen: "off"}
+audit: {sink: %s}
+log: {level: error}
+routes:
+  - path: /hook
+    upstream: %s/hook
+    source: load
+    ttl: 10m
+`, gwc.store, gwc.audit, upURL)
+		g := startGateway(t, writeConfig(t, t.TempDir(), cfg), startOpts{})
+		results = append(results, measure(t, gwc.name, g.url("/hook"), unique))
+		replays = append(replays, measure(t, gwc.name, g.url("/hook"), same))
+		if err := g.stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n%s %s/%s, GOMAXPROCS=%d, %d senders, each run bounded by %d requests or %s\n\n",
+		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), *loadConc, *loadRequests, *loadDuration)
+	table := func(title string, rs []loadResult) {
+		fmt.Fprintf(&b, "%s\n\n| setup | requests | errors | req/s | p50 | p99 | vs plain proxy |\n|---|---:|---:|---:|---:|---:|---:|\n", title)
+		for _, r := range rs {
+			fmt.Fprintf(&b, "| %s | %d | %d | %.0f | %s | %s | %.2fx |\n", r.name, r.requests, r.errors, r.rps(),
+				r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.rps()/proxyFirst.rps())
+		}
+		b.WriteString("\n")
+	}
+	table("First deliveries (every body new):", results)
+	table("Replays (one body, stored once, answered by the gateway):", append([]loadResult{proxyFirst}, replays...))
+	t.Log(b.String())
+	for _, r := range append(results, replays...) {
+		if r.errors > 0 {
+			t.Errorf("%s: %d requests did not get 200", r.name, r.errors)
+		}
+	}
+}
