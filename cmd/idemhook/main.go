@@ -20,9 +20,19 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func main() {
+	// go-redis logs its connection pool's dial failures through a global
+	// logger, straight to stderr and in its own format. The gateway already
+	// reports a failing store, once per delivery, as the middleware's WARN
+	// ("WebhookIdempotencyGuard Redis error for key=...") and on /readyz, so
+	// the duplicates are dropped here, the one place allowed process-wide
+	// settings.
+	redis.SetLogger(quietRedisLogger{})
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
@@ -34,3 +44,8 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// quietRedisLogger drops go-redis's internal log lines.
+type quietRedisLogger struct{}
+
+func (quietRedisLogger) Printf(context.Context, string, ...any) {}
