@@ -475,3 +475,23 @@ func TestNoRoute(t *testing.T) {
 		t.Errorf("unknown path = %d, calls %d; want 404 and no upstream call", r.Status, up.calls.Load())
 	}
 }
+
+func TestPrefixRoute(t *testing.T) {
+	up := newUpstream(t)
+	cfg := strings.Replace(routeConfig(up.srv.URL), "path: /webhooks/test", "path: /hooks/", 1)
+	cfg = strings.Replace(cfg, "/hook\n", "/in/?v=2\n", 1)
+	g := startGateway(t, writeConfig(t, t.TempDir(), cfg), startOpts{})
+	tests := []struct{ give, wantPath, wantQuery string }{
+		{"/hooks/github/push?x=1", "/in/github/push", "v=2&x=1"},
+		{"/hooks/", "/in/", "v=2"},
+	}
+	for i, tt := range tests {
+		if r := post(t, g.url(tt.give), fmt.Sprintf(`{"n":%d}`, i)); r.Status != 200 {
+			t.Fatalf("POST %s = %d %s", tt.give, r.Status, r.Body)
+		}
+		got := up.received()[i]
+		if got.Path != tt.wantPath || got.Query != tt.wantQuery {
+			t.Errorf("POST %s reached %s?%s, want %s?%s", tt.give, got.Path, got.Query, tt.wantPath, tt.wantQuery)
+		}
+	}
+}
