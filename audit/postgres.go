@@ -1,0 +1,246 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultPostgresTable is the table a [Postgres] sink writes by default.
+const DefaultPostgresTable = "idemhook_audit_deliveries"
+
+// PostgresConfig configures a [Postgres] sink. The zero value means the
+// defaults.
+type PostgresConfig struct {
+	// Table is the table name, optionally schema-qualified
+	// ("audit.deliveries"); letters, digits and underscores, starting
+	// with a letter or underscore. Default: DefaultPostgresTable.
+	Table string
+
+	// Retention is how long entries are kept; older ones are deleted every
+	// PruneInterval. Default: DefaultRetention (7 days).
+	Retention time.Duration
+
+	// PruneInterval is how often old entries are deleted. A negative value
+	// disables the background pruning ([Postgres.Prune] still works).
+	// Default: 10 minutes. Several gateways sharing the table may all
+	// prune; the deletes are idempotent.
+	PruneInterval time.Duration
+
+	// Now is the clock deciding what is older than Retention. Default:
+	// time.Now.
+	Now func() time.Time
+
+	// Logger receives a WARN when a background prune fails. Default: none.
+	Logger *slog.Logger
+}
+
+// Postgres is a [Sink] and [Querier] keeping the trail in a PostgreSQL
+// table, so that several gateways share one trail. Create it with
+// [NewPostgres].
+type Postgres struct {
+	pool      *pgxpool.Pool
+	table     pgx.Identifier
+	ident     string // table, quoted for SQL
+	retention time.Duration
+	now       func() time.Time
+	log       *slog.Logger
+	q         query
+
+	stop     chan struct{}
+	done     chan struct{}
+	stopOnce sync.Once
+}
+
+var (
+	_ Sink    = (*Postgres)(nil)
+	_ Querier = (*Postgres)(nil)
+)
+
+var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
+
+var postgresColumns = []string{"time", "route", "source", "key", "outcome", "status", "duration_ns", "request_bytes", "response_bytes"}
+
+// NewPostgres returns a sink writing to the table cfg.Table through pool,
+// creating the table and its indexes if they are missing, and starts the
+// pruning of entries older than cfg.Retention. The caller owns pool and
+// closes it after [Postgres.Close].
+func NewPostgres(ctx context.Context, pool *pgxpool.Pool, cfg PostgresConfig) (*Postgres, error) {
+	if pool == nil {
+		return nil, errors.New("audit: NewPostgres: nil *pgxpool.Pool")
+	}
+	if cfg.Table == "" {
+		cfg.Table = DefaultPostgresTable
+	}
+	if !tableName.MatchString(cfg.Table) {
+		return nil, fmt.Errorf("audit: NewPostgres: table %q: want letters, digits and underscores, optionally schema.table, each part at most 63 characters", cfg.Table)
+	}
+	if cfg.Retention < 0 {
+		return nil, fmt.Errorf("audit: NewPostgres: negative retention %v", cfg.Retention)
+	}
+	p := &Postgres{
+		pool:      pool,
+		table:     pgx.Identifier(strings.Split(cfg.Table, ".")),
+		retention: cfg.Retention,
+		now:       cfg.Now,
+		log:       cfg.Logger,
+		q: query{
+			timeCol:     "time",
+			placeholder: func(n int) string { return fmt.Sprintf("$%d", n) },
+			timeArg:     func(us int64) any { return time.UnixMicro(us).UTC() },
+		},
+		stop: make(chan struct{}),
+		done: make(chan struct{}),
+	}
+	p.ident = p.table.Sanitize()
+	if p.retention == 0 {
+		p.retention = DefaultRetention
+	}
+	if p.now == nil {
+		p.now = time.Now
+	}
+	if err := p.createTable(ctx); err != nil {
+		return nil, err
+	}
+	interval := cfg.PruneInterval
+	if interval == 0 {
+		interval = 10 * time.Minute
+	}
+	if interval > 0 {
+		go pruner(p.stop, p.done, interval, p.Prune, p.log)
+	} else {
+		close(p.done)
+	}
+	return p, nil
+}
+
+// createTable creates the table and indexes if missing. Gateways starting
+// together would race on CREATE TABLE IF NOT EXISTS (it is not atomic in
+// PostgreSQL), so the DDL runs under a transaction-level advisory lock
+// derived from the table name.
+func (p *Postgres) createTable(ctx context.Context) error {
+	base := p.table[len(p.table)-1]
+	h := fnv.New64a()
+	h.Write([]byte("idemhook audit " + strings.Join(p.table, ".")))
+	lock := int64(h.Sum64())
+	ddl := []string{
+		`CREATE TABLE IF NOT EXISTS ` + p.ident + ` (
+			id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+			time           timestamptz NOT NULL,
+			route          text NOT NULL,
+			source         text NOT NULL,
+			key            text NOT NULL,
+			outcome        text NOT NULL,
+			status         integer NOT NULL,
+			duration_ns    bigint NOT NULL,
+			request_bytes  bigint NOT NULL,
+			response_bytes bigint NOT NULL
+		)`,
+		`CREATE INDEX IF NOT EXISTS ` + pgx.Identifier{indexName(base, "time")}.Sanitize() + ` ON ` + p.ident + ` (time, id)`,
+		`CREATE INDEX IF NOT EXISTS ` + pgx.Identifier{indexName(base, "source")}.Sanitize() + ` ON ` + p.ident + ` (source, time, id)`,
+		`CREATE INDEX IF NOT EXISTS ` + pgx.Identifier{indexName(base, "outcome")}.Sanitize() + ` ON ` + p.ident + ` (outcome, time, id)`,
+	}
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lock); err != nil {
+			return err
+		}
+		for _, q := range ddl {
+			if _, err := tx.Exec(ctx, q); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("audit: create table %s: %w", strings.Join(p.table, "."), err)
+	}
+	return nil
+}
+
+// indexName is the name of an index of table, kept within PostgreSQL's 63
+// bytes.
+func indexName(table, what string) string {
+	suffix := "_" + what + "_idx"
+	if len(table)+len(suffix) > 63 {
+		table = table[:63-len(suffix)]
+	}
+	return table + suffix
+}
+
+// Close stops the background pruning. It does not close the pool. It is
+// safe to call more than once.
+func (p *Postgres) Close() error {
+	p.stopOnce.Do(func() {
+		close(p.stop)
+		<-p.done
+	})
+	return nil
+}
+
+// Write stores entries with one COPY.
+func (p *Postgres) Write(ctx context.Context, entries []Entry) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	_, err := p.pool.CopyFrom(ctx, p.table, postgresColumns, pgx.CopyFromSlice(len(entries), func(i int) ([]any, error) {
+		e := &entries[i]
+		return []any{time.UnixMicro(e.Time.UnixMicro()).UTC(), e.Route, e.Source, e.Key, e.Outcome, int32(e.Status),
+			int64(e.Duration), e.RequestBytes, e.ResponseBytes}, nil
+	}))
+	if err != nil {
+		return fmt.Errorf("audit: write %d entries: %w", len(entries), err)
+	}
+	return nil
+}
+
+// Query returns a page of the entries matching f, newest first.
+func (p *Postgres) Query(ctx context.Context, f Filter) (Page, error) {
+	where, args, err := p.q.where(f)
+	if err != nil {
+		return Page{}, err
+	}
+	limit := f.limit()
+	rows, err := p.pool.Query(ctx, `SELECT id, time, route, source, key, outcome, status, duration_ns, request_bytes, response_bytes
+		FROM `+p.ident+where+` ORDER BY time DESC, id DESC LIMIT `+fmt.Sprint(limit+1), args...)
+	if err != nil {
+		return Page{}, fmt.Errorf("audit: query: %w", err)
+	}
+	defer rows.Close()
+	out := make([]Entry, 0, min(limit+1, 64))
+	for rows.Next() {
+		var e Entry
+		var status int32
+		var dur int64
+		if err := rows.Scan(&e.ID, &e.Time, &e.Route, &e.Source, &e.Key, &e.Outcome, &status, &dur, &e.RequestBytes, &e.ResponseBytes); err != nil {
+			return Page{}, fmt.Errorf("audit: query: %w", err)
+		}
+		e.Time = e.Time.UTC()
+		e.Status = int(status)
+		e.Duration = time.Duration(dur)
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return Page{}, fmt.Errorf("audit: query: %w", err)
+	}
+	return page(out, limit), nil
+}
+
+// Prune deletes the entries older than the retention and returns how many
+// it deleted.
+func (p *Postgres) Prune(ctx context.Context) (int64, error) {
+	cutoff := time.UnixMicro(ceilMicros(p.now().Add(-p.retention))).UTC()
+	tag, err := p.pool.Exec(ctx, `DELETE FROM `+p.ident+` WHERE time < $1`, cutoff)
+	if err != nil {
+		return 0, fmt.Errorf("audit: prune: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}

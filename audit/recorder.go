@@ -1,0 +1,229 @@
+package audit
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// RecorderConfig configures a [Recorder]. The zero value means the
+// defaults.
+type RecorderConfig struct {
+	// QueueSize is how many entries wait for the sink at most; beyond,
+	// entries are dropped. Default: 10000.
+	QueueSize int
+
+	// BatchSize is the most entries handed to the sink in one Write.
+	// Default: 256.
+	BatchSize int
+
+	// FlushInterval is how long an entry waits for a batch to fill before
+	// it is written anyway. Default: 200ms.
+	FlushInterval time.Duration
+
+	// WriteTimeout bounds each Write to the sink. Default: 5s.
+	WriteTimeout time.Duration
+
+	// Logger receives a WARN when entries are dropped (at most one per
+	// second) or a Write fails. Default: none.
+	Logger *slog.Logger
+
+	// OnDrop, when set, is called with the number of entries dropped
+	// (1 per Record that found the queue full). It runs on the request
+	// path and must be fast: a counter increment. Default: none.
+	OnDrop func(n int)
+}
+
+// Recorder decouples request handling from the sink: [Recorder.Record] puts
+// the entry in a bounded queue and returns at once, and one goroutine hands
+// the queue to the sink in batches.
+//
+// When the queue is full (the sink is down or slower than the traffic),
+// Record drops the entry and counts it ([Recorder.Dropped], OnDrop, a WARN
+// at most once per second) rather than wait: the audit trail observes the
+// webhooks, it must never slow one down or make one fail. Entries whose
+// Write fails are counted in [Recorder.Failed] and logged, not retried, for
+// the same reason. Create it with [NewRecorder].
+type Recorder struct {
+	sink     Sink
+	queue    chan Entry
+	batch    int
+	interval time.Duration
+	timeout  time.Duration
+	log      *slog.Logger
+	onDrop   func(int)
+
+	dropped  atomic.Uint64
+	failed   atomic.Uint64
+	lastWarn atomic.Int64 // Unix nanoseconds of the last drop WARN
+	mu       sync.RWMutex // Record holds it shared, Close exclusively
+	closed   bool
+
+	ctx       context.Context // canceled when Close's context is done
+	cancel    context.CancelFunc
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// NewRecorder returns a recorder writing to sink and starts its goroutine;
+// stop it with [Recorder.Close].
+func NewRecorder(sink Sink, cfg RecorderConfig) *Recorder {
+	if cfg.QueueSize <= 0 {
+		cfg.QueueSize = 10000
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = 256
+	}
+	if cfg.FlushInterval <= 0 {
+		cfg.FlushInterval = 200 * time.Millisecond
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 5 * time.Second
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &Recorder{
+		sink:     sink,
+		queue:    make(chan Entry, cfg.QueueSize),
+		batch:    cfg.BatchSize,
+		interval: cfg.FlushInterval,
+		timeout:  cfg.WriteTimeout,
+		log:      cfg.Logger,
+		onDrop:   cfg.OnDrop,
+		ctx:      ctx,
+		cancel:   cancel,
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	go r.run()
+	return r
+}
+
+// Record enqueues e without blocking. If the queue is full, or the recorder
+// is closed, e is dropped and counted.
+func (r *Recorder) Record(e Entry) {
+	r.mu.RLock()
+	if !r.closed {
+		select {
+		case r.queue <- e:
+			r.mu.RUnlock()
+			return
+		default:
+		}
+	}
+	r.mu.RUnlock()
+	r.drop()
+}
+
+func (r *Recorder) drop() {
+	total := r.dropped.Add(1)
+	if r.onDrop != nil {
+		r.onDrop(1)
+	}
+	if r.log == nil {
+		return
+	}
+	now := time.Now().UnixNano()
+	last := r.lastWarn.Load()
+	if now-last < int64(time.Second) || !r.lastWarn.CompareAndSwap(last, now) {
+		return
+	}
+	r.log.Warn("audit: queue full, delivery entries dropped (the sink is down or too slow)",
+		"dropped_total", total, "queue_size", cap(r.queue))
+}
+
+// Dropped returns how many entries Record has dropped.
+func (r *Recorder) Dropped() uint64 { return r.dropped.Load() }
+
+// Failed returns how many entries were lost because the sink's Write
+// failed.
+func (r *Recorder) Failed() uint64 { return r.failed.Load() }
+
+// Close stops accepting entries, writes those still queued and returns
+// when they are written or when ctx is done, whichever comes first (then
+// with ctx's error; the entries not written by then are lost). It is safe
+// to call more than once.
+func (r *Recorder) Close(ctx context.Context) error {
+	r.closeOnce.Do(func() {
+		// Once closed is set under the lock, no Record can enqueue, so
+		// the drain below sees every accepted entry.
+		r.mu.Lock()
+		r.closed = true
+		r.mu.Unlock()
+		close(r.stop)
+	})
+	select {
+	case <-r.done:
+		return nil
+	case <-ctx.Done():
+		r.cancel()
+		return ctx.Err()
+	}
+}
+
+func (r *Recorder) run() {
+	defer close(r.done)
+	defer r.cancel()
+	buf := make([]Entry, 0, r.batch)
+	t := time.NewTimer(r.interval)
+	t.Stop()
+	armed := false
+	flush := func() {
+		if len(buf) == 0 {
+			return
+		}
+		r.write(buf)
+		clear(buf)
+		buf = buf[:0]
+	}
+	for {
+		select {
+		case e := <-r.queue:
+			buf = append(buf, e)
+			if len(buf) >= r.batch {
+				flush()
+				if armed {
+					t.Stop()
+					armed = false
+				}
+			} else if !armed {
+				t.Reset(r.interval)
+				armed = true
+			}
+		case <-t.C:
+			armed = false
+			flush()
+		case <-r.stop:
+			// Drain what is queued now; Record enqueues nothing more.
+			for {
+				select {
+				case e := <-r.queue:
+					buf = append(buf, e)
+					if len(buf) >= r.batch {
+						flush()
+					}
+				default:
+					flush()
+					return
+				}
+			}
+		}
+	}
+}
+
+func (r *Recorder) write(batch []Entry) {
+	if r.ctx.Err() != nil {
+		r.failed.Add(uint64(len(batch)))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, r.timeout)
+	defer cancel()
+	if err := r.sink.Write(ctx, batch); err != nil {
+		r.failed.Add(uint64(len(batch)))
+		if r.log != nil {
+			r.log.Warn("audit: writing delivery entries failed", "entries", len(batch), "err", err)
+		}
+	}
+}

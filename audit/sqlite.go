@@ -1,0 +1,279 @@
+package audit
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// SQLiteSchemaVersion is the version of the audit_deliveries table, recorded
+// in the table idemhook_schema (shared with package sqlitestore).
+const SQLiteSchemaVersion = 1
+
+// SQLiteConfig configures a [SQLite] sink. The zero value means the
+// defaults.
+type SQLiteConfig struct {
+	// Retention is how long entries are kept; older ones are deleted
+	// every PruneInterval. Default: DefaultRetention (7 days).
+	Retention time.Duration
+
+	// PruneInterval is how often old entries are deleted. A negative value
+	// disables the background pruning ([SQLite.Prune] still works).
+	// Default: 10 minutes.
+	PruneInterval time.Duration
+
+	// Now is the clock deciding what is older than Retention. Default:
+	// time.Now.
+	Now func() time.Time
+
+	// Logger receives a WARN when a background prune fails. Default: none.
+	Logger *slog.Logger
+}
+
+// SQLite is a [Sink] and [Querier] keeping the trail in the table
+// audit_deliveries of a SQLite database, typically the gateway's store file
+// (open it with sqlitestore.Open). Create it with [NewSQLite].
+type SQLite struct {
+	db        *sql.DB
+	retention time.Duration
+	now       func() time.Time
+	log       *slog.Logger
+	q         query
+
+	stop     chan struct{}
+	done     chan struct{}
+	stopOnce sync.Once
+}
+
+var (
+	_ Sink    = (*SQLite)(nil)
+	_ Querier = (*SQLite)(nil)
+)
+
+var sqliteSchema = []string{
+	`CREATE TABLE IF NOT EXISTS audit_deliveries (
+		id             INTEGER PRIMARY KEY,
+		time_us        INTEGER NOT NULL, -- Unix microseconds
+		route          TEXT NOT NULL,
+		source         TEXT NOT NULL,
+		key            TEXT NOT NULL,
+		outcome        TEXT NOT NULL,
+		status         INTEGER NOT NULL,
+		duration_ns    INTEGER NOT NULL,
+		request_bytes  INTEGER NOT NULL,
+		response_bytes INTEGER NOT NULL
+	)`,
+	// An index on time_us holds the rowid (id) too, so it serves the
+	// newest-first order (time_us DESC, id DESC) and the cursor.
+	`CREATE INDEX IF NOT EXISTS audit_deliveries_time ON audit_deliveries (time_us)`,
+	`CREATE INDEX IF NOT EXISTS audit_deliveries_source_time ON audit_deliveries (source, time_us)`,
+	`CREATE INDEX IF NOT EXISTS audit_deliveries_outcome_time ON audit_deliveries (outcome, time_us)`,
+}
+
+// pruneBatch bounds the rows one prune statement deletes, so that a large
+// backlog doesn't hold SQLite's write lock for long.
+const pruneBatch = 5000
+
+// NewSQLite returns a sink writing to db, creating the table
+// audit_deliveries and its indexes if they are missing, and starts the
+// pruning of entries older than cfg.Retention. The caller owns db and
+// closes it after [SQLite.Close].
+func NewSQLite(db *sql.DB, cfg SQLiteConfig) (*SQLite, error) {
+	if db == nil {
+		return nil, errors.New("audit: NewSQLite: nil *sql.DB")
+	}
+	if cfg.Retention < 0 {
+		return nil, fmt.Errorf("audit: NewSQLite: negative retention %v", cfg.Retention)
+	}
+	s := &SQLite{
+		db:        db,
+		retention: cfg.Retention,
+		now:       cfg.Now,
+		log:       cfg.Logger,
+		q: query{
+			timeCol:     "time_us",
+			placeholder: func(int) string { return "?" },
+			timeArg:     func(us int64) any { return us },
+		},
+		stop: make(chan struct{}),
+		done: make(chan struct{}),
+	}
+	if s.retention == 0 {
+		s.retention = DefaultRetention
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if err := migrateSQLite(context.Background(), db, "audit", SQLiteSchemaVersion, sqliteSchema); err != nil {
+		return nil, err
+	}
+	interval := cfg.PruneInterval
+	if interval == 0 {
+		interval = 10 * time.Minute
+	}
+	if interval > 0 {
+		go pruner(s.stop, s.done, interval, s.Prune, s.log)
+	} else {
+		close(s.done)
+	}
+	return s, nil
+}
+
+// migrateSQLite creates the schema of component if it is missing and
+// records its version, refusing a database written by a newer version.
+func migrateSQLite(ctx context.Context, db *sql.DB, component string, version int, ddl []string) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("%s: create schema: %w", component, err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS idemhook_schema (
+		component TEXT PRIMARY KEY NOT NULL,
+		version   INTEGER NOT NULL
+	)`); err != nil {
+		return fmt.Errorf("%s: create schema: %w", component, err)
+	}
+	var have int
+	err = tx.QueryRowContext(ctx, `SELECT version FROM idemhook_schema WHERE component = ?`, component).Scan(&have)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return fmt.Errorf("%s: read schema version: %w", component, err)
+	case have > version:
+		return fmt.Errorf("%s: the database has schema version %d, this build knows up to %d: upgrade idemhook or use another file", component, have, version)
+	}
+	for _, q := range ddl {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("%s: create schema: %w", component, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO idemhook_schema (component, version) VALUES (?1, ?2)
+		ON CONFLICT (component) DO UPDATE SET version = excluded.version`, component, version); err != nil {
+		return fmt.Errorf("%s: record schema version: %w", component, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("%s: create schema: %w", component, err)
+	}
+	return nil
+}
+
+// pruner calls prune every interval until stop is closed, then closes done.
+func pruner(stop <-chan struct{}, done chan<- struct{}, interval time.Duration, prune func(context.Context) (int64, error), log *slog.Logger) {
+	defer close(done)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			if _, err := prune(ctx); err != nil && ctx.Err() == nil && log != nil {
+				log.Warn("audit: deleting old entries failed", "err", err)
+			}
+		}
+	}
+}
+
+// Close stops the background pruning. It does not close the *sql.DB. It is
+// safe to call more than once.
+func (s *SQLite) Close() error {
+	s.stopOnce.Do(func() {
+		close(s.stop)
+		<-s.done
+	})
+	return nil
+}
+
+// Write stores entries in one transaction.
+func (s *SQLite) Write(ctx context.Context, entries []Entry) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("audit: write %d entries: %w", len(entries), err)
+	}
+	defer tx.Rollback()
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO audit_deliveries
+		(time_us, route, source, key, outcome, status, duration_ns, request_bytes, response_bytes)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		return fmt.Errorf("audit: write %d entries: %w", len(entries), err)
+	}
+	defer stmt.Close()
+	for _, e := range entries {
+		if _, err := stmt.ExecContext(ctx, e.Time.UnixMicro(), e.Route, e.Source, e.Key, e.Outcome,
+			e.Status, int64(e.Duration), e.RequestBytes, e.ResponseBytes); err != nil {
+			return fmt.Errorf("audit: write %d entries: %w", len(entries), err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("audit: write %d entries: %w", len(entries), err)
+	}
+	return nil
+}
+
+// Query returns a page of the entries matching f, newest first.
+func (s *SQLite) Query(ctx context.Context, f Filter) (Page, error) {
+	where, args, err := s.q.where(f)
+	if err != nil {
+		return Page{}, err
+	}
+	limit := f.limit()
+	rows, err := s.db.QueryContext(ctx, `SELECT id, time_us, route, source, key, outcome, status, duration_ns, request_bytes, response_bytes
+		FROM audit_deliveries`+where+` ORDER BY time_us DESC, id DESC LIMIT `+fmt.Sprint(limit+1), args...)
+	if err != nil {
+		return Page{}, fmt.Errorf("audit: query: %w", err)
+	}
+	defer rows.Close()
+	out := make([]Entry, 0, min(limit+1, 64))
+	for rows.Next() {
+		var e Entry
+		var us, dur int64
+		if err := rows.Scan(&e.ID, &us, &e.Route, &e.Source, &e.Key, &e.Outcome, &e.Status, &dur, &e.RequestBytes, &e.ResponseBytes); err != nil {
+			return Page{}, fmt.Errorf("audit: query: %w", err)
+		}
+		e.Time = time.UnixMicro(us).UTC()
+		e.Duration = time.Duration(dur)
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return Page{}, fmt.Errorf("audit: query: %w", err)
+	}
+	return page(out, limit), nil
+}
+
+// Prune deletes the entries older than the retention and returns how many
+// it deleted. It works in batches, releasing the write lock between them.
+func (s *SQLite) Prune(ctx context.Context) (int64, error) {
+	cutoff := ceilMicros(s.now().Add(-s.retention))
+	var total int64
+	for {
+		res, err := s.db.ExecContext(ctx, `DELETE FROM audit_deliveries WHERE id IN
+			(SELECT id FROM audit_deliveries WHERE time_us < ? LIMIT ?)`, cutoff, pruneBatch)
+		if err != nil {
+			return total, fmt.Errorf("audit: prune: %w", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return total, fmt.Errorf("audit: prune: %w", err)
+		}
+		total += n
+		if n < pruneBatch {
+			return total, nil
+		}
+	}
+}
