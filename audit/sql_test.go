@@ -51,16 +51,23 @@ type backend struct {
 
 func newSQLite(t *testing.T, now func() time.Time) trail {
 	t.Helper()
-	db, err := sqlitestore.Open(filepath.Join(t.TempDir(), "idemhook.db"))
+	return newSQLiteNow(t, now)
+}
+
+func newSQLiteTB(tb testing.TB) *audit.SQLite { return newSQLiteNow(tb, time.Now) }
+
+func newSQLiteNow(tb testing.TB, now func() time.Time) *audit.SQLite {
+	tb.Helper()
+	db, err := sqlitestore.Open(filepath.Join(tb.TempDir(), "idemhook.db"))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { db.Close() })
+	tb.Cleanup(func() { db.Close() })
 	s, err := audit.NewSQLite(db, audit.SQLiteConfig{Now: now, PruneInterval: -1})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
+	tb.Cleanup(func() { s.Close() })
 	return s
 }
 

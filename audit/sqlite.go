@@ -43,6 +43,7 @@ type SQLite struct {
 	now       func() time.Time
 	log       *slog.Logger
 	q         query
+	insert    *sql.Stmt
 
 	stop     chan struct{}
 	done     chan struct{}
@@ -111,6 +112,13 @@ func NewSQLite(db *sql.DB, cfg SQLiteConfig) (*SQLite, error) {
 	if err := migrateSQLite(context.Background(), db, "audit", SQLiteSchemaVersion, sqliteSchema); err != nil {
 		return nil, err
 	}
+	insert, err := db.Prepare(`INSERT INTO audit_deliveries
+		(time_us, route, source, key, outcome, status, duration_ns, request_bytes, response_bytes)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		return nil, fmt.Errorf("audit: prepare insert: %w", err)
+	}
+	s.insert = insert
 	interval := cfg.PruneInterval
 	if interval == 0 {
 		interval = 10 * time.Minute
@@ -187,43 +195,55 @@ func pruner(stop <-chan struct{}, done chan<- struct{}, interval time.Duration, 
 	}
 }
 
-// Close stops the background pruning. It does not close the *sql.DB. It is
-// safe to call more than once.
+// Close stops the background pruning and releases the prepared statement.
+// It does not close the *sql.DB. The sink must not be used after Close
+// (close the Recorder writing to it first). It is safe to call more than
+// once.
 func (s *SQLite) Close() error {
 	s.stopOnce.Do(func() {
 		close(s.stop)
 		<-s.done
+		s.insert.Close()
 	})
 	return nil
 }
 
-// Write stores entries in one transaction.
+// sqliteTxRows is the most entries one transaction of Write inserts. The
+// database has a single connection, shared with the store (see
+// sqlitestore.Open), and a transaction holds it: short transactions let the
+// store's calls interleave with a large batch instead of waiting for all of
+// it. A commit in WAL mode with synchronous=NORMAL doesn't fsync, so the
+// extra commits cost little.
+const sqliteTxRows = 32
+
+// Write stores entries, in transactions of up to 32 entries: if one fails,
+// the entries before it stay written.
 func (s *SQLite) Write(ctx context.Context, entries []Entry) error {
-	if len(entries) == 0 {
-		return nil
+	for len(entries) > 0 {
+		chunk := entries[:min(len(entries), sqliteTxRows)]
+		if err := s.writeTx(ctx, chunk); err != nil {
+			return fmt.Errorf("audit: write %d entries: %w", len(entries), err)
+		}
+		entries = entries[len(chunk):]
 	}
+	return nil
+}
+
+func (s *SQLite) writeTx(ctx context.Context, entries []Entry) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("audit: write %d entries: %w", len(entries), err)
+		return err
 	}
 	defer tx.Rollback()
-	stmt, err := tx.PrepareContext(ctx, `INSERT INTO audit_deliveries
-		(time_us, route, source, key, outcome, status, duration_ns, request_bytes, response_bytes)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-	if err != nil {
-		return fmt.Errorf("audit: write %d entries: %w", len(entries), err)
-	}
+	stmt := tx.StmtContext(ctx, s.insert)
 	defer stmt.Close()
 	for _, e := range entries {
 		if _, err := stmt.ExecContext(ctx, e.Time.UnixMicro(), e.Route, e.Source, e.Key, e.Outcome,
 			e.Status, int64(e.Duration), e.RequestBytes, e.ResponseBytes); err != nil {
-			return fmt.Errorf("audit: write %d entries: %w", len(entries), err)
+			return err
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("audit: write %d entries: %w", len(entries), err)
-	}
-	return nil
+	return tx.Commit()
 }
 
 // Query returns a page of the entries matching f, newest first.
