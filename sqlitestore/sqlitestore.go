@@ -9,7 +9,14 @@
 // Records live in the table idem_keys (key, value, expires_at): value is the
 // record's binary encoding ([idemhook.Record.MarshalBinary]) and expires_at
 // the expiry in Unix milliseconds. A row whose expiry has passed counts as
-// absent; a background sweeper deletes such rows (see [Config]).
+// absent; a background sweeper deletes such rows (see [Config]). Expiry has
+// millisecond precision, like Redis's PX.
+//
+// Cost, measured by BenchmarkStore on a shared 2-core machine: a first
+// delivery (Claim and Complete, two commits) takes about 150-230µs, a
+// replay (one read) about 20µs. Commits append to the WAL without fsync
+// (synchronous=NORMAL); their time goes mostly to the system calls of the
+// WAL write and of the file locks that let other processes share the file.
 package sqlitestore
 
 import (
