@@ -427,15 +427,20 @@ func (d *delivery) wait() {
 			return d.h.m.store.Get(ctx, d.storeKey)
 		})
 		switch {
-		case err != nil:
+		case err != nil && d.h.m.breaker.Open():
+			// The store is down, not just slow: apply the store-error
+			// policy now rather than at WaitTimeout.
 			d.storeError(err)
 			return
+		case err != nil:
+			// A slow poll: the claim was seen pending, keep waiting.
 		case rec == nil: // released or lapsed: try to take over
 			pending := d.newClaim()
 			existing, err := d.call("claim", func(ctx context.Context) (*Record, error) {
 				return d.h.m.store.Claim(ctx, d.storeKey, pending, d.h.m.opts.Lease)
 			})
-			if err != nil || existing == nil || existing.State == StateCompleted {
+			slow := err != nil && !d.h.m.breaker.Open()
+			if !slow && (err != nil || existing == nil || existing.State == StateCompleted) {
 				d.decide(pending, existing, err, true)
 				return
 			}

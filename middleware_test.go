@@ -837,7 +837,8 @@ func TestPresetVerifyKeyAndDuplicateStatus(t *testing.T) {
 // drive the error paths that a live server only reaches by accident.
 type failingStore struct {
 	*memstore.Store
-	fail map[string]error
+	fail        map[string]error
+	getFailures atomic.Int64 // the next n Gets time out
 }
 
 func (f *failingStore) Name() string { return "Flaky" }
@@ -847,6 +848,13 @@ func (f *failingStore) Claim(ctx context.Context, key string, claim *idemhook.Re
 		return nil, err
 	}
 	return f.Store.Claim(ctx, key, claim, lease)
+}
+
+func (f *failingStore) Get(ctx context.Context, key string) (*idemhook.Record, error) {
+	if f.getFailures.Add(-1) >= 0 {
+		return nil, context.DeadlineExceeded
+	}
+	return f.Store.Get(ctx, key)
 }
 
 func (f *failingStore) Complete(ctx context.Context, key string, claim, done *idemhook.Record, ttl time.Duration) error {
@@ -967,5 +975,52 @@ func TestEveryDeliveryHasExactlyOneOutcome(t *testing.T) {
 	}
 	if d := e.deliveries[0]; d.RequestBytes != 8 || d.ResponseBytes != int64(len(`{"execution":1}`)) {
 		t.Fatalf("sizes %d %d", d.RequestBytes, d.ResponseBytes)
+	}
+}
+
+// A waiter whose polls time out now and then (a slow store, not a dead one)
+// keeps waiting: it must not run the handler a second time.
+func TestInFlightWaitSurvivesSlowPolls(t *testing.T) {
+	e := newFailingEnv(t, nil, idemhook.Options{BreakerThreshold: 5})
+	e.store.(*failingStore).getFailures.Store(3) // fewer than the breaker's threshold
+	b := newBlocker()
+	route := e.route(idemhook.Route{Source: "stone", InFlight: idemhook.InFlightWait, WaitTimeout: time.Minute}, b)
+	first := make(chan *httptest.ResponseRecorder)
+	go func() { first <- send(route, `{"id":1}`) }()
+	<-b.started
+	second := make(chan *httptest.ResponseRecorder)
+	go func() { second <- send(route, `{"id":1}`) }()
+	for e.store.(*failingStore).getFailures.Load() >= 0 {
+		time.Sleep(time.Millisecond) // until the waiter has met every failure
+	}
+	close(b.release)
+	<-first
+	if r := <-second; r.Body.String() != "execution 1" {
+		t.Fatalf("waiter got %q", r.Body)
+	}
+	if n := b.n.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+	wantOutcomes(t, e, idemhook.OutcomeProcessed, idemhook.OutcomeInFlightWaited)
+}
+
+// With the store dead (the breaker open), a waiter applies the store-error
+// policy at once instead of waiting out WaitTimeout.
+func TestInFlightWaitWithADeadStoreFailsOpen(t *testing.T) {
+	e := newFailingEnv(t, nil, idemhook.Options{BreakerThreshold: 2})
+	e.store.(*failingStore).getFailures.Store(1000)
+	b := newBlocker()
+	route := e.route(idemhook.Route{Source: "stone", InFlight: idemhook.InFlightWait, WaitTimeout: time.Hour}, b)
+	first := make(chan *httptest.ResponseRecorder)
+	go func() { first <- send(route, `{"id":1}`) }()
+	<-b.started
+	second := make(chan *httptest.ResponseRecorder)
+	go func() { second <- send(route, `{"id":1}`) }()
+	<-b.started // the waiter gave up on the dead store and ran the handler
+	close(b.release)
+	<-first
+	<-second
+	if c := e.countOutcomes(); c[idemhook.OutcomeStoreErrorOpen] != 1 {
+		t.Fatalf("outcomes %v", c)
 	}
 }

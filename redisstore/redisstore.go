@@ -28,6 +28,21 @@
 // to a replica and they fail); a client that routes reads to replicas
 // (ReadOnly, RouteByLatency, RouteRandomly) may answer Get with a record a
 // replication lag old, which only delays a waiting duplicate.
+//
+// # Client settings for a webhook path
+//
+// go-redis's defaults favour patience: a refused connection is dialled again
+// (DialerRetries 5, 100ms apart) and a failed command retried (MaxRetries 3,
+// with backoff), so against a dead Redis one call takes the middleware's whole
+// StoreTimeout (250ms). The middleware fails open and its circuit breaker
+// skips the store after a few failures, but each probe of the breaker still
+// pays that. For a webhook path set
+//
+//	MaxRetries:    -1, // no command retries: the middleware fails open instead
+//	DialerRetries: 1,
+//
+// which measured here makes a call against a stopped Redis fail in about
+// 0.1ms rather than 250ms. The gateway sets them.
 package redisstore
 
 import (
@@ -73,6 +88,10 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 // Key returns the Redis key a store key is kept under: the configured
 // prefix followed by key.
 func (s *Store) Key(key string) string { return s.prefix + key }
+
+// Name is how the middleware's WARN messages name this store, as the seed's
+// did: "WebhookIdempotencyGuard Redis error for key=...".
+func (s *Store) Name() string { return "Redis" }
 
 // The compare-and-set scripts. KEYS[1] is the key, ARGV[1] the encoded claim.
 // GET on a missing key gives false, which never equals a string.
