@@ -990,8 +990,13 @@ func TestInFlightWaitSurvivesSlowPolls(t *testing.T) {
 	<-b.started
 	second := make(chan *httptest.ResponseRecorder)
 	go func() { second <- send(route, `{"id":1}`) }()
-	for e.store.(*failingStore).getFailures.Load() >= 0 {
-		time.Sleep(time.Millisecond) // until the waiter has met every failure
+	for e.store.(*failingStore).getFailures.Load() >= 0 { // until the waiter has met every failure
+		select {
+		case <-b.started:
+			close(b.release)
+			t.Fatal("the waiter ran the handler after a slow poll")
+		case <-time.After(time.Millisecond):
+		}
 	}
 	close(b.release)
 	<-first
