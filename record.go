@@ -40,7 +40,8 @@ type Record struct {
 	Token string
 
 	// Fingerprint identifies the request body (the first bytes of the
-	// SHA-256 of its canonical form); zero when not recorded.
+	// SHA-256 of its canonical form) where the key doesn't derive from the
+	// body (header keys); zero when not recorded.
 	Fingerprint [FingerprintSize]byte
 
 	// CreatedAt is when the claim was taken or the response stored,
