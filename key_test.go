@@ -133,3 +133,24 @@ func TestKeyHeaderValue(t *testing.T) {
 		t.Errorf("sortedHeaderNames = %v, want %v", got, want)
 	}
 }
+
+// FuzzNormalizeKey: whatever a sender puts in the key header, the key part
+// is either empty, or printable ASCII of at most 128 bytes, or the hash form.
+func FuzzNormalizeKey(f *testing.F) {
+	for _, s := range []string{"", "abc", `"abc"`, `"a\"b"`, " evt_1 ", "t=1,v1=ab", "\x00", "é", strings.Repeat("k", 129)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		got := NormalizeKey(v)
+		if got != NormalizeKey(v) {
+			t.Fatal("not deterministic")
+		}
+		if got == "" {
+			return
+		}
+		if len(got) <= maxKeyLen && printableASCII(got) {
+			return
+		}
+		t.Fatalf("NormalizeKey(%q) = %q: neither a printable key of <= %d bytes nor a hash", v, got, maxKeyLen)
+	})
+}
