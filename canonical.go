@@ -2,9 +2,11 @@ package idemhook
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"math"
 	"slices"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -39,16 +41,54 @@ const maxJSONDepth = 10000
 // It makes one pass over src, writing straight into dst; an object is
 // rewritten in place only when it has an index-like or duplicate key.
 func appendCanonicalJSON(dst, src []byte) ([]byte, bool) {
+	out, _, ok := appendCanonicalScratch(dst, src, nil)
+	return out, ok
+}
+
+// appendCanonicalScratch is appendCanonicalJSON with a member stack the
+// caller may reuse; it returns the stack, possibly grown.
+func appendCanonicalScratch(dst, src []byte, ms []jsonMember) ([]byte, []jsonMember, bool) {
 	p := canonParser{src: src, dst: slices.Grow(dst, len(src)+8)}
 	p.skipSpace()
-	if _, ok := p.value(nil); !ok {
-		return dst, false
+	ms, ok := p.value(ms[:0])
+	if !ok {
+		return dst, ms, false
 	}
 	p.skipSpace()
 	if p.pos != len(src) {
-		return dst, false
+		return dst, ms, false
 	}
-	return p.dst, true
+	return p.dst, ms, true
+}
+
+// canonScratch is the reusable memory of one body hash: the canonical text
+// is only hashed, so neither it nor the member stack outlives the call.
+type canonScratch struct {
+	text    []byte
+	members []jsonMember
+}
+
+var canonScratchPool = sync.Pool{New: func() any { return &canonScratch{members: make([]jsonMember, 0, 32)} }}
+
+// maxPooledScratch keeps one huge body from pinning its buffer in the pool.
+const maxPooledScratch = 64 << 10
+
+// canonicalSum returns the SHA-256 of body's canonical JSON text, or of the
+// raw bytes when body is not JSON.
+func canonicalSum(body []byte) [sha256.Size]byte {
+	sc := canonScratchPool.Get().(*canonScratch)
+	text, ms, ok := appendCanonicalScratch(sc.text[:0], body, sc.members)
+	var sum [sha256.Size]byte
+	if ok {
+		sum = sha256.Sum256(text)
+	} else {
+		sum = sha256.Sum256(body)
+	}
+	if cap(text) <= maxPooledScratch && cap(ms) <= maxPooledScratch/32 {
+		sc.text, sc.members = text, ms
+		canonScratchPool.Put(sc)
+	}
+	return sum
 }
 
 // jsonMember locates one object member already written to the output: the
@@ -163,7 +203,7 @@ func (p *canonParser) object(ms []jsonMember) ([]jsonMember, bool) {
 	if ms == nil {
 		// The first object allocates the member stack that every object
 		// of the call shares (a stack array would escape through the
-		// recursion anyway).
+		// recursion anyway); canonicalSum passes a pooled one.
 		ms = make([]jsonMember, 0, 32)
 	}
 	base := len(ms)

@@ -24,16 +24,8 @@ func StoreKey(source, key string) string {
 // Node.js's JSON.stringify(JSON.parse(body)) gives), or of the raw bytes
 // otherwise. It is the key the NestJS guard produced for the same body.
 func BodyKey(body []byte) string {
-	sum := bodySum(body)
+	sum := canonicalSum(body)
 	return "sha256:" + hex.EncodeToString(sum[:])
-}
-
-// bodySum hashes the canonical form of body.
-func bodySum(body []byte) [sha256.Size]byte {
-	if canon, ok := appendCanonicalJSON(nil, body); ok {
-		return sha256.Sum256(canon)
-	}
-	return sha256.Sum256(body)
 }
 
 // NormalizeKey turns a header or preset value into a key part: an RFC 8941

@@ -323,7 +323,7 @@ func (d *delivery) resolveKey() error {
 	if rt.Header != "" {
 		if v := NormalizeKey(headerValue(d.r.Header, rt.Header)); v != "" {
 			d.key, d.kind = v, keyFromHeader
-			sum := bodySum(d.body)
+			sum := canonicalSum(d.body)
 			copy(d.fp[:], sum[:])
 		}
 	}
@@ -340,7 +340,7 @@ func (d *delivery) resolveKey() error {
 		// One allocation for both: the key is the tail of the store key.
 		// No fingerprint: the key is the body's hash already, so a
 		// body-hash record can't mismatch and is 16 bytes smaller.
-		sum := bodySum(d.body)
+		sum := canonicalSum(d.body)
 		prefix := len("idem:") + len(rt.Source) + len(":")
 		b := make([]byte, 0, prefix+len("sha256:")+hex.EncodedLen(len(sum)))
 		b = append(append(append(b, "idem:"...), rt.Source...), ":sha256:"...)
