@@ -164,6 +164,13 @@ func (c *counter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, `{"execution":%d}`, n)
 }
 
+// sendAsync sends in a goroutine; the channel gets the response.
+func sendAsync(h http.Handler, body string) <-chan *httptest.ResponseRecorder {
+	c := make(chan *httptest.ResponseRecorder, 1)
+	go func() { c <- send(h, body) }()
+	return c
+}
+
 func send(h http.Handler, body string, header ...string) *httptest.ResponseRecorder {
 	req := httptest.NewRequest(http.MethodPost, "/webhook", strings.NewReader(body))
 	for i := 0; i+1 < len(header); i += 2 {
@@ -393,14 +400,13 @@ func TestInFlightProceedRunsTheHandlerAgain(t *testing.T) {
 	e := newMemEnv(t, idemhook.Options{})
 	b := newBlocker()
 	route := e.route(idemhook.Route{Source: "stone"}, b)
-	done := make(chan *httptest.ResponseRecorder)
-	go func() { done <- send(route, `{"id":1}`) }()
+	first := sendAsync(route, `{"id":1}`)
 	<-b.started
-	go func() { done <- send(route, `{"id":1}`) }()
+	second := sendAsync(route, `{"id":1}`)
 	<-b.started // the duplicate runs while the first is still running
 	close(b.release)
-	<-done
-	<-done
+	<-first
+	<-second
 	if n := b.n.Load(); n != 2 {
 		t.Fatalf("handler ran %d times, want 2", n)
 	}
@@ -501,11 +507,9 @@ func TestInFlightWaitTakesOverAfterAFailure(t *testing.T) {
 	b := newBlocker()
 	b.status.Store(http.StatusInternalServerError)
 	route := e.route(idemhook.Route{Source: "stone", InFlight: idemhook.InFlightWait, WaitTimeout: time.Minute}, b)
-	first := make(chan *httptest.ResponseRecorder)
-	go func() { first <- send(route, `{"id":1}`) }()
+	first := sendAsync(route, `{"id":1}`)
 	<-b.started
-	second := make(chan *httptest.ResponseRecorder)
-	go func() { second <- send(route, `{"id":1}`) }()
+	second := sendAsync(route, `{"id":1}`)
 	close(b.release) // the first fails with 500 and releases; the waiter claims and runs
 	if r := <-first; r.Code != 500 {
 		t.Fatalf("first: %d", r.Code)
@@ -560,11 +564,9 @@ func TestInFlightWaitTimesOutAndProceeds(t *testing.T) {
 	e := newMemEnv(t, idemhook.Options{})
 	b := newBlocker()
 	route := e.route(idemhook.Route{Source: "stone", InFlight: idemhook.InFlightWait, WaitTimeout: 20 * time.Millisecond}, b)
-	first := make(chan *httptest.ResponseRecorder)
-	go func() { first <- send(route, `{"id":1}`) }()
+	first := sendAsync(route, `{"id":1}`)
 	<-b.started
-	second := make(chan *httptest.ResponseRecorder)
-	go func() { second <- send(route, `{"id":1}`) }()
+	second := sendAsync(route, `{"id":1}`)
 	<-b.started // the waiter gave up and runs the handler itself
 	close(b.release)
 	<-first
@@ -985,11 +987,9 @@ func TestInFlightWaitSurvivesSlowPolls(t *testing.T) {
 	e.store.(*failingStore).getFailures.Store(3) // fewer than the breaker's threshold
 	b := newBlocker()
 	route := e.route(idemhook.Route{Source: "stone", InFlight: idemhook.InFlightWait, WaitTimeout: time.Minute}, b)
-	first := make(chan *httptest.ResponseRecorder)
-	go func() { first <- send(route, `{"id":1}`) }()
+	first := sendAsync(route, `{"id":1}`)
 	<-b.started
-	second := make(chan *httptest.ResponseRecorder)
-	go func() { second <- send(route, `{"id":1}`) }()
+	second := sendAsync(route, `{"id":1}`)
 	for e.store.(*failingStore).getFailures.Load() >= 0 { // until the waiter has met every failure
 		select {
 		case <-b.started:
@@ -1016,11 +1016,9 @@ func TestInFlightWaitWithADeadStoreFailsOpen(t *testing.T) {
 	e.store.(*failingStore).getFailures.Store(1000)
 	b := newBlocker()
 	route := e.route(idemhook.Route{Source: "stone", InFlight: idemhook.InFlightWait, WaitTimeout: time.Hour}, b)
-	first := make(chan *httptest.ResponseRecorder)
-	go func() { first <- send(route, `{"id":1}`) }()
+	first := sendAsync(route, `{"id":1}`)
 	<-b.started
-	second := make(chan *httptest.ResponseRecorder)
-	go func() { second <- send(route, `{"id":1}`) }()
+	second := sendAsync(route, `{"id":1}`)
 	<-b.started // the waiter gave up on the dead store and ran the handler
 	close(b.release)
 	<-first
