@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/idemhook/idemhook/internal/sqlschema"
 )
 
 // SQLiteSchemaVersion is the version of the audit_deliveries table, recorded
@@ -109,7 +111,7 @@ func NewSQLite(db *sql.DB, cfg SQLiteConfig) (*SQLite, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	if err := migrateSQLite(context.Background(), db, "audit", SQLiteSchemaVersion, sqliteSchema); err != nil {
+	if err := sqlschema.Migrate(context.Background(), db, "audit", SQLiteSchemaVersion, sqliteSchema); err != nil {
 		return nil, err
 	}
 	insert, err := db.Prepare(`INSERT INTO audit_deliveries
@@ -129,44 +131,6 @@ func NewSQLite(db *sql.DB, cfg SQLiteConfig) (*SQLite, error) {
 		close(s.done)
 	}
 	return s, nil
-}
-
-// migrateSQLite creates the schema of component if it is missing and
-// records its version, refusing a database written by a newer version.
-func migrateSQLite(ctx context.Context, db *sql.DB, component string, version int, ddl []string) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("%s: create schema: %w", component, err)
-	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS idemhook_schema (
-		component TEXT PRIMARY KEY NOT NULL,
-		version   INTEGER NOT NULL
-	)`); err != nil {
-		return fmt.Errorf("%s: create schema: %w", component, err)
-	}
-	var have int
-	err = tx.QueryRowContext(ctx, `SELECT version FROM idemhook_schema WHERE component = ?`, component).Scan(&have)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-	case err != nil:
-		return fmt.Errorf("%s: read schema version: %w", component, err)
-	case have > version:
-		return fmt.Errorf("%s: the database has schema version %d, this build knows up to %d: upgrade idemhook or use another file", component, have, version)
-	}
-	for _, q := range ddl {
-		if _, err := tx.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("%s: create schema: %w", component, err)
-		}
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO idemhook_schema (component, version) VALUES (?1, ?2)
-		ON CONFLICT (component) DO UPDATE SET version = excluded.version`, component, version); err != nil {
-		return fmt.Errorf("%s: record schema version: %w", component, err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("%s: create schema: %w", component, err)
-	}
-	return nil
 }
 
 // pruner calls prune every interval until stop is closed, then closes done.

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/sqlschema"
 )
 
 // SchemaVersion is the version of the idem_keys table this package writes.
@@ -95,7 +96,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 		s.now = time.Now
 	}
 	ctx := context.Background()
-	if err := migrate(ctx, db, schemaComponent, SchemaVersion, schema); err != nil {
+	if err := sqlschema.Migrate(ctx, db, schemaComponent, SchemaVersion, schema); err != nil {
 		return nil, err
 	}
 	stmts := []struct {
@@ -136,44 +137,6 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 		close(s.done)
 	}
 	return s, nil
-}
-
-// migrate creates the schema of component in db if it is missing and
-// records its version, refusing a database written by a newer version.
-func migrate(ctx context.Context, db *sql.DB, component string, version int, ddl []string) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("%s: create schema: %w", component, err)
-	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS idemhook_schema (
-		component TEXT PRIMARY KEY NOT NULL,
-		version   INTEGER NOT NULL
-	)`); err != nil {
-		return fmt.Errorf("%s: create schema: %w", component, err)
-	}
-	var have int
-	err = tx.QueryRowContext(ctx, `SELECT version FROM idemhook_schema WHERE component = ?`, component).Scan(&have)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-	case err != nil:
-		return fmt.Errorf("%s: read schema version: %w", component, err)
-	case have > version:
-		return fmt.Errorf("%s: the database has schema version %d, this build knows up to %d: upgrade idemhook or use another file", component, have, version)
-	}
-	for _, q := range ddl {
-		if _, err := tx.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("%s: create schema: %w", component, err)
-		}
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO idemhook_schema (component, version) VALUES (?1, ?2)
-		ON CONFLICT (component) DO UPDATE SET version = excluded.version`, component, version); err != nil {
-		return fmt.Errorf("%s: record schema version: %w", component, err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("%s: create schema: %w", component, err)
-	}
-	return nil
 }
 
 // Close stops the sweeper and releases the prepared statements. It does not
