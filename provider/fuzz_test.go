@@ -61,7 +61,7 @@ func FuzzStripeSignature(f *testing.F) {
 	f.Add("v1=ab")
 	f.Add(",,,=")
 	f.Fuzz(func(t *testing.T, v string) {
-		ts, sigs, err := parseStripeSignature(v)
+		ts, sigs, err := stripeSignature.parse(v)
 		if err == nil && (!allDigits(ts) || len(sigs) == 0) {
 			t.Fatalf("accepted %q with ts %q and %d signatures", v, ts, len(sigs))
 		}
@@ -104,7 +104,7 @@ func FuzzPaddleSignature(f *testing.F) {
 	f.Add("ts=1;h1=00;h1=11")
 	f.Add("h1=;ts=")
 	f.Fuzz(func(t *testing.T, v string) {
-		ts, sigs, err := parsePaddleSignature(v)
+		ts, sigs, err := paddleSignature.parse(v)
 		if err == nil && (!allDigits(ts) || len(sigs) == 0) {
 			t.Fatalf("accepted %q with ts %q and %d signatures", v, ts, len(sigs))
 		}
@@ -120,7 +120,7 @@ func FuzzMercadoPagoSignature(f *testing.F) {
 	f.Add(" ts = 1 , v1 = 00 ")
 	f.Add("ts=,v1=")
 	f.Fuzz(func(t *testing.T, v string) {
-		ts, sigs, err := parseMercadoPagoSignature(v)
+		ts, sigs, err := mercadoPagoSignature.parse(v)
 		if err == nil && (!allDigits(ts) || len(sigs) == 0) {
 			t.Fatalf("accepted %q with ts %q and %d signatures", v, ts, len(sigs))
 		}

@@ -1,7 +1,6 @@
 package provider
 
 import (
-	"encoding/hex"
 	"net/http"
 	"strconv"
 	"strings"
@@ -15,6 +14,17 @@ const (
 	MercadoPagoSignatureHeader = "x-signature"
 	MercadoPagoRequestIDHeader = "x-request-id"
 )
+
+// mercadoPagoSignature is the shape of x-signature, which Mercado Pago
+// sends with spaces around its parts at times.
+var mercadoPagoSignature = timestampedHeader{
+	name:   MercadoPagoSignatureHeader,
+	format: `want "ts=<timestamp>,v1=<hex>"`,
+	sep:    ",",
+	tsKey:  "ts",
+	sigKey: "v1",
+	spaced: true,
+}
 
 // MercadoPago returns the preset for Mercado Pago webhooks ("Webhooks"
 // notifications, not legacy IPN).
@@ -48,9 +58,9 @@ func MercadoPago(cfg Config) (*idemhook.Preset, error) {
 	return &idemhook.Preset{
 		Name: "mercadopago",
 		Verify: func(r *http.Request, body []byte) error {
-			ts, sigs, err := parseMercadoPagoSignature(r.Header.Get(MercadoPagoSignatureHeader))
+			ts, sigs, err := mercadoPagoSignature.parse(r.Header.Get(MercadoPagoSignatureHeader))
 			if err != nil {
-				return s.fail(MercadoPagoSignatureHeader, err, headerDetail(err, `want "ts=<timestamp>,v1=<hex>"`))
+				return s.fail(MercadoPagoSignatureHeader, err, headerDetail(err, mercadoPagoSignature.format))
 			}
 			if checkAge {
 				n, _ := strconv.ParseInt(ts, 10, 64)
@@ -85,36 +95,4 @@ func mercadoPagoManifest(dataID, requestID, ts string) string {
 	}
 	b.WriteString("ts:" + ts + ";")
 	return b.String()
-}
-
-// parseMercadoPagoSignature splits an x-signature value into ts and its
-// decoded v1 signatures.
-func parseMercadoPagoSignature(v string) (ts string, sigs [][]byte, err error) {
-	if strings.TrimSpace(v) == "" {
-		return "", nil, ErrMissingHeader
-	}
-	for item := range strings.SplitSeq(v, ",") {
-		k, val, ok := strings.Cut(strings.TrimSpace(item), "=")
-		if !ok {
-			return "", nil, ErrMalformedHeader
-		}
-		switch strings.TrimSpace(k) {
-		case "ts":
-			val = strings.TrimSpace(val)
-			if _, ok := parseUnix(val); !ok || ts != "" {
-				return "", nil, ErrMalformedHeader
-			}
-			ts = val
-		case "v1":
-			sig, err := hex.DecodeString(strings.TrimSpace(val))
-			if err != nil || len(sig) == 0 {
-				return "", nil, ErrMalformedHeader
-			}
-			sigs = append(sigs, sig)
-		}
-	}
-	if ts == "" || len(sigs) == 0 {
-		return "", nil, ErrMalformedHeader
-	}
-	return ts, sigs, nil
 }

@@ -1,15 +1,22 @@
 package provider
 
 import (
-	"encoding/hex"
 	"net/http"
-	"strings"
 
 	"github.com/idemhook/idemhook"
 )
 
 // PaddleSignatureHeader is the header Paddle Billing signs deliveries in.
 const PaddleSignatureHeader = "Paddle-Signature"
+
+// paddleSignature is the shape of Paddle-Signature.
+var paddleSignature = timestampedHeader{
+	name:   PaddleSignatureHeader,
+	format: `want "ts=<unix seconds>;h1=<hex>"`,
+	sep:    ";",
+	tsKey:  "ts",
+	sigKey: "h1",
+}
 
 // Paddle returns the preset for Paddle Billing webhooks.
 //
@@ -34,53 +41,11 @@ func Paddle(cfg Config) (*idemhook.Preset, error) {
 	return &idemhook.Preset{
 		Name: "paddle",
 		Verify: func(r *http.Request, body []byte) error {
-			ts, sigs, err := parsePaddleSignature(r.Header.Get(PaddleSignatureHeader))
-			if err != nil {
-				return s.fail(PaddleSignatureHeader, err, headerDetail(err, `want "ts=<unix seconds>;h1=<hex>"`))
-			}
-			signed, _ := parseUnix(ts)
-			if err := s.checkAge(PaddleSignatureHeader, signed); err != nil {
-				return err
-			}
-			if !anyMAC(keys, sigs, func(k []byte) []byte { return hmacSHA256(k, []byte(ts), []byte(":"), body) }) {
-				return s.fail(PaddleSignatureHeader, ErrNoMatchingSignature, "")
-			}
-			return nil
+			return s.verifyBodyHMAC(paddleSignature, keys, ":", r, body)
 		},
 		Key: func(r *http.Request, body []byte) (string, error) {
 			return topLevelID(body, "event_id"), nil
 		},
 		DuplicateStatus: http.StatusOK,
 	}, nil
-}
-
-// parsePaddleSignature splits a Paddle-Signature value into ts and the
-// decoded h1 signatures; other schemes are skipped.
-func parsePaddleSignature(v string) (ts string, sigs [][]byte, err error) {
-	if strings.TrimSpace(v) == "" {
-		return "", nil, ErrMissingHeader
-	}
-	for item := range strings.SplitSeq(v, ";") {
-		k, val, ok := strings.Cut(strings.TrimSpace(item), "=")
-		if !ok {
-			return "", nil, ErrMalformedHeader
-		}
-		switch k {
-		case "ts":
-			if _, ok := parseUnix(val); !ok || ts != "" {
-				return "", nil, ErrMalformedHeader
-			}
-			ts = val
-		case "h1":
-			sig, err := hex.DecodeString(val)
-			if err != nil || len(sig) == 0 {
-				return "", nil, ErrMalformedHeader
-			}
-			sigs = append(sigs, sig)
-		}
-	}
-	if ts == "" || len(sigs) == 0 {
-		return "", nil, ErrMalformedHeader
-	}
-	return ts, sigs, nil
 }

@@ -62,6 +62,15 @@ func (s settings) fail(header string, reason error, detail string) error {
 	return &VerifyError{Preset: s.name, Header: header, Err: reason, Detail: detail}
 }
 
+// headerDetail returns the expected format for a malformed header, and
+// nothing for a missing one.
+func headerDetail(err error, format string) string {
+	if err == ErrMalformedHeader {
+		return format
+	}
+	return ""
+}
+
 // hmacSHA256 returns HMAC-SHA256(key, parts...).
 func hmacSHA256(key []byte, parts ...[]byte) []byte {
 	m := hmac.New(sha256.New, key)
