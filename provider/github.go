@@ -1,7 +1,6 @@
 package provider
 
 import (
-	"encoding/hex"
 	"net/http"
 	"strings"
 
@@ -49,7 +48,7 @@ func GitHub(cfg Config) (*idemhook.Preset, error) {
 
 // verifyHubSignature checks X-Hub-Signature-256 against the raw body.
 func (s settings) verifyHubSignature(r *http.Request, body []byte) error {
-	sig, err := parseHubSignature(r.Header.Get(HubSignatureHeader))
+	sig, err := parseHexMAC(r.Header.Get(HubSignatureHeader), "sha256=")
 	if err != nil {
 		return s.fail(HubSignatureHeader, err, headerDetail(err, `want "sha256=<hex>"`))
 	}
@@ -57,21 +56,4 @@ func (s settings) verifyHubSignature(r *http.Request, body []byte) error {
 		return s.fail(HubSignatureHeader, ErrNoMatchingSignature, "")
 	}
 	return nil
-}
-
-// parseHubSignature decodes an X-Hub-Signature-256 value, "sha256=<hex>".
-func parseHubSignature(v string) ([]byte, error) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return nil, ErrMissingHeader
-	}
-	hexSig, ok := strings.CutPrefix(v, "sha256=")
-	if !ok {
-		return nil, ErrMalformedHeader
-	}
-	sig, err := hex.DecodeString(hexSig)
-	if err != nil || len(sig) != 32 {
-		return nil, ErrMalformedHeader
-	}
-	return sig, nil
 }

@@ -1,9 +1,7 @@
 package provider
 
 import (
-	"encoding/hex"
 	"net/http"
-	"strings"
 
 	"github.com/idemhook/idemhook"
 )
@@ -32,7 +30,7 @@ func IFood(cfg Config) (*idemhook.Preset, error) {
 	return &idemhook.Preset{
 		Name: "ifood",
 		Verify: func(r *http.Request, body []byte) error {
-			sig, err := parseHexSignature(r.Header.Get(IFoodSignatureHeader))
+			sig, err := parseHexMAC(r.Header.Get(IFoodSignatureHeader), "")
 			if err != nil {
 				return s.fail(IFoodSignatureHeader, err, headerDetail(err, "want the hex of a 32-byte HMAC-SHA256"))
 			}
@@ -46,17 +44,4 @@ func IFood(cfg Config) (*idemhook.Preset, error) {
 		},
 		DuplicateStatus: http.StatusAccepted,
 	}, nil
-}
-
-// parseHexSignature decodes a bare hex HMAC-SHA256 (either case).
-func parseHexSignature(v string) ([]byte, error) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return nil, ErrMissingHeader
-	}
-	sig, err := hex.DecodeString(v)
-	if err != nil || len(sig) != 32 {
-		return nil, ErrMalformedHeader
-	}
-	return sig, nil
 }

@@ -1,9 +1,7 @@
 package provider
 
 import (
-	"encoding/hex"
 	"net/http"
-	"strings"
 
 	"github.com/idemhook/idemhook"
 )
@@ -49,7 +47,7 @@ func Slack(cfg Config) (*idemhook.Preset, error) {
 			if !ok {
 				return s.fail(SlackTimestampHeader, ErrMalformedHeader, "want unix seconds")
 			}
-			sig, err := parseSlackSignature(r.Header.Get(SlackSignatureHeader))
+			sig, err := parseHexMAC(r.Header.Get(SlackSignatureHeader), "v0=")
 			if err != nil {
 				return s.fail(SlackSignatureHeader, err, headerDetail(err, `want "v0=<hex>"`))
 			}
@@ -90,21 +88,4 @@ func Slack(cfg Config) (*idemhook.Preset, error) {
 			return string(v.AppID) + ":" + string(v.EventID), nil
 		},
 	}, nil
-}
-
-// parseSlackSignature decodes X-Slack-Signature, "v0=<hex>".
-func parseSlackSignature(v string) ([]byte, error) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return nil, ErrMissingHeader
-	}
-	hexSig, ok := strings.CutPrefix(v, "v0=")
-	if !ok {
-		return nil, ErrMalformedHeader
-	}
-	sig, err := hex.DecodeString(hexSig)
-	if err != nil || len(sig) != 32 {
-		return nil, ErrMalformedHeader
-	}
-	return sig, nil
 }

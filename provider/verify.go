@@ -4,9 +4,11 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -78,6 +80,27 @@ func hmacSHA256(key []byte, parts ...[]byte) []byte {
 		m.Write(p)
 	}
 	return m.Sum(nil)
+}
+
+// parseHexMAC decodes a signature header "<prefix><hex>" carrying one
+// HMAC-SHA256 (hex in either case, spaces around the value allowed):
+// GitHub's "sha256=<hex>", Slack's "v0=<hex>", iFood's bare hex (prefix "").
+// An empty value is ErrMissingHeader; a value without the prefix, or whose
+// rest isn't the hex of 32 bytes, is ErrMalformedHeader.
+func parseHexMAC(v, prefix string) ([]byte, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return nil, ErrMissingHeader
+	}
+	hexSig, ok := strings.CutPrefix(v, prefix)
+	if !ok {
+		return nil, ErrMalformedHeader
+	}
+	sig, err := hex.DecodeString(hexSig)
+	if err != nil || len(sig) != sha256.Size {
+		return nil, ErrMalformedHeader
+	}
+	return sig, nil
 }
 
 // anyMAC reports whether one of the candidate MACs equals mac(key) for one of
