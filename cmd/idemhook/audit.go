@@ -60,6 +60,11 @@ func openAudit(ctx context.Context, ac AuditConfig, files *sqliteFiles, logger *
 		return nil, fmt.Errorf("unknown audit sink %q", ac.Sink)
 	}
 	t.rec = audit.NewRecorder(sink, audit.RecorderConfig{Logger: logger})
+	files.rs.add(func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return t.rec.Close(ctx)
+	})
 	m.counterFunc("idemhook_audit_dropped_total",
 		"Audit entries dropped because the recorder's queue was full (the sink is down or too slow).",
 		func() float64 { return float64(t.rec.Dropped()) })
@@ -85,14 +90,6 @@ func (t *auditTrail) record(route string, d idemhook.DeliveryInfo) {
 		RequestBytes:  d.RequestBytes,
 		ResponseBytes: d.ResponseBytes,
 	})
-}
-
-// close flushes the entries still queued.
-func (t *auditTrail) close(ctx context.Context) error {
-	if t.rec == nil {
-		return nil
-	}
-	return t.rec.Close(ctx)
 }
 
 // deliveryJSON is an audit entry as GET /admin/deliveries shows it.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path"
@@ -801,6 +802,18 @@ func checkPath(v string) error {
 	if clean != v {
 		return fmt.Errorf("invalid path %q: not clean (did you mean %q?)", v, clean)
 	}
+	return muxAccepts(v)
+}
+
+// muxAccepts reports whether net/http.ServeMux takes v as a pattern (it
+// panics on the ones it refuses), so that serve never does.
+func muxAccepts(v string) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("invalid path %q: %v", v, r)
+		}
+	}()
+	http.NewServeMux().Handle(v, http.NotFoundHandler())
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -86,9 +87,11 @@ func newGateway(ctx context.Context, cfg *Config, logger *slog.Logger, now func(
 		rt := timedTransport{next: tr, observe: g.metrics.upstreamObserver(rc.Path)}
 		mux.Handle(rc.Path, wrap(newProxy(rc, rt, logger)))
 	}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, http.StatusNotFound, "no route", fmt.Sprintf("no route for %s; the configured paths are in %s", r.URL.Path, cfg.File))
-	})
+	if !slices.ContainsFunc(cfg.Routes, func(rc RouteConfig) bool { return rc.Path == "/" }) {
+		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+			writeProblem(w, http.StatusNotFound, "no route", fmt.Sprintf("no route for %s; the configured paths are in %s", r.URL.Path, cfg.File))
+		})
+	}
 	g.handler = mux
 	g.admin = g.adminHandler()
 	return g, nil
@@ -101,6 +104,8 @@ func serve(ctx context.Context, cfg *Config, e env) error {
 	if err != nil {
 		return err
 	}
+	// Closed last opened first: the audit recorder flushes its queue
+	// before the sinks and the SQLite file close.
 	defer func() {
 		if err := g.res.close(); err != nil {
 			logger.Warn("idemhook close", "err", err)
@@ -175,11 +180,6 @@ func serve(ctx context.Context, cfg *Config, e env) error {
 		cancel()
 	}
 	wg.Wait()
-	actx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	if err := g.audit.close(actx); err != nil {
-		logger.Warn("idemhook audit close", "err", err)
-	}
-	cancel()
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return serveErr
 	}

@@ -495,3 +495,12 @@ func TestPrefixRoute(t *testing.T) {
 		}
 	}
 }
+
+func TestRootRoute(t *testing.T) {
+	up := newUpstream(t)
+	cfg := strings.Replace(routeConfig(up.srv.URL), "path: /webhooks/test", "path: /", 1)
+	g := startGateway(t, writeConfig(t, t.TempDir(), cfg), startOpts{})
+	if r := post(t, g.url("/any/where"), `{}`); r.Status != 200 || up.received()[0].Path != "/hook/any/where" {
+		t.Errorf("POST /any/where = %d, reached %q; want 200 and /hook/any/where", r.Status, up.received()[0].Path)
+	}
+}
