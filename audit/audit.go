@@ -169,6 +169,45 @@ func (q query) where(f Filter) (string, []any, error) {
 	return " WHERE " + strings.Join(conds, " AND "), args, nil
 }
 
+// selectPage returns the SELECT of a page of the entries of table matching
+// f, newest first, its arguments, and the page size: the statement fetches
+// up to limit+1 rows, the extra one telling whether there is a next page
+// (see [page]).
+func (q query) selectPage(table string, f Filter) (stmt string, args []any, limit int, err error) {
+	where, args, err := q.where(f)
+	if err != nil {
+		return "", nil, 0, err
+	}
+	limit = f.limit()
+	stmt = `SELECT id, ` + q.timeCol + `, route, source, key, outcome, status, duration_ns, request_bytes, response_bytes
+		FROM ` + table + where + ` ORDER BY ` + q.timeCol + ` DESC, id DESC LIMIT ` + fmt.Sprint(limit+1)
+	return stmt, args, limit, nil
+}
+
+// resultSet is what readPage needs of the rows of a query; *sql.Rows and
+// pgx.Rows both have it.
+type resultSet interface {
+	Next() bool
+	Err() error
+}
+
+// readPage reads the rows of a statement made by selectPage, scanning each
+// into an Entry with scan, and makes the page.
+func readPage(rs resultSet, limit int, scan func(*Entry) error) (Page, error) {
+	out := make([]Entry, 0, min(limit+1, 64))
+	for rs.Next() {
+		var e Entry
+		if err := scan(&e); err != nil {
+			return Page{}, fmt.Errorf("audit: query: %w", err)
+		}
+		out = append(out, e)
+	}
+	if err := rs.Err(); err != nil {
+		return Page{}, fmt.Errorf("audit: query: %w", err)
+	}
+	return page(out, limit), nil
+}
+
 // ceilMicros is t in Unix microseconds, rounded up. Filters apply to the
 // stored times, which are whole microseconds: stored >= 10.5µs holds exactly
 // when stored >= 11µs, and likewise for <.

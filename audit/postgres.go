@@ -204,34 +204,26 @@ func (p *Postgres) Write(ctx context.Context, entries []Entry) error {
 
 // Query returns a page of the entries matching f, newest first.
 func (p *Postgres) Query(ctx context.Context, f Filter) (Page, error) {
-	where, args, err := p.q.where(f)
+	stmt, args, limit, err := p.q.selectPage(p.ident, f)
 	if err != nil {
 		return Page{}, err
 	}
-	limit := f.limit()
-	rows, err := p.pool.Query(ctx, `SELECT id, time, route, source, key, outcome, status, duration_ns, request_bytes, response_bytes
-		FROM `+p.ident+where+` ORDER BY time DESC, id DESC LIMIT `+fmt.Sprint(limit+1), args...)
+	rows, err := p.pool.Query(ctx, stmt, args...)
 	if err != nil {
 		return Page{}, fmt.Errorf("audit: query: %w", err)
 	}
 	defer rows.Close()
-	out := make([]Entry, 0, min(limit+1, 64))
-	for rows.Next() {
-		var e Entry
+	return readPage(rows, limit, func(e *Entry) error {
 		var status int32
 		var dur int64
 		if err := rows.Scan(&e.ID, &e.Time, &e.Route, &e.Source, &e.Key, &e.Outcome, &status, &dur, &e.RequestBytes, &e.ResponseBytes); err != nil {
-			return Page{}, fmt.Errorf("audit: query: %w", err)
+			return err
 		}
 		e.Time = e.Time.UTC()
 		e.Status = int(status)
 		e.Duration = time.Duration(dur)
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
-		return Page{}, fmt.Errorf("audit: query: %w", err)
-	}
-	return page(out, limit), nil
+		return nil
+	})
 }
 
 // Prune deletes the entries older than the retention and returns how many

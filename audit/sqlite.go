@@ -212,32 +212,24 @@ func (s *SQLite) writeTx(ctx context.Context, entries []Entry) error {
 
 // Query returns a page of the entries matching f, newest first.
 func (s *SQLite) Query(ctx context.Context, f Filter) (Page, error) {
-	where, args, err := s.q.where(f)
+	stmt, args, limit, err := s.q.selectPage("audit_deliveries", f)
 	if err != nil {
 		return Page{}, err
 	}
-	limit := f.limit()
-	rows, err := s.db.QueryContext(ctx, `SELECT id, time_us, route, source, key, outcome, status, duration_ns, request_bytes, response_bytes
-		FROM audit_deliveries`+where+` ORDER BY time_us DESC, id DESC LIMIT `+fmt.Sprint(limit+1), args...)
+	rows, err := s.db.QueryContext(ctx, stmt, args...)
 	if err != nil {
 		return Page{}, fmt.Errorf("audit: query: %w", err)
 	}
 	defer rows.Close()
-	out := make([]Entry, 0, min(limit+1, 64))
-	for rows.Next() {
-		var e Entry
+	return readPage(rows, limit, func(e *Entry) error {
 		var us, dur int64
 		if err := rows.Scan(&e.ID, &us, &e.Route, &e.Source, &e.Key, &e.Outcome, &e.Status, &dur, &e.RequestBytes, &e.ResponseBytes); err != nil {
-			return Page{}, fmt.Errorf("audit: query: %w", err)
+			return err
 		}
 		e.Time = time.UnixMicro(us).UTC()
 		e.Duration = time.Duration(dur)
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
-		return Page{}, fmt.Errorf("audit: query: %w", err)
-	}
-	return page(out, limit), nil
+		return nil
+	})
 }
 
 // Prune deletes the entries older than the retention and returns how many
