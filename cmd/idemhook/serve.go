@@ -112,7 +112,7 @@ func serve(ctx context.Context, cfg *Config, e env) error {
 		}
 	}()
 
-	if err := storeReady(ctx, g.store, 2*time.Second); err != nil {
+	if err := storeReady(ctx, g.store, time.Second); err != nil {
 		logger.Warn("idemhook store not reachable at start; deliveries fail open (or closed, per route) until it is back",
 			"driver", cfg.Store.Driver, "err", err)
 	}

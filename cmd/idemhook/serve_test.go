@@ -504,3 +504,53 @@ func TestRootRoute(t *testing.T) {
 		t.Errorf("POST /any/where = %d, reached %q; want 200 and /hook/any/where", r.Status, up.received()[0].Path)
 	}
 }
+
+func TestStoreDown(t *testing.T) {
+	// A Redis address nothing listens on.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+
+	tests := []struct {
+		policy     string
+		wantStatus int
+		wantCalls  int64
+	}{
+		{"open", 200, 1},   // fail-open: the event is not lost
+		{"closed", 503, 0}, // the provider retries later
+	}
+	for _, tt := range tests {
+		t.Run(tt.policy, func(t *testing.T) {
+			up := newUpstream(t)
+			cfg := strings.Replace(routeConfig(up.srv.URL, "on_store_error: "+tt.policy), "store: {driver: memory}",
+				fmt.Sprintf("store: {driver: redis, url: \"redis://%s/0\"}", dead), 1)
+			cfg = strings.Replace(cfg, "log: {level: debug}", "log: {level: debug, format: json}", 1)
+			g := startGateway(t, writeConfig(t, t.TempDir(), cfg), startOpts{})
+
+			r := post(t, g.url("/webhooks/test"), `{"id":"evt_store_down"}`)
+			if r.Status != tt.wantStatus || up.calls.Load() != tt.wantCalls {
+				t.Errorf("store down, %s: status %d, upstream calls %d; want %d, %d", tt.policy, r.Status, up.calls.Load(), tt.wantStatus, tt.wantCalls)
+			}
+			if r := do(t, "GET", g.adminURL("/readyz"), ""); r.Status != http.StatusServiceUnavailable {
+				t.Errorf("readyz with the store down = %d, want 503", r.Status)
+			}
+			// The seed's WARN, verbatim, in JSON lines.
+			var found bool
+			for _, line := range strings.Split(strings.TrimSpace(g.stderr.String()), "\n") {
+				var rec map[string]any
+				if err := json.Unmarshal([]byte(line), &rec); err != nil {
+					t.Fatalf("log line is not JSON: %q", line)
+				}
+				if msg, _ := rec["msg"].(string); strings.HasPrefix(msg, "WebhookIdempotencyGuard Redis error for key=idem:test:sha256:") && rec["level"] == "WARN" {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("no WARN \"WebhookIdempotencyGuard Redis error for key=\" in the log:\n%s", g.stderr)
+			}
+		})
+	}
+}
