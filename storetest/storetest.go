@@ -795,14 +795,23 @@ func (s *suite) fakeLease(t *testing.T) {
 	wantRecord(t, st, key, claim)
 	s.h.Advance(2 * time.Second)
 	wantRecord(t, st, key, nil)
-	wantNotOwner(t, "Extend after the lease", st.Extend(t.Context(), key, claim, lease))
+	s.wantLeaseOver(t, st, key, claim, lease, lease)
+}
+
+// wantLeaseOver checks a key whose only record, the pending claim, has
+// expired: the former owner can neither Extend (by extend), Complete nor
+// Release it, Delete reports no live record, and a new claim (with lease
+// nextLease) takes the key.
+func (s *suite) wantLeaseOver(t *testing.T, st idemhook.Store, key string, claim *idemhook.Record, extend, nextLease time.Duration) {
+	t.Helper()
+	wantNotOwner(t, "Extend after the lease", st.Extend(t.Context(), key, claim, extend))
 	wantNotOwner(t, "Complete after the lease", st.Complete(t.Context(), key, claim, newDone(claim), longLease))
 	wantNotOwner(t, "Release after the lease", st.Release(t.Context(), key, claim))
 	if ok, err := st.Delete(t.Context(), key); err != nil || ok {
 		t.Fatalf("Delete of an expired key: got %t, %v; want false, nil", ok, err)
 	}
 	next := newClaim()
-	s.mustClaim(t, st, key, next, lease)
+	s.mustClaim(t, st, key, next, nextLease)
 	wantRecord(t, st, key, next)
 }
 
@@ -909,15 +918,7 @@ func (s *suite) realLease(t *testing.T) {
 	key, claim := newKey(), newClaim()
 	s.mustClaim(t, st, key, claim, shortLife)
 	pollAbsent(t, st, key)
-	wantNotOwner(t, "Extend after the lease", st.Extend(t.Context(), key, claim, shortLife))
-	wantNotOwner(t, "Complete after the lease", st.Complete(t.Context(), key, claim, newDone(claim), longLease))
-	wantNotOwner(t, "Release after the lease", st.Release(t.Context(), key, claim))
-	if ok, err := st.Delete(t.Context(), key); err != nil || ok {
-		t.Fatalf("Delete of an expired key: got %t, %v; want false, nil", ok, err)
-	}
-	next := newClaim()
-	s.mustClaim(t, st, key, next, longLease)
-	wantRecord(t, st, key, next)
+	s.wantLeaseOver(t, st, key, claim, shortLife, longLease)
 }
 
 func (s *suite) realClaimAfterLease(t *testing.T) {
