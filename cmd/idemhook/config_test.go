@@ -465,6 +465,7 @@ func TestCommands(t *testing.T) {
 		{args: []string{"frobnicate"}, wantErr: `unknown command "frobnicate" (run "idemhook help")`, wantUsage: true},
 		{args: []string{"check", "extra"}, wantErr: `unexpected argument "extra" (idemhook check --config FILE) (run "idemhook help")`, wantUsage: true},
 		{args: []string{"serve", "--conf", "x"}, wantErr: `flag provided but not defined: -conf (run "idemhook help")`, wantUsage: true},
+		{args: []string{"serve", "-h"}, wantStderr: "-config string"},
 		{args: []string{"demo", "now"}, wantErr: `demo takes no arguments (run "idemhook help")`, wantUsage: true},
 	}
 	for _, tt := range tests {

@@ -28,6 +28,9 @@ Start with "idemhook demo"; then copy examples/idemhook.yaml and run
 "idemhook check --config idemhook.yaml". Reference: docs/gateway.md.
 `
 
+// errHelp ends a run that only printed help: not a failure.
+var errHelp = errors.New("help requested")
+
 // usageError is a command line mistake; main exits 2 on it.
 type usageError struct{ msg string }
 
@@ -69,7 +72,7 @@ func runEnv(ctx context.Context, e env) error {
 	case "serve":
 		file, err := configFlag(cmd, rest, e.stderr)
 		if err != nil {
-			return err
+			return ignoreHelp(err)
 		}
 		cfg, err := loadConfig(file, e.getenv)
 		if err != nil {
@@ -79,7 +82,7 @@ func runEnv(ctx context.Context, e env) error {
 	case "check":
 		file, err := configFlag(cmd, rest, e.stderr)
 		if err != nil {
-			return err
+			return ignoreHelp(err)
 		}
 		cfg, err := loadConfig(file, e.getenv)
 		if err != nil {
@@ -102,6 +105,13 @@ func runEnv(ctx context.Context, e env) error {
 	return usageError{fmt.Sprintf("unknown command %q", cmd)}
 }
 
+func ignoreHelp(err error) error {
+	if errors.Is(err, errHelp) {
+		return nil
+	}
+	return err
+}
+
 // configFlag parses the flags of serve and check.
 func configFlag(cmd string, args []string, stderr io.Writer) (string, error) {
 	fs := flag.NewFlagSet("idemhook "+cmd, flag.ContinueOnError)
@@ -109,7 +119,7 @@ func configFlag(cmd string, args []string, stderr io.Writer) (string, error) {
 	file := fs.String("config", "idemhook.yaml", "the configuration file")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return "", usageError{"help requested"}
+			return "", errHelp // the flag package printed the flags
 		}
 		return "", usageError{err.Error()}
 	}
