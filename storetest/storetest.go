@@ -30,6 +30,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -197,6 +198,19 @@ func wantRecord(t testing.TB, st idemhook.Store, key string, want *idemhook.Reco
 	}
 }
 
+// wantClaimReturns fails t unless a new Claim of key is refused with want,
+// the record the key holds, unchanged. what names the Claim in the failure.
+func wantClaimReturns(t testing.TB, st idemhook.Store, what, key string, want *idemhook.Record) {
+	t.Helper()
+	existing, err := st.Claim(t.Context(), key, newClaim(), longLease)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if d := Diff(existing, want); d != "" {
+		t.Fatalf("%s must return the record the key holds, unchanged:\n%s", what, d)
+	}
+}
+
 // wantNotOwner fails t unless err is ErrNotOwner.
 func wantNotOwner(t testing.TB, op string, err error) {
 	t.Helper()
@@ -217,13 +231,7 @@ func (s *suite) claimExistingPending(t *testing.T) {
 	key, first := newKey(), newClaim()
 	s.mustClaim(t, st, key, first, longLease)
 	for i := range 3 {
-		existing, err := st.Claim(t.Context(), key, newClaim(), longLease)
-		if err != nil {
-			t.Fatalf("second Claim #%d: %v", i, err)
-		}
-		if d := Diff(existing, first); d != "" {
-			t.Fatalf("second Claim #%d must return the first claim unchanged:\n%s", i, d)
-		}
+		wantClaimReturns(t, st, fmt.Sprintf("second Claim #%d", i), key, first)
 	}
 	wantRecord(t, st, key, first)
 	// The first claim still owns the key.
@@ -237,13 +245,7 @@ func (s *suite) claimExistingCompleted(t *testing.T) {
 	s.mustClaim(t, st, key, claim, longLease)
 	s.mustComplete(t, st, key, claim, done, longLease)
 	for i := range 3 {
-		existing, err := st.Claim(t.Context(), key, newClaim(), longLease)
-		if err != nil {
-			t.Fatalf("Claim #%d on a completed key: %v", i, err)
-		}
-		if d := Diff(existing, done); d != "" {
-			t.Fatalf("Claim #%d on a completed key must return the completed record:\n%s", i, d)
-		}
+		wantClaimReturns(t, st, fmt.Sprintf("Claim #%d on a completed key", i), key, done)
 	}
 	wantRecord(t, st, key, done)
 }
@@ -586,13 +588,7 @@ func (s *suite) largeBody(t *testing.T) {
 	s.mustClaim(t, st, key, claim, longLease)
 	s.mustComplete(t, st, key, claim, done, longLease)
 	wantRecord(t, st, key, done)
-	existing, err := st.Claim(t.Context(), key, newClaim(), longLease)
-	if err != nil {
-		t.Fatalf("Claim on the completed key: %v", err)
-	}
-	if d := Diff(existing, done); d != "" {
-		t.Fatalf("Claim on the completed key:\n%s", d)
-	}
+	wantClaimReturns(t, st, "Claim on the completed key", key, done)
 }
 
 func (s *suite) oddKeys(t *testing.T) {
@@ -850,10 +846,7 @@ func (s *suite) fakeTTL(t *testing.T) {
 	s.mustComplete(t, st, key, claim, done, ttl)
 	s.h.Advance(ttl - time.Minute)
 	wantRecord(t, st, key, done)
-	existing, err := st.Claim(t.Context(), key, newClaim(), longLease)
-	if err != nil || Diff(existing, done) != "" {
-		t.Fatalf("Claim before the TTL: got %s, %v; want the completed record", Describe(existing), err)
-	}
+	wantClaimReturns(t, st, "Claim before the TTL", key, done)
 	s.h.Advance(2 * time.Minute)
 	wantRecord(t, st, key, nil)
 	next := newClaim()
