@@ -14,27 +14,10 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook/audit"
+	"github.com/idemhook/idemhook/internal/fakeclock"
 	"github.com/idemhook/idemhook/sqlitestore"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
-
-// clock is a fake clock for retention tests.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // trail is what both SQL sinks offer.
 type trail interface {
@@ -371,7 +354,7 @@ func TestBadCursor(t *testing.T) {
 func TestPrune(t *testing.T) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
-			clk := &clock{t: base}
+			clk := fakeclock.New(base)
 			s := b.new(t, clk.Now)
 			ages := []time.Duration{8 * 24 * time.Hour, audit.DefaultRetention + time.Microsecond, audit.DefaultRetention, audit.DefaultRetention - time.Hour, time.Minute}
 			var written []audit.Entry

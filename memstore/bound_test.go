@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/fakeclock"
 	"github.com/idemhook/idemhook/memstore"
 )
 
@@ -222,24 +223,24 @@ func TestFullOfPendingRecovers(t *testing.T) {
 	const max = 8
 	tests := []struct {
 		name string
-		end  func(t *testing.T, st *memstore.Store, clk *clock)
+		end  func(t *testing.T, st *memstore.Store, clk *fakeclock.Clock)
 	}{
-		{"complete", func(t *testing.T, st *memstore.Store, _ *clock) {
+		{"complete", func(t *testing.T, st *memstore.Store, _ *fakeclock.Clock) {
 			if err := st.Complete(t.Context(), keyOf(5), claimOf(5), doneOf(5), time.Hour); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{"release", func(t *testing.T, st *memstore.Store, _ *clock) {
+		{"release", func(t *testing.T, st *memstore.Store, _ *fakeclock.Clock) {
 			if err := st.Release(t.Context(), keyOf(5), claimOf(5)); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{"delete", func(t *testing.T, st *memstore.Store, _ *clock) {
+		{"delete", func(t *testing.T, st *memstore.Store, _ *fakeclock.Clock) {
 			if ok, err := st.Delete(t.Context(), keyOf(5)); err != nil || !ok {
 				t.Fatalf("Delete: %t, %v", ok, err)
 			}
 		}},
-		{"first lease ends", func(t *testing.T, _ *memstore.Store, clk *clock) {
+		{"first lease ends", func(t *testing.T, _ *memstore.Store, clk *fakeclock.Clock) {
 			clk.Advance(time.Hour + 5*time.Minute) // the lease of claim 5
 		}},
 	}

@@ -1,26 +1,16 @@
 package memstore_test
 
 import (
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/fakeclock"
 	"github.com/idemhook/idemhook/memstore"
 	"github.com/idemhook/idemhook/storetest"
 )
 
-// clock is a fake clock that moves only when told.
-type clock struct{ ns atomic.Int64 }
-
-func newClock() *clock {
-	c := new(clock)
-	c.ns.Store(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).UnixNano())
-	return c
-}
-
-func (c *clock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
-func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+func newClock() *fakeclock.Clock { return fakeclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) }
 
 func newStore(tb testing.TB, cfg memstore.Config) *memstore.Store {
 	tb.Helper()
@@ -32,7 +22,7 @@ func newStore(tb testing.TB, cfg memstore.Config) *memstore.Store {
 	return s
 }
 
-func harness(clk *clock, cfg memstore.Config) storetest.Harness {
+func harness(clk *fakeclock.Clock, cfg memstore.Config) storetest.Harness {
 	cfg.Now = clk.Now
 	return storetest.Harness{
 		New:     func(tb testing.TB) idemhook.Store { return newStore(tb, cfg) },

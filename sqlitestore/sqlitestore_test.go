@@ -14,31 +14,15 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/fakeclock"
 	"github.com/idemhook/idemhook/sqlitestore"
 	"github.com/idemhook/idemhook/storetest"
 )
 
-// clock is a fake clock shared by the stores of a test. It starts off a
+// newClock returns a fake clock for the stores of a test. It starts off a
 // millisecond boundary, so that the rounding of expiries to milliseconds is
 // exercised.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: time.Unix(1_800_000_000, 123_456_789)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+func newClock() *fakeclock.Clock { return fakeclock.New(time.Unix(1_800_000_000, 123_456_789)) }
 
 func openDB(tb testing.TB, path string) *sql.DB {
 	tb.Helper()

@@ -7,11 +7,11 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/fakeclock"
 	"github.com/idemhook/idemhook/memstore"
 	"github.com/idemhook/idemhook/storetest"
 )
@@ -23,14 +23,8 @@ import (
 
 const mutantEnv = "STORETEST_MUTANT"
 
-type clock struct{ ns atomic.Int64 }
-
-func (c *clock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
-func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
-
 func memHarness(wrap func(idemhook.Store) idemhook.Store) storetest.Harness {
-	clk := new(clock)
-	clk.ns.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	clk := fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	return storetest.Harness{
 		New: func(tb testing.TB) idemhook.Store {
 			st, err := memstore.New(memstore.Config{Now: clk.Now})
