@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -43,7 +44,7 @@ func newTransport(timeout time.Duration) *http.Transport {
 // headers within the route's upstream_timeout 504, both with a problem+json
 // body; either way the middleware releases the claim, so the provider's
 // retry is forwarded again.
-func newProxy(rc RouteConfig, rt http.RoundTripper, logger *slog.Logger) *httputil.ReverseProxy {
+func newProxy(rc RouteConfig, rt http.RoundTripper, bufs httputil.BufferPool, logger *slog.Logger) *httputil.ReverseProxy {
 	target := rc.Upstream
 	prefix := ""
 	if strings.HasSuffix(rc.Path, "/") {
@@ -59,7 +60,8 @@ func newProxy(rc RouteConfig, rt http.RoundTripper, logger *slog.Logger) *httput
 			pr.Out.Host = ""
 			pr.SetXForwarded()
 		},
-		Transport: rt,
+		Transport:  rt,
+		BufferPool: bufs,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			status, title := http.StatusBadGateway, "upstream unreachable"
 			if isTimeout(err) && r.Context().Err() == nil {
@@ -182,3 +184,14 @@ func probeUpstreams(ctx context.Context, routes []RouteConfig, logger *slog.Logg
 		<-done
 	}
 }
+
+// bufferPool lends the proxies the buffers they copy response bodies
+// through, instead of allocating 32 KiB per request.
+type bufferPool struct{ p sync.Pool }
+
+func newBufferPool() *bufferPool {
+	return &bufferPool{p: sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}}
+}
+
+func (bp *bufferPool) Get() []byte  { return *bp.p.Get().(*[]byte) }
+func (bp *bufferPool) Put(b []byte) { bp.p.Put(&b) }

@@ -77,6 +77,7 @@ func newGateway(ctx context.Context, cfg *Config, logger *slog.Logger, now func(
 		return nil, err
 	}
 	mux := http.NewServeMux()
+	bufs := newBufferPool()
 	for _, rc := range cfg.Routes {
 		wrap, err := g.mw.Route(rc.Route)
 		if err != nil {
@@ -85,7 +86,7 @@ func newGateway(ctx context.Context, cfg *Config, logger *slog.Logger, now func(
 		tr := newTransport(rc.UpstreamTimeout)
 		g.res.add(func() error { tr.CloseIdleConnections(); return nil })
 		rt := timedTransport{next: tr, observe: g.metrics.upstreamObserver(rc.Path)}
-		mux.Handle(rc.Path, wrap(newProxy(rc, rt, logger)))
+		mux.Handle(rc.Path, wrap(newProxy(rc, rt, bufs, logger)))
 	}
 	if !slices.ContainsFunc(cfg.Routes, func(rc RouteConfig) bool { return rc.Path == "/" }) {
 		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
