@@ -8,9 +8,9 @@ import (
 	"log/slog"
 	"regexp"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/idemhook/idemhook/internal/periodic"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -55,10 +55,7 @@ type Postgres struct {
 	now       func() time.Time
 	log       *slog.Logger
 	q         query
-
-	stop     chan struct{}
-	done     chan struct{}
-	stopOnce sync.Once
+	pruning   *periodic.Task
 }
 
 var (
@@ -98,8 +95,6 @@ func NewPostgres(ctx context.Context, pool *pgxpool.Pool, cfg PostgresConfig) (*
 			placeholder: func(n int) string { return fmt.Sprintf("$%d", n) },
 			timeArg:     func(us int64) any { return time.UnixMicro(us).UTC() },
 		},
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
 	}
 	p.ident = p.table.Sanitize()
 	if p.retention == 0 {
@@ -111,15 +106,7 @@ func NewPostgres(ctx context.Context, pool *pgxpool.Pool, cfg PostgresConfig) (*
 	if err := p.createTable(ctx); err != nil {
 		return nil, err
 	}
-	interval := cfg.PruneInterval
-	if interval == 0 {
-		interval = 10 * time.Minute
-	}
-	if interval > 0 {
-		go pruner(p.stop, p.done, interval, p.Prune, p.log)
-	} else {
-		close(p.done)
-	}
+	p.pruning = startPruning(cfg.PruneInterval, p.Prune, p.log)
 	return p, nil
 }
 
@@ -179,10 +166,7 @@ func indexName(table, what string) string {
 // Close stops the background pruning. It does not close the pool. It is
 // safe to call more than once.
 func (p *Postgres) Close() error {
-	p.stopOnce.Do(func() {
-		close(p.stop)
-		<-p.done
-	})
+	p.pruning.Stop()
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemhook/idemhook/internal/periodic"
 	"github.com/idemhook/idemhook/internal/sqlschema"
 )
 
@@ -46,10 +47,8 @@ type SQLite struct {
 	log       *slog.Logger
 	q         query
 	insert    *sql.Stmt
-
-	stop     chan struct{}
-	done     chan struct{}
-	stopOnce sync.Once
+	pruning   *periodic.Task
+	stopOnce  sync.Once
 }
 
 var (
@@ -102,8 +101,6 @@ func NewSQLite(db *sql.DB, cfg SQLiteConfig) (*SQLite, error) {
 			placeholder: func(int) string { return "?" },
 			timeArg:     func(us int64) any { return us },
 		},
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
 	}
 	if s.retention == 0 {
 		s.retention = DefaultRetention
@@ -121,42 +118,24 @@ func NewSQLite(db *sql.DB, cfg SQLiteConfig) (*SQLite, error) {
 		return nil, fmt.Errorf("audit: prepare insert: %w", err)
 	}
 	s.insert = insert
-	interval := cfg.PruneInterval
-	if interval == 0 {
-		interval = 10 * time.Minute
-	}
-	if interval > 0 {
-		go pruner(s.stop, s.done, interval, s.Prune, s.log)
-	} else {
-		close(s.done)
-	}
+	s.pruning = startPruning(cfg.PruneInterval, s.Prune, s.log)
 	return s, nil
 }
 
-// pruner calls prune every interval until stop is closed, then closes done.
-func pruner(stop <-chan struct{}, done chan<- struct{}, interval time.Duration, prune func(context.Context) (int64, error), log *slog.Logger) {
-	defer close(done)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-			if _, err := prune(ctx); err != nil && ctx.Err() == nil && log != nil {
-				log.Warn("audit: deleting old entries failed", "err", err)
-			}
-		}
+// defaultPruneInterval is the PruneInterval of the SQL sinks by default.
+const defaultPruneInterval = 10 * time.Minute
+
+// startPruning calls prune every interval (defaultPruneInterval when it is
+// 0, never when it is negative) until the task is stopped, logging failures
+// to log.
+func startPruning(interval time.Duration, prune func(context.Context) (int64, error), log *slog.Logger) *periodic.Task {
+	if interval == 0 {
+		interval = defaultPruneInterval
 	}
+	return periodic.Start(interval, func(ctx context.Context) error {
+		_, err := prune(ctx)
+		return err
+	}, log, "audit: deleting old entries failed")
 }
 
 // Close stops the background pruning and releases the prepared statement.
@@ -165,8 +144,7 @@ func pruner(stop <-chan struct{}, done chan<- struct{}, interval time.Duration, 
 // once.
 func (s *SQLite) Close() error {
 	s.stopOnce.Do(func() {
-		close(s.stop)
-		<-s.done
+		s.pruning.Stop()
 		s.insert.Close()
 	})
 	return nil

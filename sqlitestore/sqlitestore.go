@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/periodic"
 	"github.com/idemhook/idemhook/internal/sqlschema"
 )
 
@@ -63,8 +64,7 @@ type Store struct {
 
 	claim, get, complete, release, extend, del, sweep *sql.Stmt
 
-	stop     chan struct{}
-	done     chan struct{}
+	sweeping *periodic.Task
 	stopOnce sync.Once
 }
 
@@ -91,7 +91,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("sqlitestore: New: nil *sql.DB")
 	}
-	s := &Store{db: db, now: cfg.Now, log: cfg.Logger, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Store{db: db, now: cfg.Now, log: cfg.Logger}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -131,11 +131,10 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	if interval == 0 {
 		interval = time.Minute
 	}
-	if interval > 0 {
-		go s.sweeper(interval)
-	} else {
-		close(s.done)
-	}
+	s.sweeping = periodic.Start(interval, func(ctx context.Context) error {
+		_, err := s.Sweep(ctx)
+		return err
+	}, s.log, "sqlitestore: sweeping expired keys failed")
 	return s, nil
 }
 
@@ -144,8 +143,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 // after Close. Close is safe to call more than once.
 func (s *Store) Close() error {
 	s.stopOnce.Do(func() {
-		close(s.stop)
-		<-s.done
+		s.sweeping.Stop()
 		s.closeStmts()
 	})
 	return nil
@@ -155,31 +153,6 @@ func (s *Store) closeStmts() {
 	for _, st := range []*sql.Stmt{s.claim, s.get, s.complete, s.release, s.extend, s.del, s.sweep} {
 		if st != nil {
 			st.Close()
-		}
-	}
-}
-
-func (s *Store) sweeper(interval time.Duration) {
-	defer close(s.done)
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-s.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-			if _, err := s.Sweep(ctx); err != nil && ctx.Err() == nil && s.log != nil {
-				s.log.Warn("sqlitestore: sweeping expired keys failed", "err", err)
-			}
 		}
 	}
 }
