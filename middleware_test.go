@@ -18,28 +18,14 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/fakeclock"
 	"github.com/idemhook/idemhook/memstore"
 )
 
-// clock is an injectable time source shared by the store and the middleware.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// clock is the injectable time source shared by the store and the middleware.
+type clock = fakeclock.Clock
 
-func newClock() *clock { return &clock{t: time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+func newClock() *clock { return fakeclock.New(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)) }
 
 // logBuffer collects log output safely across goroutines.
 type logBuffer struct {
