@@ -394,6 +394,7 @@ func (p *parser) store(fs map[string]field) StoreConfig {
 		}
 	case "redis":
 		sc.Path = ""
+		before := len(p.errs)
 		u, un, hasURL := p.str(sf, at, "url")
 		addrs, an, hasAddrs := p.strList(sf, at, "addrs")
 		switch {
@@ -414,16 +415,12 @@ func (p *parser) store(fs map[string]field) StoreConfig {
 				}
 			}
 			sc.Addrs = addrs
-		default:
-			if _, present := sf["url"]; !present {
-				if _, present := sf["addrs"]; !present {
-					n := f.value
-					if d, ok := sf["driver"]; ok {
-						n = d.value
-					}
-					p.errorf(n, at, "driver redis needs url (redis://host:port/db) or addrs (a list of host:port)")
-				}
+		case len(p.errs) == before: // neither given, and no error said why
+			n := f.value
+			if d, ok := sf["driver"]; ok {
+				n = d.value
 			}
+			p.errorf(n, at, "driver redis needs url (redis://host:port/db) or addrs (a list of host:port)")
 		}
 		sc.MasterName, _, _ = p.str(sf, at, "master_name")
 		sc.Username, _, _ = p.str(sf, at, "username")

@@ -272,6 +272,11 @@ func TestConfigErrors(t *testing.T) {
 			want: []string{`idemhook.yaml:2: store: driver redis needs url (redis://host:port/db) or addrs (a list of host:port)`},
 		},
 		{
+			name: "redis with an empty url",
+			give: "store: {driver: redis, url: }\n" + minimal,
+			want: []string{`idemhook.yaml:1: store: driver redis needs url (redis://host:port/db) or addrs (a list of host:port)`},
+		},
+		{
 			name: "redis bad url",
 			give: "store: {driver: redis, url: \"http://x:1\"}\n" + minimal,
 			want: []string{`idemhook.yaml:1: store.url: invalid Redis URL "http://x:1": redis: invalid URL scheme: http (want redis://[user:password@]host:port/db)`},
