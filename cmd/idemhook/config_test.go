@@ -493,13 +493,25 @@ func TestCommands(t *testing.T) {
 	}
 }
 
-func TestExampleConfig(t *testing.T) {
-	cfg, err := loadConfig("../../examples/idemhook.yaml", envOf("STRIPE_WEBHOOK_SECRET", "whsec_x"))
-	if err != nil {
-		t.Fatalf("examples/idemhook.yaml: %v", err)
+func TestExampleConfigs(t *testing.T) {
+	env := envOf("STRIPE_WEBHOOK_SECRET", "whsec_x", "GITHUB_WEBHOOK_SECRET", "gh", "REDIS_URL", "redis://127.0.0.1:6379/0",
+		"AUDIT_URL", "postgres://postgres@127.0.0.1:5432/test", "IDEMHOOK_ADMIN_TOKEN", "t")
+	tests := []struct {
+		file   string
+		routes int
+	}{
+		{"idemhook.yaml", 2},
+		{"redis.yaml", 3},
 	}
-	if len(cfg.Routes) != 2 {
-		t.Errorf("routes = %d, want 2", len(cfg.Routes))
+	for _, tt := range tests {
+		cfg, err := loadConfig(filepath.Join("../../examples", tt.file), env)
+		if err != nil {
+			t.Errorf("examples/%s: %v", tt.file, err)
+			continue
+		}
+		if len(cfg.Routes) != tt.routes {
+			t.Errorf("examples/%s: %d routes, want %d", tt.file, len(cfg.Routes), tt.routes)
+		}
 	}
 }
 
