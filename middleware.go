@@ -47,6 +47,7 @@ var neverReplayed = map[string]bool{
 type Middleware struct {
 	store     Store
 	storeName string
+	inProcess bool // the store never waits on I/O: its calls need no deadline
 	opts      Options
 	breaker   *breaker.Breaker
 }
@@ -86,9 +87,14 @@ func New(store Store, opts Options) (*Middleware, error) {
 	if n, ok := store.(interface{ Name() string }); ok && n.Name() != "" {
 		name = n.Name()
 	}
+	inProcess := false
+	if l, ok := store.(interface{ InProcess() bool }); ok {
+		inProcess = l.InProcess()
+	}
 	return &Middleware{
 		store:     store,
 		storeName: name,
+		inProcess: inProcess,
 		opts:      opts,
 		breaker:   breaker.New(opts.BreakerThreshold, opts.BreakerCooldown, opts.Now, opts.OnBreakerChange),
 	}, nil
@@ -623,7 +629,14 @@ func (d *delivery) call(op string, fn func(context.Context) (*Record, error)) (*
 		}
 		return nil, errBreakerOpen
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.r.Context()), m.opts.StoreTimeout)
+	// The call outlives the request's cancellation (a claim must be
+	// completed or released even when the sender hung up) but not the
+	// store deadline, which an in-process store has no use for.
+	ctx := context.WithoutCancel(d.r.Context())
+	cancel := context.CancelFunc(func() {})
+	if !m.inProcess {
+		ctx, cancel = context.WithTimeout(ctx, m.opts.StoreTimeout)
+	}
 	var start time.Time
 	if hook != nil {
 		start = time.Now()

@@ -23,6 +23,9 @@ import (
 //
 // A store may also implement Name() string to name itself in the WARN logs
 // ("WebhookIdempotencyGuard Redis error for key=..."); the default is "store".
+// A store whose calls complete in-process without waiting on I/O (memstore)
+// may implement InProcess() bool, returning true, so that the middleware
+// spares its calls the StoreTimeout deadline.
 //
 // Every store in this module passes the conformance suite in package
 // storetest; a third-party store should run it too.

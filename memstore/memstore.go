@@ -138,6 +138,10 @@ func New(cfg Config) (*Store, error) {
 // Name names the store in the middleware's logs.
 func (s *Store) Name() string { return "memory" }
 
+// InProcess tells the middleware that calls never wait on I/O, so they need
+// no deadline.
+func (s *Store) InProcess() bool { return true }
+
 // Len returns the number of keys held, counting expired keys that have not
 // been removed yet: the number MaxEntries bounds.
 func (s *Store) Len() int {

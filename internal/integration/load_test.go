@@ -32,6 +32,7 @@ var (
 	loadDuration = flag.Duration("load.duration", 5*time.Second, "time of each wrk run")
 	loadConns    = flag.Int("load.connections", 32, "wrk connections")
 	loadRounds   = flag.Int("load.rounds", 3, "rounds of every setup; the median is reported")
+	loadOnly     = flag.String("load.only", "", "measure only the middleware setups whose name contains this (the bare handler always runs)")
 )
 
 // wrk scripts: every request a new event, or one event over and over.
@@ -137,6 +138,9 @@ func TestMiddlewareLoad(t *testing.T) {
 	}
 	var rows []row
 	for _, s := range setups {
+		if s.name != "bare handler" && !strings.Contains(s.name, *loadOnly) {
+			continue
+		}
 		srv := httptest.NewServer(s.h)
 		for _, traffic := range []struct{ name, script string }{{"first deliveries", freshScript}, {"replays", sameScript}} {
 			if s.name == "bare handler" && traffic.name == "replays" {
