@@ -122,7 +122,7 @@ func BenchmarkLoopback(b *testing.B) {
 	b.Run("memory/replay", func(b *testing.B) { run(b, benchMiddleware(b), one) })
 }
 
-func BenchmarkBodyKey(b *testing.B) {
+func BenchmarkBodyKeySmallEvent(b *testing.B) {
 	body := eventBody(42)
 	b.ReportAllocs()
 	b.SetBytes(int64(len(body)))
