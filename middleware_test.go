@@ -1,7 +1,6 @@
 package idemhook_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/internal/fakeclock"
+	"github.com/idemhook/idemhook/internal/syncbuf"
 	"github.com/idemhook/idemhook/memstore"
 )
 
@@ -27,31 +27,13 @@ type clock = fakeclock.Clock
 
 func newClock() *clock { return fakeclock.New(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)) }
 
-// logBuffer collects log output safely across goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // env is one middleware over a real store, with everything a test counts.
 type env struct {
 	t     *testing.T
 	clock *clock
 	store idemhook.Store
 	mw    *idemhook.Middleware
-	logs  *logBuffer
+	logs  *syncbuf.Buffer
 
 	mu         sync.Mutex
 	deliveries []idemhook.DeliveryInfo
@@ -60,7 +42,7 @@ type env struct {
 
 func newEnv(t *testing.T, store idemhook.Store, clk *clock, opts idemhook.Options) *env {
 	t.Helper()
-	e := &env{t: t, clock: clk, store: store, logs: &logBuffer{}}
+	e := &env{t: t, clock: clk, store: store, logs: &syncbuf.Buffer{}}
 	opts.Logger = slog.New(slog.NewTextHandler(e.logs, nil))
 	if clk != nil {
 		opts.Now = clk.Now

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -16,25 +15,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/idemhook/idemhook/internal/syncbuf"
 )
-
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // received is one request the test upstream got.
 type received struct {
@@ -104,7 +87,7 @@ func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 // gw is a gateway running in-process.
 type gw struct {
 	addrs
-	stderr *syncBuffer
+	stderr *syncbuf.Buffer
 	stop   func() error // cancels run's context and returns run's error
 }
 
@@ -138,7 +121,7 @@ func startGateway(t *testing.T, configPath string, o startOpts) *gw {
 		o.getenv = func(string) string { return "" }
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	stderr := &syncBuffer{}
+	stderr := &syncbuf.Buffer{}
 	ready := make(chan addrs, 1)
 	done := make(chan error, 1)
 	go func() {

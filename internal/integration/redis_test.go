@@ -4,7 +4,6 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -23,26 +22,9 @@ import (
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/internal/redistest"
+	"github.com/idemhook/idemhook/internal/syncbuf"
 	"github.com/idemhook/idemhook/redisstore"
 )
-
-// syncBuffer collects log output from concurrent requests.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func newRedisStore(t testing.TB, url string) (*redisstore.Store, *redis.Client) {
 	t.Helper()
@@ -82,7 +64,7 @@ func TestRedisOutage(t *testing.T) {
 	srv := redistest.StartServer(t)
 	store, _ := newRedisStore(t, srv.URL())
 
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	var outcomes sync.Map // outcome -> *atomic.Int64
 	count := func(o idemhook.Outcome) int64 {
 		v, _ := outcomes.LoadOrStore(o, new(atomic.Int64))
@@ -212,7 +194,7 @@ func pct(d []time.Duration, p int) time.Duration {
 // another writer) gives the seed's parse-error WARN and the handler runs.
 func TestRedisCorruptValue(t *testing.T) {
 	store, client := newRedisStore(t, redistest.URL(t))
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	mw, err := idemhook.New(store, idemhook.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)

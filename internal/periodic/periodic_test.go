@@ -1,7 +1,6 @@
 package periodic_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -12,25 +11,8 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook/internal/periodic"
+	"github.com/idemhook/idemhook/internal/syncbuf"
 )
-
-// syncBuffer is a log destination safe for the task's goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func TestStartCallsRepeatedlyUntilStop(t *testing.T) {
 	calls := make(chan struct{}, 100)
@@ -59,7 +41,7 @@ func TestStopCancelsACallInProgress(t *testing.T) {
 	started := make(chan struct{})
 	var once sync.Once
 	var ctxErr atomic.Value
-	logs := new(syncBuffer)
+	logs := new(syncbuf.Buffer)
 	task := periodic.Start(time.Millisecond, func(ctx context.Context) error {
 		once.Do(func() { close(started) })
 		<-ctx.Done() // only Stop can end this call
@@ -78,7 +60,7 @@ func TestStopCancelsACallInProgress(t *testing.T) {
 
 func TestFailuresAreLogged(t *testing.T) {
 	failed := make(chan struct{}, 100)
-	logs := new(syncBuffer)
+	logs := new(syncbuf.Buffer)
 	task := periodic.Start(time.Millisecond, func(context.Context) error {
 		defer func() { failed <- struct{}{} }()
 		return errors.New("disk full")
