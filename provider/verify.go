@@ -149,14 +149,17 @@ func parseUnix(v string) (time.Time, bool) {
 // checkAge returns an ErrTimestampOutOfTolerance error when signed is more
 // than s.tolerance away from now, in either direction.
 func (s settings) checkAge(header string, signed time.Time) error {
+	// Compare instants, not now.Sub(signed): Sub saturates at the minimum
+	// Duration for a timestamp centuries ahead, and negating that overflows
+	// back to a negative value that would pass a "-age > tolerance" check.
 	now := s.now()
-	switch age := now.Sub(signed); {
-	case age > s.tolerance:
+	switch {
+	case signed.Before(now.Add(-s.tolerance)):
 		return s.fail(header, ErrTimestampOutOfTolerance,
-			fmt.Sprintf("signed %v ago, tolerance %v", age.Truncate(time.Second), s.tolerance))
-	case -age > s.tolerance:
+			fmt.Sprintf("signed %v ago, tolerance %v", now.Sub(signed).Truncate(time.Second), s.tolerance))
+	case signed.After(now.Add(s.tolerance)):
 		return s.fail(header, ErrTimestampOutOfTolerance,
-			fmt.Sprintf("signed %v in the future, tolerance %v", (-age).Truncate(time.Second), s.tolerance))
+			fmt.Sprintf("signed %v in the future, tolerance %v", signed.Sub(now).Truncate(time.Second), s.tolerance))
 	}
 	return nil
 }
