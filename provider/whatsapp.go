@@ -10,8 +10,10 @@ import (
 // webhooks).
 //
 // Key: when the POST holds exactly one item, the inbound message's id
-// (wamid...) or, for a status update, "<status id>:<status>" (one wamid goes
-// through sent, delivered and read). Meta batches up to 1000 updates per
+// (wamid...) or, for a status update, "<status id>:<status>:<recipient_id>"
+// (one wamid goes through sent, delivered and read, and a message sent to a
+// group gets each status once per recipient; without recipient_id,
+// "<status id>:<status>"). Meta batches up to 1000 updates per
 // request and does not guarantee the same batching on a retry, so a batch of
 // several items (or none) falls back to the body hash.
 //
@@ -75,8 +77,9 @@ type whatsAppNotification struct {
 					ID jsonID `json:"id"`
 				} `json:"messages"`
 				Statuses []struct {
-					ID     jsonID `json:"id"`
-					Status jsonID `json:"status"`
+					ID          jsonID `json:"id"`
+					Status      jsonID `json:"status"`
+					RecipientID jsonID `json:"recipient_id"`
 				} `json:"statuses"`
 			} `json:"value"`
 		} `json:"changes"`
@@ -102,6 +105,9 @@ func whatsAppKey(body []byte) string {
 				key = ""
 				if st.ID != "" && st.Status != "" {
 					key = string(st.ID) + ":" + string(st.Status)
+					if st.RecipientID != "" {
+						key += ":" + string(st.RecipientID)
+					}
 				}
 			}
 		}
