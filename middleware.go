@@ -221,6 +221,11 @@ type delivery struct {
 	fp       [FingerprintSize]byte
 
 	out responseCapture
+
+	// Held here rather than allocated per step: a store never retains the
+	// records it is given.
+	claimRec, doneRec Record
+	renew             renewal
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -406,10 +411,13 @@ func (d *delivery) decide(pending, existing *Record, err error, waited bool) {
 	}
 }
 
+// newClaim returns a pending record with a fresh owner token. A delivery
+// holds one claim at a time, so each call reuses the same record.
 func (d *delivery) newClaim() *Record {
 	var tok [16]byte
 	rand.Read(tok[:]) //nolint:errcheck // crypto/rand.Read never fails
-	return &Record{State: StatePending, Token: string(tok[:]), Fingerprint: d.fp, CreatedAt: d.h.m.opts.Now()}
+	d.claimRec = Record{State: StatePending, Token: string(tok[:]), Fingerprint: d.fp, CreatedAt: d.h.m.opts.Now()}
+	return &d.claimRec
 }
 
 // wait polls the key until the running delivery completes (replay), goes away
@@ -466,19 +474,19 @@ func (d *delivery) runOwned(pending *Record) {
 	m := d.h.m
 	d.out.buffering = true
 	d.out.limit = d.h.rt.MaxStoredBodyBytes
-	renew := d.startRenewal(pending)
+	d.startRenewal(pending)
 	defer func() {
 		p := recover()
 		if p == nil {
 			return
 		}
-		renew.stop()
+		d.renew.stop()
 		d.release(pending)
 		d.finish(OutcomeFailedReleased, fmt.Errorf("idemhook: handler panicked: %v", p))
 		panic(p)
 	}()
 	d.h.next.ServeHTTP(&d.out, d.r)
-	renew.stop()
+	d.renew.stop()
 
 	status := d.out.finalStatus()
 	cutShort := d.out.status == 0 && d.r.Context().Err() != nil
@@ -492,7 +500,7 @@ func (d *delivery) runOwned(pending *Record) {
 		d.finish(OutcomeFailedReleased, err)
 		return
 	}
-	done := &Record{
+	d.doneRec = Record{
 		State:       StateCompleted,
 		Fingerprint: d.fp,
 		CreatedAt:   m.opts.Now(),
@@ -501,11 +509,12 @@ func (d *delivery) runOwned(pending *Record) {
 		BodyOmitted: d.out.omitted,
 	}
 	if !d.out.omitted {
-		done.Body = d.out.buf
+		d.doneRec.Body = d.out.buf
 	}
 	_, err := d.call("complete", func(ctx context.Context) (*Record, error) {
-		return nil, m.store.Complete(ctx, d.storeKey, pending, done, d.h.rt.TTL)
+		return nil, m.store.Complete(ctx, d.storeKey, pending, &d.doneRec, d.h.rt.TTL)
 	})
+	putHeader(d.doneRec.Header)
 	if err != nil {
 		m.warn("WebhookIdempotencyInterceptor cache write failed for key="+d.storeKey+": "+err.Error(),
 			slog.String("source", d.h.rt.Source), slog.String("key", d.storeKey), slog.Any("error", err))
@@ -520,18 +529,29 @@ func isFinal(status int) bool {
 	return status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests
 }
 
+// storedHeader picks the replayed headers out of the response, into a
+// pooled map that goes back with putHeader once the record is stored.
 func (d *delivery) storedHeader() http.Header {
 	src := d.out.w.Header()
 	var h http.Header
 	for _, name := range d.h.replayHeaders {
 		if vs := src[name]; len(vs) > 0 {
 			if h == nil {
-				h = make(http.Header, len(d.h.replayHeaders))
+				h = headerPool.Get().(http.Header)
 			}
 			h[name] = vs
 		}
 	}
 	return h
+}
+
+var headerPool = sync.Pool{New: func() any { return make(http.Header, 2) }}
+
+func putHeader(h http.Header) {
+	if h != nil && len(h) <= 8 {
+		clear(h)
+		headerPool.Put(h)
+	}
 }
 
 func (d *delivery) release(pending *Record) {
@@ -656,37 +676,41 @@ func (d *delivery) call(op string, fn func(context.Context) (*Record, error)) (*
 
 var errBreakerOpen = errors.New("circuit breaker open: store skipped after repeated failures")
 
-// renewal keeps a claim's lease alive while the handler runs.
+// renewal keeps a claim's lease alive while the handler runs: every
+// Lease/3 it extends the lease, until stopped.
 type renewal struct {
 	mu      sync.Mutex
 	timer   *time.Timer
 	stopped bool
+	d       *delivery
+	claim   *Record
 }
 
-func (d *delivery) startRenewal(pending *Record) *renewal {
-	m := d.h.m
-	every := m.opts.Lease / 3
-	rn := &renewal{}
-	var tick func()
-	tick = func() {
-		_, err := d.call("extend", func(ctx context.Context) (*Record, error) {
-			return nil, m.store.Extend(ctx, d.storeKey, pending, m.opts.Lease)
-		})
-		if errors.Is(err, ErrNotOwner) {
-			m.warn("idemhook: lease lost while the handler runs: another delivery may run it too",
-				slog.String("source", d.h.rt.Source), slog.String("key", d.storeKey))
-			return
-		}
-		rn.mu.Lock()
-		defer rn.mu.Unlock()
-		if !rn.stopped {
-			rn.timer.Reset(every)
-		}
-	}
+func (d *delivery) startRenewal(claim *Record) {
+	rn := &d.renew
+	rn.d, rn.claim = d, claim
 	rn.mu.Lock()
-	rn.timer = time.AfterFunc(every, tick)
+	rn.timer = time.AfterFunc(d.h.m.opts.Lease/3, rn.tick)
 	rn.mu.Unlock()
-	return rn
+}
+
+func (rn *renewal) tick() {
+	d := rn.d
+	m := d.h.m
+	_, err := d.call("extend", func(ctx context.Context) (*Record, error) {
+		return nil, m.store.Extend(ctx, d.storeKey, rn.claim, m.opts.Lease)
+	})
+	rn.mu.Lock()
+	defer rn.mu.Unlock()
+	if rn.stopped {
+		return // the handler returned meanwhile: the claim is completed or released
+	}
+	if errors.Is(err, ErrNotOwner) {
+		m.warn("idemhook: lease lost while the handler runs: another delivery may run it too",
+			slog.String("source", d.h.rt.Source), slog.String("key", d.storeKey))
+		return
+	}
+	rn.timer.Reset(m.opts.Lease / 3)
 }
 
 func (rn *renewal) stop() {

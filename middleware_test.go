@@ -995,3 +995,47 @@ func TestInFlightWaitWithADeadStoreFailsOpen(t *testing.T) {
 		t.Fatalf("outcomes %v", c)
 	}
 }
+
+// A handler that runs longer than the lease keeps its claim: the lease is
+// renewed every Lease/3 while it runs. The duplicate sent after four renewals
+// (past the original lease) still finds the claim held.
+func TestLeaseIsRenewedWhileTheHandlerRuns(t *testing.T) {
+	var extends atomic.Int64
+	renewed := make(chan struct{})
+	st, err := memstore.New(memstore.Config{}) // real clock: the renewal timer is real
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, st, nil, idemhook.Options{
+		Lease: 300 * time.Millisecond,
+		OnStoreCall: func(c idemhook.StoreCallInfo) {
+			if c.Op == "extend" && c.Err == nil && extends.Add(1) == 4 {
+				close(renewed)
+			}
+		},
+	})
+	b := newBlocker()
+	route := e.route(idemhook.Route{Source: "stone", InFlight: idemhook.InFlightReject}, b)
+	first := sendAsync(route, `{"id":1}`)
+	<-b.started
+	select {
+	case <-renewed:
+	case <-time.After(10 * time.Second):
+		close(b.release)
+		t.Fatalf("%d lease renewals in 10s, want 4", extends.Load())
+	}
+	if r := send(route, `{"id":1}`); r.Code != http.StatusConflict {
+		close(b.release)
+		t.Fatalf("duplicate after the original lease: %d, want 409 (claim still held)", r.Code)
+	}
+	close(b.release)
+	if r := <-first; r.Code != 200 {
+		t.Fatalf("first: %d", r.Code)
+	}
+	if n := b.n.Load(); n != 1 {
+		t.Fatalf("handler ran %d times", n)
+	}
+	if strings.Contains(e.logs.String(), "lease lost") {
+		t.Fatalf("unexpected lease-lost WARN:\n%s", e.logs)
+	}
+}
