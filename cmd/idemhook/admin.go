@@ -89,8 +89,17 @@ func newRecordJSON(key string, rec *idemhook.Record) recordJSON {
 	return out
 }
 
+// adminStoreKey returns the store key named by the request's {source} and
+// {key}: the key normalized as the middleware normalizes a delivery's key
+// (a long or non-ASCII key stored under its SHA-256, a quoted one unquoted),
+// so that an operator can paste the key a provider sent. The stored form
+// (e.g. "sha256:...") normalizes to itself.
+func adminStoreKey(r *http.Request) string {
+	return idemhook.StoreKey(r.PathValue("source"), idemhook.NormalizeKey(r.PathValue("key")))
+}
+
 func (g *gateway) getKey(w http.ResponseWriter, r *http.Request) {
-	key := idemhook.StoreKey(r.PathValue("source"), r.PathValue("key"))
+	key := adminStoreKey(r)
 	rec, err := g.store.Get(r.Context(), key)
 	switch {
 	case err != nil:
@@ -103,7 +112,7 @@ func (g *gateway) getKey(w http.ResponseWriter, r *http.Request) {
 }
 
 func (g *gateway) deleteKey(w http.ResponseWriter, r *http.Request) {
-	key := idemhook.StoreKey(r.PathValue("source"), r.PathValue("key"))
+	key := adminStoreKey(r)
 	found, err := g.store.Delete(r.Context(), key)
 	switch {
 	case err != nil:
