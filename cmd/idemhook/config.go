@@ -402,7 +402,7 @@ func (p *parser) store(fs map[string]field) StoreConfig {
 			p.errorf(an, join(at, "addrs"), "give either url or addrs, not both")
 		case hasURL:
 			if _, err := redis.ParseURL(u); err != nil {
-				p.errorf(un, join(at, "url"), "invalid Redis URL %q: %v (want redis://[user:password@]host:port/db)", redactURL(u), err)
+				p.errorf(un, join(at, "url"), "invalid Redis URL %q: %v (want redis://[user:password@]host:port/db)", redactURL(u), unwrapURLError(err))
 			}
 			sc.URL = u
 		case hasAddrs:
@@ -818,16 +818,16 @@ func muxAccepts(v string) (err error) {
 func checkUpstream(v string) (*url.URL, error) {
 	u, err := url.Parse(v)
 	if err != nil {
-		return nil, fmt.Errorf("malformed upstream URL %q: %v", v, unwrapURLError(err))
+		return nil, fmt.Errorf("malformed upstream URL %q: %v", redactURL(v), unwrapURLError(err))
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("malformed upstream URL %q: want http:// or https://", v)
+		return nil, fmt.Errorf("malformed upstream URL %q: want http:// or https://", redactURL(v))
 	}
 	if u.Host == "" {
-		return nil, fmt.Errorf("malformed upstream URL %q: no host", v)
+		return nil, fmt.Errorf("malformed upstream URL %q: no host", redactURL(v))
 	}
 	if u.Fragment != "" || u.User != nil {
-		return nil, fmt.Errorf("malformed upstream URL %q: no user info or #fragment allowed", v)
+		return nil, fmt.Errorf("malformed upstream URL %q: no user info or #fragment allowed", redactURL(v))
 	}
 	if u.Path == "" {
 		u.Path = "/"
@@ -843,13 +843,25 @@ func unwrapURLError(err error) error {
 	return err
 }
 
-// redactURL hides the password of a URL in error messages.
+// redactURL hides the password of a URL in error messages, also when the
+// URL does not parse: everything between "://" and the last "@" of the
+// authority is then replaced, since it may hold a password.
 func redactURL(v string) string {
 	u, err := url.Parse(v)
-	if err != nil || u.User == nil {
+	if err == nil {
+		if u.User == nil {
+			return v
+		}
+		return u.Redacted()
+	}
+	scheme, rest, ok := strings.Cut(v, "://")
+	if !ok {
 		return v
 	}
-	return u.Redacted()
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		return scheme + "://xxxxx@" + rest[at+1:]
+	}
+	return v
 }
 
 func validHeaderName(v string) bool {
