@@ -226,6 +226,7 @@ type delivery struct {
 	// records it is given.
 	claimRec, doneRec Record
 	renew             renewal
+	bodyReader        bodyReader
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -294,20 +295,18 @@ func (d *delivery) readBody(w http.ResponseWriter) bool {
 	} else {
 		buf = make([]byte, 0, 512)
 	}
-	body := http.MaxBytesReader(w, r.Body, limit)
 	for {
-		n, err := body.Read(buf[len(buf):cap(buf)])
+		n, err := r.Body.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > limit {
+			d.tooLarge(w)
+			return false
+		}
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			var tooBig *http.MaxBytesError
-			if errors.As(err, &tooBig) {
-				d.tooLarge(w)
-			} else {
-				d.problem(http.StatusBadRequest, "Bad request body", "the request body could not be read: "+err.Error(), OutcomeKeyError, err)
-			}
+			d.problem(http.StatusBadRequest, "Bad request body", "the request body could not be read: "+err.Error(), OutcomeKeyError, err)
 			return false
 		}
 		if len(buf) == cap(buf) {
@@ -317,10 +316,16 @@ func (d *delivery) readBody(w http.ResponseWriter) bool {
 	r.Body.Close() //nolint:errcheck // fully read
 	d.body = buf
 	r.ContentLength = int64(len(buf))
-	r.Body = io.NopCloser(bytes.NewReader(buf))
-	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
+	d.bodyReader.Reset(buf)
+	r.Body = &d.bodyReader
+	r.GetBody = func() (io.ReadCloser, error) { return &bodyReader{*bytes.NewReader(buf)}, nil }
 	return true
 }
+
+// bodyReader hands the handler the body that was read.
+type bodyReader struct{ bytes.Reader }
+
+func (*bodyReader) Close() error { return nil }
 
 func (d *delivery) tooLarge(w http.ResponseWriter) {
 	d.problem(http.StatusRequestEntityTooLarge, "Request body too large",
