@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"maps"
@@ -325,6 +326,20 @@ func (p *parser) parse(data []byte) *Config {
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		p.errs = append(p.errs, yamlError(p.file, err))
 		return cfg
+	}
+	// Unmarshal reads the first document only: refuse a second one rather
+	// than silently ignore the settings it holds.
+	// An empty document (a trailing ---) is harmless.
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for i := 0; ; i++ {
+		var d yaml.Node
+		if dec.Decode(&d) != nil {
+			break
+		}
+		if i > 0 && len(d.Content) > 0 && !isNull(d.Content[0]) {
+			p.errorf(d.Content[0], "", "a second YAML document (after ---) would be ignored: keep the whole configuration in one document")
+			return cfg
+		}
 	}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
 		p.errorf(nil, "", "the file is empty: it needs at least routes: (see examples/idemhook.yaml)")
