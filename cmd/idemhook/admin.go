@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
@@ -51,10 +52,14 @@ func (g *gateway) bearer(next http.Handler) http.Handler {
 	if token == "" {
 		return next
 	}
-	want := []byte("Bearer " + token)
+	// Compare SHA-256 digests: ConstantTimeCompare returns at once when the
+	// lengths differ, which would tell a caller the token's length.
+	want := sha256.Sum256([]byte(token))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := []byte(r.Header.Get("Authorization"))
-		if subtle.ConstantTimeCompare(got, want) != 1 {
+		scheme, got, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		sum := sha256.Sum256([]byte(got))
+		// The scheme is case-insensitive (RFC 9110 section 11.1).
+		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="idemhook admin"`)
 			writeProblem(w, http.StatusUnauthorized, "unauthorized", "send Authorization: Bearer <admin.token>")
 			return
