@@ -176,9 +176,14 @@ func (p *parser) mapping(n *yaml.Node, at string, known ...string) map[string]fi
 		return nil
 	}
 	fields := make(map[string]field, len(n.Content)/2)
+	var merges []*yaml.Node
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := resolve(n.Content[i]), n.Content[i+1]
 		name := k.Value
+		if k.Kind == yaml.ScalarNode && k.Tag == "!!merge" {
+			merges = append(merges, v)
+			continue
+		}
 		if k.Kind != yaml.ScalarNode {
 			p.errorf(k, at, "expected a field name, got %s", describe(k))
 			continue
@@ -192,6 +197,27 @@ func (p *parser) mapping(n *yaml.Node, at string, known ...string) map[string]fi
 			continue
 		}
 		fields[name] = field{key: k, value: v}
+	}
+	// YAML merge keys ("<<: *defaults", "<<: [*a, *b]"): a merged field
+	// applies unless the mapping sets it itself, or an earlier merge did.
+	// Merged mappings are checked like written ones, at their own lines.
+	for _, m := range merges {
+		m = resolve(m)
+		srcs := []*yaml.Node{m}
+		if m.Kind == yaml.SequenceNode {
+			srcs = m.Content
+		}
+		for _, src := range srcs {
+			if src = resolve(src); src.Kind != yaml.MappingNode {
+				p.errorf(src, join(at, "<<"), "can only merge a mapping (<<: *anchor or <<: [*a, *b]), got %s", describe(src))
+				continue
+			}
+			for name, f := range p.mapping(src, at, known...) {
+				if _, set := fields[name]; !set {
+					fields[name] = f
+				}
+			}
+		}
 	}
 	return fields
 }
