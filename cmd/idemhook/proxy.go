@@ -55,7 +55,7 @@ func newProxy(rc RouteConfig, rt http.RoundTripper, bufs httputil.BufferPool, lo
 			in := pr.In.URL
 			out := pr.Out.URL
 			out.Scheme, out.Host = target.Scheme, target.Host
-			out.Path, out.RawPath = upstreamPath(target, prefix, in), ""
+			out.Path, out.RawPath = upstreamPath(target, prefix, in), upstreamRawPath(target, prefix, in)
 			out.RawQuery = joinQuery(target.RawQuery, in.RawQuery)
 			pr.Out.Host = ""
 			pr.SetXForwarded()
@@ -88,6 +88,23 @@ func upstreamPath(target *url.URL, prefix string, in *url.URL) string {
 		return target.Path
 	}
 	return strings.TrimSuffix(target.Path, "/") + "/" + rest
+}
+
+// upstreamRawPath is upstreamPath as escaped by the sender, so that an
+// escaped "/" (%2F) in the rest of a prefix route's path stays escaped. It
+// is "" (let net/url escape Path) when there is no such rest, or when the
+// incoming path is not escaped under the prefix as expected; net/url
+// ignores a RawPath that does not decode to Path.
+func upstreamRawPath(target *url.URL, prefix string, in *url.URL) string {
+	if prefix == "" || in.RawPath == "" {
+		return ""
+	}
+	escPrefix := (&url.URL{Path: prefix}).EscapedPath()
+	rest, ok := strings.CutPrefix(in.EscapedPath(), escPrefix)
+	if !ok || rest == "" {
+		return ""
+	}
+	return strings.TrimSuffix(target.EscapedPath(), "/") + "/" + rest
 }
 
 func joinQuery(a, b string) string {

@@ -1,0 +1,41 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// TestPrefixRouteKeepsEscapes: on a prefix route the rest of the path is
+// forwarded as the sender escaped it. An escaped "/" (%2F) inside a segment
+// is data, e.g. an id; decoding it would forward another path than the one
+// received.
+func TestPrefixRouteKeepsEscapes(t *testing.T) {
+	up := newUpstream(t)
+	var raw []string
+	up.handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+		up.mu.Lock()
+		raw = append(raw, r.URL.EscapedPath())
+		up.mu.Unlock()
+	}
+	cfg := strings.Replace(routeConfig(up.srv.URL), "path: /webhooks/test", "path: /hooks/", 1)
+	cfg = strings.Replace(cfg, "/hook\n", "/in/\n", 1)
+	g := startGateway(t, writeConfig(t, t.TempDir(), cfg), startOpts{})
+	tests := []struct{ give, want string }{
+		{"/hooks/orders/a%2Fb", "/in/orders/a%2Fb"},
+		{"/hooks/plain/path", "/in/plain/path"},
+		{"/hooks/sp%20ace", "/in/sp%20ace"},
+	}
+	for i, tt := range tests {
+		if r := post(t, g.url(tt.give), fmt.Sprintf(`{"n":%d}`, i)); r.Status != 200 {
+			t.Fatalf("POST %s = %d %s", tt.give, r.Status, r.Body)
+		}
+		up.mu.Lock()
+		got := raw[i]
+		up.mu.Unlock()
+		if got != tt.want {
+			t.Errorf("POST %s reached %s, want %s", tt.give, got, tt.want)
+		}
+	}
+}
