@@ -361,8 +361,10 @@ func TestWhatsAppCloud(t *testing.T) {
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
 				r := httptest.NewRequest(http.MethodGet, "/wa?"+tt.query, nil)
-				if err := p.Verify(r, nil); err != nil {
-					t.Fatalf("Verify(GET) = %v, want nil so that the challenge reaches Handshake", err)
+				// A challenge passes Verify so that it reaches Handshake; any
+				// other unsigned GET is refused.
+				if err := p.Verify(r, nil); (err == nil) != tt.wantDone {
+					t.Fatalf("Verify(GET) = %v, want nil only for a challenge (hub.mode)", err)
 				}
 				w := httptest.NewRecorder()
 				if done := p.Handshake(w, r, nil); done != tt.wantDone {

@@ -19,14 +19,16 @@ import (
 //
 // Verify: X-Hub-Signature-256 "sha256=<hex>" = HMAC-SHA256(App Secret, raw
 // body). No timestamp is signed: the key store is the only replay defence.
-// GET and HEAD requests carry no signature and pass Verify, so that the
-// subscription challenge reaches Handshake.
+// A GET or HEAD carrying hub.mode (the subscription challenge, unsigned)
+// passes Verify so that it reaches Handshake; any other request, GET and
+// HEAD included, needs the signature, so nothing unsigned reaches the
+// handler.
 //
 // Handshake: Meta's GET subscription challenge. hub.mode=subscribe with a
 // hub.verify_token equal (constant time) to Options["verify_token"] is
 // answered 200 text/plain with hub.challenge; any other GET carrying hub.mode
 // is answered 403. Without the verify_token option every challenge is
-// refused. GETs without hub.mode are not handshakes.
+// refused. GETs without hub.mode are not handshakes (and fail Verify).
 //
 // Duplicates: the stored status (Meta wants 200). Options: "verify_token".
 func WhatsAppCloud(cfg Config) (*idemhook.Preset, error) {
@@ -38,8 +40,8 @@ func WhatsAppCloud(cfg Config) (*idemhook.Preset, error) {
 	return &idemhook.Preset{
 		Name: "whatsapp-cloud",
 		Verify: func(r *http.Request, body []byte) error {
-			if r.Method == http.MethodGet || r.Method == http.MethodHead {
-				return nil
+			if (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.URL.Query().Has("hub.mode") {
+				return nil // the subscription challenge: Handshake checks its token
 			}
 			return s.verifyHubSignature(r, body)
 		},
