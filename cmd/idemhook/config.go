@@ -739,9 +739,16 @@ func (p *parser) preset(rf map[string]field, at string, n *yaml.Node, rc *RouteC
 			p.errorf(on, join(at, "provider_options"), "expected a mapping (option: value lines), got %s", describe(on))
 			secretsOK = false
 		} else {
+			firstLine := map[string]int{}
 			for i := 0; i+1 < len(on.Content); i += 2 {
 				k, v := resolve(on.Content[i]), resolve(on.Content[i+1])
 				fp := join(join(at, "provider_options"), k.Value)
+				if line, dup := firstLine[k.Value]; dup {
+					p.errorf(k, fp, "field given twice (first at line %d)", line)
+					secretsOK = false
+					continue
+				}
+				firstLine[k.Value] = k.Line
 				if v.Kind != yaml.ScalarNode {
 					p.errorf(v, fp, "expected a single value, got %s", describe(v))
 					secretsOK = false
