@@ -125,9 +125,19 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// errText is err's message without the URL net/http wraps it in, which
-// would repeat the upstream.
+// errText is err's message for the sender: without the URL net/http wraps
+// it in, nor the address a dial or a name lookup names, since the sender is
+// on the internet and the upstream's address is internal (the WARN logged
+// with the full error names it).
 func errText(err error) string {
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return "name lookup: " + dnsErr.Err
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Err != nil {
+		return opErr.Op + ": " + opErr.Err.Error()
+	}
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		return ue.Err.Error()
