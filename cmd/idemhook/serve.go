@@ -90,7 +90,8 @@ func newGateway(ctx context.Context, cfg *Config, logger *slog.Logger, now func(
 	}
 	if !slices.ContainsFunc(cfg.Routes, func(rc RouteConfig) bool { return rc.Path == "/" }) {
 		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-			writeProblem(w, http.StatusNotFound, "no route", fmt.Sprintf("no route for %s; the configured paths are in %s", r.URL.Path, cfg.File))
+			// The configuration file's location is not for the internet.
+			writeProblem(w, http.StatusNotFound, "no route", fmt.Sprintf("no route for %s", r.URL.Path))
 		})
 	}
 	g.handler = mux
