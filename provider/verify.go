@@ -119,11 +119,15 @@ func anyMAC(keys [][]byte, candidates [][]byte, mac func(key []byte) []byte) boo
 }
 
 // anyToken reports whether got equals one of the tokens, in constant time
-// with respect to the tokens' contents.
+// with respect to the tokens' contents and lengths: SHA-256 digests are
+// compared, because subtle.ConstantTimeCompare returns at once on a length
+// mismatch and would tell a caller how long a token is.
 func anyToken(tokens []string, got string) bool {
+	sum := sha256.Sum256([]byte(got))
 	found := 0
 	for _, t := range tokens {
-		found |= subtle.ConstantTimeCompare([]byte(t), []byte(got))
+		want := sha256.Sum256([]byte(t))
+		found |= subtle.ConstantTimeCompare(want[:], sum[:])
 	}
 	return found == 1
 }
