@@ -19,9 +19,11 @@ const HubSignatureHeader = "X-Hub-Signature-256"
 // GUID, the body hash.
 //
 // Verify: X-Hub-Signature-256 "sha256=<hex>" = HMAC-SHA256(secret, raw body).
-// GitHub signs no timestamp, so there is no tolerance: the delivery GUID,
-// deduplicated here, is the replay defence. The legacy SHA-1 X-Hub-Signature
-// is not accepted.
+// GitHub signs no timestamp, so there is no tolerance, and it signs the body
+// only: the delivery GUID and hook id headers are not covered. The key thus
+// deduplicates GitHub's own redeliveries, but it is no replay defence: a
+// captured delivery re-sent with a new X-GitHub-Delivery passes Verify and
+// gets a new key. The legacy SHA-1 X-Hub-Signature is not accepted.
 //
 // Duplicates: the stored status. No options. GitHub never retries on its own;
 // redeliveries are manual.
