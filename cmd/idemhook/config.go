@@ -974,7 +974,7 @@ func parseSize(v string) (int64, error) {
 }
 
 // expand replaces ${NAME} (and ${NAME:-default}) with environment values;
-// $$ is a literal $. A variable that is unset or empty, without a default,
+// $$ is a literal $, and a bare $NAME is an error. A variable that is unset or empty, without a default,
 // is an error: a config silently holding an empty secret would be worse.
 func expand(s string, getenv func(string) string) (string, error) {
 	if !strings.Contains(s, "$") {
@@ -1011,6 +1011,11 @@ func expand(s string, getenv func(string) string) (string, error) {
 			b.WriteString(v)
 			i += 2 + end
 		default:
+			if n := s[i+1]; n == '_' || (n|0x20 >= 'a' && n|0x20 <= 'z') {
+				// Taken literally, "$TOKEN" would silently become the
+				// secret. The value is not repeated: it may be one.
+				return "", fmt.Errorf("a $ before a name (at byte %d) is not expanded: write ${NAME} for an environment variable, or $$ for a literal $", i+1)
+			}
 			b.WriteByte(c)
 		}
 	}
