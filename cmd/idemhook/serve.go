@@ -37,12 +37,19 @@ type gateway struct {
 	handler http.Handler // the routes
 	admin   http.Handler
 	res     resources
+
+	// base is the context deliveries and their upstream calls run under;
+	// cutShort cancels it after the shutdown bound.
+	base     context.Context
+	cutShort context.CancelCauseFunc
 }
 
 // newGateway opens the store and the audit sink and builds the handlers.
 // On error, everything opened so far is closed.
 func newGateway(ctx context.Context, cfg *Config, logger *slog.Logger, now func() time.Time) (_ *gateway, err error) {
 	g := &gateway{cfg: cfg, logger: logger, metrics: newMetrics()}
+	g.base, g.cutShort = context.WithCancelCause(context.WithoutCancel(ctx))
+	g.res.add(func() error { g.cutShort(nil); return nil })
 	defer func() {
 		if err != nil {
 			g.res.close()
@@ -86,7 +93,7 @@ func newGateway(ctx context.Context, cfg *Config, logger *slog.Logger, now func(
 		tr := newTransport(rc.UpstreamTimeout)
 		g.res.add(func() error { tr.CloseIdleConnections(); return nil })
 		rt := timedTransport{next: tr, observe: g.metrics.upstreamObserver(rc.Path)}
-		mux.Handle(rc.Path, wrap(newProxy(rc, rt, bufs, logger)))
+		mux.Handle(rc.Path, wrap(detach(g.base, newProxy(rc, rt, bufs, logger))))
 	}
 	if !slices.ContainsFunc(cfg.Routes, func(rc RouteConfig) bool { return rc.Path == "/" }) {
 		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -133,10 +140,10 @@ func serve(ctx context.Context, cfg *Config, e env) error {
 		}
 	}
 
-	// Deliveries run under base: cancelling it after the shutdown bound cuts
-	// the remaining ones short, so that the middleware releases their claims.
-	base, cutShort := context.WithCancelCause(context.WithoutCancel(ctx))
-	defer cutShort(nil)
+	// Deliveries run under g.base: cancelling it after the shutdown bound
+	// cuts the remaining ones short, so that the middleware releases their
+	// claims.
+	base, cutShort := g.base, g.cutShort
 	srv := &http.Server{
 		Handler:           g.handler,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -187,6 +194,26 @@ func serve(ctx context.Context, cfg *Config, e env) error {
 	}
 	logger.Info("idemhook stopped")
 	return nil
+}
+
+// detach runs next, the proxy to the upstream, under a context that the
+// sender hanging up does not cancel, only base (the shutdown's cut): a
+// provider that gives up on a slow answer retries, and aborting the upstream
+// call would release the claim while the backend, which usually keeps
+// working when its connection closes, may still process the event; the
+// retry would then be processed a second time. Running on, the answer is
+// stored and the retry gets it replayed (or waits for it, with in_flight:
+// wait). The upstream call stays bounded by upstream_timeout.
+func detach(base context.Context, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
+		stop := context.AfterFunc(base, func() { cancel(context.Cause(base)) })
+		defer func() {
+			stop()
+			cancel(nil)
+		}()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
 }
 
 // shutdown stops srv accepting, lets the running deliveries finish within
