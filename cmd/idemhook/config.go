@@ -652,7 +652,7 @@ func (p *parser) route(n *yaml.Node, at string) (RouteConfig, bool) {
 			p.errorf(vn, join(at, "path"), "%v", err)
 		}
 		rc.Path = v
-	} else {
+	} else if vn == nil { // absent, not of the wrong type (reported by str)
 		p.errorf(n, join(at, "path"), "missing: the path this route receives, e.g. /webhooks/stone")
 	}
 
@@ -662,7 +662,7 @@ func (p *parser) route(n *yaml.Node, at string) (RouteConfig, bool) {
 			p.errorf(vn, join(at, "upstream"), "%v", err)
 		}
 		rc.Upstream = u
-	} else {
+	} else if vn == nil { // absent, not of the wrong type (reported by str)
 		p.errorf(n, join(at, "upstream"), "missing: the URL deliveries are forwarded to, e.g. http://127.0.0.1:3000/webhook")
 	}
 
@@ -672,7 +672,7 @@ func (p *parser) route(n *yaml.Node, at string) (RouteConfig, bool) {
 			p.errorf(vn, join(at, "source"), "invalid source %q: a non-empty label without ':' or spaces, e.g. stone", v)
 		}
 		r.Source = v
-	} else {
+	} else if vn == nil { // absent, not of the wrong type (reported by str)
 		p.errorf(n, join(at, "source"), "missing: the provider's label, e.g. source: stone (it names the keys: idem:<source>:<key>)")
 	}
 
