@@ -39,3 +39,34 @@ func TestPrefixRouteKeepsEscapes(t *testing.T) {
 		}
 	}
 }
+
+// TestUpstreamPathKeepsEscapes: an upstream URL whose path holds an escaped
+// "/" is called with that path, on an exact and on a prefix route.
+func TestUpstreamPathKeepsEscapes(t *testing.T) {
+	up := newUpstream(t)
+	var raw []string
+	up.handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+		up.mu.Lock()
+		raw = append(raw, r.URL.EscapedPath())
+		up.mu.Unlock()
+	}
+	cfg := strings.Replace(routeConfig(up.srv.URL), "/hook\n", "/tenants/a%2Fb/hook\n", 1) +
+		"  - path: /p/\n    upstream: " + up.srv.URL + "/tenants/a%2Fb/\n    source: p\n"
+	g := startGateway(t, writeConfig(t, t.TempDir(), cfg), startOpts{})
+	tests := []struct{ give, want string }{
+		{"/webhooks/test", "/tenants/a%2Fb/hook"},
+		{"/p/x", "/tenants/a%2Fb/x"},
+		{"/p/", "/tenants/a%2Fb/"},
+	}
+	for i, tt := range tests {
+		if r := post(t, g.url(tt.give), fmt.Sprintf(`{"n":%d}`, i)); r.Status != 200 {
+			t.Fatalf("POST %s = %d %s", tt.give, r.Status, r.Body)
+		}
+		up.mu.Lock()
+		got := raw[i]
+		up.mu.Unlock()
+		if got != tt.want {
+			t.Errorf("POST %s reached %s, want %s", tt.give, got, tt.want)
+		}
+	}
+}

@@ -90,19 +90,21 @@ func upstreamPath(target *url.URL, prefix string, in *url.URL) string {
 	return strings.TrimSuffix(target.Path, "/") + "/" + rest
 }
 
-// upstreamRawPath is upstreamPath as escaped by the sender, so that an
-// escaped "/" (%2F) in the rest of a prefix route's path stays escaped. It
-// is "" (let net/url escape Path) when there is no such rest, or when the
-// incoming path is not escaped under the prefix as expected; net/url
-// ignores a RawPath that does not decode to Path.
+// upstreamRawPath is upstreamPath as escaped by the configuration and the
+// sender, so that an escaped "/" (%2F) in the upstream URL or in the rest of
+// a prefix route's path stays escaped. net/url ignores a RawPath that does
+// not decode to Path, so a mismatch falls back to Path's own escaping.
 func upstreamRawPath(target *url.URL, prefix string, in *url.URL) string {
-	if prefix == "" || in.RawPath == "" {
-		return ""
+	if prefix == "" {
+		return target.RawPath
 	}
 	escPrefix := (&url.URL{Path: prefix}).EscapedPath()
 	rest, ok := strings.CutPrefix(in.EscapedPath(), escPrefix)
-	if !ok || rest == "" {
+	switch {
+	case !ok:
 		return ""
+	case rest == "":
+		return target.RawPath
 	}
 	return strings.TrimSuffix(target.EscapedPath(), "/") + "/" + rest
 }
