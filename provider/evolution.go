@@ -28,7 +28,7 @@ import (
 //
 // Duplicates: the stored status (any 2xx).
 func Evolution(cfg Config) (*idemhook.Preset, error) {
-	s, err := cfg.check("evolution", "header")
+	s, err := cfg.checkUntimed("evolution", "header")
 	if err != nil {
 		return nil, err
 	}

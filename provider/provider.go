@@ -43,6 +43,8 @@ type Config struct {
 	// direction, for providers whose scheme signs one (stripe, standardwebhooks,
 	// svix, slack, paddle; mercadopago and stone only when set). Default (0):
 	// the provider's default, 5 minutes for all of them; see each constructor.
+	// Set for a provider that signs no timestamp (asaas, evolution, github,
+	// ifood, shopify, whatsapp-cloud), it is an error.
 	Tolerance time.Duration
 
 	// Options are provider-specific settings, e.g. "verify_token" for
@@ -141,6 +143,16 @@ func (cfg Config) check(name string, known ...string) (settings, error) {
 		s.now = time.Now
 	}
 	return s, nil
+}
+
+// checkUntimed is check for a provider that signs no timestamp: a
+// tolerance would have nothing to bound, so setting one is an error rather
+// than a setting that silently does nothing.
+func (cfg Config) checkUntimed(name string, known ...string) (settings, error) {
+	if cfg.Tolerance != 0 {
+		return settings{}, fmt.Errorf("provider %s: tolerance %v has no effect: %s signs no timestamp; remove it", name, cfg.Tolerance, name)
+	}
+	return cfg.check(name, known...)
 }
 
 // secretBytes returns the secrets as byte slices, for HMAC keys.

@@ -32,7 +32,7 @@ import (
 //
 // Duplicates: the stored status (Meta wants 200). Options: "verify_token".
 func WhatsAppCloud(cfg Config) (*idemhook.Preset, error) {
-	s, err := cfg.check("whatsapp-cloud", "verify_token")
+	s, err := cfg.checkUntimed("whatsapp-cloud", "verify_token")
 	if err != nil {
 		return nil, err
 	}

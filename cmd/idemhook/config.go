@@ -797,6 +797,9 @@ func (p *parser) preset(rf map[string]field, at string, n *yaml.Node, rc *RouteC
 		if f, ok := rf["provider_options"]; ok && strings.Contains(err.Error(), "option") {
 			node, fieldName = f.value, "provider_options"
 		}
+		if f, ok := rf["tolerance"]; ok && strings.Contains(err.Error(), "tolerance") {
+			node, fieldName = f.value, "tolerance"
+		}
 		p.errorf(node, join(at, fieldName), "%v", err)
 		return
 	}

@@ -86,7 +86,7 @@ routes:
     max_body: 512KiB
     upstream_timeout: 5s
     replay_headers: [Content-Type, X-Request-Id]
-    provider: github
+    provider: slack
     secrets: ["${GH_NEW}", "${GH_OLD}"]
     tolerance: 1m
 `
@@ -117,7 +117,7 @@ routes:
 		{"max_body", r.Route.MaxBodyBytes, int64(512 << 10)},
 		{"upstream_timeout", r.UpstreamTimeout, 5 * time.Second},
 		{"replay_headers", strings.Join(r.Route.ReplayHeaders, ","), "Content-Type,X-Request-Id"},
-		{"preset", r.Route.Preset != nil && r.Route.Preset.Name == "github", true},
+		{"preset", r.Route.Preset != nil && r.Route.Preset.Name == "slack", true}, // tolerance needs a timestamped provider
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {
