@@ -147,9 +147,12 @@ func serve(ctx context.Context, cfg *Config, e env) error {
 	srv := &http.Server{
 		Handler:           g.handler,
 		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return base },
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		// A whole request, body included, within a minute: a sender can't
+		// hold a connection by trickling a body (5 MiB at ~90 KB/s fits).
+		ReadTimeout: 60 * time.Second,
+		IdleTimeout: 120 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return base },
+		ErrorLog:    slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	var adminSrv *http.Server
 	if adminLn != nil {
