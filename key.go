@@ -28,12 +28,14 @@ func BodyKey(body []byte) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// NormalizeKey turns a header or preset value into a key part: an RFC 8941
-// string ("abc") is unquoted; a value longer than 128 bytes, or holding bytes
+// NormalizeKey turns a header or preset value into a key part: surrounding
+// spaces and tabs are trimmed; an RFC 8941 string ("abc") is unquoted; a value longer than 128 bytes, or holding bytes
 // outside printable ASCII, becomes "sha256:<hex of the value>". Empty input
 // gives "".
 func NormalizeKey(v string) string {
-	v = strings.TrimSpace(v)
+	// Optional whitespace of a field value (RFC 9110 5.6.3) is SP and HTAB
+	// only; another Unicode space is part of the value.
+	v = strings.Trim(v, " \t")
 	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
 		if s, ok := unquoteSFString(v); ok {
 			v = s

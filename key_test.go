@@ -154,3 +154,23 @@ func FuzzNormalizeKey(f *testing.F) {
 		t.Fatalf("NormalizeKey(%q) = %q: neither a printable key of <= %d bytes nor a hash", v, got, maxKeyLen)
 	})
 }
+
+// Header values are trimmed of optional whitespace (space, tab) only: a
+// value ending in another Unicode space is another key. Before,
+// strings.TrimSpace made "abc\u00a0" the key "abc".
+func TestNormalizeKeyTrimsOnlySpaceAndTab(t *testing.T) {
+	tests := []struct{ give, want string }{
+		{" \tabc\t ", "abc"},
+		{` "abc" `, "abc"},
+	}
+	for _, tt := range tests {
+		if got := NormalizeKey(tt.give); got != tt.want {
+			t.Errorf("NormalizeKey(%q) = %q, want %q", tt.give, got, tt.want)
+		}
+	}
+	for _, v := range []string{"abc\u00a0", "\u3000abc", "abc\u2003", "abc\u0085"} {
+		if got := NormalizeKey(v); got == "abc" || !strings.HasPrefix(got, "sha256:") {
+			t.Errorf("NormalizeKey(%q) = %q, want the hash of the whole value", v, got)
+		}
+	}
+}
