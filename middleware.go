@@ -666,9 +666,19 @@ func (d *delivery) call(op string, fn func(context.Context) (*Record, error)) (*
 	if hook != nil {
 		start = time.Now()
 	}
+	// Every allowed call must reach breaker.Done, a panicking store's too:
+	// an allowed call may be the half-open probe, and a probe that never
+	// reports leaves the breaker skipping the store for good.
+	reported := false
+	defer func() {
+		if !reported {
+			m.breaker.Done(false)
+		}
+	}()
 	rec, err := fn(ctx)
 	cancel()
 	ok := err == nil || errors.Is(err, ErrNotOwner) || errors.Is(err, ErrCorruptRecord)
+	reported = true
 	m.breaker.Done(ok)
 	if hook != nil {
 		hook(StoreCallInfo{Op: op, Duration: time.Since(start), Err: err})

@@ -1,0 +1,93 @@
+package idemhook_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/memstore"
+)
+
+// scriptedStore is a real memory store whose Claim can be made to fail or
+// panic, and whose Get can be made to report a corrupt value.
+type scriptedStore struct {
+	*memstore.Store
+	claimMode  atomic.Int32 // 0 works, 1 fails, 2 panics
+	corruptGet atomic.Bool
+}
+
+const (
+	claimWorks = iota
+	claimFails
+	claimPanics
+)
+
+func (s *scriptedStore) Claim(ctx context.Context, key string, claim *idemhook.Record, lease time.Duration) (*idemhook.Record, error) {
+	switch s.claimMode.Load() {
+	case claimFails:
+		return nil, errors.New("connection refused")
+	case claimPanics:
+		panic("store bug")
+	}
+	return s.Store.Claim(ctx, key, claim, lease)
+}
+
+func (s *scriptedStore) Get(ctx context.Context, key string) (*idemhook.Record, error) {
+	if s.corruptGet.Load() {
+		return nil, fmt.Errorf("decode: %w", idemhook.ErrCorruptRecord)
+	}
+	return s.Store.Get(ctx, key)
+}
+
+func newScriptedEnv(t *testing.T, opts idemhook.Options) (*env, *scriptedStore) {
+	t.Helper()
+	clk := newClock()
+	mem, err := memstore.New(memstore.Config{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &scriptedStore{Store: mem}
+	return newEnv(t, st, clk, opts), st
+}
+
+// The breaker's half-open probe is one store call; if that call panics (a
+// store bug), the probe must still count as failed. Before, the breaker
+// stayed half-open for good: every later call was skipped and the store was
+// never used again, even after it recovered.
+func TestBreakerProbeThatPanicsDoesNotWedgeTheBreaker(t *testing.T) {
+	e, st := newScriptedEnv(t, idemhook.Options{BreakerThreshold: 2, BreakerCooldown: time.Second})
+	h := &counter{}
+	route := e.route(idemhook.Route{Source: "stone"}, h)
+
+	st.claimMode.Store(claimFails)
+	send(route, `{"id":1}`)
+	send(route, `{"id":1}`)
+	if !e.mw.BreakerOpen() {
+		t.Fatal("breaker not open after 2 failures")
+	}
+
+	e.clock.Advance(time.Second)
+	st.claimMode.Store(claimPanics)
+	func() {
+		defer func() {
+			if p := recover(); p != "store bug" {
+				t.Fatalf("recovered %v, want the store's panic", p)
+			}
+		}()
+		send(route, `{"id":1}`) // the probe
+	}()
+
+	st.claimMode.Store(claimWorks)
+	e.clock.Advance(time.Second)
+	send(route, `{"id":2}`) // the next probe: the store works again
+	if e.mw.BreakerOpen() {
+		t.Fatal("breaker still open: the panicking probe wedged it half-open")
+	}
+	if r := send(route, `{"id":2}`); r.Header().Get(idemhook.ReplayedHeader) != "true" {
+		t.Fatalf("deduplication did not resume: %d %v", r.Code, r.Header())
+	}
+}
