@@ -1,6 +1,7 @@
 package idemhook
 
 import (
+	"fmt"
 	"net/http"
 )
 
@@ -32,6 +33,12 @@ var _ http.Flusher = (*responseCapture)(nil)
 func (c *responseCapture) Header() http.Header { return c.w.Header() }
 
 func (c *responseCapture) WriteHeader(code int) {
+	if code < 100 || code > 999 {
+		// net/http's own check, made here so that the panic happens in
+		// the handler (which releases the claim) and not after the bad
+		// status was stored, when the buffered response is sent.
+		panic(fmt.Sprintf("invalid WriteHeader code %v", code))
+	}
 	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
 		c.w.WriteHeader(code) // informational: passes through, not the final status
 		return

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -89,5 +92,42 @@ func TestBreakerProbeThatPanicsDoesNotWedgeTheBreaker(t *testing.T) {
 	}
 	if r := send(route, `{"id":2}`); r.Header().Get(idemhook.ReplayedHeader) != "true" {
 		t.Fatalf("deduplication did not resume: %d %v", r.Code, r.Header())
+	}
+}
+
+// net/http panics on a status outside 100-999 when the handler calls
+// WriteHeader. The capture must do the same, inside the handler, so that the
+// claim is released; before, the bad status was stored first, the panic came
+// when the buffered response was sent, and the stored record (status 42)
+// was "corrupt" to every retry for the whole TTL.
+func TestInvalidStatusPanicsInTheHandlerAndIsReleased(t *testing.T) {
+	for _, code := range []int{0, 42, 1000} {
+		t.Run(fmt.Sprint(code), func(t *testing.T) {
+			e := newMemEnv(t, idemhook.Options{})
+			var calls atomic.Int64
+			route := e.route(idemhook.Route{Source: "stone"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if calls.Add(1) == 1 {
+					w.WriteHeader(code)
+					return
+				}
+				io.WriteString(w, "ok") //nolint:errcheck
+			}))
+			func() {
+				defer func() {
+					p := recover()
+					if p == nil || !strings.Contains(fmt.Sprint(p), "invalid WriteHeader code") {
+						t.Fatalf("recovered %v, want net/http's invalid WriteHeader code panic", p)
+					}
+				}()
+				send(route, `{"id":1}`)
+			}()
+			if r := send(route, `{"id":1}`); r.Code != 200 || r.Body.String() != "ok" {
+				t.Fatalf("retry: %d %q", r.Code, r.Body)
+			}
+			if strings.Contains(e.logs.String(), "parse error") || strings.Contains(e.logs.String(), "cache write failed") {
+				t.Fatalf("unexpected WARN:\n%s", e.logs)
+			}
+			wantOutcomes(t, e, idemhook.OutcomeFailedReleased, idemhook.OutcomeProcessed)
+		})
 	}
 }
