@@ -131,3 +131,28 @@ func TestInvalidStatusPanicsInTheHandlerAndIsReleased(t *testing.T) {
 		})
 	}
 }
+
+// A waiter that finds the key holding a value it can't decode (e.g. the
+// NestJS guard writing to the same Redis during a migration) applies the
+// parse-error rule at once: WARN, run the handler. Before, it took the
+// corrupt value for a slow poll, waited the whole WaitTimeout and then
+// proceeded without the WARN.
+func TestInFlightWaitSeesACorruptRecord(t *testing.T) {
+	e, st := newScriptedEnv(t, idemhook.Options{})
+	body := `{"id":1}`
+	key := idemhook.StoreKey("stone", idemhook.BodyKey([]byte(body)))
+	other := &idemhook.Record{State: idemhook.StatePending, Token: "another process"}
+	if existing, err := st.Store.Claim(t.Context(), key, other, time.Minute); err != nil || existing != nil {
+		t.Fatalf("claim: %v %v", existing, err)
+	}
+	st.corruptGet.Store(true)
+	h := &counter{}
+	route := e.route(idemhook.Route{Source: "stone", InFlight: idemhook.InFlightWait, WaitTimeout: 2 * time.Second}, h)
+	if r := send(route, body); r.Code != 200 || h.n.Load() != 1 {
+		t.Fatalf("status %d, handler ran %d times", r.Code, h.n.Load())
+	}
+	if !strings.Contains(e.logs.String(), `msg="WebhookIdempotencyGuard cached value parse error for key=`+key) {
+		t.Fatalf("missing parse error WARN:\n%s", e.logs)
+	}
+	wantOutcomes(t, e, idemhook.OutcomeStoreErrorOpen)
+}

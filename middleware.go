@@ -447,8 +447,9 @@ func (d *delivery) wait() {
 			return d.h.m.store.Get(ctx, d.storeKey)
 		})
 		switch {
-		case err != nil && d.h.m.breaker.Open():
-			// The store is down, not just slow: apply the store-error
+		case err != nil && (d.h.m.breaker.Open() || errors.Is(err, ErrCorruptRecord)):
+			// The store is down, not just slow, or the key holds a value
+			// that is not a record: apply the store-error (or parse-error)
 			// policy now rather than at WaitTimeout.
 			d.storeError(err)
 			return
@@ -459,7 +460,7 @@ func (d *delivery) wait() {
 			existing, err := d.call("claim", func(ctx context.Context) (*Record, error) {
 				return d.h.m.store.Claim(ctx, d.storeKey, pending, d.h.m.opts.Lease)
 			})
-			slow := err != nil && !d.h.m.breaker.Open()
+			slow := err != nil && !d.h.m.breaker.Open() && !errors.Is(err, ErrCorruptRecord)
 			if !slow && (err != nil || existing == nil || existing.State == StateCompleted) {
 				d.decide(pending, existing, err, true)
 				return
