@@ -1,7 +1,9 @@
 package idemhook
 
 import (
+	"bufio"
 	"fmt"
+	"net"
 	"net/http"
 )
 
@@ -15,6 +17,9 @@ import (
 // body over the cap switches to streaming: what was buffered is sent and the
 // rest passes straight through; the record then keeps status and headers only.
 //
+// A handler that hijacks the connection answers on it directly: nothing is
+// stored and the claim is released.
+//
 // In pass-through mode (a delivery that owns no claim) it only counts.
 type responseCapture struct {
 	w         http.ResponseWriter
@@ -24,11 +29,15 @@ type responseCapture struct {
 	status    int
 	streaming bool // the header was sent to w
 	omitted   bool // the body went over limit
+	hijacked  bool // the handler took over the connection
 	buf       []byte
 	written   int64
 }
 
-var _ http.Flusher = (*responseCapture)(nil)
+var (
+	_ http.Flusher  = (*responseCapture)(nil)
+	_ http.Hijacker = (*responseCapture)(nil)
+)
 
 func (c *responseCapture) Header() http.Header { return c.w.Header() }
 
@@ -92,6 +101,45 @@ func (c *responseCapture) FlushError() error {
 		return http.NewResponseController(c.w).Flush()
 	}
 	return nil
+}
+
+// Hijack hands the connection to the handler, as net/http does: what the
+// handler wrote before is sent first. From then on the middleware writes
+// nothing and, not knowing the answer, stores none (the claim is released).
+// Where the underlying writer can't hijack (HTTP/2), it fails with
+// http.ErrNotSupported and changes nothing.
+func (c *responseCapture) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	hj := hijacker(c.w)
+	if hj == nil {
+		return nil, nil, fmt.Errorf("idemhook: hijack: %w", http.ErrNotSupported)
+	}
+	if !c.streaming && c.status != 0 {
+		c.startStreaming()
+		// Should the hijack fail, what follows streams past the buffer:
+		// the record must not keep a truncated body.
+		c.omitted = true
+	}
+	conn, rw, err := hj.Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	c.hijacked = true
+	c.streaming = true
+	return conn, rw, nil
+}
+
+// hijacker finds the Hijacker under w the way http.ResponseController does.
+func hijacker(w http.ResponseWriter) http.Hijacker {
+	for {
+		switch t := w.(type) {
+		case http.Hijacker:
+			return t
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = t.Unwrap()
+		default:
+			return nil
+		}
+	}
 }
 
 // Unwrap gives http.ResponseController the underlying writer.

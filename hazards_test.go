@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -155,4 +156,78 @@ func TestInFlightWaitSeesACorruptRecord(t *testing.T) {
 		t.Fatalf("missing parse error WARN:\n%s", e.logs)
 	}
 	wantOutcomes(t, e, idemhook.OutcomeStoreErrorOpen)
+}
+
+// A handler that hijacks the connection (through http.ResponseController)
+// answers on the raw connection: the middleware never sees that answer, so
+// it must neither write after it nor store a response that was never sent.
+// Before, it stored "200, empty body" and replayed that to every retry.
+func TestHijackingHandlerReleasesTheClaim(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	var calls atomic.Int64
+	route := e.route(idemhook.Route{Source: "stone"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			conn, brw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Errorf("hijack: %v", err)
+				return
+			}
+			defer conn.Close()
+			brw.WriteString("HTTP/1.1 202 Accepted\r\nContent-Length: 8\r\nConnection: close\r\n\r\nhijacked") //nolint:errcheck
+			brw.Flush()                                                                                        //nolint:errcheck
+			return
+		}
+		io.WriteString(w, "second") //nolint:errcheck
+	}))
+	srv := httptest.NewServer(route)
+	t.Cleanup(srv.Close)
+	post := func() (int, string, string) {
+		t.Helper()
+		resp, err := http.Post(srv.URL, "application/json", strings.NewReader(`{"id":1}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), resp.Header.Get(idemhook.ReplayedHeader)
+	}
+	if code, body, _ := post(); code != 202 || body != "hijacked" {
+		t.Fatalf("first: %d %q", code, body)
+	}
+	if code, body, replayed := post(); code != 200 || body != "second" || replayed != "" {
+		t.Fatalf("retry: %d %q replayed=%q: want the handler to run afresh", code, body, replayed)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("handler ran %d times, want 2", n)
+	}
+	srv.Close() // OnDelivery of the first has run once its handler returned
+	if got := e.outcomes(); len(got) != 2 || got[0] != idemhook.OutcomeFailedReleased {
+		t.Fatalf("outcomes %v, want failed_released first", got)
+	}
+}
+
+// Where the connection can't be hijacked (here a ResponseRecorder, in
+// production HTTP/2) the attempt fails with http.ErrNotSupported and the
+// response is stored and replayed as usual.
+func TestFailedHijackChangesNothing(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	h := &counter{}
+	route := e.route(idemhook.Route{Source: "stone"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "a") //nolint:errcheck
+		if _, _, err := http.NewResponseController(w).Hijack(); !errors.Is(err, http.ErrNotSupported) {
+			t.Errorf("hijack: %v, want http.ErrNotSupported", err)
+		}
+		io.WriteString(w, "b") //nolint:errcheck
+		h.n.Add(1)
+	}))
+	for i := range 2 {
+		if r := send(route, `{"id":1}`); r.Code != http.StatusCreated || r.Body.String() != "ab" {
+			t.Fatalf("delivery %d: %d %q", i, r.Code, r.Body)
+		}
+	}
+	if n := h.n.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+	wantOutcomes(t, e, idemhook.OutcomeProcessed, idemhook.OutcomeReplayed)
 }

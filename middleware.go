@@ -494,6 +494,13 @@ func (d *delivery) runOwned(pending *Record) {
 	d.h.next.ServeHTTP(&d.out, d.r)
 	d.renew.stop()
 
+	if d.out.hijacked {
+		// The handler answered on the raw connection: its answer is
+		// unknown here, so nothing is stored and a retry runs afresh.
+		d.release(pending)
+		d.finish(OutcomeFailedReleased, errHijacked)
+		return
+	}
 	status := d.out.finalStatus()
 	cutShort := d.out.status == 0 && d.r.Context().Err() != nil
 	if cutShort || !isFinal(status) {
@@ -689,6 +696,8 @@ func (d *delivery) call(op string, fn func(context.Context) (*Record, error)) (*
 	}
 	return rec, err
 }
+
+var errHijacked = errors.New("idemhook: the handler hijacked the connection: its response is unknown, the claim was released")
 
 var errBreakerOpen = errors.New("circuit breaker open: store skipped after repeated failures")
 
