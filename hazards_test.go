@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -230,4 +231,40 @@ func TestFailedHijackChangesNothing(t *testing.T) {
 		t.Fatalf("handler ran %d times, want 1", n)
 	}
 	wantOutcomes(t, e, idemhook.OutcomeProcessed, idemhook.OutcomeReplayed)
+}
+
+// errAfter is a request body that declares more than it sends: it fails
+// after its first bytes, as a sender that hangs up does.
+type errAfter struct{ sent bool }
+
+func (b *errAfter) Read(p []byte) (int, error) {
+	if b.sent {
+		return 0, io.ErrUnexpectedEOF
+	}
+	b.sent = true
+	return copy(p, `{"id":`), nil
+}
+
+// The Content-Length a sender declares costs it nothing; memory for the
+// body must follow the bytes that arrive. Before, the middleware allocated
+// the declared length (up to MaxBodyBytes, 5 MiB) before reading a byte, so
+// a few hundred connections declaring 5 MiB and sending nothing pinned
+// gigabytes.
+func TestDeclaredLengthIsNotAllocatedUpFront(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	route := e.route(idemhook.Route{Source: "stone"}, &counter{})
+	const declared = 4 << 20
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	req := httptest.NewRequest(http.MethodPost, "/webhook", io.NopCloser(&errAfter{}))
+	req.ContentLength = declared
+	rec := httptest.NewRecorder()
+	route.ServeHTTP(rec, req)
+	runtime.ReadMemStats(&after)
+	if rec.Code != http.StatusBadRequest {
+		t.Fatalf("status %d, want 400 for a body cut short", rec.Code)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got >= declared/4 {
+		t.Fatalf("one request that sent 6 bytes allocated %d bytes (declared %d)", got, declared)
+	}
 }

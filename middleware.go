@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -289,12 +290,14 @@ func (d *delivery) readBody(w http.ResponseWriter) bool {
 		d.tooLarge(w)
 		return false
 	}
-	var buf []byte
+	// The declared length sizes the buffer only up to maxBodyPrealloc: a
+	// sender declares what it likes for free, so memory beyond that follows
+	// the bytes that actually arrive (doubling, at most twice what came).
+	size := int64(512)
 	if r.ContentLength > 0 {
-		buf = make([]byte, 0, r.ContentLength+1) // +1: the read that sees EOF
-	} else {
-		buf = make([]byte, 0, 512)
+		size = min(r.ContentLength+1, maxBodyPrealloc) // +1: the read that sees EOF
 	}
+	buf := make([]byte, 0, size)
 	for {
 		n, err := r.Body.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
@@ -310,7 +313,7 @@ func (d *delivery) readBody(w http.ResponseWriter) bool {
 			return false
 		}
 		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
+			buf = slices.Grow(buf, cap(buf))
 		}
 	}
 	r.Body.Close() //nolint:errcheck // fully read
@@ -321,6 +324,10 @@ func (d *delivery) readBody(w http.ResponseWriter) bool {
 	r.GetBody = func() (io.ReadCloser, error) { return &bodyReader{*bytes.NewReader(buf)}, nil }
 	return true
 }
+
+// maxBodyPrealloc bounds the buffer allocated for a request body before its
+// bytes arrive.
+const maxBodyPrealloc = 64 << 10
 
 // bodyReader hands the handler the body that was read.
 type bodyReader struct{ bytes.Reader }
