@@ -268,3 +268,21 @@ func TestDeclaredLengthIsNotAllocatedUpFront(t *testing.T) {
 		t.Fatalf("one request that sent 6 bytes allocated %d bytes (declared %d)", got, declared)
 	}
 }
+
+// A Lease under a millisecond made the renewal interval (Lease/3) 0: the
+// renewal timer fired back to back, hammering the store for as long as the
+// handler ran. New refuses it.
+func TestNewRefusesALeaseUnderAMillisecond(t *testing.T) {
+	st, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, lease := range []time.Duration{time.Nanosecond, 2, time.Millisecond - 1} {
+		if _, err := idemhook.New(st, idemhook.Options{Lease: lease}); err == nil || !strings.Contains(err.Error(), "Lease") {
+			t.Errorf("Lease %v: err %v, want an error naming Lease", lease, err)
+		}
+	}
+	if _, err := idemhook.New(st, idemhook.Options{Lease: time.Millisecond}); err != nil {
+		t.Errorf("Lease 1ms: %v", err)
+	}
+}

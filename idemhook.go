@@ -128,7 +128,7 @@ type Options struct {
 
 	// Lease is how long a pending claim lives without renewal; it is renewed
 	// every Lease/3 while the handler runs, so a crashed process frees the key
-	// within Lease. Default: 30s.
+	// within Lease. At least 1ms. Default: 30s.
 	Lease time.Duration
 
 	// BreakerThreshold is the number of consecutive failed store calls that

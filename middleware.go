@@ -32,6 +32,9 @@ const (
 	DefaultMaxStoredBodyBytes = 64 << 10
 )
 
+// minLease is the shortest Options.Lease accepted.
+const minLease = time.Millisecond
+
 // ReplayedHeader marks a replayed response.
 const ReplayedHeader = "Idempotent-Replayed"
 
@@ -63,6 +66,10 @@ func New(store Store, opts Options) (*Middleware, error) {
 		return nil, fmt.Errorf("idemhook: New: StoreTimeout %v is negative", opts.StoreTimeout)
 	case opts.Lease < 0:
 		return nil, fmt.Errorf("idemhook: New: Lease %v is negative", opts.Lease)
+	case opts.Lease > 0 && opts.Lease < minLease:
+		// Below it the renewal interval (Lease/3) reaches 0 and the renewal
+		// timer spins, and the stores keep leases in milliseconds anyway.
+		return nil, fmt.Errorf("idemhook: New: Lease %v is under the minimum of %v", opts.Lease, minLease)
 	case opts.BreakerCooldown < 0:
 		return nil, fmt.Errorf("idemhook: New: BreakerCooldown %v is negative", opts.BreakerCooldown)
 	}
