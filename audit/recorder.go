@@ -105,7 +105,8 @@ func NewRecorder(sink Sink, cfg RecorderConfig) *Recorder {
 // is closed, e is dropped and counted.
 func (r *Recorder) Record(e Entry) {
 	r.mu.RLock()
-	if !r.closed {
+	closed := r.closed
+	if !closed {
 		select {
 		case r.queue <- e:
 			r.mu.RUnlock()
@@ -114,10 +115,10 @@ func (r *Recorder) Record(e Entry) {
 		}
 	}
 	r.mu.RUnlock()
-	r.drop()
+	r.drop(closed)
 }
 
-func (r *Recorder) drop() {
+func (r *Recorder) drop(closed bool) {
 	total := r.dropped.Add(1)
 	if r.onDrop != nil {
 		r.onDrop(1)
@@ -128,6 +129,12 @@ func (r *Recorder) drop() {
 	now := time.Now().UnixNano()
 	last := r.lastWarn.Load()
 	if now-last < int64(time.Second) || !r.lastWarn.CompareAndSwap(last, now) {
+		return
+	}
+	if closed {
+		// Deliveries that finish during a shutdown: the sink is fine.
+		r.log.Warn("audit: recorder closed, delivery entries dropped (deliveries finished after Close)",
+			"dropped_total", total)
 		return
 	}
 	r.log.Warn("audit: queue full, delivery entries dropped (the sink is down or too slow)",

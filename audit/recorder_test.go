@@ -220,3 +220,22 @@ func TestRecorderSQLite(t *testing.T) {
 	got, _ := queryAll(t, s, audit.Filter{Limit: audit.MaxLimit})
 	sameEntries(t, "recorded", got, expected(written, audit.Filter{}))
 }
+
+// An entry recorded after Close (a delivery finishing during shutdown) is
+// dropped and counted; the WARN says why. It said "queue full ... the sink
+// is down or too slow", sending whoever read it after a clean shutdown to
+// look for a sink problem that did not exist.
+func TestRecorderDropAfterCloseSaysClosed(t *testing.T) {
+	var logs bytes.Buffer
+	r := audit.NewRecorder(&memSink{}, audit.RecorderConfig{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err := r.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	r.Record(entry(1))
+	if r.Dropped() != 1 {
+		t.Fatalf("Dropped() = %d, want 1", r.Dropped())
+	}
+	if got := logs.String(); !strings.Contains(got, "recorder closed") || strings.Contains(got, "queue full") {
+		t.Fatalf("WARN after Close:\n%s", got)
+	}
+}
