@@ -48,11 +48,11 @@ func (c *responseCapture) WriteHeader(code int) {
 		// status was stored, when the buffered response is sent.
 		panic(fmt.Sprintf("invalid WriteHeader code %v", code))
 	}
+	if c.status != 0 {
+		return // superfluous, as in net/http; a 1xx after the final status too
+	}
 	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
 		c.w.WriteHeader(code) // informational: passes through, not the final status
-		return
-	}
-	if c.status != 0 {
 		return
 	}
 	c.status = code

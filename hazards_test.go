@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
+	"net/textproto"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -284,5 +286,41 @@ func TestNewRefusesALeaseUnderAMillisecond(t *testing.T) {
 	}
 	if _, err := idemhook.New(st, idemhook.Options{Lease: time.Millisecond}); err != nil {
 		t.Errorf("Lease 1ms: %v", err)
+	}
+}
+
+// An informational status written after the final one is superfluous and
+// net/http drops it. While the final status is only buffered, the capture
+// passed such a 1xx straight to the client, which then saw a 103 before
+// the answer that, as far as the handler knew, had already started.
+func TestInformationalAfterTheFinalStatusIsDropped(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	route := e.route(idemhook.Route{Source: "stone"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Link", "</style.css>; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints) // before the final status: sent
+		w.WriteHeader(http.StatusAccepted)
+		w.WriteHeader(http.StatusEarlyHints) // after it: dropped
+		io.WriteString(w, "ok")              //nolint:errcheck
+	}))
+	srv := httptest.NewServer(route)
+	t.Cleanup(srv.Close)
+	var got []int
+	ctx := httptrace.WithClientTrace(t.Context(), &httptrace.ClientTrace{
+		Got1xxResponse: func(code int, _ textproto.MIMEHeader) error {
+			got = append(got, code)
+			return nil
+		},
+	})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, strings.NewReader(`{"id":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted || fmt.Sprint(got) != "[103]" {
+		t.Fatalf("status %d, informational responses %v; want 202 after one 103", resp.StatusCode, got)
 	}
 }
