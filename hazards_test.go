@@ -324,3 +324,28 @@ func TestInformationalAfterTheFinalStatusIsDropped(t *testing.T) {
 		t.Fatalf("status %d, informational responses %v; want 202 after one 103", resp.StatusCode, got)
 	}
 }
+
+// A handler that ends its goroutine with runtime.Goexit (t.FailNow in a
+// test handler, a library's bail-out) never answers. Before, only a panic
+// released the claim: after a Goexit the renewal timer kept extending the
+// lease for good, so under InFlightReject every retry got 409, forever.
+func TestGoexitInTheHandlerReleasesTheClaim(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	var calls atomic.Int64
+	route := e.route(idemhook.Route{Source: "stone", InFlight: idemhook.InFlightReject}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			runtime.Goexit()
+		}
+		io.WriteString(w, "ok") //nolint:errcheck
+	}))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		send(route, `{"id":1}`)
+	}()
+	<-done
+	if r := send(route, `{"id":1}`); r.Code != 200 || r.Body.String() != "ok" {
+		t.Fatalf("retry: %d %q, want the handler to run afresh", r.Code, r.Body)
+	}
+	wantOutcomes(t, e, idemhook.OutcomeFailedReleased, idemhook.OutcomeProcessed)
+}

@@ -495,17 +495,26 @@ func (d *delivery) runOwned(pending *Record) {
 	d.out.buffering = true
 	d.out.limit = d.h.rt.MaxStoredBodyBytes
 	d.startRenewal(pending)
+	returned := false
 	defer func() {
-		p := recover()
-		if p == nil {
+		if returned {
 			return
 		}
+		// The handler panicked, or ended its goroutine (runtime.Goexit,
+		// where recover gives nil): either way it never answered, and a
+		// claim left behind would be renewed for good.
+		p := recover()
 		d.renew.stop()
 		d.release(pending)
+		if p == nil {
+			d.finish(OutcomeFailedReleased, errGoexit)
+			return
+		}
 		d.finish(OutcomeFailedReleased, fmt.Errorf("idemhook: handler panicked: %v", p))
 		panic(p)
 	}()
 	d.h.next.ServeHTTP(&d.out, d.r)
+	returned = true
 	d.renew.stop()
 
 	if d.out.hijacked {
@@ -710,6 +719,8 @@ func (d *delivery) call(op string, fn func(context.Context) (*Record, error)) (*
 	}
 	return rec, err
 }
+
+var errGoexit = errors.New("idemhook: the handler exited its goroutine (runtime.Goexit) without answering; the claim was released")
 
 var errHijacked = errors.New("idemhook: the handler hijacked the connection: its response is unknown, the claim was released")
 
