@@ -712,7 +712,11 @@ func (d *delivery) call(op string, fn func(context.Context) (*Record, error)) (*
 	reported = true
 	m.breaker.Done(ok)
 	if hook != nil {
-		hook(StoreCallInfo{Op: op, Duration: time.Since(start), Err: err})
+		info := StoreCallInfo{Op: op, Duration: time.Since(start), Err: err}
+		if errors.Is(err, ErrNotOwner) {
+			info.Err = nil // the store answered: a success, as documented
+		}
+		hook(info)
 	}
 	if err != nil && !errors.Is(err, ErrCorruptRecord) {
 		err = &StoreError{Op: op, Key: d.storeKey, Err: err}
