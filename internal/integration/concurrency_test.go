@@ -85,14 +85,16 @@ func TestConcurrentDuplicatesOnEveryStore(t *testing.T) {
 					t.Fatal(err)
 				}
 				var runs atomic.Int64
+				// Every execution is held until all n copies have claimed, so
+				// that none of them can find the first one completed (under
+				// proceed, a duplicate may reach the handler before the claim's
+				// owner does).
 				srv := httptest.NewServer(route(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 					run := runs.Add(1)
-					if run == 1 {
-						select {
-						case <-allClaimed:
-						case <-time.After(30 * time.Second):
-							t.Error("not every duplicate claimed within 30s")
-						}
+					select {
+					case <-allClaimed:
+					case <-time.After(30 * time.Second):
+						t.Error("not every duplicate claimed within 30s")
 					}
 					fmt.Fprintf(w, "run %d", run)
 				})))
