@@ -17,7 +17,7 @@
 // leases renewed while the handler runs, release of the claim when the handler
 // fails (5xx, 408, 429, a panic, a delivery cut short), a 422 for a reused
 // header key with a different body, a body size limit, a deadline on every
-// store call and a circuit breaker, so that a dead store adds milliseconds
+// call to a networked store and a circuit breaker, so that a dead store adds milliseconds
 // rather than a dial timeout: on a store error the request proceeds
 // (fail-open) unless the route says closed (503).
 //
@@ -123,7 +123,8 @@ type Options struct {
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
 
-	// StoreTimeout bounds every store call. Default: 250ms.
+	// StoreTimeout bounds every store call, except to a store that reports
+	// itself InProcess (memstore), whose calls never wait. Default: 250ms.
 	StoreTimeout time.Duration
 
 	// Lease is how long a pending claim lives without renewal; it is renewed
