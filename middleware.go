@@ -235,6 +235,10 @@ type delivery struct {
 	claimRec, doneRec Record
 	renew             renewal
 	bodyReader        bodyReader
+
+	// storeCtx is the request's context without its cancellation, shared
+	// by the delivery's store calls (made on first use).
+	storeCtx context.Context
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -247,33 +251,26 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		d.passThrough(OutcomeKeyError, errors.New("idemhook: route has no source"))
 		return
 	}
-	p := h.rt.Preset
-	if isSafeMethod(r.Method) {
-		// Not a delivery: only a preset's handshake (Meta's GET challenge) is
-		// of interest; anything else passes through untouched.
-		if p != nil && p.Verify != nil {
-			if err := p.Verify(r, nil); err != nil {
+	// A GET, HEAD or OPTIONS is not a delivery: it has no body to read and
+	// claims nothing; only a preset's handshake (Meta's GET challenge) may
+	// answer it, else it passes through untouched.
+	safe := isSafeMethod(r.Method)
+	if !safe && !d.readBody(w) {
+		return
+	}
+	if p := h.rt.Preset; p != nil {
+		if p.Verify != nil {
+			if err := p.Verify(r, d.body); err != nil {
 				d.problem(http.StatusUnauthorized, "Signature verification failed", err.Error(), OutcomeSignatureInvalid, err)
 				return
 			}
 		}
-		if p != nil && p.Handshake != nil && p.Handshake(w, r, nil) {
+		if p.Handshake != nil && p.Handshake(w, r, d.body) {
 			return
 		}
+	}
+	if safe {
 		h.next.ServeHTTP(w, r)
-		return
-	}
-
-	if !d.readBody(w) {
-		return
-	}
-	if p != nil && p.Verify != nil {
-		if err := p.Verify(r, d.body); err != nil {
-			d.problem(http.StatusUnauthorized, "Signature verification failed", err.Error(), OutcomeSignatureInvalid, err)
-			return
-		}
-	}
-	if p != nil && p.Handshake != nil && p.Handshake(w, r, d.body) {
 		return
 	}
 	if err := d.resolveKey(); err != nil {
@@ -688,8 +685,10 @@ func (d *delivery) call(op string, fn func(context.Context) (*Record, error)) (*
 	// The call outlives the request's cancellation (a claim must be
 	// completed or released even when the sender hung up) but not the
 	// store deadline, which an in-process store has no use for.
-	ctx := context.WithoutCancel(d.r.Context())
-	cancel := context.CancelFunc(func() {})
+	if d.storeCtx == nil {
+		d.storeCtx = context.WithoutCancel(d.r.Context())
+	}
+	ctx, cancel := d.storeCtx, context.CancelFunc(func() {})
 	if !m.inProcess {
 		ctx, cancel = context.WithTimeout(ctx, m.opts.StoreTimeout)
 	}
