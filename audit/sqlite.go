@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook/internal/periodic"
+	"github.com/idemhook/idemhook/internal/sqlbatch"
 	"github.com/idemhook/idemhook/internal/sqlschema"
 )
 
@@ -214,20 +215,12 @@ func (s *SQLite) Query(ctx context.Context, f Filter) (Page, error) {
 // it deleted. It works in batches, releasing the write lock between them.
 func (s *SQLite) Prune(ctx context.Context) (int64, error) {
 	cutoff := ceilMicros(s.now().Add(-s.retention))
-	var total int64
-	for {
-		res, err := s.db.ExecContext(ctx, `DELETE FROM audit_deliveries WHERE id IN
-			(SELECT id FROM audit_deliveries WHERE time_us < ? LIMIT ?)`, cutoff, pruneBatch)
-		if err != nil {
-			return total, fmt.Errorf("audit: prune: %w", err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return total, fmt.Errorf("audit: prune: %w", err)
-		}
-		total += n
-		if n < pruneBatch {
-			return total, nil
-		}
+	n, err := sqlbatch.Delete(ctx, pruneBatch, func(ctx context.Context, limit int) (sql.Result, error) {
+		return s.db.ExecContext(ctx, `DELETE FROM audit_deliveries WHERE id IN
+			(SELECT id FROM audit_deliveries WHERE time_us < ? LIMIT ?)`, cutoff, limit)
+	})
+	if err != nil {
+		return n, fmt.Errorf("audit: prune: %w", err)
 	}
+	return n, nil
 }

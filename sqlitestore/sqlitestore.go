@@ -30,6 +30,7 @@ import (
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/internal/periodic"
+	"github.com/idemhook/idemhook/internal/sqlbatch"
 	"github.com/idemhook/idemhook/internal/sqlschema"
 )
 
@@ -161,21 +162,13 @@ func (s *Store) closeStmts() {
 // It works in batches, releasing the write lock between them.
 func (s *Store) Sweep(ctx context.Context) (int64, error) {
 	now := s.now().UnixMilli()
-	var total int64
-	for {
-		res, err := s.sweep.ExecContext(ctx, now, sweepBatch)
-		if err != nil {
-			return total, fmt.Errorf("sqlitestore: sweep: %w", err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return total, fmt.Errorf("sqlitestore: sweep: %w", err)
-		}
-		total += n
-		if n < sweepBatch {
-			return total, nil
-		}
+	n, err := sqlbatch.Delete(ctx, sweepBatch, func(ctx context.Context, limit int) (sql.Result, error) {
+		return s.sweep.ExecContext(ctx, now, limit)
+	})
+	if err != nil {
+		return n, fmt.Errorf("sqlitestore: sweep: %w", err)
 	}
+	return n, nil
 }
 
 // Expiry is kept at millisecond precision, like Redis's PX: both the
