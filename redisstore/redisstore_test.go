@@ -84,22 +84,26 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-func TestConformanceCluster(t *testing.T) {
-	addrs := redistest.StartCluster(t, 3)
-	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	t.Cleanup(func() { client.Close() })
-	storetest.Run(t, storetest.Harness{
+// privateServerHarness makes stores on servers private to one test, which
+// die with it: no cleanup of keys needed. A prefix per store still keeps the
+// subtests apart.
+func privateServerHarness(client redis.UniversalClient) storetest.Harness {
+	return storetest.Harness{
 		New: func(tb testing.TB) idemhook.Store {
-			// The servers are private to this test and die with it: no
-			// cleanup of keys needed. A prefix per store still keeps the
-			// subtests apart.
 			st, err := redisstore.New(client, redisstore.Config{Prefix: "test:" + rand.Text() + ":"})
 			if err != nil {
 				tb.Fatal(err)
 			}
 			return st
 		},
-	})
+	}
+}
+
+func TestConformanceCluster(t *testing.T) {
+	addrs := redistest.StartCluster(t, 3)
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { client.Close() })
+	storetest.Run(t, privateServerHarness(client))
 }
 
 // TestConformanceSentinel runs the suite through a failover client, which
@@ -112,15 +116,7 @@ func TestConformanceSentinel(t *testing.T) {
 		SentinelAddrs: []string{sentinel.Addr()},
 	})
 	t.Cleanup(func() { client.Close() })
-	storetest.Run(t, storetest.Harness{
-		New: func(tb testing.TB) idemhook.Store {
-			st, err := redisstore.New(client, redisstore.Config{Prefix: "test:" + rand.Text() + ":"})
-			if err != nil {
-				tb.Fatal(err)
-			}
-			return st
-		},
-	})
+	storetest.Run(t, privateServerHarness(client))
 }
 
 func BenchmarkStore(b *testing.B) {
