@@ -39,13 +39,17 @@ import (
 type InFlightPolicy string
 
 const (
-	// InFlightProceed runs the handler again, so that nothing is silently
-	// dropped (the seed's behaviour, the default).
-	InFlightProceed InFlightPolicy = "proceed"
 	// InFlightWait holds the duplicate until the first delivery finishes and
 	// then replays its response; if the first fails or its lease lapses, the
-	// duplicate takes over; after Route.WaitTimeout it proceeds.
+	// duplicate takes over. When Route.WaitTimeout passes first, it answers
+	// 409 Conflict with Retry-After (the lease), so the provider comes back
+	// once a dead owner's claim has lapsed: the handler never runs without
+	// the claim. The default.
 	InFlightWait InFlightPolicy = "wait"
+	// InFlightProceed runs the handler again, without a claim. It is the
+	// NestJS guard's exact behaviour (nothing is dropped, but a slow
+	// handler runs the event twice).
+	InFlightProceed InFlightPolicy = "proceed"
 	// InFlightReject answers 409 Conflict with Retry-After and a problem+json
 	// body.
 	InFlightReject InFlightPolicy = "reject"
@@ -68,14 +72,14 @@ type Outcome string
 const (
 	OutcomeProcessed         Outcome = "processed"           // first delivery, handler ran, response stored
 	OutcomeReplayed          Outcome = "replayed"            // stored response sent, handler not called
-	OutcomeInFlightProceeded Outcome = "in_flight_proceeded" // duplicate of a running delivery, handler ran (policy proceed, or wait timed out)
+	OutcomeInFlightProceeded Outcome = "in_flight_proceeded" // duplicate of a running delivery, handler ran without a claim (policy proceed)
 	OutcomeInFlightWaited    Outcome = "in_flight_waited"    // duplicate waited and replayed the first response
-	OutcomeInFlightRejected  Outcome = "in_flight_rejected"  // duplicate of a running delivery, answered 409
+	OutcomeInFlightRejected  Outcome = "in_flight_rejected"  // duplicate of a running delivery, answered 409 (policy reject, or wait timed out)
 	OutcomeMismatch          Outcome = "mismatch"            // header key reused with another body, answered 422
-	OutcomeFailedReleased    Outcome = "failed_released"     // handler failed (5xx, 408, 429, panic, cut short), claim released
+	OutcomeFailedReleased    Outcome = "failed_released"     // handler answered no stored status (non-2xx by default), panicked or was cut short; claim released
 	OutcomeStoreErrorOpen    Outcome = "store_error_open"    // store failed, handler ran without protection
 	OutcomeStoreErrorClosed  Outcome = "store_error_closed"  // store failed, answered 503
-	OutcomeKeyError          Outcome = "key_error"           // no key could be resolved: no source or a preset key error (handler ran unprotected), or an unreadable body (400)
+	OutcomeKeyError          Outcome = "key_error"           // no key could be resolved: no source or a preset key error (handler ran unprotected), an unreadable body or no key on a RequireKey route (400)
 	OutcomeSignatureInvalid  Outcome = "signature_invalid"   // preset's signature check failed, answered 401
 	OutcomeTooLarge          Outcome = "too_large"           // body over the limit, answered 413
 )
@@ -92,9 +96,14 @@ type DeliveryInfo struct {
 	Request  *http.Request
 	Source   string
 	Key      string // the key part, e.g. "sha256:9f86..."; empty when none was resolved
-	StoreKey string // "idem:<source>:<key>"; empty when none was resolved
+	Scope    string // the key's scope as stored (see Route.Scope); empty when unscoped
+	StoreKey string // "idem:<source>:<key>" or "idem:<source>@<scope>:<key>"; empty when none was resolved
 	Outcome  Outcome
-	Status   int           // status sent to the caller
+	// Status is the status written to the caller: the replayed status on a
+	// replay, 500 after a handler panic (the middleware answers it before
+	// re-panicking), 0 when none was written (the caller hung up first, or
+	// the handler hijacked the connection and its answer is unknown).
+	Status   int
 	Duration time.Duration // from the middleware's entry to its return
 	// RequestBytes and ResponseBytes count the bodies (the request body as
 	// read, up to the limit; the response body as sent).
@@ -155,34 +164,55 @@ type Options struct {
 	OnBreakerChange func(open bool)
 }
 
-// Route configures one webhook route: the equivalent of the seed's
+// Route configures one webhook route: the equivalent of the NestJS guard's
 // @IdempotentWebhook({source, ttlSec, headerName}) decorator, plus the
 // policies idemhook adds. A zero field means its documented default.
 type Route struct {
 	// Source labels the provider, e.g. "stone"; it is the middle part of the
-	// store key. Required: a route without it logs
-	// "WebhookIdempotencyGuard key resolution failed: ..." and passes every
-	// request through unprotected, as the seed did.
+	// store key and must not contain ':' or '@'. Required: a route without
+	// it logs "WebhookIdempotencyGuard key resolution failed: ..." and
+	// passes every request through unprotected, as the guard did.
 	Source string
 
-	// TTL is how long a completed response is kept and replayed.
-	// Default: 24h.
+	// Scope separates the keys of requests that reach this route on
+	// different paths (tenants, accounts), so that one path's answer is
+	// never replayed to another: a non-empty scope becomes part of the
+	// store key, "idem:<source>@<scope>:<key>". An empty scope leaves the
+	// store key "idem:<source>:<key>", the NestJS guard's.
+	//
+	// Default (nil): [DefaultScope], the request's path when the route's
+	// pattern can match more than one path (a wildcard such as {tenant} or
+	// *, or a subtree pattern ending in /) or when no router recorded the
+	// pattern in Request.Pattern; none for a fixed pattern. Behind a router
+	// that doesn't set Request.Pattern, a fixed route whose keys must equal
+	// the guard's returns "" here.
+	Scope func(*http.Request) string
+
+	// TTL is how long a completed response is kept and replayed. It should
+	// cover the provider's retry window. Default: the Preset's RetryWindow
+	// plus a day when the route has a preset that declares one (see
+	// [Preset.DefaultTTL]), else 24h.
 	TTL time.Duration
 
 	// Header names the request header whose value is the key. Default:
 	// "idempotency-key"; with a Preset, no header unless set here.
 	Header string
 
+	// RequireKey refuses a delivery whose key comes from neither the header
+	// nor the preset with 400 and a problem+json body (outcome key_error),
+	// instead of falling back to the body hash. Default: false, fall back.
+	RequireKey bool
+
 	// InFlight is the policy for duplicates of a running delivery.
-	// Default: InFlightProceed.
+	// Default: InFlightWait.
 	InFlight InFlightPolicy
 
-	// WaitTimeout bounds InFlightWait; then the duplicate proceeds.
-	// Default: 10s.
+	// WaitTimeout bounds InFlightWait; then the duplicate is answered 409
+	// with Retry-After. Default: 10s.
 	WaitTimeout time.Duration
 
-	// RetryAfter is the Retry-After of an InFlightReject answer, rounded up to
-	// whole seconds. Default: 5s.
+	// RetryAfter is the Retry-After of an InFlightReject answer and of a
+	// closed-store 503, rounded up to whole seconds. Default: 5s.
 	RetryAfter time.Duration
 
 	// OnStoreError is the policy when the store fails. Default: StoreErrorOpen.
@@ -198,15 +228,31 @@ type Route struct {
 	// empty body. Default: 64 KiB.
 	MaxStoredBodyBytes int
 
-	// ReplayHeaders lists the response headers stored and replayed.
-	// Set-Cookie, Authorization, hop-by-hop headers and Content-Length are
-	// never stored, even if listed. Default: Content-Type.
+	// StoreStatuses lists non-2xx statuses (300 to 499) that are stored and
+	// replayed like a success, for a handler whose refusal is final: a 410
+	// for an event about a deleted account, say. Every other status
+	// releases the claim, so the provider's retry runs the handler again: a
+	// 404 answered while a deploy removes the route for a minute must not
+	// be replayed for the whole TTL. Default: none, only 2xx is stored.
+	StoreStatuses []int
+
+	// ReplayHeaders lists response headers stored and replayed in addition
+	// to those that define the body's bytes, which always are
+	// ([RepresentationHeaders]: Content-Type, Content-Encoding,
+	// Content-Language, Content-Range). Set-Cookie, Authorization,
+	// hop-by-hop headers and Content-Length are never stored and are
+	// refused here. Default: none.
 	ReplayHeaders []string
 
-	// Preset adds a provider's key strategy, signature check and duplicate
-	// answer (see package provider). Default: nil, none.
+	// Preset adds a provider's key strategy, signature check, retry window
+	// and duplicate answer (see package provider). Default: nil, none.
 	Preset *Preset
 }
+
+// RepresentationHeaders are the response headers that describe the body's
+// bytes (RFC 9110 section 8): every route stores and replays them with the
+// body, so that a compressed answer is replayed with its Content-Encoding.
+var RepresentationHeaders = []string{"Content-Type", "Content-Encoding", "Content-Language", "Content-Range"}
 
 // Preset is what a provider adds to a route. Package provider has one per
 // common provider; a custom one is a value of this type.
@@ -235,4 +281,24 @@ type Preset struct {
 	// DuplicateStatus, if not 0, replaces the stored status when a response
 	// is replayed (iFood wants 202, Asaas exactly 200). Default: 0.
 	DuplicateStatus int
+
+	// RetryWindow is how long after the first attempt the provider may
+	// still send the event again (its documented retry schedule). A route
+	// with this preset keeps its answers for [Preset.DefaultTTL] unless it
+	// sets a TTL. Default: 0, unknown (the route's TTL defaults to 24h).
+	RetryWindow time.Duration
+}
+
+// retryMargin is added to a preset's RetryWindow to make a route's default
+// TTL: it covers clock skew, a provider's jitter and a manual resend from
+// its dashboard shortly after the last automatic retry.
+const retryMargin = 24 * time.Hour
+
+// DefaultTTL returns the TTL a route with this preset gets when it sets
+// none: the RetryWindow plus a day, and never less than [DefaultTTL].
+func (p *Preset) DefaultTTL() time.Duration {
+	if p == nil {
+		return DefaultTTL
+	}
+	return max(DefaultTTL, p.RetryWindow+retryMargin)
 }

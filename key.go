@@ -14,17 +14,132 @@ const DefaultHeader = "idempotency-key"
 // maxKeyLen is the longest header or preset key used verbatim.
 const maxKeyLen = 128
 
-// StoreKey returns the key a record is stored under: "idem:<source>:<key>".
+// StoreKey returns the key a record of an unscoped route is stored under:
+// "idem:<source>:<key>", the NestJS guard's.
 func StoreKey(source, key string) string {
 	return "idem:" + source + ":" + key
 }
 
-// BodyKey returns the body-hash key of a request body: "sha256:" and the hex
-// SHA-256 of the body's compact JSON form when the body is JSON (the text
-// Node.js's JSON.stringify(JSON.parse(body)) gives), or of the raw bytes
-// otherwise. It is the key the NestJS guard produced for the same body.
-func BodyKey(body []byte) string {
+// ScopedStoreKey returns the key a record is stored under:
+// "idem:<source>@<scope>:<key>", or [StoreKey] when scope is empty. The
+// scope is as [DeliveryInfo.Scope] reports it (escaped, holding no ':'), so
+// source, scope and key can be told apart: the source holds no '@' or ':',
+// the scope no ':'.
+func ScopedStoreKey(source, scope, key string) string {
+	if scope == "" {
+		return StoreKey(source, key)
+	}
+	return "idem:" + source + "@" + scope + ":" + key
+}
+
+func storeKeyLen(source, scope string, keyLen int) int {
+	n := len("idem:") + len(source) + len(":") + keyLen
+	if scope != "" {
+		n += len("@") + len(scope)
+	}
+	return n
+}
+
+// appendStoreKeyPrefix appends the store key up to the key part.
+func appendStoreKeyPrefix(b []byte, source, scope string) []byte {
+	b = append(append(b, "idem:"...), source...)
+	if scope != "" {
+		b = append(append(b, '@'), scope...)
+	}
+	return append(b, ':')
+}
+
+// DefaultScope is the scope of a route that sets no Route.Scope: the
+// request's escaped path when the route's pattern can match several paths,
+// else "" (the guard's unscoped key).
+//
+// A pattern can match several paths when it holds a wildcard ({name} or
+// {name...} of net/http.ServeMux, {name} or * of chi) or ends in / (a
+// ServeMux subtree; "/x/{$}" is exact). When Request.Pattern is empty the
+// router is unknown (gorilla/mux, gin, chi before v5.2.2, or no router), so
+// the path may vary and it scopes too.
+func DefaultScope(r *http.Request) string {
+	p := r.Pattern
+	if p != "" {
+		// A ServeMux pattern is "[METHOD ][HOST]/PATH".
+		if i := strings.IndexByte(p, '/'); i >= 0 {
+			p = p[i:]
+		}
+		exact := strings.HasSuffix(p, "{$}")
+		p = strings.TrimSuffix(p, "{$}")
+		if !strings.ContainsAny(p, "{*") && (exact || !strings.HasSuffix(p, "/")) {
+			return ""
+		}
+	}
+	return r.URL.EscapedPath()
+}
+
+// maxScopeLen is the longest scope kept verbatim in a store key.
+const maxScopeLen = 128
+
+// escapeScope makes a scope part of a store key: '%', ':' and bytes outside
+// printable ASCII (and space) become %XX, so the scope holds no ':'; a
+// result longer than 128 bytes becomes "sha256-<hex of the scope>".
+func escapeScope(v string) string {
+	clean := true
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c <= ' ' || c > '~' || c == ':' || c == '%' {
+			clean = false
+			break
+		}
+	}
+	if !clean {
+		const hexDigits = "0123456789ABCDEF"
+		b := make([]byte, 0, len(v)+8)
+		for i := 0; i < len(v); i++ {
+			if c := v[i]; c <= ' ' || c > '~' || c == ':' || c == '%' {
+				b = append(b, '%', hexDigits[c>>4], hexDigits[c&15])
+			} else {
+				b = append(b, c)
+			}
+		}
+		v = string(b)
+	}
+	if len(v) > maxScopeLen {
+		sum := sha256.Sum256([]byte(v))
+		return "sha256-" + hex.EncodeToString(sum[:])
+	}
+	return v
+}
+
+// requestSum is the hash behind a body-hash key: the SHA-256 of the body's
+// canonical form, and when the request has a query string, the SHA-256 of
+// that hash followed by "?" and the raw query, so that events sent as
+// ?topic=payment&id=123 with one body are distinct while a request with no
+// query keeps the guard's key.
+func requestSum(body []byte, rawQuery string) [sha256.Size]byte {
 	sum := canonicalSum(body)
+	if rawQuery == "" {
+		return sum
+	}
+	h := sha256.New()
+	h.Write(sum[:])
+	h.Write([]byte{'?'})
+	h.Write([]byte(rawQuery))
+	var out [sha256.Size]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// BodyKey returns the body-hash key of a request body with no query string:
+// "sha256:" and the hex SHA-256 of the body's compact JSON form when the body
+// is JSON (the text Node.js's JSON.stringify(JSON.parse(body)) gives), or of
+// the raw bytes otherwise. It is the key the NestJS guard produced for the
+// same body.
+func BodyKey(body []byte) string {
+	return RequestKey(body, "")
+}
+
+// RequestKey returns the body-hash key of a request with the given body and
+// raw query string: [BodyKey] when rawQuery is empty, else "sha256:" and the
+// hex SHA-256 of the body's hash followed by "?" and rawQuery.
+func RequestKey(body []byte, rawQuery string) string {
+	sum := requestSum(body, rawQuery)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -121,13 +122,29 @@ func (m *Middleware) Route(rt Route) (func(http.Handler) http.Handler, error) {
 	if err := rt.applyDefaults(); err != nil {
 		return nil, err
 	}
-	h := &routeConfig{m: m, rt: rt, retryAfter: strconv.Itoa(int((rt.RetryAfter + time.Second - 1) / time.Second))}
-	for _, name := range rt.ReplayHeaders {
-		h.replayHeaders = append(h.replayHeaders, http.CanonicalHeaderKey(name))
+	h := &routeConfig{
+		m:          m,
+		rt:         rt,
+		retryAfter: seconds(rt.RetryAfter),
+		leaseAfter: seconds(m.opts.Lease),
+		scope:      rt.Scope,
+	}
+	if h.scope == nil {
+		h.scope = DefaultScope
+	}
+	for _, name := range slices.Concat(RepresentationHeaders, rt.ReplayHeaders) {
+		if name = http.CanonicalHeaderKey(name); !slices.Contains(h.replayHeaders, name) {
+			h.replayHeaders = append(h.replayHeaders, name)
+		}
 	}
 	return func(next http.Handler) http.Handler {
 		return &handler{routeConfig: h, next: next}
 	}, nil
+}
+
+// seconds renders d for a Retry-After header: whole seconds, rounded up.
+func seconds(d time.Duration) string {
+	return strconv.Itoa(int((d + time.Second - 1) / time.Second))
 }
 
 func (rt *Route) applyDefaults() error {
@@ -135,8 +152,8 @@ func (rt *Route) applyDefaults() error {
 	if rt.Source != "" {
 		where += " " + strconv.Quote(rt.Source)
 	}
-	if strings.ContainsAny(rt.Source, ":\x00") {
-		return fmt.Errorf("%s: Source must not contain ':'", where)
+	if strings.ContainsAny(rt.Source, ":@\x00") {
+		return fmt.Errorf("%s: Source must not contain ':' or '@'", where)
 	}
 	for _, d := range []struct {
 		name string
@@ -151,7 +168,7 @@ func (rt *Route) applyDefaults() error {
 	}
 	switch rt.InFlight {
 	case "":
-		rt.InFlight = InFlightProceed
+		rt.InFlight = InFlightWait
 	case InFlightProceed, InFlightWait, InFlightReject:
 	default:
 		return fmt.Errorf("%s: InFlight %q is not one of proceed, wait, reject", where, rt.InFlight)
@@ -168,11 +185,19 @@ func (rt *Route) applyDefaults() error {
 			return fmt.Errorf("%s: ReplayHeaders: %s is never stored or replayed", where, http.CanonicalHeaderKey(name))
 		}
 	}
+	for _, st := range rt.StoreStatuses {
+		if st < 300 || st > 499 {
+			return fmt.Errorf("%s: StoreStatuses: %d is not a status from 300 to 499 (2xx is always stored; 1xx and 5xx never are)", where, st)
+		}
+	}
+	if rt.Preset != nil && rt.Preset.RetryWindow < 0 {
+		return fmt.Errorf("%s: Preset %q: RetryWindow %v is negative", where, rt.Preset.Name, rt.Preset.RetryWindow)
+	}
 	if rt.Preset != nil && rt.Preset.DuplicateStatus != 0 && (rt.Preset.DuplicateStatus < 200 || rt.Preset.DuplicateStatus > 299) {
 		return fmt.Errorf("%s: Preset %q: DuplicateStatus %d is not a 2xx status", where, rt.Preset.Name, rt.Preset.DuplicateStatus)
 	}
 	if rt.TTL == 0 {
-		rt.TTL = DefaultTTL
+		rt.TTL = rt.Preset.DefaultTTL()
 	}
 	if rt.Header == "" && (rt.Preset == nil || rt.Preset.Key == nil) {
 		rt.Header = DefaultHeader
@@ -189,17 +214,22 @@ func (rt *Route) applyDefaults() error {
 	if rt.MaxStoredBodyBytes == 0 {
 		rt.MaxStoredBodyBytes = DefaultMaxStoredBodyBytes
 	}
-	if rt.ReplayHeaders == nil {
-		rt.ReplayHeaders = []string{"Content-Type"}
-	}
 	return nil
 }
 
 type routeConfig struct {
 	m             *Middleware
 	rt            Route
-	replayHeaders []string
-	retryAfter    string
+	scope         func(*http.Request) string
+	replayHeaders []string // RepresentationHeaders, then Route.ReplayHeaders
+	retryAfter    string   // Route.RetryAfter, for Retry-After
+	leaseAfter    string   // Options.Lease, for Retry-After after a wait
+}
+
+// stores reports whether a response with status is stored and replayed;
+// any other releases the claim.
+func (h *routeConfig) stores(status int) bool {
+	return status >= 200 && status <= 299 || slices.Contains(h.rt.StoreStatuses, status)
 }
 
 type handler struct {
@@ -224,6 +254,7 @@ type delivery struct {
 	body  []byte
 
 	key      string
+	scope    string // escaped, as in the store key
 	storeKey string
 	kind     keyKind
 	fp       [FingerprintSize]byte
@@ -344,9 +375,10 @@ func (d *delivery) tooLarge(w http.ResponseWriter) {
 }
 
 // resolveKey applies the key strategies in order: configured header, preset
-// key, body hash.
+// key, body hash (unless the route requires a key).
 func (d *delivery) resolveKey() error {
 	rt := &d.h.rt
+	d.scope = escapeScope(d.h.scope(d.r))
 	if rt.Header != "" {
 		if v := NormalizeKey(headerValue(d.r.Header, rt.Header)); v != "" {
 			d.key, d.kind = v, keyFromHeader
@@ -364,21 +396,26 @@ func (d *delivery) resolveKey() error {
 		}
 	}
 	if d.key == "" {
+		if rt.RequireKey {
+			return errKeyRequired
+		}
 		// One allocation for both: the key is the tail of the store key.
 		// No fingerprint: the key is the body's hash already, so a
 		// body-hash record can't mismatch and is 16 bytes smaller.
-		sum := canonicalSum(d.body)
-		prefix := len("idem:") + len(rt.Source) + len(":")
-		b := make([]byte, 0, prefix+len("sha256:")+hex.EncodedLen(len(sum)))
-		b = append(append(append(b, "idem:"...), rt.Source...), ":sha256:"...)
-		b = hex.AppendEncode(b, sum[:])
+		sum := requestSum(d.body, d.r.URL.RawQuery)
+		b := make([]byte, 0, storeKeyLen(rt.Source, d.scope, len("sha256:")+hex.EncodedLen(len(sum))))
+		b = appendStoreKeyPrefix(b, rt.Source, d.scope)
+		prefix := len(b)
+		b = hex.AppendEncode(append(b, "sha256:"...), sum[:])
 		d.storeKey, d.kind = string(b), keyFromBody
 		d.key = d.storeKey[prefix:]
 		return nil
 	}
-	d.storeKey = StoreKey(rt.Source, d.key)
+	d.storeKey = ScopedStoreKey(rt.Source, d.scope, d.key)
 	return nil
 }
+
+var errKeyRequired = errors.New("idemhook: the route requires a key and the request carries none")
 
 // claim is the heart of the flow: one store round trip decides whether this
 // delivery runs the handler, replays, waits or is refused.
@@ -416,11 +453,7 @@ func (d *delivery) decide(pending, existing *Record, err error, waited bool) {
 			d.problem(http.StatusConflict, "Delivery in progress",
 				"a delivery of this event is being processed; retry later", OutcomeInFlightRejected, nil)
 		case InFlightWait:
-			if !waited {
-				d.wait()
-				return
-			}
-			fallthrough
+			d.wait()
 		default:
 			d.passThrough(OutcomeInFlightProceeded, nil)
 		}
@@ -450,7 +483,13 @@ func (d *delivery) wait() {
 			d.finish(OutcomeInFlightWaited, d.r.Context().Err())
 			return
 		case <-deadline.C:
-			d.passThrough(OutcomeInFlightProceeded, nil)
+			// The first delivery still holds the claim, alive or dead.
+			// Running the handler unclaimed could run the event twice, so
+			// the provider is told to come back once the claim's lease
+			// has lapsed, when its retry can claim the key.
+			d.out.w.Header().Set("Retry-After", d.h.leaseAfter)
+			d.problem(http.StatusConflict, "Delivery in progress",
+				"a delivery of this event is still being processed; retry later", OutcomeInFlightRejected, errWaitTimeout)
 			return
 		case <-poll.C:
 		}
@@ -503,6 +542,7 @@ func (d *delivery) runOwned(pending *Record) {
 		p := recover()
 		d.renew.stop()
 		d.release(pending)
+		d.handlerFailed()
 		if p == nil {
 			d.finish(OutcomeFailedReleased, errGoexit)
 			return
@@ -523,7 +563,7 @@ func (d *delivery) runOwned(pending *Record) {
 	}
 	status := d.out.finalStatus()
 	cutShort := d.out.status == 0 && d.r.Context().Err() != nil
-	if cutShort || !isFinal(status) {
+	if cutShort || !d.h.stores(status) {
 		d.release(pending)
 		d.out.send()
 		var err error
@@ -556,10 +596,23 @@ func (d *delivery) runOwned(pending *Record) {
 	d.finish(OutcomeProcessed, err)
 }
 
-// isFinal reports whether a status is an answer worth replaying; failures
-// that a retry may fix release the claim instead.
-func isFinal(status int) bool {
-	return status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests
+// handlerFailed answers 500 for a handler that panicked or exited its
+// goroutine, unless its answer was already on its way: the caller gets a
+// definite failure (and retries), and the hooks report what it got. The
+// answer is flushed, because net/http closes the connection of a panicking
+// handler without sending what is still buffered.
+func (d *delivery) handlerFailed() {
+	if d.out.streaming || d.r.Context().Err() != nil {
+		return
+	}
+	d.out.buf, d.out.status, d.out.buffering, d.out.omitted, d.out.written = d.out.buf[:0], 0, false, false, 0
+	h := d.out.w.Header()
+	for _, name := range RepresentationHeaders {
+		h.Del(name)
+	}
+	d.writeProblem(http.StatusInternalServerError, "Handler failed",
+		"the webhook handler failed; the delivery was not processed, retry it")
+	http.NewResponseController(d.out.w).Flush() //nolint:errcheck // best effort: the connection is about to close
 }
 
 // storedHeader picks the replayed headers out of the response, into a
@@ -642,11 +695,27 @@ func (d *delivery) passThrough(outcome Outcome, err error) {
 
 // problem answers with an RFC 9457 problem+json body.
 func (d *delivery) problem(status int, title, detail string, outcome Outcome, err error) {
+	d.writeProblem(status, title, detail)
+	d.finish(outcome, err)
+}
+
+func (d *delivery) writeProblem(status int, title, detail string) {
 	d.out.w.Header().Set("Content-Type", "application/problem+json")
 	d.out.WriteHeader(status)
-	fmt.Fprintf(&d.out, `{"type":"about:blank","title":%s,"status":%d,"detail":%s}`+"\n",
-		strconv.Quote(title), status, strconv.Quote(detail))
-	d.finish(outcome, err)
+	d.out.Write(problemJSON(status, title, detail)) //nolint:errcheck // the client may be gone
+}
+
+// problemJSON is an RFC 9457 problem document. encoding/json escapes what
+// a detail may carry (a control byte in an error's text, invalid UTF-8),
+// so the body is always valid JSON.
+func problemJSON(status int, title, detail string) []byte {
+	b, _ := json.Marshal(struct {
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+		Detail string `json:"detail"`
+	}{"about:blank", title, status, detail}) // cannot fail: strings and an int
+	return append(b, '\n')
 }
 
 func (d *delivery) finish(outcome Outcome, err error) {
@@ -655,13 +724,17 @@ func (d *delivery) finish(outcome Outcome, err error) {
 		return
 	}
 	status := d.out.status
-	if status == 0 && d.r.Context().Err() == nil {
-		status = http.StatusOK
+	switch {
+	case d.out.hijacked:
+		status = 0 // answered on the raw connection: unknown here
+	case status == 0 && d.r.Context().Err() == nil:
+		status = http.StatusOK // the handler wrote nothing: net/http sends 200
 	}
 	hook(DeliveryInfo{
 		Request:       d.r,
 		Source:        d.h.rt.Source,
 		Key:           d.key,
+		Scope:         d.scope,
 		StoreKey:      d.storeKey,
 		Outcome:       outcome,
 		Status:        status,
@@ -722,6 +795,8 @@ func (d *delivery) call(op string, fn func(context.Context) (*Record, error)) (*
 	}
 	return rec, err
 }
+
+var errWaitTimeout = errors.New("idemhook: the first delivery of the event still holds the claim after WaitTimeout; answered 409 with Retry-After")
 
 var errGoexit = errors.New("idemhook: the handler exited its goroutine (runtime.Goexit) without answering; the claim was released")
 

@@ -80,14 +80,22 @@ func newMemEnv(t *testing.T, opts idemhook.Options) *env {
 	return newEnv(t, st, clk, opts)
 }
 
+// route wraps h for rt. Tests call the handler directly, on whatever path,
+// with no router to record a pattern, so a route without a Scope gets the
+// unscoped keys of a fixed route; the default scope has its own tests.
 func (e *env) route(rt idemhook.Route, h http.Handler) http.Handler {
 	e.t.Helper()
+	if rt.Scope == nil {
+		rt.Scope = unscoped
+	}
 	wrap, err := e.mw.Route(rt)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	return wrap(h)
 }
+
+func unscoped(*http.Request) string { return "" }
 
 func (e *env) outcomes() []idemhook.Outcome {
 	e.mu.Lock()
@@ -367,7 +375,7 @@ func (b *blocker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func TestInFlightProceedRunsTheHandlerAgain(t *testing.T) {
 	e := newMemEnv(t, idemhook.Options{})
 	b := newBlocker()
-	route := e.route(idemhook.Route{Source: "stone"}, b)
+	route := e.route(idemhook.Route{Source: "stone", InFlight: idemhook.InFlightProceed}, b)
 	first := sendAsync(route, `{"id":1}`)
 	<-b.started
 	second := sendAsync(route, `{"id":1}`)
@@ -528,24 +536,32 @@ func TestInFlightWaitTakesOverALapsedLease(t *testing.T) {
 	wantOutcomes(t, e, idemhook.OutcomeProcessed)
 }
 
-func TestInFlightWaitTimesOutAndProceeds(t *testing.T) {
-	e := newMemEnv(t, idemhook.Options{})
+// A waiter whose WaitTimeout passes while the first delivery still holds the
+// claim never runs the handler unclaimed: it answers 409 with the lease as
+// Retry-After, so the provider comes back once a dead owner's lease lapsed.
+func TestInFlightWaitTimesOutWith409(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{Lease: 20 * time.Second})
 	b := newBlocker()
 	route := e.route(idemhook.Route{Source: "stone", InFlight: idemhook.InFlightWait, WaitTimeout: 20 * time.Millisecond}, b)
 	first := sendAsync(route, `{"id":1}`)
 	<-b.started
-	second := sendAsync(route, `{"id":1}`)
-	<-b.started // the waiter gave up and runs the handler itself
+	second := send(route, `{"id":1}`)
+	if second.Code != http.StatusConflict || second.Header().Get("Retry-After") != "20" ||
+		second.Header().Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("waiter after its timeout: %d %v %q", second.Code, second.Header(), second.Body)
+	}
 	close(b.release)
 	<-first
-	<-second
-	if c := e.countOutcomes(); c[idemhook.OutcomeProcessed] != 1 || c[idemhook.OutcomeInFlightProceeded] != 1 {
+	if n := b.n.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+	if c := e.countOutcomes(); c[idemhook.OutcomeProcessed] != 1 || c[idemhook.OutcomeInFlightRejected] != 1 {
 		t.Fatalf("outcomes %v", c)
 	}
 }
 
 func TestFailuresReleaseTheClaim(t *testing.T) {
-	for _, status := range []int{500, 502, 503, 408, 429} {
+	for _, status := range []int{500, 502, 503, 408, 429, 400, 401, 404, 409, 422, 301, 304} {
 		t.Run(fmt.Sprint(status), func(t *testing.T) {
 			e := newMemEnv(t, idemhook.Options{})
 			h := &counter{status: status}
@@ -569,10 +585,11 @@ func TestFailuresReleaseTheClaim(t *testing.T) {
 }
 
 func TestFinalAnswersAreStored(t *testing.T) {
-	for _, status := range []int{200, 201, 202, 204, 400, 404, 409, 422} {
+	for _, status := range []int{200, 201, 202, 204, 206, 299, 404, 410} {
 		e := newMemEnv(t, idemhook.Options{})
 		h := &counter{status: status}
-		route := e.route(idemhook.Route{Source: "stone"}, h)
+		// 2xx always; a 4xx only when the route lists it.
+		route := e.route(idemhook.Route{Source: "stone", StoreStatuses: []int{404, 410}}, h)
 		send(route, `{"id":1}`)
 		if r := send(route, `{"id":1}`); r.Code != status || r.Header().Get(idemhook.ReplayedHeader) != "true" {
 			t.Fatalf("status %d: replay %d %v", status, r.Code, r.Header())

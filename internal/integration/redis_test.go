@@ -105,7 +105,9 @@ func TestRedisOutage(t *testing.T) {
 	})
 	bare := httptest.NewServer(handler)
 	defer bare.Close()
-	protected := httptest.NewServer(route(handler))
+	mux := http.NewServeMux() // a fixed route: the guard's unscoped keys
+	mux.Handle("/{$}", route(handler))
+	protected := httptest.NewServer(mux)
 	defer protected.Close()
 	client := protected.Client()
 
@@ -201,7 +203,8 @@ func TestRedisCorruptValue(t *testing.T) {
 	}
 	route, _ := mw.Route(idemhook.Route{Source: "stone"})
 	var runs atomic.Int64
-	h := route(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs.Add(1) }))
+	h := http.NewServeMux() // a fixed route: the guard's unscoped keys
+	h.Handle("/{$}", route(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs.Add(1) })))
 
 	b := body("corrupt-" + strconv.FormatInt(time.Now().UnixNano(), 10))
 	key := idemhook.StoreKey("stone", idemhook.BodyKey([]byte(b)))
