@@ -189,9 +189,9 @@ type Route struct {
 	Scope func(*http.Request) string
 
 	// TTL is how long a completed response is kept and replayed. It should
-	// cover the provider's retry window. Default: the Preset's RetryWindow
-	// plus a day when the route has a preset that declares one (see
-	// [Preset.DefaultTTL]), else 24h.
+	// cover the provider's retry window. Default: [Preset.DefaultTTL], the
+	// preset's RetryWindow plus a day in whole days (Stripe: 4 days), or
+	// 24h without a preset.
 	TTL time.Duration
 
 	// Header names the request header whose value is the key. Default:
@@ -295,10 +295,12 @@ type Preset struct {
 const retryMargin = 24 * time.Hour
 
 // DefaultTTL returns the TTL a route with this preset gets when it sets
-// none: the RetryWindow plus a day, and never less than [DefaultTTL].
+// none: the RetryWindow plus a day, rounded up to whole days; [DefaultTTL]
+// (24h) for a nil preset or one with no RetryWindow.
 func (p *Preset) DefaultTTL() time.Duration {
-	if p == nil {
+	if p == nil || p.RetryWindow == 0 {
 		return DefaultTTL
 	}
-	return max(DefaultTTL, p.RetryWindow+retryMargin)
+	const day = 24 * time.Hour
+	return (p.RetryWindow + retryMargin + day - 1) / day * day
 }

@@ -28,8 +28,9 @@ func Asaas(cfg Config) (*idemhook.Preset, error) {
 		return nil, err
 	}
 	return &idemhook.Preset{
-		Name:   "asaas",
-		Verify: s.verifyToken(AsaasTokenHeader, false),
+		Name:        "asaas",
+		RetryWindow: asaasRetryWindow,
+		Verify:      s.verifyToken(AsaasTokenHeader, false),
 		Key: func(r *http.Request, body []byte) (string, error) {
 			return topLevelID(body, "id"), nil
 		},

@@ -40,8 +40,9 @@ func Evolution(cfg Config) (*idemhook.Preset, error) {
 		header = h
 	}
 	return &idemhook.Preset{
-		Name:   "evolution",
-		Verify: s.verifyToken(header, strings.EqualFold(header, "authorization")),
+		Name:        "evolution",
+		RetryWindow: evolutionRetryWindow,
+		Verify:      s.verifyToken(header, strings.EqualFold(header, "authorization")),
 		Key: func(r *http.Request, body []byte) (string, error) {
 			return evolutionKey(body), nil
 		},

@@ -33,8 +33,9 @@ func GitHub(cfg Config) (*idemhook.Preset, error) {
 		return nil, err
 	}
 	return &idemhook.Preset{
-		Name:   "github",
-		Verify: s.verifyHubSignature,
+		Name:        "github",
+		RetryWindow: githubRetryWindow,
+		Verify:      s.verifyHubSignature,
 		Key: func(r *http.Request, body []byte) (string, error) {
 			delivery := strings.TrimSpace(r.Header.Get("X-GitHub-Delivery"))
 			if delivery == "" {

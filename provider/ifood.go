@@ -28,7 +28,8 @@ func IFood(cfg Config) (*idemhook.Preset, error) {
 	}
 	keys := s.secretBytes()
 	return &idemhook.Preset{
-		Name: "ifood",
+		Name:        "ifood",
+		RetryWindow: ifoodRetryWindow,
 		Verify: func(r *http.Request, body []byte) error {
 			sig, err := parseHexMAC(r.Header.Get(IFoodSignatureHeader), "")
 			if err != nil {

@@ -56,7 +56,8 @@ func MercadoPago(cfg Config) (*idemhook.Preset, error) {
 	checkAge := cfg.Tolerance > 0
 	keys := s.secretBytes()
 	return &idemhook.Preset{
-		Name: "mercadopago",
+		Name:        "mercadopago",
+		RetryWindow: mercadoPagoRetryWindow,
 		Verify: func(r *http.Request, body []byte) error {
 			ts, sigs, err := mercadoPagoSignature.parse(r.Header.Get(MercadoPagoSignatureHeader))
 			if err != nil {

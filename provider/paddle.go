@@ -39,7 +39,8 @@ func Paddle(cfg Config) (*idemhook.Preset, error) {
 	}
 	keys := s.secretBytes()
 	return &idemhook.Preset{
-		Name: "paddle",
+		Name:        "paddle",
+		RetryWindow: paddleRetryWindow,
 		Verify: func(r *http.Request, body []byte) error {
 			return s.verifyBodyHMAC(paddleSignature, keys, ":", r, body)
 		},

@@ -56,6 +56,43 @@ type Config struct {
 	Now func() time.Time
 }
 
+// Retry windows: how long after the first attempt each provider may still
+// deliver an event again, from its documentation (docs/providers.md has the
+// table with the sources). A route with the preset keeps its answers for the
+// window plus a day unless it sets a TTL ([idemhook.Preset.DefaultTTL]).
+const (
+	day = 24 * time.Hour
+
+	// 15 attempts over about 17 hours, then the queue pauses; events are
+	// kept 14 days and are resent when the queue is re-enabled.
+	asaasRetryWindow = 14 * day
+	// 10 attempts, 5s doubling up to 300s, 20% jitter: about 20 minutes.
+	evolutionRetryWindow = 25 * time.Minute
+	// No automatic retry; deliveries of the past 3 days can be redelivered
+	// by hand or through the REST API (7 days on GitHub Enterprise Server).
+	githubRetryWindow = 3 * day
+	// Retries for up to 15 minutes, then the event is discarded.
+	ifoodRetryWindow = 15 * time.Minute
+	// Every 15 minutes, then at growing intervals (5m, 45m, 6h, 2d, 4d for
+	// IPN): about 6 days and 7 hours.
+	mercadoPagoRetryWindow = 7 * day
+	// Live mode: up to 60 times over 3 days.
+	paddleRetryWindow = 3 * day
+	// 8 times over 4 hours.
+	shopifyRetryWindow = 4 * time.Hour
+	// 3 retries: at once, after about 1 and 5 minutes.
+	slackRetryWindow = 10 * time.Minute
+	// The specification's example schedule (Svix's own): 5s, 5m, 30m, 2h,
+	// 5h, 10h, 14h, 20h, 24h, about 3 days and 4 hours.
+	standardWebhooksRetryWindow = 76 * time.Hour
+	// Up to 50 attempts "throughout the day", with no fixed schedule.
+	stoneRetryWindow = day
+	// Live mode: up to 3 days with exponential backoff.
+	stripeRetryWindow = 3 * day
+	// Decreasing frequency for up to 7 days.
+	whatsAppRetryWindow = 7 * day
+)
+
 // defaultTolerance is the timestamp tolerance of every provider that signs a
 // timestamp, unless Config.Tolerance says otherwise.
 const defaultTolerance = 5 * time.Minute

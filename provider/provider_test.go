@@ -4,12 +4,17 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/fakeclock"
+	"github.com/idemhook/idemhook/memstore"
 	"github.com/idemhook/idemhook/provider"
 )
 
@@ -577,4 +582,156 @@ func TestStone(t *testing.T) {
 			t.Fatalf("Key = %q, %v; want \"\" (body hash)", k, err)
 		}
 	})
+}
+
+// retentionRoute is a route with preset name (configured by cfg) and no TTL,
+// over a memory store, everything on clk; it counts handler runs.
+func retentionRoute(t *testing.T, name string, cfg provider.Config, clk *fakeclock.Clock) (http.Handler, *atomic.Int64) {
+	t.Helper()
+	st, err := memstore.New(memstore.Config{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	m, err := idemhook.New(st, idemhook.Options{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Now = clk.Now
+	p, err := provider.New(name, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := m.Route(idemhook.Route{Source: name, Preset: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := &atomic.Int64{}
+	return mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(http.StatusOK)
+	})), runs
+}
+
+// Every preset's default TTL covers its provider's retry window: an attempt
+// at the very end of the window, re-signed as the provider does, is replayed;
+// once the default TTL has passed the key is free again.
+func TestPresetDefaultTTLCoversTheRetryWindow(t *testing.T) {
+	for _, f := range fixtures(t) {
+		t.Run(f.name, func(t *testing.T) {
+			clk := fakeclock.New(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
+			h, runs := retentionRoute(t, f.name, f.cfg, clk)
+			p, _ := provider.New(f.name, f.cfg)
+			if p.RetryWindow <= 0 {
+				t.Fatalf("preset %s declares no retry window", f.name)
+			}
+			attempt := func() int {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, f.build(t, "retention", clk.Now(), f.secret()))
+				return rec.Code
+			}
+			start := clk.Now()
+			for _, at := range []time.Duration{0, time.Minute, p.RetryWindow} {
+				clk.Advance(start.Add(at).Sub(clk.Now()))
+				if code := attempt(); code != 200 && code != f.dupStatus {
+					t.Fatalf("attempt at +%v: status %d", at, code)
+				}
+			}
+			if n := runs.Load(); n != 1 {
+				t.Fatalf("handler ran %d times for attempts up to the end of the %v window, want 1", n, p.RetryWindow)
+			}
+			clk.Advance(start.Add(p.DefaultTTL() + time.Second).Sub(clk.Now()))
+			attempt()
+			if n := runs.Load(); n != 2 {
+				t.Fatalf("after the default TTL (%v) the handler ran %d times in all, want 2", p.DefaultTTL(), n)
+			}
+		})
+	}
+}
+
+// Stripe retries for about 3 days in live mode, re-signing every attempt.
+// With the preset's default TTL, attempts at 0h, 1h, 25h and 71h run the
+// handler once (with the old 24h default, the one at 25h ran it again).
+func TestStripeRetriesOnDayTwoAndThreeAreReplayed(t *testing.T) {
+	clk := fakeclock.New(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
+	const secret = "whsec_retention"
+	h, runs := retentionRoute(t, "stripe", provider.Config{Secrets: []string{secret}}, clk)
+	body := `{"id":"evt_retention","object":"event","type":"payment_intent.succeeded"}`
+	start := clk.Now()
+	for i, at := range []time.Duration{0, time.Hour, 25 * time.Hour, 71 * time.Hour} {
+		clk.Advance(start.Add(at).Sub(clk.Now()))
+		r := post("/stripe", body)
+		ts := unix(clk.Now())
+		r.Header.Set("Stripe-Signature", "t="+ts+",v1="+hmacHex(secret, ts, ".", body))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		replayed := rec.Header().Get(idemhook.ReplayedHeader) == "true"
+		if rec.Code != 200 || replayed != (i > 0) {
+			t.Fatalf("attempt at +%v: status %d, replayed %v", at, rec.Code, replayed)
+		}
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+}
+
+// The retention table of docs/providers.md is the presets' own: each row's
+// retry window and default TTL equal the preset's.
+func TestRetentionTableMatchesThePresets(t *testing.T) {
+	doc, err := os.ReadFile("../docs/providers.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string][2]string{}
+	for line := range strings.SplitSeq(string(doc), "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 5 || !strings.HasPrefix(strings.TrimSpace(cells[1]), "`") {
+			continue
+		}
+		name := strings.Trim(strings.TrimSpace(cells[1]), "`")
+		window, ttl := strings.TrimSpace(cells[2]), strings.TrimSpace(cells[3])
+		if _, err := parseDays(window); err == nil {
+			rows[name] = [2]string{window, ttl}
+		}
+	}
+	for _, f := range fixtures(t) {
+		p, err := provider.New(f.name, f.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		row, ok := rows[f.name]
+		if !ok {
+			t.Errorf("docs/providers.md: no retention row for %s", f.name)
+			continue
+		}
+		if w, _ := parseDays(row[0]); w != p.RetryWindow {
+			t.Errorf("%s: docs say retry window %s, the preset has %v", f.name, row[0], p.RetryWindow)
+		}
+		if d, err := parseDays(row[1]); err != nil || d != p.DefaultTTL() {
+			t.Errorf("%s: docs say default TTL %s, the preset has %v", f.name, row[1], p.DefaultTTL())
+		}
+	}
+	if len(rows) != len(provider.Names()) {
+		t.Errorf("docs/providers.md has %d retention rows, want one per preset (%d)", len(rows), len(provider.Names()))
+	}
+}
+
+// parseDays parses the table's durations: "3d4h", "15m", "14d".
+func parseDays(s string) (time.Duration, error) {
+	days := time.Duration(0)
+	if i := strings.IndexByte(s, 'd'); i > 0 {
+		n, err := strconv.Atoi(s[:i])
+		if err != nil {
+			return 0, err
+		}
+		days, s = time.Duration(n)*24*time.Hour, s[i+1:]
+	}
+	if s == "" {
+		if days == 0 {
+			return 0, errors.New("empty duration")
+		}
+		return days, nil
+	}
+	d, err := time.ParseDuration(s)
+	return days + d, err
 }

@@ -30,7 +30,8 @@ func Shopify(cfg Config) (*idemhook.Preset, error) {
 	}
 	keys := s.secretBytes()
 	return &idemhook.Preset{
-		Name: "shopify",
+		Name:        "shopify",
+		RetryWindow: shopifyRetryWindow,
 		Verify: func(r *http.Request, body []byte) error {
 			sig, err := parseShopifySignature(r.Header.Get(ShopifySignatureHeader))
 			if err != nil {

@@ -68,7 +68,8 @@ func standardWebhooks(cfg Config, name string, headerSets ...string) (*idemhook.
 		return sets[0]
 	}
 	return &idemhook.Preset{
-		Name: name,
+		Name:        name,
+		RetryWindow: standardWebhooksRetryWindow,
 		Verify: func(r *http.Request, body []byte) error {
 			h := pick(r)
 			id := r.Header.Get(h.id)

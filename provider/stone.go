@@ -70,7 +70,8 @@ func Stone(cfg Config) (*idemhook.Preset, error) {
 	}
 	checkAge := cfg.Tolerance > 0
 	return &idemhook.Preset{
-		Name: "stone",
+		Name:        "stone",
+		RetryWindow: stoneRetryWindow,
 		Verify: func(r *http.Request, body []byte) error {
 			claims, err := openStoneBody(body, privs, pubs)
 			if err != nil {

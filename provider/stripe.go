@@ -40,7 +40,8 @@ func Stripe(cfg Config) (*idemhook.Preset, error) {
 	}
 	keys := s.secretBytes()
 	return &idemhook.Preset{
-		Name: "stripe",
+		Name:        "stripe",
+		RetryWindow: stripeRetryWindow,
 		Verify: func(r *http.Request, body []byte) error {
 			return s.verifyBodyHMAC(stripeSignature, keys, ".", r, body)
 		},

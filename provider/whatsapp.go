@@ -38,7 +38,8 @@ func WhatsAppCloud(cfg Config) (*idemhook.Preset, error) {
 	}
 	verifyToken := s.options["verify_token"]
 	return &idemhook.Preset{
-		Name: "whatsapp-cloud",
+		Name:        "whatsapp-cloud",
+		RetryWindow: whatsAppRetryWindow,
 		Verify: func(r *http.Request, body []byte) error {
 			if (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.URL.Query().Has("hub.mode") {
 				return nil // the subscription challenge: Handshake checks its token
