@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 
+	"github.com/go-chi/chi/v5"
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/memstore"
 )
@@ -113,4 +114,44 @@ func ExamplePreset() {
 	// 401 replayed: false
 	// 200 replayed: false
 	// 200 replayed: true
+}
+
+// A chi route with a path parameter: the default scope keys each tenant's
+// deliveries apart (chi records the route's pattern in Request.Pattern, and
+// a pattern with a wildcard scopes by path), so one tenant's answer is never
+// replayed to another, even for the same Idempotency-Key.
+func ExampleRoute_scope() {
+	store, err := memstore.New(memstore.Config{})
+	if err != nil {
+		panic(err)
+	}
+	mw, err := idemhook.New(store, idemhook.Options{OnDelivery: func(d idemhook.DeliveryInfo) {
+		fmt.Println(d.Outcome, d.StoreKey)
+	}})
+	if err != nil {
+		panic(err)
+	}
+	orders, err := mw.Route(idemhook.Route{Source: "orders"}) // Scope nil: idemhook.DefaultScope
+	if err != nil {
+		panic(err)
+	}
+	r := chi.NewRouter()
+	r.With(orders).Post("/webhooks/orders/{tenant}", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "order for %s", chi.URLParam(r, "tenant"))
+	})
+
+	for _, tenant := range []string{"acme", "globex", "acme"} {
+		req := httptest.NewRequest(http.MethodPost, "/webhooks/orders/"+tenant, strings.NewReader(`{"total":10}`))
+		req.Header.Set("Idempotency-Key", "o-1")
+		rec := httptest.NewRecorder()
+		r.ServeHTTP(rec, req)
+		fmt.Println(" ->", rec.Body.String())
+	}
+	// Output:
+	// processed idem:orders@/webhooks/orders/acme:o-1
+	//  -> order for acme
+	// processed idem:orders@/webhooks/orders/globex:o-1
+	//  -> order for globex
+	// replayed idem:orders@/webhooks/orders/acme:o-1
+	//  -> order for acme
 }

@@ -305,6 +305,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := d.resolveKey(); err != nil {
+		if err == errKeyRequired {
+			detail := "this route requires an idempotency key"
+			if h.rt.Header != "" {
+				detail += " in the " + http.CanonicalHeaderKey(h.rt.Header) + " header"
+			}
+			d.problem(http.StatusBadRequest, "Idempotency key required", detail, OutcomeKeyError, err)
+			return
+		}
 		h.m.warn("WebhookIdempotencyGuard key resolution failed: "+err.Error(), slog.String("source", h.rt.Source))
 		d.passThrough(OutcomeKeyError, err)
 		return

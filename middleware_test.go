@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/internal/fakeclock"
 	"github.com/idemhook/idemhook/internal/syncbuf"
@@ -334,6 +337,11 @@ func TestRouteValidation(t *testing.T) {
 		{idemhook.Route{Source: "s", OnStoreError: "maybe"}, `OnStoreError "maybe" is not one of open, closed`},
 		{idemhook.Route{Source: "s", TTL: -time.Second}, "TTL -1s is negative"},
 		{idemhook.Route{Source: "a:b"}, "must not contain ':'"},
+		{idemhook.Route{Source: "a@b"}, "must not contain ':' or '@'"},
+		{idemhook.Route{Source: "s", StoreStatuses: []int{500}}, "StoreStatuses: 500 is not a status from 300 to 499"},
+		{idemhook.Route{Source: "s", StoreStatuses: []int{200}}, "StoreStatuses: 200 is not a status from 300 to 499"},
+		{idemhook.Route{Source: "s", ReplayHeaders: []string{"set-cookie"}}, "ReplayHeaders: Set-Cookie is never stored or replayed"},
+		{idemhook.Route{Source: "s", Preset: &idemhook.Preset{Name: "p", RetryWindow: -time.Hour}}, "RetryWindow -1h0m0s is negative"},
 		{idemhook.Route{Source: "s", MaxBodyBytes: -1}, "must not be negative"},
 		{idemhook.Route{Source: "s", Preset: &idemhook.Preset{Name: "p", DuplicateStatus: 500}}, "DuplicateStatus 500 is not a 2xx status"},
 	}
@@ -1054,5 +1062,337 @@ func TestLeaseIsRenewedWhileTheHandlerRuns(t *testing.T) {
 	}
 	if strings.Contains(e.logs.String(), "lease lost") {
 		t.Fatalf("unexpected lease-lost WARN:\n%s", e.logs)
+	}
+}
+
+// One tenant's answer never reaches another: routes whose pattern can match
+// several paths scope their keys by path, a fixed route keeps the guard's
+// unscoped key, and Route.Scope overrides both.
+func TestScopeKeepsPathsAndTenantsApart(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	h := &counter{}
+	wrap := func(rt idemhook.Route) http.Handler {
+		w, err := e.mw.Route(rt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w(h)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders/{tenant}", wrap(idemhook.Route{Source: "orders"}))
+	mux.Handle("POST /t/", wrap(idemhook.Route{Source: "t"}))
+	mux.Handle("POST /fixed", wrap(idemhook.Route{Source: "fixed"}))
+	mux.Handle("POST /exact/{$}", wrap(idemhook.Route{Source: "exact"}))
+	mux.Handle("POST /custom/{tenant}/{id}", wrap(idemhook.Route{Source: "custom",
+		Scope: func(r *http.Request) string { return r.PathValue("tenant") }}))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	post := func(path, key string) (string, bool) {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(`{"e":2}`))
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b), resp.Header.Get(idemhook.ReplayedHeader) == "true"
+	}
+	bodyKey := idemhook.BodyKey([]byte(`{"e":2}`))
+	tests := []struct {
+		path, key    string
+		wantReplayed bool
+		wantStoreKey string
+	}{
+		{"/orders/acme", "o-1", false, "idem:orders@/orders/acme:o-1"},
+		{"/orders/other", "o-1", false, "idem:orders@/orders/other:o-1"},
+		{"/orders/acme", "o-1", true, "idem:orders@/orders/acme:o-1"},
+		{"/t/acme", "", false, "idem:t@/t/acme:" + bodyKey},
+		{"/t/globex", "", false, "idem:t@/t/globex:" + bodyKey},
+		{"/t/globex", "", true, "idem:t@/t/globex:" + bodyKey},
+		{"/t/a%3Ab", "", false, "idem:t@/t/a%253Ab:" + bodyKey}, // '%' escaped: the scope never holds ':'
+		{"/t/a:b", "", false, "idem:t@/t/a%3Ab:" + bodyKey},
+		{"/fixed", "", false, "idem:fixed:" + bodyKey},
+		{"/fixed", "", true, "idem:fixed:" + bodyKey},
+		{"/exact/", "", false, "idem:exact:" + bodyKey},
+		{"/custom/acme/1", "k", false, "idem:custom@acme:k"},
+		{"/custom/acme/2", "k", true, "idem:custom@acme:k"}, // the scope the route chose: the tenant
+		{"/custom/globex/1", "k", false, "idem:custom@globex:k"},
+	}
+	for i, tt := range tests {
+		_, replayed := post(tt.path, tt.key)
+		if replayed != tt.wantReplayed {
+			t.Errorf("%d: POST %s key %q: replayed %v, want %v", i, tt.path, tt.key, replayed, tt.wantReplayed)
+		}
+		e.mu.Lock()
+		got := e.deliveries[len(e.deliveries)-1].StoreKey
+		e.mu.Unlock()
+		if got != tt.wantStoreKey {
+			t.Errorf("%d: POST %s: store key %q, want %q", i, tt.path, got, tt.wantStoreKey)
+		}
+	}
+	if n, want := h.n.Load(), int64(10); n != want {
+		t.Fatalf("handler ran %d times, want %d (once per path or tenant and event)", n, want)
+	}
+}
+
+// On a fixed ServeMux route with the default scope, the records sit under
+// exactly the keys the NestJS guard used (see TestSeedBodyHashRouteUsesTheGuardsKeys).
+func TestSeedKeysOnAFixedMuxRoute(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	wrap, err := e.mw.Route(idemhook.Route{Source: "stone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /webhooks/stone", wrap(&counter{}))
+	for _, v := range loadSeedVectors(t) {
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/webhooks/stone", strings.NewReader(v.Body)))
+		if got, err := e.store.Get(t.Context(), v.Key); err != nil || got == nil {
+			t.Errorf("%s: no record under the guard's key %s (%v)", v.Name, v.Key, err)
+		}
+	}
+}
+
+// A backend that compresses (chi's Compress inside the route) is replayed
+// with its Content-Encoding: Go's client, which asks for gzip, decodes the
+// replay to the same bytes as the first answer.
+func TestCompressedResponseIsReplayedAsSent(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	route, err := e.mw.Route(idemhook.Route{Source: "gz", ReplayHeaders: []string{"X-Request-Cost"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int64
+	big := strings.Repeat(`{"item":"compressible"},`, 200)
+	r := chi.NewRouter()
+	r.With(route, middleware.Compress(5)).Post("/webhook", func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Request-Cost", "7")
+		fmt.Fprintf(w, `{"items":[%s{}]}`, big)
+	})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+
+	get := func() (string, *http.Response) {
+		resp, err := http.Post(srv.URL+"/webhook", "application/json", strings.NewReader(`{"id":"evt_gz"}`)) // Go's default client
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b), resp
+	}
+	first, fr := get()
+	replay, rr := get()
+	if !fr.Uncompressed {
+		t.Fatal("the first answer was not gzip-encoded: the test proves nothing")
+	}
+	if rr.Header.Get(idemhook.ReplayedHeader) != "true" || runs.Load() != 1 {
+		t.Fatalf("second delivery not replayed (handler ran %d times)", runs.Load())
+	}
+	if replay != first || !rr.Uncompressed {
+		t.Fatalf("decoded replay (gzip: %v) differs from the decoded first answer:\nfirst  %.80q\nreplay %.80q", rr.Uncompressed, first, replay)
+	}
+	if got := rr.Header.Get("X-Request-Cost"); got != "7" {
+		t.Errorf("ReplayHeaders entry not replayed next to the defaults: X-Request-Cost %q", got)
+	}
+	if got := rr.Header.Get("Content-Type"); got != "application/json" {
+		t.Errorf("Content-Type %q on the replay", got)
+	}
+}
+
+// Without a key header, a body-hash key covers the query string: events that
+// a provider puts in the query (Mercado Pago's IPN, ?topic=payment&id=123,
+// empty body) are told apart; a route can refuse deliveries without a key.
+func TestQueryStringIsPartOfTheBodyKey(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	h := &counter{}
+	route := e.route(idemhook.Route{Source: "mp"}, h)
+	for _, q := range []string{"?id=0", "?id=1", "?id=2", "?id=1", ""} {
+		rec := httptest.NewRecorder()
+		route.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/ipn"+q, nil))
+	}
+	if n := h.n.Load(); n != 4 {
+		t.Fatalf("handler ran %d times for 4 distinct events (one repeated), want 4", n)
+	}
+	e.mu.Lock()
+	keys := []string{e.deliveries[1].Key, e.deliveries[3].Key, e.deliveries[4].Key}
+	e.mu.Unlock()
+	if keys[0] != keys[1] || keys[0] != idemhook.RequestKey(nil, "id=1") {
+		t.Errorf("?id=1 keys %q, %q; want both %q", keys[0], keys[1], idemhook.RequestKey(nil, "id=1"))
+	}
+	if keys[2] != idemhook.BodyKey(nil) {
+		t.Errorf("no query: key %q, want the body hash %q", keys[2], idemhook.BodyKey(nil))
+	}
+
+	strict := newMemEnv(t, idemhook.Options{})
+	h2 := &counter{}
+	required := strict.route(idemhook.Route{Source: "s", RequireKey: true}, h2)
+	r := send(required, `{"id":1}`)
+	if r.Code != http.StatusBadRequest || r.Header().Get("Content-Type") != "application/problem+json" || h2.n.Load() != 0 {
+		t.Fatalf("no key on a RequireKey route: %d %q, handler ran %d times", r.Code, r.Body, h2.n.Load())
+	}
+	if r := send(required, `{"id":1}`, "Idempotency-Key", "k-1"); r.Code != 200 || h2.n.Load() != 1 {
+		t.Fatalf("with a key: %d, handler ran %d times", r.Code, h2.n.Load())
+	}
+	wantOutcomes(t, strict, idemhook.OutcomeKeyError, idemhook.OutcomeProcessed)
+}
+
+// The zero Route waits for a running delivery instead of running the event
+// twice: a duplicate arriving mid-delivery gets the first answer.
+func TestDefaultInFlightPolicyIsWait(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	b := newBlocker()
+	route := e.route(idemhook.Route{Source: "stone"}, b)
+	first := sendAsync(route, `{"id":1}`)
+	<-b.started
+	second := sendAsync(route, `{"id":1}`)
+	e.waitForStoreCalls("claim", 2) // the duplicate found the claim pending
+	close(b.release)
+	f, s := <-first, <-second
+	if n := b.n.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+	if s.Body.String() != f.Body.String() || s.Header().Get(idemhook.ReplayedHeader) != "true" {
+		t.Fatalf("duplicate got %d %q, first %q", s.Code, s.Body, f.Body)
+	}
+	wantOutcomesSet(t, e, idemhook.OutcomeProcessed, idemhook.OutcomeInFlightWaited)
+}
+
+func wantOutcomesSet(t *testing.T, e *env, want ...idemhook.Outcome) {
+	t.Helper()
+	got := e.countOutcomes()
+	for _, o := range want {
+		got[o]--
+	}
+	for _, n := range got {
+		if n != 0 {
+			t.Fatalf("outcomes %v, want %v in any order", e.outcomes(), want)
+		}
+	}
+}
+
+// waitForStoreCalls waits until the store has seen n calls of op.
+func (e *env) waitForStoreCalls(op string, n int) {
+	e.t.Helper()
+	for range 5000 {
+		e.mu.Lock()
+		seen := 0
+		for _, c := range e.storeCalls {
+			if c.Op == op {
+				seen++
+			}
+		}
+		e.mu.Unlock()
+		if seen >= n {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	e.t.Fatalf("fewer than %d %s calls after 5s", n, op)
+}
+
+// DeliveryInfo.Status is the status the caller received, for every outcome,
+// seen by a real client through a real server.
+func TestDeliveryInfoStatusIsWhatTheCallerGot(t *testing.T) {
+	type step struct {
+		body, key string
+		status    int // the handler's
+		panics    bool
+	}
+	tests := []struct {
+		name    string
+		route   idemhook.Route
+		store   map[string]error // store ops that fail
+		steps   []step
+		outcome idemhook.Outcome // of the last step
+		want    int
+	}{
+		{"processed", idemhook.Route{}, nil, []step{{body: `{"a":1}`, status: 201}}, idemhook.OutcomeProcessed, 201},
+		{"replayed", idemhook.Route{}, nil, []step{{body: `{"a":1}`, status: 201}, {body: `{"a":1}`}}, idemhook.OutcomeReplayed, 201},
+		{"replayed with a duplicate status", idemhook.Route{Preset: &idemhook.Preset{Name: "p", DuplicateStatus: 202}}, nil,
+			[]step{{body: `{"a":1}`, status: 200}, {body: `{"a":1}`}}, idemhook.OutcomeReplayed, 202},
+		{"mismatch", idemhook.Route{}, nil, []step{{body: `{"a":1}`, key: "k"}, {body: `{"a":2}`, key: "k"}}, idemhook.OutcomeMismatch, 422},
+		{"failed and released", idemhook.Route{}, nil, []step{{body: `{"a":1}`, status: 503}}, idemhook.OutcomeFailedReleased, 503},
+		{"4xx released", idemhook.Route{}, nil, []step{{body: `{"a":1}`, status: 404}}, idemhook.OutcomeFailedReleased, 404},
+		{"panic", idemhook.Route{}, nil, []step{{body: `{"a":1}`, status: 200, panics: true}}, idemhook.OutcomeFailedReleased, 500},
+		{"store error, open", idemhook.Route{}, map[string]error{"claim": errors.New("down")}, []step{{body: `{"a":1}`, status: 201}}, idemhook.OutcomeStoreErrorOpen, 201},
+		{"store error, closed", idemhook.Route{OnStoreError: idemhook.StoreErrorClosed}, map[string]error{"claim": errors.New("down")}, []step{{body: `{"a":1}`}}, idemhook.OutcomeStoreErrorClosed, 503},
+		{"key required", idemhook.Route{RequireKey: true}, nil, []step{{body: `{"a":1}`}}, idemhook.OutcomeKeyError, 400},
+		{"signature invalid", idemhook.Route{Preset: &idemhook.Preset{Name: "p", Verify: func(*http.Request, []byte) error { return errors.New("bad") }}}, nil,
+			[]step{{body: `{"a":1}`}}, idemhook.OutcomeSignatureInvalid, 401},
+		{"too large", idemhook.Route{MaxBodyBytes: 4}, nil, []step{{body: `{"a":1}`}}, idemhook.OutcomeTooLarge, 413},
+		{"handler writes nothing", idemhook.Route{}, nil, []step{{body: `{"a":1}`}}, idemhook.OutcomeProcessed, 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newFailingEnv(t, tt.store, idemhook.Options{BreakerThreshold: -1})
+			var cur step
+			rt := tt.route
+			rt.Source = "s"
+			h := e.route(rt, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				if cur.status != 0 {
+					w.WriteHeader(cur.status)
+					io.WriteString(w, `{"ok":true}`) //nolint:errcheck
+				}
+				if cur.panics {
+					panic(http.ErrAbortHandler) // net/http logs nothing for this one
+				}
+			}))
+			srv := httptest.NewUnstartedServer(h)
+			srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+			srv.Start()
+			defer srv.Close()
+			var got int
+			for _, st := range tt.steps {
+				cur = st
+				req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(st.body))
+				if st.key != "" {
+					req.Header.Set("Idempotency-Key", st.key)
+				}
+				resp, err := srv.Client().Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body) //nolint:errcheck
+				resp.Body.Close()
+				got = resp.StatusCode
+			}
+			e.mu.Lock()
+			last := e.deliveries[len(e.deliveries)-1]
+			e.mu.Unlock()
+			if got != tt.want || last.Status != got || last.Outcome != tt.outcome {
+				t.Fatalf("caller got %d (want %d); hook reported %s status %d", got, tt.want, last.Outcome, last.Status)
+			}
+		})
+	}
+}
+
+// A problem body is valid JSON whatever the detail holds: control bytes and
+// invalid UTF-8 from a Verify error are escaped, not quoted the Go way.
+func TestProblemBodyIsValidJSON(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	route := e.route(idemhook.Route{Source: "s", Preset: &idemhook.Preset{Name: "p",
+		Verify: func(*http.Request, []byte) error { return errors.New("bad \x01 byte \xff and \"quotes\"") }}}, &counter{})
+	r := send(route, `{}`)
+	var doc struct {
+		Status int    `json:"status"`
+		Detail string `json:"detail"`
+	}
+	if err := json.Unmarshal(r.Body.Bytes(), &doc); err != nil {
+		t.Fatalf("problem body is not JSON: %v: %q", err, r.Body)
+	}
+	if doc.Status != 401 || !strings.Contains(doc.Detail, "bad \x01 byte") {
+		t.Fatalf("problem %+v", doc)
 	}
 }
