@@ -95,12 +95,13 @@ func newRecordJSON(key string, rec *idemhook.Record) recordJSON {
 }
 
 // adminStoreKey returns the store key named by the request's {source} and
-// {key}: the key normalized as the middleware normalizes a delivery's key
-// (a long or non-ASCII key stored under its SHA-256, a quoted one unquoted),
-// so that an operator can paste the key a provider sent. The stored form
-// (e.g. "sha256:...") normalizes to itself.
+// {key}, and the scope in ?scope= (on a prefix route, the request's path,
+// e.g. /t/acme): the key normalized as the middleware normalizes a
+// delivery's key (a long or non-ASCII key stored under its SHA-256, a
+// quoted one unquoted), so that an operator can paste the key a provider
+// sent. The stored form (e.g. "sha256:...") normalizes to itself.
 func adminStoreKey(r *http.Request) string {
-	return idemhook.StoreKey(r.PathValue("source"), idemhook.NormalizeKey(r.PathValue("key")))
+	return idemhook.ScopedStoreKey(r.PathValue("source"), r.URL.Query().Get("scope"), idemhook.NormalizeKey(r.PathValue("key")))
 }
 
 func (g *gateway) getKey(w http.ResponseWriter, r *http.Request) {

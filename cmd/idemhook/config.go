@@ -29,7 +29,6 @@ const (
 	defaultShutdownTimeout = 10 * time.Second
 	defaultUpstreamTimeout = 30 * time.Second
 	defaultAuditRetention  = 7 * 24 * time.Hour
-	defaultTTL             = 24 * time.Hour
 	defaultWaitTimeout     = 10 * time.Second
 	defaultMaxBody         = 5 << 20
 )
@@ -44,6 +43,11 @@ type Config struct {
 	Log             LogConfig
 	ShutdownTimeout time.Duration
 	Routes          []RouteConfig
+
+	// Warnings are settings that are valid but likely wrong (a TTL
+	// shorter than the provider's retries); check prints them and serve
+	// logs them.
+	Warnings []ConfigError
 }
 
 // StoreConfig is the store: section.
@@ -87,6 +91,8 @@ type RouteConfig struct {
 	UpstreamTimeout time.Duration
 	Route           idemhook.Route // Source, TTL, Header, policies, Preset...
 	Provider        string
+	ShareKeys       bool   // share_keys: other routes may have the same source
+	at              string // "routes[i]", for errors
 }
 
 // ConfigError is one problem of a configuration file, at a line and a field.
@@ -147,9 +153,16 @@ func parseConfig(name string, data []byte, getenv func(string) string) (*Config,
 // parser walks the YAML node tree, collecting errors instead of stopping at
 // the first one.
 type parser struct {
+	warns []ConfigError
+
 	file   string
 	getenv func(string) string
 	errs   ConfigErrors
+}
+
+// warnf records a warning at n's line.
+func (p *parser) warnf(n *yaml.Node, field, format string, args ...any) {
+	p.warns = append(p.warns, ConfigError{File: p.file, Line: n.Line, Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
 func (p *parser) errorf(n *yaml.Node, field, format string, args ...any) {
@@ -390,6 +403,7 @@ func (p *parser) parse(data []byte) *Config {
 	cfg.Audit = p.audit(fs, cfg.Store)
 	cfg.Log = p.log(fs)
 	cfg.Routes = p.routes(fs, root)
+	cfg.Warnings = p.warns
 	return cfg
 }
 
@@ -591,7 +605,7 @@ func (p *parser) log(fs map[string]field) LogConfig {
 var routeFields = []string{
 	"path", "upstream", "source", "ttl", "header", "in_flight", "wait_timeout", "on_store_error",
 	"provider", "secret_env", "secrets", "provider_options", "tolerance", "max_body",
-	"upstream_timeout", "replay_headers",
+	"upstream_timeout", "replay_headers", "store_statuses", "require_key", "share_keys",
 }
 
 func (p *parser) routes(fs map[string]field, root *yaml.Node) []RouteConfig {
@@ -611,6 +625,12 @@ func (p *parser) routes(fs map[string]field, root *yaml.Node) []RouteConfig {
 	}
 	var out []RouteConfig
 	seen := map[string]string{} // path -> "routes[i], line n"
+	type sourceUse struct {
+		at   string
+		node *yaml.Node // the source value
+	}
+	sources := map[string][]sourceUse{}
+	var order []string
 	for i, n := range seq.Content {
 		at := fmt.Sprintf("routes[%d]", i)
 		rc, ok := p.route(n, at)
@@ -625,8 +645,44 @@ func (p *parser) routes(fs map[string]field, root *yaml.Node) []RouteConfig {
 			}
 		}
 		out = append(out, rc)
+		if src := rc.Route.Source; src != "" {
+			if _, ok := sources[src]; !ok {
+				order = append(order, src)
+			}
+			sources[src] = append(sources[src], sourceUse{at: at, node: p.lineOf(n, "source")})
+		}
+	}
+	// The source names the keys (idem:<source>:<key>): two routes with one
+	// source answer each other's deliveries, so they must both say so.
+	for _, src := range order {
+		uses := sources[src]
+		if len(uses) < 2 {
+			continue
+		}
+		for i, u := range uses {
+			if rc := routeAt(out, u.at); rc != nil && rc.ShareKeys {
+				continue
+			}
+			var others []string
+			for j, o := range uses {
+				if j != i {
+					others = append(others, fmt.Sprintf("%s, line %d", o.at, o.node.Line))
+				}
+			}
+			p.errorf(u.node, join(u.at, "source"), "source %q is also used by %s: routes with one source share keys and answer each other's deliveries; give each route its own source, or set share_keys: true on every route of the source", src, strings.Join(others, "; "))
+		}
 	}
 	return out
+}
+
+// routeAt returns the route parsed from the entry at ("routes[i]").
+func routeAt(routes []RouteConfig, at string) *RouteConfig {
+	for i := range routes {
+		if routes[i].at == at {
+			return &routes[i]
+		}
+	}
+	return nil
 }
 
 // lineOf returns the value node of field name in mapping n, or n.
@@ -645,7 +701,7 @@ func (p *parser) route(n *yaml.Node, at string) (RouteConfig, bool) {
 	if rf == nil {
 		return RouteConfig{}, false
 	}
-	rc := RouteConfig{Line: resolve(n).Line}
+	rc := RouteConfig{Line: resolve(n).Line, at: at}
 
 	if v, vn, ok := p.str(rf, at, "path"); ok {
 		if err := checkPath(v); err != nil {
@@ -676,10 +732,23 @@ func (p *parser) route(n *yaml.Node, at string) (RouteConfig, bool) {
 		p.errorf(n, join(at, "source"), "missing: the provider's label, e.g. source: stone (it names the keys: idem:<source>:<key>)")
 	}
 
-	r.TTL = p.duration(rf, at, "ttl", defaultTTL)
+	r.TTL = p.duration(rf, at, "ttl", 0) // 0: the preset's default, after p.preset
 	r.WaitTimeout = p.duration(rf, at, "wait_timeout", defaultWaitTimeout)
 	rc.UpstreamTimeout = p.duration(rf, at, "upstream_timeout", defaultUpstreamTimeout)
-	r.InFlight = idemhook.InFlightPolicy(p.oneOf(rf, at, "in_flight", "proceed", "proceed", "wait", "reject"))
+	r.InFlight = idemhook.InFlightPolicy(p.oneOf(rf, at, "in_flight", "wait", "proceed", "wait", "reject"))
+	r.RequireKey = p.boolean(rf, at, "require_key")
+	rc.ShareKeys = p.boolean(rf, at, "share_keys")
+	if vs, vn, ok := p.strList(rf, at, "store_statuses"); ok {
+		for i, v := range vs {
+			st, err := strconv.Atoi(v)
+			if err != nil || st < 300 || st > 499 {
+				p.errorf(vn.Content[i], fmt.Sprintf("%s[%d]", join(at, "store_statuses"), i),
+					"invalid status %q: want a 3xx or 4xx status to store and replay like a success (2xx always is; 1xx and 5xx never are)", v)
+				continue
+			}
+			r.StoreStatuses = append(r.StoreStatuses, st)
+		}
+	}
 	r.OnStoreError = idemhook.StoreErrorPolicy(p.oneOf(rf, at, "on_store_error", "open", "open", "closed"))
 
 	if v, vn, ok := p.str(rf, at, "header"); ok {
@@ -706,7 +775,29 @@ func (p *parser) route(n *yaml.Node, at string) (RouteConfig, bool) {
 		r.ReplayHeaders = hs
 	}
 	p.preset(rf, at, n, &rc)
+	if r.TTL == 0 {
+		r.TTL = r.Preset.DefaultTTL()
+	} else if r.Preset != nil && r.TTL < r.Preset.RetryWindow {
+		p.warnf(p.lineOf(n, "ttl"), join(at, "ttl"), "%s is shorter than %s's retry window (%s): a retry after the TTL runs the event again; the preset's default is %s",
+			formatDuration(r.TTL), r.Preset.Name, formatDuration(r.Preset.RetryWindow), formatDuration(r.Preset.DefaultTTL()))
+	}
 	return rc, true
+}
+
+// boolean returns the true/false value of f; false when absent.
+func (p *parser) boolean(fs map[string]field, at, name string) bool {
+	v, n, ok := p.str(fs, at, name)
+	if !ok {
+		return false
+	}
+	switch v {
+	case "true":
+		return true
+	case "false":
+		return false
+	}
+	p.errorf(n, join(at, name), "invalid %s %q (want true or false)", name, v)
+	return false
 }
 
 // preset checks provider, secret_env, secrets, provider_options and

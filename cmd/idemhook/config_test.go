@@ -54,7 +54,7 @@ func TestConfigDefaults(t *testing.T) {
 		{"source", r.Route.Source, "stone"},
 		{"ttl", r.Route.TTL, 24 * time.Hour},
 		{"header", r.Route.Header, ""}, // the middleware's default, idempotency-key
-		{"in_flight", r.Route.InFlight, idemhook.InFlightProceed},
+		{"in_flight", r.Route.InFlight, idemhook.InFlightWait},
 		{"wait_timeout", r.Route.WaitTimeout, 10 * time.Second},
 		{"on_store_error", r.Route.OnStoreError, idemhook.StoreErrorOpen},
 		{"max_body", r.Route.MaxBodyBytes, int64(5 << 20)},
@@ -142,7 +142,7 @@ func TestConfigErrors(t *testing.T) {
 		{
 			name: "unknown route field",
 			give: route("    tll: 1h\n"),
-			want: []string{`idemhook.yaml:5: routes[0].tll: unknown field "tll" (known: path, upstream, source, ttl, header, in_flight, wait_timeout, on_store_error, provider, secret_env, secrets, provider_options, tolerance, max_body, upstream_timeout, replay_headers)`},
+			want: []string{`idemhook.yaml:5: routes[0].tll: unknown field "tll" (known: path, upstream, source, ttl, header, in_flight, wait_timeout, on_store_error, provider, secret_env, secrets, provider_options, tolerance, max_body, upstream_timeout, replay_headers, store_statuses, require_key, share_keys)`},
 		},
 		{
 			name: "missing source",
@@ -330,6 +330,31 @@ func TestConfigErrors(t *testing.T) {
 			name: "YAML syntax",
 			give: "listen: a\n\tb: c\n",
 			want: []string{`idemhook.yaml:2: invalid YAML: found a tab character that violates indentation`},
+		},
+		{
+			name: "two routes with one source",
+			give: "routes:\n  - path: /a\n    upstream: http://h/\n    source: s\n  - path: /b\n    upstream: http://h/\n    source: s\n",
+			want: []string{
+				`idemhook.yaml:4: routes[0].source: source "s" is also used by routes[1], line 7: routes with one source share keys and answer each other's deliveries; give each route its own source, or set share_keys: true on every route of the source`,
+				`idemhook.yaml:7: routes[1].source: source "s" is also used by routes[0], line 4: routes with one source share keys and answer each other's deliveries; give each route its own source, or set share_keys: true on every route of the source`,
+			},
+		},
+		{
+			name: "one source, share_keys on one route only",
+			give: "routes:\n  - path: /a\n    upstream: http://h/\n    source: s\n    share_keys: true\n  - path: /b\n    upstream: http://h/\n    source: s\n",
+			want: []string{
+				`idemhook.yaml:8: routes[1].source: source "s" is also used by routes[0], line 4: routes with one source share keys and answer each other's deliveries; give each route its own source, or set share_keys: true on every route of the source`,
+			},
+		},
+		{
+			name: "store_statuses and booleans",
+			give: route("    store_statuses: [404, 200, 503, x]\n    require_key: yes\n"),
+			want: []string{
+				`idemhook.yaml:5: routes[0].store_statuses[1]: invalid status "200": want a 3xx or 4xx status to store and replay like a success (2xx always is; 1xx and 5xx never are)`,
+				`idemhook.yaml:5: routes[0].store_statuses[2]: invalid status "503": want a 3xx or 4xx status to store and replay like a success (2xx always is; 1xx and 5xx never are)`,
+				`idemhook.yaml:5: routes[0].store_statuses[3]: invalid status "x": want a 3xx or 4xx status to store and replay like a success (2xx always is; 1xx and 5xx never are)`,
+				`idemhook.yaml:6: routes[0].require_key: invalid require_key "yes" (want true or false)`,
+			},
 		},
 		{
 			name: "every error at once",
@@ -538,4 +563,57 @@ func FuzzConfig(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Two routes may share a source, and so their keys, when both say so.
+func TestConfigShareKeys(t *testing.T) {
+	cfg, err := parseConfig("idemhook.yaml", []byte("routes:\n"+
+		"  - {path: /a, upstream: 'http://h/', source: s, share_keys: true}\n"+
+		"  - {path: /b, upstream: 'http://h/', source: s, share_keys: true}\n"), envOf())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.Routes[0].ShareKeys || !cfg.Routes[1].ShareKeys {
+		t.Fatalf("share_keys not read: %+v", cfg.Routes)
+	}
+}
+
+// A route with a preset keeps its answers for the provider's retry window
+// plus a day; check prints the effective TTL of every route and warns (a
+// warning, not an error) about a configured TTL shorter than the window.
+func TestCheckPrintsEffectiveTTLsAndWarnsAboutShortOnes(t *testing.T) {
+	dir := t.TempDir()
+	path := writeConfig(t, dir, `routes:
+  - path: /stripe
+    upstream: http://127.0.0.1:3000/
+    source: stripe
+    provider: stripe
+    secret_env: STRIPE_SECRET
+  - path: /stripe-short
+    upstream: http://127.0.0.1:3000/
+    source: stripe-short
+    provider: stripe
+    secret_env: STRIPE_SECRET
+    ttl: 24h
+  - path: /plain
+    upstream: http://127.0.0.1:3000/
+    source: plain
+`)
+	var stdout, stderr bytes.Buffer
+	if err := run(t.Context(), []string{"check", "--config", path}, envOf("STRIPE_SECRET", "whsec_x"), &stdout, &stderr); err != nil {
+		t.Fatalf("check: %v\n%s", err, stderr.String())
+	}
+	for _, want := range []string{
+		"/stripe -> http://127.0.0.1:3000/ source=stripe ttl=4d in_flight=wait on_store_error=open provider=stripe retry_window=3d",
+		"/stripe-short -> http://127.0.0.1:3000/ source=stripe-short ttl=24h in_flight=wait",
+		"/plain -> http://127.0.0.1:3000/ source=plain ttl=24h in_flight=wait",
+	} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("check output lacks %q:\n%s", want, stdout.String())
+		}
+	}
+	wantWarn := "warning: " + path + ":12: routes[1].ttl: 24h is shorter than stripe's retry window (3d): a retry after the TTL runs the event again; the preset's default is 4d\n"
+	if stderr.String() != wantWarn {
+		t.Errorf("check warnings:\n%s\nwant:\n%s", stderr.String(), wantWarn)
+	}
 }

@@ -89,6 +89,9 @@ func runEnv(ctx context.Context, e env) error {
 			return err
 		}
 		printSummary(e.stdout, cfg)
+		for _, w := range cfg.Warnings {
+			fmt.Fprintf(e.stderr, "warning: %s\n", w)
+		}
 		return nil
 	case "demo":
 		if len(rest) > 0 {
@@ -178,6 +181,15 @@ func printSummary(w io.Writer, cfg *Config) {
 		extra := ""
 		if rc.Provider != "" {
 			extra = " provider=" + rc.Provider
+		}
+		if r.Preset != nil && r.Preset.RetryWindow > 0 {
+			extra += " retry_window=" + formatDuration(r.Preset.RetryWindow)
+		}
+		if rc.ShareKeys {
+			extra += " share_keys"
+		}
+		if r.RequireKey {
+			extra += " require_key"
 		}
 		fmt.Fprintf(w, "    %s -> %s source=%s ttl=%s in_flight=%s on_store_error=%s%s\n",
 			rc.Path, rc.Upstream, r.Source, formatDuration(r.TTL), r.InFlight, r.OnStoreError, extra)

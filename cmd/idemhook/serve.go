@@ -109,6 +109,9 @@ func newGateway(ctx context.Context, cfg *Config, logger *slog.Logger, now func(
 // serve runs the gateway until ctx is done, then shuts down gracefully.
 func serve(ctx context.Context, cfg *Config, e env) error {
 	logger := newLogger(cfg.Log, e.stderr)
+	for _, w := range cfg.Warnings {
+		logger.Warn("idemhook configuration: " + w.Error())
+	}
 	g, err := newGateway(ctx, cfg, logger, e.now)
 	if err != nil {
 		return err

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"compress/gzip"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -14,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -552,5 +555,159 @@ func TestStoreDown(t *testing.T) {
 				t.Errorf("no WARN \"WebhookIdempotencyGuard Redis error for key=\" in the log:\n%s", g.stderr)
 			}
 		})
+	}
+}
+
+// An answer never crosses paths: on a prefix route the keys are scoped by
+// the path below the prefix, so acme's answer is not replayed to globex.
+func TestPrefixRouteScopesKeysByPath(t *testing.T) {
+	up := newUpstream(t)
+	cfg := strings.Replace(routeConfig(up.srv.URL), "path: /webhooks/test", "path: /t/", 1)
+	cfg = strings.Replace(cfg, "/hook\n", "/t/\n", 1)
+	g := startGateway(t, writeConfig(t, t.TempDir(), cfg), startOpts{})
+	for _, tt := range []struct {
+		path     string
+		replayed bool
+	}{{"/t/acme", false}, {"/t/globex", false}, {"/t/globex", true}, {"/t/acme", true}} {
+		r := post(t, g.url(tt.path), `{"e":2}`)
+		if r.Status != 200 || (r.Header.Get("Idempotent-Replayed") == "true") != tt.replayed {
+			t.Fatalf("POST %s: %d replayed=%q, want replayed %v", tt.path, r.Status, r.Header.Get("Idempotent-Replayed"), tt.replayed)
+		}
+	}
+	got := up.received()
+	if len(got) != 2 || got[0].Path != "/t/acme" || got[1].Path != "/t/globex" {
+		t.Fatalf("upstream got %+v, want one delivery for each tenant", got)
+	}
+	// The admin API finds a scoped key by its scope.
+	key := "idem:test@/t/acme:" + idemhook.BodyKey([]byte(`{"e":2}`))
+	r := do(t, http.MethodGet, g.adminURL("/admin/keys/test/"+idemhook.BodyKey([]byte(`{"e":2}`))+"?scope=/t/acme"), "")
+	if r.Status != 200 || !strings.Contains(r.Body, key) {
+		t.Fatalf("GET the scoped key: %d %s", r.Status, r.Body)
+	}
+}
+
+// A gzip-compressing upstream and Go's default client (which asks for gzip):
+// the decoded replay equals the decoded first answer byte for byte.
+func TestCompressedUpstreamIsReplayedAsSent(t *testing.T) {
+	up := newUpstream(t)
+	body := strings.Repeat(`{"line":"compressible text"}`, 100)
+	up.handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+		if !strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			t.Errorf("the sender's Accept-Encoding did not reach the upstream: %q", r.Header.Get("Accept-Encoding"))
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Encoding", "gzip")
+		zw := gzip.NewWriter(w)
+		fmt.Fprintf(zw, `{"call":%d,"items":[%s]}`, n, body)
+		zw.Close()
+	}
+	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.srv.URL)), startOpts{})
+	send := func() (string, *http.Response) {
+		resp, err := http.Post(g.url("/webhooks/test"), "application/json", strings.NewReader(`{"id":"evt_gz"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatalf("reading the answer: %v", err)
+		}
+		return string(b), resp
+	}
+	first, fr := send()
+	replay, rr := send()
+	if !fr.Uncompressed || up.calls.Load() != 1 || rr.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("first gzip-decoded %v, upstream calls %d, replayed %q", fr.Uncompressed, up.calls.Load(), rr.Header.Get("Idempotent-Replayed"))
+	}
+	if replay != first || !rr.Uncompressed {
+		t.Fatalf("replay (gzip-decoded %v) differs from the first answer:\nfirst  %.60q\nreplay %.60q", rr.Uncompressed, first, replay)
+	}
+}
+
+// Only a success is final: a 404 during a deploy is not replayed, the
+// provider's retry reaches the upstream; store_statuses makes a 410 final.
+func TestOnlySuccessIsStoredByDefault(t *testing.T) {
+	up := newUpstream(t)
+	status := atomic.Int64{}
+	up.handle = func(w http.ResponseWriter, r *http.Request, n int64) { w.WriteHeader(int(status.Load())) }
+	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.srv.URL)+`  - path: /gone
+    upstream: `+up.srv.URL+`/gone
+    source: gone
+    store_statuses: [410]
+`), startOpts{})
+	status.Store(404)
+	for range 2 {
+		if r := post(t, g.url("/webhooks/test"), `{"id":1}`); r.Status != 404 || r.Header.Get("Idempotent-Replayed") != "" {
+			t.Fatalf("404 answer: %d replayed=%q", r.Status, r.Header.Get("Idempotent-Replayed"))
+		}
+	}
+	status.Store(200)
+	post(t, g.url("/webhooks/test"), `{"id":1}`)
+	if r := post(t, g.url("/webhooks/test"), `{"id":1}`); r.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatal("the 200 after the 404s was not stored")
+	}
+	if n := up.calls.Load(); n != 3 {
+		t.Fatalf("upstream called %d times, want 3 (two 404s released, then one success)", n)
+	}
+	status.Store(410)
+	post(t, g.url("/gone"), `{"id":1}`)
+	if r := post(t, g.url("/gone"), `{"id":1}`); r.Status != 410 || r.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("store_statuses [410]: retry got %d replayed=%q", r.Status, r.Header.Get("Idempotent-Replayed"))
+	}
+}
+
+// Deliveries that differ only in the query string are distinct events; a
+// route with require_key refuses a delivery without a key.
+func TestQueryStringEventsAndRequireKey(t *testing.T) {
+	up := newUpstream(t)
+	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.srv.URL)+`  - path: /strict
+    upstream: `+up.srv.URL+`/strict
+    source: strict
+    require_key: true
+`), startOpts{})
+	for _, q := range []string{"?topic=payment&id=0", "?topic=payment&id=1", "?topic=payment&id=2", "?topic=payment&id=1"} {
+		post(t, g.url("/webhooks/test"+q), "")
+	}
+	if n := up.calls.Load(); n != 3 {
+		t.Fatalf("upstream called %d times for 3 distinct events (one sent twice), want 3", n)
+	}
+	r := post(t, g.url("/strict"), `{"id":1}`)
+	if r.Status != 400 || !strings.Contains(r.Body, "Idempotency-Key") || up.calls.Load() != 3 {
+		t.Fatalf("no key on a require_key route: %d %s (upstream calls %d)", r.Status, r.Body, up.calls.Load())
+	}
+	if r := post(t, g.url("/strict"), `{"id":1}`, "Idempotency-Key", "k1"); r.Status != 200 || up.calls.Load() != 4 {
+		t.Fatalf("with a key: %d", r.Status)
+	}
+}
+
+// By default a duplicate that arrives while the first delivery is still at
+// the upstream waits for it: the upstream runs the event once.
+func TestConcurrentDuplicatesReachTheUpstreamOnce(t *testing.T) {
+	up := newUpstream(t)
+	release := make(chan struct{})
+	up.handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+		<-release
+		fmt.Fprintf(w, `{"call":%d}`, n)
+	}
+	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.srv.URL)), startOpts{})
+	const copies = 20
+	var wg sync.WaitGroup
+	bodies := make([]string, copies)
+	for i := range copies {
+		wg.Go(func() { bodies[i] = post(t, g.url("/webhooks/test"), `{"id":"evt_dup"}`).Body })
+	}
+	for up.calls.Load() == 0 {
+		time.Sleep(time.Millisecond) // until the first copy reached the upstream
+	}
+	time.Sleep(50 * time.Millisecond) // the other copies arrive while it runs
+	close(release)
+	wg.Wait()
+	if n := up.calls.Load(); n != 1 {
+		t.Fatalf("upstream ran the event %d times, want 1", n)
+	}
+	for i, b := range bodies {
+		if b != `{"call":1}` {
+			t.Fatalf("copy %d got %q", i, b)
+		}
 	}
 }
