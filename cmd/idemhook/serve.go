@@ -55,7 +55,7 @@ func newGateway(ctx context.Context, cfg *Config, logger *slog.Logger, now func(
 			g.res.close()
 		}
 	}()
-	files := &sqliteFiles{rs: &g.res}
+	files := &sqliteFiles{rs: &g.res, logger: logger}
 	g.store, err = openStore(ctx, cfg.Store, files, now)
 	if err != nil {
 		return nil, err

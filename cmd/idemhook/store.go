@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/idemhook/idemhook"
@@ -33,15 +35,32 @@ func (rs *resources) close() error {
 }
 
 // sqliteFiles shares one *sql.DB per file between the store and the audit
-// sink.
+// sink. A file is used by one gateway process at a time: open takes its
+// lock (sqlitestore.Lock), so that claims found pending at start belong to
+// a process that died and can be freed at once.
 type sqliteFiles struct {
-	rs  *resources
-	dbs map[string]*sql.DB
+	rs     *resources
+	logger *slog.Logger
+	dbs    map[string]*sql.DB
+	locked map[string]bool // files this process holds exclusively
 }
 
 func (f *sqliteFiles) open(path string) (*sql.DB, error) {
 	if db, ok := f.dbs[path]; ok {
 		return db, nil
+	}
+	lock, err := sqlitestore.Lock(path)
+	switch {
+	case errors.Is(err, errors.ErrUnsupported):
+		f.logger.Warn("idemhook sqlite: file locks are not supported here; make sure one gateway process uses the file", "path", path)
+	case err != nil:
+		return nil, fmt.Errorf("%w; one gateway process per SQLite file: stop the other one, or give this one another path", err)
+	default:
+		f.rs.add(lock.Unlock)
+		if f.locked == nil {
+			f.locked = map[string]bool{}
+		}
+		f.locked[path] = true
 	}
 	db, err := sqlitestore.Open(path)
 	if err != nil {
@@ -75,6 +94,18 @@ func openStore(ctx context.Context, sc StoreConfig, files *sqliteFiles, now func
 			return nil, fmt.Errorf("sqlite store %s: %w", sc.Path, err)
 		}
 		files.rs.add(s.Close)
+		if files.locked[sc.Path] {
+			// The lock says no other process uses the file: a pending claim
+			// is a delivery of a process that died mid-delivery. Freeing it
+			// lets the provider's retry be processed now rather than be
+			// refused until the dead claim's lease lapses.
+			n, err := s.FreePendingClaims(ctx, idemhook.DefaultLease)
+			if err != nil {
+				return nil, fmt.Errorf("sqlite store %s: %w", sc.Path, err)
+			}
+			files.logger.Info("idemhook sqlite store: this process holds the file alone",
+				"path", sc.Path, "lock", sc.Path+".lock", "freed_pending_claims", n)
+		}
 		return s, nil
 	case "redis":
 		opts := &redis.UniversalOptions{
