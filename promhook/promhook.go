@@ -65,10 +65,25 @@ func Register(reg prometheus.Registerer, opts idemhook.Options) (idemhook.Option
 	return m.Instrument(opts), m, nil
 }
 
+// Option changes what [New] registers.
+type Option func(*settings)
+
+type settings struct{ version string }
+
+// WithVersion sets idemhook_build_info's version label, for a binary that
+// knows its version better than its build information does (one built with
+// -ldflags "-X ..." outside a module version). Default: the idemhook
+// module's version in the build information, or "(devel)".
+func WithVersion(v string) Option { return func(s *settings) { s.version = v } }
+
 // New creates the collectors and registers them on reg (nil means
 // prometheus.DefaultRegisterer). [Metrics.Instrument] wires them into a
 // middleware's options.
-func New(reg prometheus.Registerer) (*Metrics, error) {
+func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
+	var set settings
+	for _, o := range opts {
+		o(&set)
+	}
 	if reg == nil {
 		reg = prometheus.DefaultRegisterer
 	}
@@ -98,6 +113,9 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 	}
 	version, goVersion := buildVersion()
+	if set.version != "" {
+		version = set.version
+	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "idemhook_build_info",
 		Help: "Always 1; the labels name the idemhook version and the Go release it was built with.",

@@ -182,11 +182,31 @@ func TestNewTwiceOnOneRegistryFails(t *testing.T) {
 }
 
 func TestBuildInfo(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	if _, err := promhook.New(reg); err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		give []promhook.Option
+		want string // "" means any non-empty version
+	}{
+		{give: nil},
+		{give: []promhook.Option{promhook.WithVersion("v1.4.0")}, want: "v1.4.0"},
 	}
-	mfs, err := reg.Gather()
+	for _, tt := range tests {
+		reg := prometheus.NewRegistry()
+		if _, err := promhook.New(reg, tt.give...); err != nil {
+			t.Fatal(err)
+		}
+		labels := buildInfo(t, reg)
+		if labels["goversion"] != runtime.Version() {
+			t.Errorf("goversion = %q, want %s", labels["goversion"], runtime.Version())
+		}
+		if got := labels["version"]; got == "" || tt.want != "" && got != tt.want {
+			t.Errorf("version = %q, want %q", got, tt.want)
+		}
+	}
+}
+
+func buildInfo(t *testing.T, g prometheus.Gatherer) map[string]string {
+	t.Helper()
+	mfs, err := g.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,12 +222,10 @@ func TestBuildInfo(t *testing.T) {
 		for _, l := range ms[0].GetLabel() {
 			labels[l.GetName()] = l.GetValue()
 		}
-		if labels["goversion"] != runtime.Version() || labels["version"] == "" {
-			t.Errorf("idemhook_build_info labels = %v, want goversion %s and a version", labels, runtime.Version())
-		}
-		return
+		return labels
 	}
 	t.Fatal("idemhook_build_info not registered")
+	return nil
 }
 
 // sample returns the value of one series, written as in the exposition

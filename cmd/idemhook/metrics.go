@@ -22,7 +22,7 @@ type metrics struct {
 
 func newMetrics() *metrics {
 	reg := prometheus.NewRegistry()
-	hooks, err := promhook.New(reg)
+	hooks, err := promhook.New(reg, promhook.WithVersion(buildVersion()))
 	if err != nil {
 		panic(err) // a fresh registry holds no metric of the same name
 	}

@@ -70,7 +70,7 @@ func openTracing(ctx context.Context, getenv func(string) string) (*tracing, err
 	}
 	res := resource.NewSchemaless(
 		attribute.String("service.name", service),
-		attribute.String("service.version", strings.TrimPrefix(versionString(), "idemhook ")),
+		attribute.String("service.version", buildVersion()),
 	)
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter), sdktrace.WithResource(res))
 	prop := propagation.TraceContext{}
