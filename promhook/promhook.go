@@ -39,6 +39,9 @@ import (
 // idemhook_build_info's version.
 const modulePath = "github.com/idemhook/idemhook"
 
+// storeOps are the operations of idemhook.StoreCallInfo.Op.
+var storeOps = []string{"claim", "complete", "release", "extend", "get"}
+
 // Metrics holds the collectors of one middleware. Its methods are the hooks
 // of idemhook.Options and are safe for concurrent use.
 type Metrics struct {
@@ -111,6 +114,12 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			Name: "idemhook_breaker_open",
 			Help: "1 while the store's circuit breaker is open (store calls skipped, deliveries fail open or closed per route), else 0.",
 		}),
+	}
+	// Every operation's error counter exists from the start, at 0: the
+	// first failure is then an increase that rate() and the alert rules
+	// see, not the series' first sample.
+	for _, op := range storeOps {
+		m.storeErrs.WithLabelValues(op)
 	}
 	version, goVersion := buildVersion()
 	if set.version != "" {

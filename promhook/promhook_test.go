@@ -142,6 +142,11 @@ func TestRegisterAudit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, op := range []string{"claim", "complete", "release", "extend", "get"} {
+		if got := sample(t, reg, `idemhook_store_errors_total{op="`+op+`"}`); got != 0 {
+			t.Errorf("idemhook_store_errors_total{op=%q} = %v at start, want 0", op, got)
+		}
+	}
 	c := &counts{dropped: 3, failed: 1}
 	if err := m.RegisterAudit(c); err != nil {
 		t.Fatal(err)
