@@ -111,7 +111,7 @@ func newGateway(ctx context.Context, cfg *Config, logger *slog.Logger, now func(
 // serve runs the gateway until ctx is done, then shuts down gracefully.
 func serve(ctx context.Context, cfg *Config, e env) error {
 	logger := newLogger(cfg.Log, e.stderr)
-	tr, err := openTracing(ctx, e.getenv)
+	tr, err := openTracing(ctx, e.getenv, logger)
 	if err != nil {
 		return err
 	}

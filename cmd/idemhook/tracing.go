@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/otelhook"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -37,7 +39,11 @@ type tracing struct {
 // OpenTelemetry SDK documents them, and the sampler from OTEL_TRACES_SAMPLER
 // (default: sample what the sender sampled, everything without a parent).
 // A nil getenv (the demo's gateway) is tracing off.
-func openTracing(ctx context.Context, getenv func(string) string) (*tracing, error) {
+//
+// Export failures (a collector down) are logged to logger at WARN, once per
+// failed batch: the SDK reports them through its process-wide error
+// handler, which the gateway, one per process, points at its logger.
+func openTracing(ctx context.Context, getenv func(string) string, logger *slog.Logger) (*tracing, error) {
 	if getenv == nil || strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") || getenv("OTEL_TRACES_EXPORTER") == "none" {
 		return nil, nil
 	}
@@ -72,6 +78,9 @@ func openTracing(ctx context.Context, getenv func(string) string) (*tracing, err
 		attribute.String("service.name", service),
 		attribute.String("service.version", buildVersion()),
 	)
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		logger.Warn("idemhook trace export failed; spans are dropped until the collector answers", "endpoint", endpoint, "err", err)
+	}))
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter), sdktrace.WithResource(res))
 	prop := propagation.TraceContext{}
 	hooks, err := otelhook.New(otelhook.Config{TracerProvider: tp, Propagator: prop})

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/hex"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -191,7 +192,7 @@ func TestTracingExportsDeliverySpans(t *testing.T) {
 }
 
 func TestTracingOffForwardsTraceparentUnchanged(t *testing.T) {
-	tr, err := openTracing(context.Background(), func(string) string { return "" })
+	tr, err := openTracing(context.Background(), func(string) string { return "" }, slog.New(slog.DiscardHandler))
 	if err != nil || tr != nil {
 		t.Fatalf("openTracing without variables = %v, %v; want nil (off)", tr, err)
 	}
@@ -220,7 +221,7 @@ func TestOpenTracingSettings(t *testing.T) {
 		{give: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, wantOn: true},
 	}
 	for _, tt := range tests {
-		tr, err := openTracing(context.Background(), func(k string) string { return tt.give[k] })
+		tr, err := openTracing(context.Background(), func(k string) string { return tt.give[k] }, slog.New(slog.DiscardHandler))
 		switch {
 		case tt.wantErr != "":
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
