@@ -237,3 +237,42 @@ func TestOpenTracingSettings(t *testing.T) {
 		}
 	}
 }
+
+func TestTracingUpstreamDown(t *testing.T) {
+	rc := newOTLPReceiver(t)
+	down := httptest.NewServer(http.NotFoundHandler())
+	downURL := down.URL
+	down.Close() // nothing listens there any more
+	env := map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": rc.srv.URL + "/v1/traces"}
+	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(downURL)),
+		startOpts{getenv: func(k string) string { return env[k] }})
+	if r := post(t, g.url("/webhooks/test"), `{"id":1}`); r.Status != http.StatusBadGateway {
+		t.Fatalf("status %d, want 502", r.Status)
+	}
+	if err := g.stop(); err != nil {
+		t.Fatal(err)
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	var sawDelivery, sawUpstream bool
+	for _, s := range rc.spans {
+		switch {
+		case s.Kind == tracepb.Span_SPAN_KIND_SERVER:
+			sawDelivery = true
+			if s.Status.GetCode() != tracepb.Status_STATUS_CODE_ERROR || attrString(s.Attributes, "error.type") != "failed_released" {
+				t.Errorf("delivery span status %v error.type %q, want an error, failed_released", s.Status, attrString(s.Attributes, "error.type"))
+			}
+			if got := attrValue(s.Attributes, "http.response.status_code").GetIntValue(); got != 502 {
+				t.Errorf("delivery span status code %d, want 502", got)
+			}
+		case strings.HasPrefix(s.Name, "upstream "):
+			sawUpstream = true
+			if s.Status.GetCode() != tracepb.Status_STATUS_CODE_ERROR || !strings.Contains(s.Status.GetMessage(), "connection refused") {
+				t.Errorf("upstream span status %v, want an error saying connection refused", s.Status)
+			}
+		}
+	}
+	if !sawDelivery || !sawUpstream {
+		t.Errorf("spans %v: want a delivery and an upstream span", rc.spans)
+	}
+}
