@@ -1,12 +1,14 @@
 package promhook_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/audit"
 	"github.com/idemhook/idemhook/memstore"
 	"github.com/idemhook/idemhook/promhook"
 	"github.com/prometheus/client_golang/prometheus"
@@ -46,4 +48,34 @@ func ExampleRegister() {
 	// idemhook_breaker_open 0
 	// idemhook_deliveries_total{outcome="processed",source="stone"} 1
 	// idemhook_deliveries_total{outcome="replayed",source="stone"} 1
+}
+
+// New and Instrument are Register in two steps, for a service that also
+// exports its audit recorder's losses.
+func ExampleNew() {
+	reg := prometheus.NewRegistry()
+	m, err := promhook.New(reg, promhook.WithVersion("v1.2.3"))
+	if err != nil {
+		panic(err)
+	}
+	rec := audit.NewRecorder(audit.NewLog(nil), audit.RecorderConfig{})
+	defer rec.Close(context.Background())
+	if err := m.RegisterAudit(rec); err != nil {
+		panic(err)
+	}
+	store, _ := memstore.New(memstore.Config{})
+	if _, err := idemhook.New(store, m.Instrument(idemhook.Options{})); err != nil {
+		panic(err)
+	}
+
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		fmt.Println(mf.GetName())
+	}
+	// Output:
+	// idemhook_audit_dropped_total
+	// idemhook_audit_failed_total
+	// idemhook_breaker_open
+	// idemhook_build_info
+	// idemhook_store_errors_total
 }
