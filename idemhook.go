@@ -120,6 +120,9 @@ type StoreCallInfo struct {
 	Duration time.Duration
 	Err      error // nil on success; ErrNotOwner and a missing key are successes
 	Skipped  bool  // the breaker was open and the store was not called
+	// Request is the delivery the call was made for; its context carries
+	// the delivery's trace span, if any.
+	Request *http.Request
 }
 
 // Options configures a [Middleware]: what all its routes share. The zero

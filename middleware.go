@@ -759,7 +759,7 @@ func (d *delivery) call(op string, fn func(context.Context) (*Record, error)) (*
 	hook := m.opts.OnStoreCall
 	if !m.breaker.Allow() {
 		if hook != nil {
-			hook(StoreCallInfo{Op: op, Err: errBreakerOpen, Skipped: true})
+			hook(StoreCallInfo{Op: op, Err: errBreakerOpen, Skipped: true, Request: d.r})
 		}
 		return nil, errBreakerOpen
 	}
@@ -792,7 +792,7 @@ func (d *delivery) call(op string, fn func(context.Context) (*Record, error)) (*
 	reported = true
 	m.breaker.Done(ok)
 	if hook != nil {
-		info := StoreCallInfo{Op: op, Duration: time.Since(start), Err: err}
+		info := StoreCallInfo{Op: op, Duration: time.Since(start), Err: err, Request: d.r}
 		if errors.Is(err, ErrNotOwner) {
 			info.Err = nil // the store answered: a success, as documented
 		}

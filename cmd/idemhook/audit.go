@@ -65,12 +65,9 @@ func openAudit(ctx context.Context, ac AuditConfig, files *sqliteFiles, logger *
 		defer cancel()
 		return t.rec.Close(ctx)
 	})
-	m.counterFunc("idemhook_audit_dropped_total",
-		"Audit entries dropped because the recorder's queue was full (the sink is down or too slow).",
-		func() float64 { return float64(t.rec.Dropped()) })
-	m.counterFunc("idemhook_audit_failed_total",
-		"Audit entries lost because the sink's write failed.",
-		func() float64 { return float64(t.rec.Failed()) })
+	if err := m.registerAudit(t.rec); err != nil {
+		return nil, err
+	}
 	return t, nil
 }
 

@@ -132,12 +132,25 @@ func configFlag(cmd string, args []string, stderr io.Writer) (string, error) {
 	return *file, nil
 }
 
-func versionString() string {
-	v := "(devel)"
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		v = bi.Main.Version
+// version, when set at link time (-ldflags "-X main.version=v1.2.3", as
+// deploy/Dockerfile does), is the gateway's version; otherwise the module
+// version in the build information is.
+var version string
+
+// buildVersion is the gateway's version: version, else the main module's,
+// else "(devel)".
+func buildVersion() string {
+	if version != "" {
+		return version
 	}
-	return fmt.Sprintf("idemhook %s %s %s/%s", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}
+
+func versionString() string {
+	return fmt.Sprintf("idemhook %s %s %s/%s", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
 // printSummary is the output of check: what the file configures, defaults

@@ -34,6 +34,7 @@ type gateway struct {
 	mw      *idemhook.Middleware
 	metrics *metrics
 	audit   *auditTrail
+	tracing *tracing     // nil: off
 	handler http.Handler // the routes
 	admin   http.Handler
 	res     resources
@@ -46,9 +47,10 @@ type gateway struct {
 
 // newGateway opens the store and the audit sink and builds the handlers.
 // On error, everything opened so far is closed.
-func newGateway(ctx context.Context, cfg *Config, logger *slog.Logger, now func() time.Time) (_ *gateway, err error) {
-	g := &gateway{cfg: cfg, logger: logger, metrics: newMetrics()}
+func newGateway(ctx context.Context, cfg *Config, logger *slog.Logger, now func() time.Time, tr *tracing) (_ *gateway, err error) {
+	g := &gateway{cfg: cfg, logger: logger, metrics: newMetrics(), tracing: tr}
 	g.base, g.cutShort = context.WithCancelCause(context.WithoutCancel(ctx))
+	g.res.add(tr.shutdown) // closed late: flushes the spans of the last deliveries
 	g.res.add(func() error { g.cutShort(nil); return nil })
 	defer func() {
 		if err != nil {
@@ -70,7 +72,7 @@ func newGateway(ctx context.Context, cfg *Config, logger *slog.Logger, now func(
 		}
 		return r.Pattern
 	}
-	g.mw, err = idemhook.New(g.store, idemhook.Options{
+	g.mw, err = idemhook.New(g.store, g.tracing.instrument(idemhook.Options{
 		Logger: logger,
 		Now:    now,
 		OnDelivery: func(d idemhook.DeliveryInfo) {
@@ -79,7 +81,7 @@ func newGateway(ctx context.Context, cfg *Config, logger *slog.Logger, now func(
 		},
 		OnStoreCall:     g.metrics.onStoreCall,
 		OnBreakerChange: g.metrics.onBreakerChange,
-	})
+	}))
 	if err != nil {
 		return nil, err
 	}
@@ -92,8 +94,8 @@ func newGateway(ctx context.Context, cfg *Config, logger *slog.Logger, now func(
 		}
 		tr := newTransport(rc.UpstreamTimeout)
 		g.res.add(func() error { tr.CloseIdleConnections(); return nil })
-		rt := timedTransport{next: tr, observe: g.metrics.upstreamObserver(rc.Path)}
-		mux.Handle(rc.Path, wrap(detach(g.base, newProxy(rc, rt, bufs, logger))))
+		rt := g.tracing.transport(timedTransport{next: tr, observe: g.metrics.upstreamObserver(rc.Path)})
+		mux.Handle(rc.Path, g.tracing.handler(wrap(detach(g.base, newProxy(rc, rt, bufs, logger)))))
 	}
 	if !slices.ContainsFunc(cfg.Routes, func(rc RouteConfig) bool { return rc.Path == "/" }) {
 		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -112,7 +114,11 @@ func serve(ctx context.Context, cfg *Config, e env) error {
 	for _, w := range cfg.Warnings {
 		logger.Warn("idemhook configuration: " + w.Error())
 	}
-	g, err := newGateway(ctx, cfg, logger, e.now)
+	tr, err := openTracing(ctx, e.getenv, logger)
+	if err != nil {
+		return err
+	}
+	g, err := newGateway(ctx, cfg, logger, e.now, tr)
 	if err != nil {
 		return err
 	}

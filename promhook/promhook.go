@@ -1,0 +1,246 @@
+// Package promhook exports the middleware's deliveries, store calls and
+// circuit breaker as Prometheus metrics: the metric set of the idemhook
+// gateway, for a Go service that uses the middleware directly.
+//
+// One call registers the collectors and returns the middleware's options
+// with the hooks wired in:
+//
+//	opts, m, err := promhook.Register(reg, idemhook.Options{Logger: logger})
+//	mw, err := idemhook.New(store, opts)
+//
+// The metrics (every name is shared with the gateway, so its dashboard and
+// alert rules in deploy/ work for a library user too):
+//
+//	idemhook_deliveries_total{source,outcome}              counter
+//	idemhook_delivery_duration_seconds{source,outcome}     histogram
+//	idemhook_store_operation_duration_seconds{op}          histogram (calls skipped by the breaker not observed)
+//	idemhook_store_errors_total{op}                        counter (calls skipped by the breaker included)
+//	idemhook_breaker_open                                  gauge, 1 while the breaker is open
+//	idemhook_build_info{version,goversion}                 gauge, always 1
+//
+// and, after [Metrics.RegisterAudit], idemhook_audit_dropped_total and
+// idemhook_audit_failed_total.
+//
+// The package lives in its own directory because it imports
+// github.com/prometheus/client_golang; package idemhook imports only the
+// standard library.
+package promhook
+
+import (
+	"errors"
+	"runtime"
+	"runtime/debug"
+
+	"github.com/idemhook/idemhook"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// modulePath is idemhook's module, looked up in the build information for
+// idemhook_build_info's version.
+const modulePath = "github.com/idemhook/idemhook"
+
+// storeOps are the operations of idemhook.StoreCallInfo.Op.
+var storeOps = []string{"claim", "complete", "release", "extend", "get"}
+
+// Metrics holds the collectors of one middleware. Its methods are the hooks
+// of idemhook.Options and are safe for concurrent use.
+type Metrics struct {
+	reg        prometheus.Registerer
+	deliveries *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+	storeOps   *prometheus.HistogramVec
+	storeErrs  *prometheus.CounterVec
+	breaker    prometheus.Gauge
+}
+
+// Register creates the collectors, registers them on reg and returns opts
+// with OnDelivery, OnStoreCall and OnBreakerChange set to feed them; hooks
+// already set in opts are kept and called first. A nil reg is
+// prometheus.DefaultRegisterer. It fails if reg already holds metrics of the
+// same names: a registry holds one middleware's set, unless each
+// middleware registers through prometheus.WrapRegistererWith with the same
+// label name and its own value.
+func Register(reg prometheus.Registerer, opts idemhook.Options) (idemhook.Options, *Metrics, error) {
+	m, err := New(reg)
+	if err != nil {
+		return opts, nil, err
+	}
+	return m.Instrument(opts), m, nil
+}
+
+// Option changes what [New] registers.
+type Option func(*settings)
+
+type settings struct{ version string }
+
+// WithVersion sets idemhook_build_info's version label, for a binary that
+// knows its version better than its build information does (one built with
+// -ldflags "-X ..." outside a module version). Default: the idemhook
+// module's version in the build information, or "(devel)".
+func WithVersion(v string) Option { return func(s *settings) { s.version = v } }
+
+// New creates the collectors and registers them on reg (nil means
+// prometheus.DefaultRegisterer). [Metrics.Instrument] wires them into a
+// middleware's options.
+func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
+	var set settings
+	for _, o := range opts {
+		o(&set)
+	}
+	if reg == nil {
+		reg = prometheus.DefaultRegisterer
+	}
+	m := &Metrics{
+		reg: reg,
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemhook_deliveries_total",
+			Help: "Deliveries by source and outcome (processed, replayed, in_flight_*, mismatch, failed_released, store_error_*, key_error, signature_invalid, too_large).",
+		}, []string{"source", "outcome"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "idemhook_delivery_duration_seconds",
+			Help:    "Time from a delivery's arrival to its answer, by source and outcome.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"source", "outcome"}),
+		storeOps: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "idemhook_store_operation_duration_seconds",
+			Help:    "Latency of store calls by operation (claim, complete, release, extend, get); calls skipped by the open breaker are not observed.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5},
+		}, []string{"op"}),
+		storeErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemhook_store_errors_total",
+			Help: "Failed store calls by operation, including calls skipped while the breaker was open.",
+		}, []string{"op"}),
+		breaker: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idemhook_breaker_open",
+			Help: "1 while the store's circuit breaker is open (store calls skipped, deliveries fail open or closed per route), else 0.",
+		}),
+	}
+	// Every operation's error counter exists from the start, at 0: the
+	// first failure is then an increase that rate() and the alert rules
+	// see, not the series' first sample.
+	for _, op := range storeOps {
+		m.storeErrs.WithLabelValues(op)
+	}
+	version, goVersion := buildVersion()
+	if set.version != "" {
+		version = set.version
+	}
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "idemhook_build_info",
+		Help: "Always 1; the labels name the idemhook version and the Go release it was built with.",
+	}, []string{"version", "goversion"})
+	build.WithLabelValues(version, goVersion).Set(1)
+	for _, c := range []prometheus.Collector{m.deliveries, m.duration, m.storeOps, m.storeErrs, m.breaker, build} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Instrument returns opts with the hooks set to feed m. Hooks already set
+// in opts are kept and called first.
+func (m *Metrics) Instrument(opts idemhook.Options) idemhook.Options {
+	if prev := opts.OnDelivery; prev != nil {
+		opts.OnDelivery = func(d idemhook.DeliveryInfo) { prev(d); m.OnDelivery(d) }
+	} else {
+		opts.OnDelivery = m.OnDelivery
+	}
+	if prev := opts.OnStoreCall; prev != nil {
+		opts.OnStoreCall = func(c idemhook.StoreCallInfo) { prev(c); m.OnStoreCall(c) }
+	} else {
+		opts.OnStoreCall = m.OnStoreCall
+	}
+	if prev := opts.OnBreakerChange; prev != nil {
+		opts.OnBreakerChange = func(open bool) { prev(open); m.OnBreakerChange(open) }
+	} else {
+		opts.OnBreakerChange = m.OnBreakerChange
+	}
+	return opts
+}
+
+// OnDelivery counts one finished delivery and observes its duration.
+func (m *Metrics) OnDelivery(d idemhook.DeliveryInfo) {
+	m.deliveries.WithLabelValues(d.Source, string(d.Outcome)).Inc()
+	m.duration.WithLabelValues(d.Source, string(d.Outcome)).Observe(d.Duration.Seconds())
+}
+
+// OnStoreCall observes one store call's latency and counts it when it
+// failed or was skipped by the open breaker.
+func (m *Metrics) OnStoreCall(c idemhook.StoreCallInfo) {
+	if !c.Skipped {
+		m.storeOps.WithLabelValues(c.Op).Observe(c.Duration.Seconds())
+	}
+	if c.Err != nil || c.Skipped {
+		m.storeErrs.WithLabelValues(c.Op).Inc()
+	}
+}
+
+// OnBreakerChange sets idemhook_breaker_open.
+func (m *Metrics) OnBreakerChange(open bool) {
+	if open {
+		m.breaker.Set(1)
+	} else {
+		m.breaker.Set(0)
+	}
+}
+
+// AuditCounts is what [Metrics.RegisterAudit] reads: *audit.Recorder has
+// both methods.
+type AuditCounts interface {
+	Dropped() uint64 // entries dropped because the queue was full
+	Failed() uint64  // entries lost because the sink's write failed
+}
+
+// RegisterAudit registers idemhook_audit_dropped_total and
+// idemhook_audit_failed_total, read from rec at scrape time, on the
+// registerer m was created with.
+func (m *Metrics) RegisterAudit(rec AuditCounts) error {
+	if rec == nil {
+		return errors.New("promhook: RegisterAudit: nil recorder")
+	}
+	dropped := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "idemhook_audit_dropped_total",
+		Help: "Audit entries dropped because the recorder's queue was full (the sink is down or too slow).",
+	}, func() float64 { return float64(rec.Dropped()) })
+	failed := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "idemhook_audit_failed_total",
+		Help: "Audit entries lost because the sink's write failed.",
+	}, func() float64 { return float64(rec.Failed()) })
+	if err := m.reg.Register(dropped); err != nil {
+		return err
+	}
+	if err := m.reg.Register(failed); err != nil {
+		m.reg.Unregister(dropped)
+		return err
+	}
+	return nil
+}
+
+// buildVersion is the idemhook module's version as the binary records it:
+// the main module's for the gateway, the dependency's for a service, and
+// "(devel)" for a build without module information.
+func buildVersion() (version, goVersion string) {
+	version, goVersion = "(devel)", runtime.Version()
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return version, goVersion
+	}
+	mod := &bi.Main
+	if mod.Path != modulePath {
+		mod = nil
+		for _, d := range bi.Deps {
+			if d.Path == modulePath {
+				mod = d
+				if d.Replace != nil && d.Replace.Version != "" {
+					mod = d.Replace
+				}
+				break
+			}
+		}
+	}
+	if mod != nil && mod.Version != "" {
+		version = mod.Version
+	}
+	return version, goVersion
+}

@@ -1,0 +1,288 @@
+package promhook_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/memstore"
+	"github.com/idemhook/idemhook/promhook"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// downStore fails every call, as a store whose server is gone does.
+type downStore struct{}
+
+var errDown = errors.New("connection refused")
+
+func (downStore) Claim(context.Context, string, *idemhook.Record, time.Duration) (*idemhook.Record, error) {
+	return nil, errDown
+}
+func (downStore) Complete(context.Context, string, *idemhook.Record, *idemhook.Record, time.Duration) error {
+	return errDown
+}
+func (downStore) Release(context.Context, string, *idemhook.Record) error { return errDown }
+func (downStore) Extend(context.Context, string, *idemhook.Record, time.Duration) error {
+	return errDown
+}
+func (downStore) Get(context.Context, string) (*idemhook.Record, error) { return nil, errDown }
+func (downStore) Delete(context.Context, string) (bool, error)          { return false, errDown }
+
+func deliver(t *testing.T, h http.Handler, body string) int {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader(body)))
+	return rec.Code
+}
+
+func TestRegisterCountsOutcomesAndStoreCalls(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	var prevDeliveries, prevCalls int
+	opts, _, err := promhook.Register(reg, idemhook.Options{
+		OnDelivery:  func(idemhook.DeliveryInfo) { prevDeliveries++ },
+		OnStoreCall: func(idemhook.StoreCallInfo) { prevCalls++ },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := idemhook.New(store, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	route, err := mw.Route(idemhook.Route{Source: "stone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	h := route(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs++ }))
+	for range 3 {
+		deliver(t, h, `{"id":"evt_1"}`)
+	}
+	deliver(t, h, `{"id":"evt_2"}`)
+
+	if runs != 2 {
+		t.Errorf("handler ran %d times, want 2", runs)
+	}
+	tests := []struct {
+		give string
+		want float64
+	}{
+		{`idemhook_deliveries_total{source="stone",outcome="processed"}`, 2},
+		{`idemhook_deliveries_total{source="stone",outcome="replayed"}`, 2},
+		{`idemhook_delivery_duration_seconds_count{source="stone",outcome="processed"}`, 2},
+		{`idemhook_store_operation_duration_seconds_count{op="claim"}`, 4},
+		{`idemhook_store_operation_duration_seconds_count{op="complete"}`, 2},
+		{`idemhook_breaker_open`, 0},
+	}
+	for _, tt := range tests {
+		if got := sample(t, reg, tt.give); got != tt.want {
+			t.Errorf("%s = %v, want %v", tt.give, got, tt.want)
+		}
+	}
+	if prevDeliveries != 4 || prevCalls != 6 {
+		t.Errorf("the hooks already set saw %d deliveries and %d store calls, want 4 and 6", prevDeliveries, prevCalls)
+	}
+}
+
+func TestRegisterStoreDownOpensBreaker(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	opts, _, err := promhook.Register(reg, idemhook.Options{BreakerThreshold: 2, BreakerCooldown: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := idemhook.New(downStore{}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	route, _ := mw.Route(idemhook.Route{Source: "stone"})
+	runs := 0
+	h := route(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs++ }))
+	for i := range 4 {
+		if code := deliver(t, h, `{"n":`+string(rune('0'+i))+`}`); code != http.StatusOK {
+			t.Fatalf("delivery %d: status %d, want 200 (fail-open)", i, code)
+		}
+	}
+	if runs != 4 {
+		t.Errorf("handler ran %d times, want 4 (fail-open)", runs)
+	}
+	tests := []struct {
+		give string
+		want float64
+	}{
+		{`idemhook_deliveries_total{source="stone",outcome="store_error_open"}`, 4},
+		{`idemhook_store_errors_total{op="claim"}`, 4},                     // 2 failed, 2 skipped
+		{`idemhook_store_operation_duration_seconds_count{op="claim"}`, 2}, // skipped calls not observed
+		{`idemhook_breaker_open`, 1},
+	}
+	for _, tt := range tests {
+		if got := sample(t, reg, tt.give); got != tt.want {
+			t.Errorf("%s = %v, want %v", tt.give, got, tt.want)
+		}
+	}
+}
+
+type counts struct{ dropped, failed uint64 }
+
+func (c *counts) Dropped() uint64 { return c.dropped }
+func (c *counts) Failed() uint64  { return c.failed }
+
+func TestRegisterAudit(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := promhook.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []string{"claim", "complete", "release", "extend", "get"} {
+		if got := sample(t, reg, `idemhook_store_errors_total{op="`+op+`"}`); got != 0 {
+			t.Errorf("idemhook_store_errors_total{op=%q} = %v at start, want 0", op, got)
+		}
+	}
+	c := &counts{dropped: 3, failed: 1}
+	if err := m.RegisterAudit(c); err != nil {
+		t.Fatal(err)
+	}
+	c.dropped = 5 // read at scrape time
+	if got := sample(t, reg, "idemhook_audit_dropped_total"); got != 5 {
+		t.Errorf("idemhook_audit_dropped_total = %v, want 5", got)
+	}
+	if got := sample(t, reg, "idemhook_audit_failed_total"); got != 1 {
+		t.Errorf("idemhook_audit_failed_total = %v, want 1", got)
+	}
+	if err := m.RegisterAudit(c); err == nil {
+		t.Error("a second RegisterAudit on one registry succeeded, want an already-registered error")
+	}
+	if err := m.RegisterAudit(nil); err == nil {
+		t.Error("RegisterAudit(nil) succeeded")
+	}
+}
+
+func TestNewTwiceOnOneRegistryFails(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := promhook.New(reg); err != nil {
+		t.Fatal(err)
+	}
+	_, err := promhook.New(reg)
+	var are prometheus.AlreadyRegisteredError
+	if !errors.As(err, &are) {
+		t.Fatalf("second New on one registry: err = %v, want AlreadyRegisteredError", err)
+	}
+	// Middlewares sharing a registry each wrap it with the same label, of
+	// different values.
+	shared := prometheus.NewRegistry()
+	for _, app := range []string{"billing", "orders"} {
+		if _, err := promhook.New(prometheus.WrapRegistererWith(prometheus.Labels{"app": app}, shared)); err != nil {
+			t.Errorf("New wrapped with app=%s: %v", app, err)
+		}
+	}
+}
+
+func TestBuildInfo(t *testing.T) {
+	tests := []struct {
+		give []promhook.Option
+		want string // "" means any non-empty version
+	}{
+		{give: nil},
+		{give: []promhook.Option{promhook.WithVersion("v1.4.0")}, want: "v1.4.0"},
+	}
+	for _, tt := range tests {
+		reg := prometheus.NewRegistry()
+		if _, err := promhook.New(reg, tt.give...); err != nil {
+			t.Fatal(err)
+		}
+		labels := buildInfo(t, reg)
+		if labels["goversion"] != runtime.Version() {
+			t.Errorf("goversion = %q, want %s", labels["goversion"], runtime.Version())
+		}
+		if got := labels["version"]; got == "" || tt.want != "" && got != tt.want {
+			t.Errorf("version = %q, want %q", got, tt.want)
+		}
+	}
+}
+
+func buildInfo(t *testing.T, g prometheus.Gatherer) map[string]string {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "idemhook_build_info" {
+			continue
+		}
+		ms := mf.GetMetric()
+		if len(ms) != 1 || ms[0].GetGauge().GetValue() != 1 {
+			t.Fatalf("idemhook_build_info = %v, want one sample of 1", ms)
+		}
+		labels := map[string]string{}
+		for _, l := range ms[0].GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		return labels
+	}
+	t.Fatal("idemhook_build_info not registered")
+	return nil
+}
+
+// sample returns the value of one series, written as in the exposition
+// format (labels in any order).
+func sample(t *testing.T, g prometheus.Gatherer, series string) float64 {
+	t.Helper()
+	name, labelText, _ := strings.Cut(strings.TrimSuffix(series, "}"), "{")
+	want := map[string]string{}
+	if labelText != "" {
+		for _, kv := range strings.Split(labelText, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			want[k] = strings.Trim(v, `"`)
+		}
+	}
+	base, suffix := name, ""
+	for _, s := range []string{"_count", "_sum"} {
+		if strings.HasSuffix(name, s) && !strings.HasSuffix(name, "_total") {
+			base, suffix = strings.TrimSuffix(name, s), s
+		}
+	}
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != base {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			if len(got) != len(want) {
+				continue
+			}
+			for k, v := range want {
+				if got[k] != v {
+					continue metrics
+				}
+			}
+			switch {
+			case suffix == "_count":
+				return float64(m.GetHistogram().GetSampleCount())
+			case m.GetCounter() != nil:
+				return m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no series %s", series)
+	return 0
+}
