@@ -13,13 +13,15 @@
 // JSON.stringify(JSON.parse(body)) gives in Node.js, so the keys equal the
 // guard's), and the store key is "idem:<source>:<key>".
 //
-// Beyond the guard it adds in-flight policies (proceed, wait, reject), short
-// leases renewed while the handler runs, release of the claim when the handler
-// fails (5xx, 408, 429, a panic, a delivery cut short), a 422 for a reused
-// header key with a different body, a body size limit, a deadline on every
-// call to a networked store and a circuit breaker, so that a dead store adds milliseconds
-// rather than a dial timeout: on a store error the request proceeds
-// (fail-open) unless the route says closed (503).
+// Beyond the guard it adds in-flight policies (wait, the default, reject and
+// the guard's proceed), short leases renewed while the handler runs, release
+// of the claim unless the handler answered 2xx (providers retry every other
+// status), keys scoped by path where a route's path varies ([DefaultScope]),
+// the query string in body-hash keys, a 422 for a reused header key with a
+// different body, a body size limit, a deadline on every call to a networked
+// store and a circuit breaker, so that a dead store adds milliseconds rather
+// than a dial timeout: on a store error the request proceeds (fail-open)
+// unless the route says closed (503).
 //
 // Provider presets (package provider) add a key that survives the provider's
 // retries and a signature check that runs before anything is claimed.

@@ -566,6 +566,19 @@ func TestInFlightWaitTimesOutWith409(t *testing.T) {
 	if c := e.countOutcomes(); c[idemhook.OutcomeProcessed] != 1 || c[idemhook.OutcomeInFlightRejected] != 1 {
 		t.Fatalf("outcomes %v", c)
 	}
+	wantStatus(t, e, idemhook.OutcomeInFlightRejected, http.StatusConflict)
+}
+
+// wantStatus checks the Status the hook reported for outcome.
+func wantStatus(t *testing.T, e *env, outcome idemhook.Outcome, want int) {
+	t.Helper()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, d := range e.deliveries {
+		if d.Outcome == outcome && d.Status != want {
+			t.Errorf("%s reported status %d, the caller got %d", outcome, d.Status, want)
+		}
+	}
 }
 
 func TestFailuresReleaseTheClaim(t *testing.T) {
@@ -1266,6 +1279,7 @@ func TestDefaultInFlightPolicyIsWait(t *testing.T) {
 		t.Fatalf("duplicate got %d %q, first %q", s.Code, s.Body, f.Body)
 	}
 	wantOutcomesSet(t, e, idemhook.OutcomeProcessed, idemhook.OutcomeInFlightWaited)
+	wantStatus(t, e, idemhook.OutcomeInFlightWaited, s.Code)
 }
 
 func wantOutcomesSet(t *testing.T, e *env, want ...idemhook.Outcome) {

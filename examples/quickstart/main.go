@@ -22,8 +22,9 @@ func main() {
 		log.Fatal(err)
 	}
 	// Like @IdempotentWebhook({ source: 'stone', ttlSec: 86400 }):
-	// key = idempotency-key header, else sha256 of the JSON body.
-	stone, err := mw.Route(idemhook.Route{Source: "stone", InFlight: idemhook.InFlightWait})
+	// key = idempotency-key header, else sha256 of the JSON body. A
+	// duplicate that arrives while the first delivery runs waits for it.
+	stone, err := mw.Route(idemhook.Route{Source: "stone"})
 	if err != nil {
 		log.Fatal(err)
 	}
