@@ -86,11 +86,13 @@ const (
 	OutcomeTooLarge          Outcome = "too_large"           // body over the limit, answered 413
 )
 
-// Outcomes lists every Outcome, in the order above.
-var Outcomes = []Outcome{
-	OutcomeProcessed, OutcomeReplayed, OutcomeInFlightProceeded, OutcomeInFlightWaited,
-	OutcomeInFlightRejected, OutcomeMismatch, OutcomeFailedReleased, OutcomeStoreErrorOpen,
-	OutcomeStoreErrorClosed, OutcomeKeyError, OutcomeSignatureInvalid, OutcomeTooLarge,
+// Outcomes returns every Outcome, in the order above, in a new slice.
+func Outcomes() []Outcome {
+	return []Outcome{
+		OutcomeProcessed, OutcomeReplayed, OutcomeInFlightProceeded, OutcomeInFlightWaited,
+		OutcomeInFlightRejected, OutcomeMismatch, OutcomeFailedReleased, OutcomeStoreErrorOpen,
+		OutcomeStoreErrorClosed, OutcomeKeyError, OutcomeSignatureInvalid, OutcomeTooLarge,
+	}
 }
 
 // DeliveryInfo describes one finished delivery, for Options.OnDelivery.

@@ -109,13 +109,6 @@ func New(store Store, opts Options) (*Middleware, error) {
 	}, nil
 }
 
-// Store returns the store the middleware was created with.
-func (m *Middleware) Store() Store { return m.store }
-
-// BreakerOpen reports whether the circuit breaker is currently skipping the
-// store.
-func (m *Middleware) BreakerOpen() bool { return m.breaker.Open() }
-
 // Route checks rt, applies its defaults and returns the middleware for one
 // webhook route.
 func (m *Middleware) Route(rt Route) (func(http.Handler) http.Handler, error) {

@@ -38,9 +38,10 @@ type env struct {
 	mw    *idemhook.Middleware
 	logs  *syncbuf.Buffer
 
-	mu         sync.Mutex
-	deliveries []idemhook.DeliveryInfo
-	storeCalls []idemhook.StoreCallInfo
+	mu          sync.Mutex
+	deliveries  []idemhook.DeliveryInfo
+	storeCalls  []idemhook.StoreCallInfo
+	breakerOpen atomic.Bool // as Options.OnBreakerChange last said
 }
 
 func newEnv(t *testing.T, store idemhook.Store, clk *clock, opts idemhook.Options) *env {
@@ -62,6 +63,13 @@ func newEnv(t *testing.T, store idemhook.Store, clk *clock, opts idemhook.Option
 		e.mu.Unlock()
 		if userCalls != nil {
 			userCalls(ci)
+		}
+	}
+	userBreaker := opts.OnBreakerChange
+	opts.OnBreakerChange = func(open bool) {
+		e.breakerOpen.Store(open)
+		if userBreaker != nil {
+			userBreaker(open)
 		}
 	}
 	mw, err := idemhook.New(store, opts)
@@ -947,8 +955,8 @@ func TestBreakerSkipsADeadStore(t *testing.T) {
 			called++
 		}
 	}
-	if called != 3 || skipped != 7 || !e.mw.BreakerOpen() {
-		t.Fatalf("store called %d times, skipped %d, open %v: want 3, 7, true", called, skipped, e.mw.BreakerOpen())
+	if called != 3 || skipped != 7 || !e.breakerOpen.Load() {
+		t.Fatalf("store called %d times, skipped %d, open %v: want 3, 7, true", called, skipped, e.breakerOpen.Load())
 	}
 	if h.n.Load() != 10 {
 		t.Fatalf("handler ran %d times, want 10 (fail-open)", h.n.Load())
@@ -958,8 +966,8 @@ func TestBreakerSkipsADeadStore(t *testing.T) {
 	e.clock.Advance(time.Second)
 	send(route, `{"id":2}`)
 	send(route, `{"id":2}`)
-	if e.mw.BreakerOpen() || h.n.Load() != 11 {
-		t.Fatalf("after recovery: open %v, handler ran %d times", e.mw.BreakerOpen(), h.n.Load())
+	if e.breakerOpen.Load() || h.n.Load() != 11 {
+		t.Fatalf("after recovery: open %v, handler ran %d times", e.breakerOpen.Load(), h.n.Load())
 	}
 	if fmt.Sprint(changes) != "[true false]" {
 		t.Fatalf("breaker changes %v", changes)
@@ -1575,4 +1583,17 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 		r.status = http.StatusOK
 	}
 	return r.ResponseRecorder.Write(b)
+}
+
+// A delivery that failed open on a store error reports a *StoreError naming
+// the operation and the key, wrapping the store's error.
+func TestStoreErrorIsReportedAsStoreError(t *testing.T) {
+	down := errors.New("connection refused")
+	e := newFailingEnv(t, map[string]error{"claim": down}, idemhook.Options{})
+	send(e.route(idemhook.Route{Source: "stone"}, &counter{}), `{"id":1}`)
+	var se *idemhook.StoreError
+	if d := e.deliveries[0]; d.Outcome != idemhook.OutcomeStoreErrorOpen || !errors.As(d.Err, &se) ||
+		se.Op != "claim" || se.Key != d.StoreKey || !errors.Is(d.Err, down) {
+		t.Fatalf("outcome %s, Err %#v", d.Outcome, d.Err)
+	}
 }

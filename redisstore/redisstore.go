@@ -148,7 +148,7 @@ func (s *Store) Claim(ctx context.Context, key string, claim *idemhook.Record, l
 		}
 		return nil, opError("claim", rkey, err)
 	}
-	rec, err := idemhook.DecodeRecord([]byte(old))
+	rec, err := decodeRecord([]byte(old))
 	if err != nil {
 		return nil, opError("claim", rkey, err)
 	}
@@ -224,7 +224,7 @@ func (s *Store) Get(ctx context.Context, key string) (*idemhook.Record, error) {
 	if err != nil {
 		return nil, opError("get", rkey, err)
 	}
-	rec, err := idemhook.DecodeRecord(val)
+	rec, err := decodeRecord(val)
 	if err != nil {
 		return nil, opError("get", rkey, err)
 	}
@@ -252,4 +252,13 @@ func millis(what string, d time.Duration) (int64, error) {
 
 func opError(op, rkey string, err error) error {
 	return fmt.Errorf("redisstore: %s %s: %w", op, rkey, err)
+}
+
+// decodeRecord decodes a stored value into a new record.
+func decodeRecord(data []byte) (*idemhook.Record, error) {
+	r := new(idemhook.Record)
+	if err := r.UnmarshalBinary(data); err != nil {
+		return nil, err
+	}
+	return r, nil
 }

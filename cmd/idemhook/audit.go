@@ -155,9 +155,9 @@ func parseFilter(r *http.Request) (audit.Filter, error) {
 		Route:   trimmed(r, "route"),
 		Cursor:  trimmed(r, "cursor"),
 	}
-	if f.Outcome != "" && !slices.Contains(idemhook.Outcomes, idemhook.Outcome(f.Outcome)) {
-		names := make([]string, len(idemhook.Outcomes))
-		for i, o := range idemhook.Outcomes {
+	if outcomes := idemhook.Outcomes(); f.Outcome != "" && !slices.Contains(outcomes, idemhook.Outcome(f.Outcome)) {
+		names := make([]string, len(outcomes))
+		for i, o := range outcomes {
 			names[i] = string(o)
 		}
 		return f, fmt.Errorf("outcome: unknown %q (known: %s)", f.Outcome, strings.Join(names, ", "))
