@@ -5,10 +5,10 @@ import (
 	"net/http"
 )
 
-// consoleFiles is the web console: one page, its script and its style
-// sheet, plain files with no build step.
+// consoleFiles is the web console: one page, its script, its style sheet
+// and its icon, plain files with no build step.
 //
-//go:embed console/index.html console/console.js console/console.css
+//go:embed console/index.html console/console.js console/console.css console/favicon.svg
 var consoleFiles embed.FS
 
 // consoleCSP allows the console's own script, style sheet and API calls and
@@ -18,7 +18,7 @@ const consoleCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img
 	"connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 // consoleHandler serves the console's files at GET /admin/ (the page),
-// /admin/console.js and /admin/console.css.
+// /admin/console.js, /admin/console.css and /admin/favicon.svg.
 //
 // They are served without the admin token: a browser navigating to a page
 // cannot send an Authorization header, and the files hold no data. The page
@@ -46,5 +46,6 @@ func (g *gateway) handleConsole(mux *http.ServeMux, auth func(http.Handler) http
 	mux.Handle("GET /admin/{$}", consoleHandler("index.html"))
 	mux.Handle("GET /admin/console.js", consoleHandler("console.js"))
 	mux.Handle("GET /admin/console.css", consoleHandler("console.css"))
+	mux.Handle("GET /admin/favicon.svg", consoleHandler("favicon.svg"))
 	mux.Handle("GET /admin/stats", auth(http.HandlerFunc(g.serveStats)))
 }

@@ -24,6 +24,7 @@
     polls: 0,
     running: false,
     record: null, // {source, key, path} of the open key
+    rendered: '', // the query and rows the table shows
   };
 
   class Unauthorized extends Error {}
@@ -203,7 +204,13 @@
     if (cursor) p.set('cursor', cursor);
     const data = await api('GET', 'deliveries?' + p);
     if (seq !== state.seq) return; // a newer request was sent meanwhile
-    renderDeliveries(data.deliveries);
+    // Unchanged rows are left alone, so that a selection (a key being
+    // copied) survives the live updates.
+    const rendered = JSON.stringify([p.toString(), data.deliveries]);
+    if (rendered !== state.rendered) {
+      state.rendered = rendered;
+      renderDeliveries(data.deliveries);
+    }
     state.next = data.next || '';
     $('newer').disabled = state.page === 0;
     $('older').disabled = !state.next;
@@ -378,6 +385,7 @@
       sessionStorage.removeItem(TOKEN_KEY);
       $('stats').tBodies[0].replaceChildren();
       $('deliveries').tBodies[0].replaceChildren();
+      state.rendered = '';
       showLogin('');
     });
     $('live').addEventListener('change', () => {
