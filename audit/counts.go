@@ -61,7 +61,7 @@ func (s *SQLite) Counts(ctx context.Context, f Filter) ([]Count, error) {
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.db.QueryContext(ctx, stmt, args...)
+	rows, err := s.rdb.QueryContext(ctx, stmt, args...)
 	if err != nil {
 		return nil, fmt.Errorf("audit: counts: %w", err)
 	}

@@ -2,11 +2,15 @@ package audit_test
 
 import (
 	"cmp"
+	"context"
+	"database/sql"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/idemhook/idemhook/audit"
+	"github.com/idemhook/idemhook/sqlitestore"
 )
 
 // expectedCounts counts the entries of written matching f as a Counter
@@ -60,5 +64,58 @@ func TestCounts(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// newSQLiteReader is a SQLite sink reading through its own connection.
+func newSQLiteReader(t *testing.T, now func() time.Time) trail {
+	t.Helper()
+	s, _ := newSQLiteWithReader(t, now)
+	return s
+}
+
+func newSQLiteWithReader(t *testing.T, now func() time.Time) (*audit.SQLite, *sql.DB) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "idemhook.db")
+	db, err := sqlitestore.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	rdb, err := sqlitestore.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.Close() })
+	s, err := audit.NewSQLite(db, audit.SQLiteConfig{Now: now, PruneInterval: -1, ReadDB: rdb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, db
+}
+
+// TestSQLiteReadDB: with ReadDB, Query and Counts answer while the main
+// connection (the one the store shares) is taken, and see what Write
+// committed.
+func TestSQLiteReadDB(t *testing.T) {
+	s, db := newSQLiteWithReader(t, time.Now)
+	if err := s.Write(t.Context(), dataset(10)); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := db.Conn(t.Context()) // the main database's only connection
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	p, err := s.Query(ctx, audit.Filter{})
+	if err != nil || len(p.Entries) != 10 {
+		t.Fatalf("Query with the main connection taken: %d entries, %v", len(p.Entries), err)
+	}
+	c, err := s.Counts(ctx, audit.Filter{})
+	if err != nil || len(c) == 0 {
+		t.Fatalf("Counts with the main connection taken: %v, %v", c, err)
 	}
 }

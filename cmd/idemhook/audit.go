@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/audit"
+	"github.com/idemhook/idemhook/sqlitestore"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -38,7 +39,15 @@ func openAudit(ctx context.Context, ac AuditConfig, files *sqliteFiles, logger *
 		if err != nil {
 			return nil, fmt.Errorf("audit: %w", err)
 		}
-		s, err := audit.NewSQLite(db, audit.SQLiteConfig{Retention: ac.Retention, Logger: logger})
+		// The admin API's reads (the console's statistics scan a day of
+		// the trail) get their own connection, not the one the store
+		// shares with the sink's writes.
+		rdb, err := sqlitestore.Open(ac.Path)
+		if err != nil {
+			return nil, fmt.Errorf("audit: %w", err)
+		}
+		files.rs.add(rdb.Close)
+		s, err := audit.NewSQLite(db, audit.SQLiteConfig{Retention: ac.Retention, Logger: logger, ReadDB: rdb})
 		if err != nil {
 			return nil, fmt.Errorf("audit sqlite %s: %w", ac.Path, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/idemhook/idemhook"
@@ -115,23 +116,50 @@ type statsJSON struct {
 	Outcomes []outcomeJSON     `json:"outcomes"`
 }
 
-// serveStats is GET /admin/stats: per source, the deliveries of the last
-// hour and of the last 24 hours by class and outcome, and the duplicate
-// rate; with the configured routes and the known outcomes, which the
-// console offers as filters. Every configured source is listed, with zeros
-// when it had no delivery, and so is a source found only in the trail (a
-// removed route, or another gateway sharing a PostgreSQL trail).
-func (g *gateway) serveStats(w http.ResponseWriter, r *http.Request) {
-	counter, ok := g.audit.querier.(audit.Counter)
+// statsMaxAge is how long an answer of GET /admin/stats is reused: however
+// many consoles are open, the trail is counted at most once per period.
+const statsMaxAge = 5 * time.Second
+
+// statsHandler serves GET /admin/stats: per source, the deliveries of the
+// last hour and of the last 24 hours by class and outcome, and the
+// duplicate rate; with the configured routes and the known outcomes, which
+// the console offers as filters. Every configured source is listed, with
+// zeros when it had no delivery, and so is a source found only in the trail
+// (a removed route, or another gateway sharing a PostgreSQL trail). The
+// answer is up to statsMaxAge old ("now" says when it was counted).
+type statsHandler struct {
+	g *gateway
+
+	mu   sync.Mutex // held while counting: concurrent requests wait for one count
+	at   time.Time
+	last statsJSON
+}
+
+func (h *statsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	counter, ok := h.g.audit.querier.(audit.Counter)
 	if !ok {
 		writeProblem(w, http.StatusNotImplemented, "audit trail not queryable",
-			fmt.Sprintf("the audit sink is %q; set audit.sink to sqlite or postgres for delivery statistics", g.audit.sink))
+			fmt.Sprintf("the audit sink is %q; set audit.sink to sqlite or postgres for delivery statistics", h.g.audit.sink))
 		return
 	}
 	if len(r.URL.Query()) > 0 {
 		writeProblem(w, http.StatusBadRequest, "bad query", "GET /admin/stats takes no parameters")
 		return
 	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.at.IsZero() || time.Since(h.at) >= statsMaxAge {
+		s, err := h.g.countStats(r, counter)
+		if err != nil {
+			writeProblem(w, http.StatusServiceUnavailable, "audit query failed", err.Error())
+			return
+		}
+		h.at, h.last = time.Now(), s
+	}
+	writeJSON(w, http.StatusOK, h.last)
+}
+
+func (g *gateway) countStats(r *http.Request, counter audit.Counter) (statsJSON, error) {
 	now := time.Now().UTC()
 	out := statsJSON{Now: now, Sources: []sourceStatsJSON{}}
 	bySource := map[string]int{}
@@ -158,8 +186,7 @@ func (g *gateway) serveStats(w http.ResponseWriter, r *http.Request) {
 	} {
 		counts, err := counter.Counts(r.Context(), audit.Filter{Since: now.Add(-win.since)})
 		if err != nil {
-			writeProblem(w, http.StatusServiceUnavailable, "audit query failed", err.Error())
-			return
+			return statsJSON{}, err
 		}
 		for _, c := range counts {
 			win.pick(source(c.Source)).add(c.Outcome, c.N)
@@ -169,5 +196,5 @@ func (g *gateway) serveStats(w http.ResponseWriter, r *http.Request) {
 	for _, o := range idemhook.Outcomes {
 		out.Outcomes = append(out.Outcomes, outcomeJSON{Name: string(o), Class: outcomeClass[o]})
 	}
-	writeJSON(w, http.StatusOK, out)
+	return out, nil
 }
