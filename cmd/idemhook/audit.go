@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -41,12 +42,15 @@ func openAudit(ctx context.Context, ac AuditConfig, files *sqliteFiles, logger *
 		}
 		// The admin API's reads (the console's statistics scan a day of
 		// the trail) get their own connection, not the one the store
-		// shares with the sink's writes.
-		rdb, err := sqlitestore.Open(ac.Path)
-		if err != nil {
-			return nil, fmt.Errorf("audit: %w", err)
+		// shares with the sink's writes; an in-memory database is one
+		// connection's own, so it has none.
+		var rdb *sql.DB
+		if ac.Path != ":memory:" {
+			if rdb, err = sqlitestore.Open(ac.Path); err != nil {
+				return nil, fmt.Errorf("audit: %w", err)
+			}
+			files.rs.add(rdb.Close)
 		}
-		files.rs.add(rdb.Close)
 		s, err := audit.NewSQLite(db, audit.SQLiteConfig{Retention: ac.Retention, Logger: logger, ReadDB: rdb})
 		if err != nil {
 			return nil, fmt.Errorf("audit sqlite %s: %w", ac.Path, err)
