@@ -281,6 +281,11 @@ func TestConsoleInBrowser(t *testing.T) {
 	// The page asks for the token.
 	b.do("open the console", chromedp.Navigate(g.adminURL("/admin/")), chromedp.WaitVisible(chromedp.ID("login")))
 	b.shot("console-login")
+	b.do("sign in with a wrong token", chromedp.SendKeys(chromedp.ID("token"), "wrong"), chromedp.Click(chromedp.ID("signin")))
+	b.waitJS("the token refused", `!document.getElementById('login').hidden && document.getElementById('login-error').textContent === 'The gateway refused this token.'`)
+	if tok := eval[string](b, `sessionStorage.getItem('idemhook.admin.token') ?? ''`); tok != "" {
+		t.Errorf("a refused token is kept: %q", tok)
+	}
 	b.do("sign in", chromedp.SendKeys(chromedp.ID("token"), "s3cret"), chromedp.Click(chromedp.ID("signin")))
 	rows := `document.querySelectorAll('#deliveries tbody tr')`
 	b.waitJS("the first page of deliveries", rows+`.length === 25`)
