@@ -167,9 +167,20 @@ func (b *browser) waitJS(what, expr string) {
 // shot writes a PNG of the viewport as name.png in every screenshot folder.
 func (b *browser) shot(name string) {
 	b.t.Helper()
-	// Let the row highlight fade and the layout settle.
+	b.write(name, chromedp.CaptureScreenshot())
+}
+
+// shotOf writes a PNG of the element with the given id.
+func (b *browser) shotOf(name, id string) {
+	b.t.Helper()
+	b.write(name, chromedp.Screenshot(chromedp.ID(id)))
+}
+
+func (b *browser) write(name string, capture chromedp.Action[[]byte]) {
+	b.t.Helper()
+	// Let the layout settle.
 	b.do("settle", chromedp.Sleep(300*time.Millisecond))
-	buf, err := chromedp.Run(b.ctx, chromedp.CaptureScreenshot())
+	buf, err := chromedp.Run(b.ctx, capture)
 	if err != nil {
 		b.t.Fatalf("screenshot %s: %v", name, err)
 	}
@@ -280,7 +291,7 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// The page asks for the token.
 	b.do("open the console", chromedp.Navigate(g.adminURL("/admin/")), chromedp.WaitVisible(chromedp.ID("login")))
-	b.shot("console-login")
+	b.shotOf("console-login", "login")
 	b.do("sign in with a wrong token", chromedp.SendKeys(chromedp.ID("token"), "wrong"), chromedp.Click(chromedp.ID("signin")))
 	b.waitJS("the token refused", `!document.getElementById('login').hidden && document.getElementById('login-error').textContent === 'The gateway refused this token.'`)
 	if tok := eval[string](b, `sessionStorage.getItem('idemhook.admin.token') ?? ''`); tok != "" {
