@@ -353,7 +353,7 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// Paging: stripe's 15 deliveries, 10 then 5, each once.
 	ids := `[...document.querySelectorAll('#deliveries tbody tr')].map(tr => tr.dataset.id)`
-	apply("of source stripe, 10 a page", map[string]string{"f-source": "stripe", "f-limit": "10"}, 10, "")
+	apply("of source stripe, 10 a page", map[string]string{"f-source": "stripe", "f-limit": "10"}, 10, cellsOf("source")+`.every(s => s === 'stripe')`)
 	page1 := eval[[]string](b, ids)
 	b.do("older page", chromedp.Click(chromedp.ID("older")))
 	b.waitJS("the second page", rows+`.length === 5 && document.getElementById('older').disabled`)
