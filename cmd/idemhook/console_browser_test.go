@@ -340,6 +340,9 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 		b.waitJS("the deliveries "+what, cond)
 	}
+	// A source's name in the table filters the list by it.
+	b.do("click a source", chromedp.Click(chromedp.CSS(`#stats tr[data-source="shopify"] button`)))
+	b.waitJS("the deliveries of the clicked source", rows+`.length === 2 && `+cellsOf("source")+`.every(s => s === 'shopify') && document.getElementById('f-source').value === 'shopify'`)
 	apply("of source github", map[string]string{"f-source": "github"}, 8, cellsOf("source")+`.every(s => s === 'github')`)
 	b.shot("console-filtered")
 	apply("replayed of source stripe", map[string]string{"f-source": "stripe", "f-outcome": "replayed"}, 3,

@@ -144,7 +144,18 @@
     for (const src of s.sources) {
       const tr = document.createElement('tr');
       tr.dataset.source = src.source;
-      cell(tr, src.source);
+      const name = cell(tr, '');
+      const b = document.createElement('button');
+      b.type = 'button';
+      b.className = 'link plain';
+      b.textContent = src.source;
+      b.title = 'Show the deliveries of ' + src.source;
+      b.addEventListener('click', () => {
+        $('filters').reset();
+        $('f-source').value = src.source;
+        applyFilters();
+      });
+      name.append(b);
       for (const w of [src.hour, src.day]) {
         cell(tr, w.total, 'num');
         cell(tr, w.processed, 'num processed');
@@ -373,6 +384,8 @@
   // --- wiring ------------------------------------------------------------
 
   function init() {
+    const zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+    if (zone) $('time-zone').textContent = `(${zone})`;
     $('login-form').addEventListener('submit', (ev) => {
       ev.preventDefault();
       const t = $('token').value.trim();
