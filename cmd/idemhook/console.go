@@ -47,5 +47,5 @@ func (g *gateway) handleConsole(mux *http.ServeMux, auth func(http.Handler) http
 	mux.Handle("GET /admin/console.js", consoleHandler("console.js"))
 	mux.Handle("GET /admin/console.css", consoleHandler("console.css"))
 	mux.Handle("GET /admin/favicon.svg", consoleHandler("favicon.svg"))
-	mux.Handle("GET /admin/stats", auth(&statsHandler{g: g}))
+	mux.Handle("GET /admin/stats", auth(&statsHandler{g: g, maxAge: statsMaxAge}))
 }

@@ -144,6 +144,21 @@ func TestAdminStatsWindows(t *testing.T) {
 	sameWindow(t, "gone, last hour", gone.Hour, windowJSON{Outcomes: map[string]int64{}})
 	sameWindow(t, "gone, last day", gone.Day, windowJSON{Total: 2, Replayed: 2, Duplicates: 2, DuplicateRate: rate(1),
 		Outcomes: map[string]int64{"replayed": 2}})
+
+	// An answer is reused until it is maxAge old.
+	h := &statsHandler{g: g, maxAge: time.Hour}
+	first := statsOf(t, h, "")
+	if err := g.audit.querier.(audit.Sink).Write(t.Context(), []audit.Entry{{Time: time.Now(), Route: "/webhooks/other",
+		Source: "other", Key: "k", Outcome: "processed", Status: 200}}); err != nil {
+		t.Fatal(err)
+	}
+	if again := statsOf(t, h, ""); !again.Now.Equal(first.Now) || sourceStats(t, again, "other").Hour.Total != 0 {
+		t.Errorf("a second answer within maxAge was counted again: now %v, then %v", first.Now, again.Now)
+	}
+	h.maxAge = 0
+	if fresh := sourceStats(t, statsOf(t, h, ""), "other"); fresh.Hour.Total != 1 {
+		t.Errorf("an answer older than maxAge was reused: other's hour = %+v", fresh.Hour)
+	}
 }
 
 // TestAdminStats runs real deliveries through a gateway and reads them

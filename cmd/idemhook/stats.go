@@ -128,7 +128,8 @@ const statsMaxAge = 5 * time.Second
 // (a removed route, or another gateway sharing a PostgreSQL trail). The
 // answer is up to statsMaxAge old ("now" says when it was counted).
 type statsHandler struct {
-	g *gateway
+	g      *gateway
+	maxAge time.Duration // statsMaxAge
 
 	mu   sync.Mutex // held while counting: concurrent requests wait for one count
 	at   time.Time
@@ -148,7 +149,7 @@ func (h *statsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.at.IsZero() || time.Since(h.at) >= statsMaxAge {
+	if h.at.IsZero() || time.Since(h.at) >= h.maxAge {
 		s, err := h.g.countStats(r, counter)
 		if err != nil {
 			writeProblem(w, http.StatusServiceUnavailable, "audit query failed", err.Error())
