@@ -25,7 +25,8 @@ import (
 //     (401), too_large (413), store_error_closed (503);
 //   - other: the upstream was called but no answer got stored, or the
 //     delivery ran unprotected: in_flight_proceeded, failed_released,
-//     store_error_open, key_error.
+//     store_error_open, key_error (which also covers a body that could
+//     not be read, answered 400: the outcome doesn't tell the two apart).
 //
 // A duplicate is a delivery whose key was already claimed: replayed,
 // in_flight_waited, in_flight_proceeded and in_flight_rejected. The
