@@ -246,6 +246,11 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	dir := t.TempDir()
 	g := startGateway(t, writeConfig(t, dir, consoleConfig(dir, up.srv.URL)), startOpts{getenv: envOf("TOKEN", "s3cret")})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("gateway log:\n%s", g.stderr)
+		}
+	})
 	// callsWith counts the upstream's calls that carried body.
 	callsWith := func(body string) int {
 		n := 0

@@ -83,12 +83,24 @@
 
   async function start() {
     $('login').hidden = true;
+    // The first call tells whether the token is needed, or right: the
+    // app shows only then.
+    let err = null;
+    try {
+      await loadStats();
+    } catch (e) {
+      if (e instanceof Unauthorized) {
+        fail(e);
+        return;
+      }
+      err = e;
+    }
     $('app').hidden = false;
     $('session').hidden = false;
     $('signout').hidden = !token();
     try {
-      await loadStats();
       await loadDeliveries();
+      if (err) throw err;
       clearError();
     } catch (e) {
       fail(e);
