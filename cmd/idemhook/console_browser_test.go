@@ -354,8 +354,10 @@ func TestConsoleInBrowser(t *testing.T) {
 		cellsOf("source")+`.every(s => s === 'stripe') && `+cellsOf("outcome")+`.every(s => s === 'replayed')`)
 	apply("of route /webhooks/shop", map[string]string{"f-route": "/webhooks/shop"}, 2, cellsOf("route")+`.every(s => s === '/webhooks/shop')`)
 	apply("refused", map[string]string{"f-outcome": "mismatch"}, 1, cellsOf("status")+`[0] === '422'`)
-	// datetime-local takes the browser's local time (UTC here).
-	local := func(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05") }
+	// datetime-local takes the browser's local time (UTC here), to the
+	// minute: the input drops ":00" seconds, and SetValue wants its value
+	// back as set.
+	local := func(t time.Time) string { return t.UTC().Format("2006-01-02T15:04") }
 	apply("until an hour ago", map[string]string{"f-until": local(time.Now().Add(-time.Hour))}, 0, `!document.getElementById('empty').hidden`)
 	apply("since an hour ago, 10 a page", map[string]string{"f-since": local(time.Now().Add(-time.Hour)), "f-limit": "10"}, 10, "")
 
