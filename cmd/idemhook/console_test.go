@@ -241,6 +241,7 @@ func TestConsoleFiles(t *testing.T) {
 		{"/admin", "text/html; charset=utf-8", `<script src="console.js" defer></script>`}, // redirected to /admin/
 		{"/admin/console.js", "text/javascript; charset=utf-8", "'Bearer ' + t"},
 		{"/admin/console.css", "text/css; charset=utf-8", ".badge.refused"},
+		{"/admin/favicon.svg", "image/svg+xml", "<svg"},
 	}
 	for _, tt := range tests {
 		r := do(t, "GET", g.adminURL(tt.path), "")
