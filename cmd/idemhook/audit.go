@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/audit"
+	"github.com/idemhook/idemhook/sqlitestore"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -38,7 +40,18 @@ func openAudit(ctx context.Context, ac AuditConfig, files *sqliteFiles, logger *
 		if err != nil {
 			return nil, fmt.Errorf("audit: %w", err)
 		}
-		s, err := audit.NewSQLite(db, audit.SQLiteConfig{Retention: ac.Retention, Logger: logger})
+		// The admin API's reads (the console's statistics scan a day of
+		// the trail) get their own connection, not the one the store
+		// shares with the sink's writes; an in-memory database is one
+		// connection's own, so it has none.
+		var rdb *sql.DB
+		if ac.Path != ":memory:" {
+			if rdb, err = sqlitestore.Open(ac.Path); err != nil {
+				return nil, fmt.Errorf("audit: %w", err)
+			}
+			files.rs.add(rdb.Close)
+		}
+		s, err := audit.NewSQLite(db, audit.SQLiteConfig{Retention: ac.Retention, Logger: logger, ReadDB: rdb})
 		if err != nil {
 			return nil, fmt.Errorf("audit sqlite %s: %w", ac.Path, err)
 		}
