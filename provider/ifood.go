@@ -22,7 +22,7 @@ const IFoodSignatureHeader = "X-IFood-Signature"
 //
 // Duplicates: 202 Accepted, the answer iFood expects. No options.
 func IFood(cfg Config) (*idemhook.Preset, error) {
-	s, err := cfg.checkUntimed("ifood")
+	s, err := cfg.check("ifood")
 	if err != nil {
 		return nil, err
 	}

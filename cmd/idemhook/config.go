@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -823,7 +822,11 @@ func (p *parser) preset(rf map[string]field, at string, n *yaml.Node, rc *RouteC
 	} else if _, present := rf["secrets"]; present && !isNull(rf["secrets"].value) {
 		secretsOK = false
 	}
-	opts := map[string]string{}
+	type optionValue struct {
+		key   *yaml.Node
+		value string
+	}
+	var opts []optionValue // in file order
 	if f, ok := rf["provider_options"]; ok && !isNull(f.value) {
 		on := resolve(f.value)
 		if on.Kind != yaml.MappingNode {
@@ -851,7 +854,7 @@ func (p *parser) preset(rf map[string]field, at string, n *yaml.Node, rc *RouteC
 					secretsOK = false
 					continue
 				}
-				opts[k.Value] = ev
+				opts = append(opts, optionValue{k, ev})
 			}
 		}
 	}
@@ -882,16 +885,33 @@ func (p *parser) preset(rf map[string]field, at string, n *yaml.Node, rc *RouteC
 		p.errorf(node, join(at, fieldName), "provider %s needs a secret: set secret_env: NAME_OF_VARIABLE (or secrets: [${VAR}] to accept several during a rotation)", name)
 		return
 	}
-	pr, err := provider.New(name, provider.Config{Secrets: secrets, Tolerance: tolerance, Options: maps.Clone(opts)})
+	pc := provider.Config{Secrets: secrets, Tolerance: tolerance}
+	optionNode := map[string]*yaml.Node{}
+	for _, o := range opts {
+		optionNode[o.key.Value] = o.key
+		if err := pc.SetOption(name, o.key.Value, o.value); err != nil {
+			p.errorf(o.key, join(join(at, "provider_options"), o.key.Value), "%v", err)
+			return
+		}
+	}
+	pr, err := provider.New(name, pc)
 	if err != nil {
+		// The preset's typed errors say which setting is at fault.
 		node, fieldName := pn, "provider"
-		if f, ok := rf["provider_options"]; ok && strings.Contains(err.Error(), "option") {
-			node, fieldName = f.value, "provider_options"
+		var oe *provider.OptionError
+		var te *provider.ToleranceError
+		switch {
+		case errors.As(err, &oe) && optionNode[oe.Option] != nil:
+			node, fieldName = optionNode[oe.Option], join(join(at, "provider_options"), oe.Option)
+		case errors.As(err, &oe) && rf["provider_options"].value != nil:
+			node, fieldName = rf["provider_options"].value, "provider_options"
+		case errors.As(err, &te) && rf["tolerance"].value != nil:
+			node, fieldName = rf["tolerance"].value, "tolerance"
 		}
-		if f, ok := rf["tolerance"]; ok && strings.Contains(err.Error(), "tolerance") {
-			node, fieldName = f.value, "tolerance"
+		if !strings.HasPrefix(fieldName, at) {
+			fieldName = join(at, fieldName)
 		}
-		p.errorf(node, join(at, fieldName), "%v", err)
+		p.errorf(node, fieldName, "%v", err)
 		return
 	}
 	rc.Route.Preset = pr

@@ -224,7 +224,7 @@ func TestConfigErrors(t *testing.T) {
 			name: "unknown provider option",
 			give: route("    provider: stripe\n    secret_env: S\n    provider_options: {colour: blue}\n"),
 			env:  []string{"S", "x"},
-			want: []string{`idemhook.yaml:7: routes[0].provider_options: provider stripe: unknown option "colour" (this provider takes no options)`},
+			want: []string{`idemhook.yaml:7: routes[0].provider_options.colour: provider stripe: option colour: unknown option (this provider takes no options)`},
 		},
 		{
 			name: "duplicate paths",
