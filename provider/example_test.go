@@ -200,7 +200,7 @@ func ExampleSlack() {
 // WhatsApp Cloud: Meta's GET subscription challenge.
 func ExampleWhatsAppCloud() {
 	p, _ := provider.WhatsAppCloud(provider.Config{
-		Secrets: []string{"app-secret"},
+		Secrets:       []string{"app-secret"},
 		WhatsAppCloud: provider.WhatsAppCloudOptions{VerifyToken: "my-verify-token"},
 	})
 	for _, token := range []string{"my-verify-token", "guess"} {
