@@ -9,7 +9,7 @@ import (
 )
 
 // Evolution returns the preset for Evolution API (self-hosted WhatsApp)
-// webhooks, the seed's "whatsapp" source.
+// webhooks (the NestJS guard's "whatsapp" source).
 //
 // Key: Evolution has no delivery id. For messages.upsert,
 // "<event>:<data.key.id>" (the WhatsApp message id); for messages.update,

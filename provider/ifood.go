@@ -9,8 +9,8 @@ import (
 // IFoodSignatureHeader is the header iFood puts its body HMAC in.
 const IFoodSignatureHeader = "X-IFood-Signature"
 
-// IFood returns the preset for the iFood Merchant API webhook (the seed's
-// "marketplace" source).
+// IFood returns the preset for the iFood Merchant API webhook (the NestJS
+// guard's "marketplace" source).
 //
 // Key: the event's "id", which iFood documents as the deduplication key
 // (one event per request).

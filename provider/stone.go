@@ -45,7 +45,7 @@ const StoneEventIDHeader = "x-stone-webhook-event-id"
 // attempt.
 //
 // Key: the x-stone-webhook-event-id header when present, otherwise the body
-// hash (the seed's key). Caveat: that header is not covered by the JWS, and
+// hash (the NestJS guard's key). Caveat: that header is not covered by the JWS, and
 // the body hash is not stable if Stone re-encrypts the JWE per attempt (JWE
 // uses a random key and IV); Stone documents neither point.
 //

@@ -89,8 +89,8 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 // prefix followed by key.
 func (s *Store) Key(key string) string { return s.prefix + key }
 
-// Name is how the middleware's WARN messages name this store, as the seed's
-// did: "WebhookIdempotencyGuard Redis error for key=...".
+// Name is how the middleware's WARN messages name this store, as the NestJS
+// guard's did: "WebhookIdempotencyGuard Redis error for key=...".
 func (s *Store) Name() string { return "Redis" }
 
 // The compare-and-set scripts. KEYS[1] is the key, ARGV[1] the encoded claim.
