@@ -1,0 +1,185 @@
+package pgstore_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/pgtest"
+	"github.com/idemhook/idemhook/pgstore"
+	"github.com/idemhook/idemhook/storetest"
+)
+
+// newStore returns a store on a table of its own, dropped when tb ends.
+func newStore(tb testing.TB, pool *pgxpool.Pool, cfg pgstore.Config) *pgstore.Store {
+	tb.Helper()
+	if cfg.Table == "" {
+		cfg.Table = pgtest.Table(tb, pool, "idemhook_test")
+	}
+	if cfg.SweepInterval == 0 {
+		cfg.SweepInterval = -1
+	}
+	s, err := pgstore.New(context.Background(), pool, cfg)
+	if err != nil {
+		tb.Fatalf("pgstore.New: %v", err)
+	}
+	tb.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestConformance runs the whole storetest suite against a real PostgreSQL.
+// Expiry follows the database's clock, which can't be moved, so the suite
+// checks it with short real lifetimes.
+func TestConformance(t *testing.T) {
+	pool := pgtest.Pool(t)
+	storetest.Run(t, storetest.Harness{
+		New: func(tb testing.TB) idemhook.Store { return newStore(tb, pool, pgstore.Config{}) },
+	})
+}
+
+func TestName(t *testing.T) {
+	if got := (&pgstore.Store{}).Name(); got != "PostgreSQL" {
+		t.Fatalf("Name() = %q, want PostgreSQL", got)
+	}
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	if _, err := pgstore.New(t.Context(), nil, pgstore.Config{}); err == nil || !strings.Contains(err.Error(), "nil *pgxpool.Pool") {
+		t.Fatalf("New(nil pool): %v", err)
+	}
+	// The table name is checked before the pool is used, so a pool that
+	// could never connect is enough here.
+	pool, err := pgxpool.New(t.Context(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	for _, name := range []string{"1abc", "a-b", "a.b.c", `x"; DROP TABLE y; --`, strings.Repeat("a", 64), "a b", "ünï"} {
+		_, err := pgstore.New(t.Context(), pool, pgstore.Config{Table: name})
+		if err == nil || !strings.Contains(err.Error(), "want letters, digits and underscores") {
+			t.Errorf("New(Table %q): got %v, want a table-name error", name, err)
+		}
+	}
+	if _, err := pgstore.New(t.Context(), pool, pgstore.Config{SweepBatch: -1}); err == nil || !strings.Contains(err.Error(), "SweepBatch") {
+		t.Errorf("New(SweepBatch -1): %v", err)
+	}
+}
+
+func TestSchema(t *testing.T) {
+	got, err := pgstore.Schema("webhooks.Keys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`CREATE TABLE IF NOT EXISTS "webhooks"."Keys" (`, `key        bytea       PRIMARY KEY`,
+		`CREATE INDEX IF NOT EXISTS "Keys_expires_at_idx" ON "webhooks"."Keys" (expires_at);`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Schema lacks %q:\n%s", want, got)
+		}
+	}
+	if _, err := pgstore.Schema("bad-name"); err == nil {
+		t.Error("Schema(bad-name): no error")
+	}
+}
+
+// TestSchemaIsWhatNewCreates applies Schema's SQL by hand, as a team
+// managing its own migrations would, and opens the table with SkipCreate;
+// with SkipCreate and no table, New fails and names the table.
+func TestSchemaIsWhatNewCreates(t *testing.T) {
+	pool := pgtest.Pool(t)
+	table := pgtest.Table(t, pool, "idemhook_migrated")
+	if _, err := pgstore.New(t.Context(), pool, pgstore.Config{Table: table, SkipCreate: true}); err == nil || !strings.Contains(err.Error(), table) {
+		t.Fatalf("New(SkipCreate) without the table: %v", err)
+	}
+	ddl, err := pgstore.Schema(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(t.Context(), ddl); err != nil {
+		t.Fatalf("applying Schema(%q): %v\n%s", table, err, ddl)
+	}
+	s := newStore(t, pool, pgstore.Config{Table: table, SkipCreate: true})
+	claim := &idemhook.Record{State: idemhook.StatePending, Token: "t1", CreatedAt: time.UnixMilli(1)}
+	if existing, err := s.Claim(t.Context(), "k", claim, time.Hour); err != nil || existing != nil {
+		t.Fatalf("Claim: %v, %v", existing, err)
+	}
+	if err := s.Ping(t.Context()); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+}
+
+// TestConcurrentCreate opens one table from many stores at once, as gateways
+// starting together do: the advisory lock keeps CREATE TABLE IF NOT EXISTS
+// from racing.
+func TestConcurrentCreate(t *testing.T) {
+	pool := pgtest.Pool(t)
+	table := pgtest.Table(t, pool, "idemhook_create")
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() {
+			s, err := pgstore.New(t.Context(), pool, pgstore.Config{Table: table, SweepInterval: -1})
+			if err == nil {
+				s.Close()
+			}
+			errs <- err
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatalf("concurrent New: %v", err)
+		}
+	}
+}
+
+// TestSweep deletes expired rows in batches and leaves live ones.
+func TestSweep(t *testing.T) {
+	pool := pgtest.Pool(t)
+	s := newStore(t, pool, pgstore.Config{SweepBatch: 7})
+	ctx := t.Context()
+	for i := range 30 {
+		claim := &idemhook.Record{State: idemhook.StatePending, Token: "tok", CreatedAt: time.UnixMilli(int64(i + 1))}
+		lease := time.Hour
+		if i < 25 {
+			lease = time.Millisecond
+		}
+		if _, err := s.Claim(ctx, "k"+string(rune('a'+i)), claim, lease); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(20 * time.Millisecond)
+	n, err := s.Sweep(ctx)
+	if err != nil || n != 25 {
+		t.Fatalf("Sweep: %d, %v; want 25 deleted", n, err)
+	}
+	var left int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+`"`+s.Table()+`"`).Scan(&left); err != nil || left != 5 {
+		t.Fatalf("rows left: %d, %v; want 5", left, err)
+	}
+}
+
+// TestBackgroundSweep checks the sweeper runs on its own.
+func TestBackgroundSweep(t *testing.T) {
+	pool := pgtest.Pool(t)
+	s := newStore(t, pool, pgstore.Config{SweepInterval: 20 * time.Millisecond})
+	claim := &idemhook.Record{State: idemhook.StatePending, Token: "tok", CreatedAt: time.UnixMilli(1)}
+	if _, err := s.Claim(t.Context(), "gone", claim, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM "`+s.Table()+`"`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the expired row was not swept within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
