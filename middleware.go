@@ -492,8 +492,10 @@ func (d *delivery) runOwned(pending *Record) {
 	d.out.buffering = true
 	d.out.limit = d.h.rt.MaxStoredBodyBytes
 	d.startRenewal(pending)
+	tx := d.offerDelivery(pending) // see delivery.go
 	returned := false
 	defer func() {
+		tx.close()
 		if returned {
 			return
 		}
@@ -513,6 +515,9 @@ func (d *delivery) runOwned(pending *Record) {
 	d.h.next.ServeHTTP(&d.out, d.r)
 	returned = true
 	d.renew.stop()
+	if tx.settle(pending) { // the handler completed the claim in its own transaction
+		return
+	}
 
 	if d.out.hijacked {
 		// The handler answered on the raw connection: its answer is
