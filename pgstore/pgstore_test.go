@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -181,5 +182,45 @@ func TestBackgroundSweep(t *testing.T) {
 			t.Fatal("the expired row was not swept within 10s")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestDuplicateClaimWritesNothing: a Claim that finds a live record (a
+// replay, or a duplicate of a running delivery) is a read: the row keeps its
+// version (same ctid and xmin), so a duplicate never costs a write, a WAL
+// flush or a row lock.
+func TestDuplicateClaimWritesNothing(t *testing.T) {
+	pool := pgtest.Pool(t)
+	st := newStore(t, pool, pgstore.Config{})
+	ctx := t.Context()
+	version := func(key string) string {
+		var v string
+		if err := pool.QueryRow(ctx, `SELECT ctid::text || '/' || xmin::text FROM "`+st.Table()+`" WHERE key = $1`, []byte(key)).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	claim := &idemhook.Record{State: idemhook.StatePending, Token: "first", CreatedAt: time.UnixMilli(1)}
+	for _, complete := range []bool{false, true} {
+		key := fmt.Sprintf("dup-%t", complete)
+		if existing, err := st.Claim(ctx, key, claim, time.Hour); err != nil || existing != nil {
+			t.Fatalf("Claim: %v %v", existing, err)
+		}
+		if complete {
+			done := &idemhook.Record{State: idemhook.StateCompleted, CreatedAt: time.UnixMilli(2), Status: 200}
+			if err := st.Complete(ctx, key, claim, done, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := version(key)
+		for range 5 {
+			other := &idemhook.Record{State: idemhook.StatePending, Token: "dup", CreatedAt: time.UnixMilli(3)}
+			if existing, err := st.Claim(ctx, key, other, time.Hour); err != nil || existing == nil {
+				t.Fatalf("duplicate Claim: %v %v", existing, err)
+			}
+		}
+		if after := version(key); after != before {
+			t.Fatalf("completed=%t: a duplicate Claim rewrote the row (version %s, then %s)", complete, before, after)
+		}
 	}
 }
