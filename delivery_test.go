@@ -265,3 +265,36 @@ func TestDeliveryOnlyWhenClaimed(t *testing.T) {
 		t.Fatal("a bare context has a Delivery")
 	}
 }
+
+// TestDeliveryRetriedTransaction: a handler whose first transaction rolled
+// back after CompleteWith tries again in a new one; the middleware sends the
+// response of the one that committed.
+func TestDeliveryRetriedTransaction(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	h := txRoute(t, e, func(w http.ResponseWriter, r *http.Request) {
+		d, _ := idemhook.DeliveryFromContext(r.Context())
+		rolledBack := func(string, *idemhook.Record, *idemhook.Record, time.Duration) error { return nil }
+		if err := d.CompleteWith(http.StatusOK, nil, []byte("attempt 1"), rolledBack); err != nil {
+			t.Errorf("attempt 1: %v", err)
+		}
+		err := d.CompleteWith(http.StatusCreated, nil, []byte("attempt 2"), func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
+			return e.store.Complete(context.Background(), key, claim, done, ttl)
+		})
+		if err != nil {
+			t.Errorf("attempt 2: %v", err)
+		}
+		// A third attempt after the commit finds the claim gone.
+		err = d.CompleteWith(http.StatusOK, nil, []byte("attempt 3"), func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
+			return e.store.Complete(context.Background(), key, claim, done, ttl)
+		})
+		if !errors.Is(err, idemhook.ErrNotOwner) {
+			t.Errorf("attempt 3 after a commit: %v, want ErrNotOwner", err)
+		}
+	})
+	if got := post(h, `{"id":"evt_6"}`); got.Code != http.StatusCreated || got.Body.String() != "attempt 2" {
+		t.Fatalf("answer %d %q, want the committed attempt 2", got.Code, got.Body)
+	}
+	if again := post(h, `{"id":"evt_6"}`); again.Body.String() != "attempt 2" || again.Header().Get(idemhook.ReplayedHeader) != "true" {
+		t.Fatalf("re-delivery %d %q", again.Code, again.Body)
+	}
+}
