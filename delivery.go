@@ -42,9 +42,10 @@ import (
 //     it. Outcome processed.
 //   - rolled back: the key still holds the delivery's pending claim. The
 //     middleware releases it as for a failed handler, so that the provider's
-//     retry runs afresh, and sends the handler's answer if it is a failure
-//     (5xx, 408, 429); an answer the provider would not retry (2xx, 4xx, or
-//     nothing written) becomes a 500, since it would lose the event. Outcome
+//     retry runs afresh, and sends the handler's answer if it is one the
+//     middleware would not store either (a failure such as a 5xx); an answer
+//     it would store (a 2xx, or nothing written) becomes a 500, since the
+//     provider would not retry it and the event would be lost. Outcome
 //     failed_released.
 //   - unknown (the read failed): the middleware answers 503 with
 //     Retry-After. The provider's retry replays the committed response, or,
@@ -115,8 +116,8 @@ func (x *Delivery) Claim() *Record {
 // CompleteWith builds the record as the middleware would: only the route's
 // replay headers are kept, and a body over the route's MaxStoredBodyBytes is
 // left out of the record (a replay then has an empty body). status must be
-// one the middleware stores (not a 5xx, 408 or 429, which release the claim
-// so that the provider's retry runs afresh).
+// one the middleware stores (a failure such as a 5xx releases the claim
+// instead, so that the provider's retry runs afresh).
 //
 // An error from write is returned as is: [ErrNotOwner] means the claim was
 // lost (its lease lapsed and another delivery took the event over, or it was
@@ -126,7 +127,7 @@ func (x *Delivery) CompleteWith(status int, header http.Header, body []byte, wri
 		return errors.New("idemhook: Delivery.CompleteWith: nil write")
 	}
 	if status < 200 || status > 999 || !isFinal(status) {
-		return fmt.Errorf("idemhook: Delivery.CompleteWith: status %d is not one the middleware stores (it releases the claim of a 5xx, 408 or 429 so that a retry runs afresh)", status)
+		return fmt.Errorf("idemhook: Delivery.CompleteWith: status %d is not one the middleware stores (it releases the claim of a failed delivery so that a retry runs afresh)", status)
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()

@@ -158,8 +158,6 @@ func (s *service) recordOrder(w http.ResponseWriter, r *http.Request) {
 	s.at("claimed")
 	var ev orderEvent
 	if err := json.NewDecoder(r.Body).Decode(&ev); err != nil || ev.SKU == "" || ev.Qty <= 0 {
-		// A final answer: stored like any other, so a re-delivery gets it
-		// back without running again.
 		http.Error(w, `want {"sku": "...", "qty": n > 0}`, http.StatusUnprocessableEntity)
 		return
 	}
