@@ -98,7 +98,7 @@ func TestDeliveryCommitted(t *testing.T) {
 }
 
 func TestDeliveryRolledBack(t *testing.T) {
-	for _, tc := range []struct {
+	for _, tt := range []struct {
 		name       string
 		status     int // what the handler answers after the rollback; 0: nothing
 		wantStatus int
@@ -108,7 +108,7 @@ func TestDeliveryRolledBack(t *testing.T) {
 		{"handler answers 200", http.StatusOK, http.StatusInternalServerError},
 		{"handler answers nothing", 0, http.StatusInternalServerError},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
+		t.Run(tt.name, func(t *testing.T) {
 			e := newMemEnv(t, idemhook.Options{})
 			var runs atomic.Int32
 			h := txRoute(t, e, func(w http.ResponseWriter, r *http.Request) {
@@ -123,13 +123,13 @@ func TestDeliveryRolledBack(t *testing.T) {
 				if err != nil {
 					t.Errorf("CompleteWith: %v", err)
 				}
-				if n == 1 && tc.status != 0 {
-					w.WriteHeader(tc.status)
+				if n == 1 && tt.status != 0 {
+					w.WriteHeader(tt.status)
 				}
 			})
 			first := post(h, `{"id":"evt_2"}`)
-			if first.Code != tc.wantStatus {
-				t.Fatalf("after a rollback: status %d, want %d", first.Code, tc.wantStatus)
+			if first.Code != tt.wantStatus {
+				t.Fatalf("after a rollback: status %d, want %d", first.Code, tt.wantStatus)
 			}
 			if got := e.lastOutcome(); got.Outcome != idemhook.OutcomeFailedReleased || got.Err == nil {
 				t.Fatalf("after a rollback: %+v", got)

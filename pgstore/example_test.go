@@ -13,6 +13,26 @@ import (
 	"github.com/idemhook/idemhook/pgstore"
 )
 
+// New takes a pool the caller owns and checks its configuration before it
+// uses the database (the pool connects lazily, so these two need no server).
+// With a server, it creates the table if missing and starts the sweeper.
+func ExampleNew() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://app@127.0.0.1:5432/shop")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+
+	_, err = pgstore.New(ctx, pool, pgstore.Config{Table: "keys; DROP TABLE orders"})
+	fmt.Println(err)
+	_, err = pgstore.New(ctx, nil, pgstore.Config{})
+	fmt.Println(err)
+	// Output:
+	// pgstore: New: table "keys; DROP TABLE orders": want letters, digits and underscores, starting with a letter or an underscore, optionally schema.table, each part at most 63 characters
+	// pgstore: New: nil *pgxpool.Pool: pass one from pgxpool.New(ctx, "postgres://...")
+}
+
 // The SQL New runs for a table, for a team that manages migrations itself
 // (it then sets Config.SkipCreate).
 func ExampleSchema() {

@@ -37,7 +37,7 @@ var (
 	loadConc     = flag.Int("load.concurrency", 32, "load comparison: concurrent senders")
 	loadRounds   = flag.Int("load.rounds", 3, "load comparison: rounds per setup (the median round is reported)")
 	loadOnly     = flag.String("load.only", "", "load comparison: only the gateway rows whose name contains this")
-	loadPGConns  = flag.Int("load.pgconns", 0, "load comparison: the PostgreSQL gateway's pool_max_conns (0: pgx's default, max(4, cores))")
+	loadPGParams = flag.String("load.pg", "", "load comparison: PostgreSQL gateway rows, as URL parameters added to IDEMHOOK_POSTGRES_URL, one row per ';'-separated set (e.g. \"pool_max_conns=16;pool_max_conns=16&synchronous_commit=off\"); the row with none always runs")
 )
 
 // loadResult is one measurement.
@@ -202,18 +202,23 @@ func TestLoadComparison(t *testing.T) {
 		t.Log(pgtest.EnvVar + " is not set: no PostgreSQL row")
 	} else {
 		pool := pgtest.Pool(t)
-		table := pgtest.Table(t, pool, "idemhook_load")
-		name := "gateway, PostgreSQL"
-		if *loadPGConns > 0 {
-			sep := "?"
-			if strings.Contains(pgURL, "?") {
-				sep = "&"
-			}
-			pgURL += fmt.Sprintf("%spool_max_conns=%d", sep, *loadPGConns)
-			name += fmt.Sprintf(" (pool of %d)", *loadPGConns)
+		variants := []string{""}
+		if *loadPGParams != "" {
+			variants = append(variants, strings.Split(*loadPGParams, ";")...)
 		}
-		gateways = append(gateways, struct{ name, store, audit string }{
-			name, fmt.Sprintf("{driver: postgres, url: %q, table: %s}", pgURL, table), "none"})
+		for _, params := range variants {
+			name, u := "gateway, PostgreSQL", pgURL
+			if params != "" {
+				sep := "?"
+				if strings.Contains(u, "?") {
+					sep = "&"
+				}
+				name, u = name+" ("+params+")", u+sep+params
+			}
+			table := pgtest.Table(t, pool, "idemhook_load")
+			gateways = append(gateways, struct{ name, store, audit string }{
+				name, fmt.Sprintf("{driver: postgres, url: %q, table: %s}", u, table), "none"})
+		}
 	}
 
 	// Every setup runs, round-robin, *loadRounds times; each row reports the

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/pgtest"
+)
+
+// TestPostgresTwoGateways runs two gateway processes on one PostgreSQL (the
+// store and the audit trail in the same database) and sends concurrent
+// copies of each event split across both: every event reaches the upstream
+// once, every copy gets its answer, and both gateways' trails land in the
+// one table.
+func TestPostgresTwoGateways(t *testing.T) {
+	pool := pgtest.Pool(t)
+	keys := pgtest.Table(t, pool, "gw_keys")
+	trail := pgtest.Table(t, pool, "gw_audit")
+	up := newUpstream(t)
+	up.handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+		time.Sleep(50 * time.Millisecond) // the copies arrive while the first runs
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"call":%d}`, n)
+	}
+	cfg := strings.Replace(routeConfig(up.srv.URL, "in_flight: wait"),
+		"store: {driver: memory}",
+		fmt.Sprintf("store: {driver: postgres, url: \"${%s}\", table: %s}", pgtest.EnvVar, keys), 1)
+	cfg = strings.Replace(cfg, "audit: {sink: none}", "audit: {sink: postgres, table: "+trail+"}", 1)
+	cfg = strings.Replace(cfg, "log: {level: debug}", "log: {level: info}", 1)
+	path := writeConfig(t, t.TempDir(), cfg)
+	gws := []*gatewayProc{startGatewayProcess(t, path), startGatewayProcess(t, path)}
+
+	const events, copies = 5, 20
+	var wg sync.WaitGroup
+	answers := make([][]response, events)
+	for e := range events {
+		answers[e] = make([]response, copies)
+		for c := range copies {
+			g := gws[c%2]
+			wg.Go(func() {
+				answers[e][c] = post(t, "http://"+g.listen+"/webhooks/test", fmt.Sprintf(`{"id":"evt_two_%d"}`, e))
+			})
+		}
+	}
+	wg.Wait()
+	if n := up.calls.Load(); n != events {
+		t.Fatalf("upstream calls = %d, want %d (one per event)", n, events)
+	}
+	for e := range events {
+		for c, a := range answers[e] {
+			if a.Status != http.StatusOK || a.Body != answers[e][0].Body {
+				t.Fatalf("event %d copy %d: %d %q, want 200 %q", e, c, a.Status, a.Body, answers[e][0].Body)
+			}
+		}
+	}
+	for _, g := range gws {
+		if r := do(t, http.MethodGet, "http://"+g.admin+"/readyz", ""); r.Status != http.StatusOK {
+			t.Fatalf("readyz = %d %s", r.Status, r.Body)
+		}
+	}
+	// /readyz reads the store's table: without it, it answers 503.
+	if _, err := pool.Exec(t.Context(), `ALTER TABLE `+pgx.Identifier{keys}.Sanitize()+` RENAME TO `+pgx.Identifier{keys + "_away"}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	r := do(t, http.MethodGet, "http://"+gws[0].admin+"/readyz", "")
+	if _, err := pool.Exec(t.Context(), `ALTER TABLE `+pgx.Identifier{keys + "_away"}.Sanitize()+` RENAME TO `+pgx.Identifier{keys}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("readyz without the table = %d %s, want 503", r.Status, r.Body)
+	}
+
+	for _, g := range gws {
+		g.stop(t)
+	}
+	var total, processed int
+	err := pool.QueryRow(context.Background(), `SELECT count(*), count(*) FILTER (WHERE outcome = $1) FROM `+pgx.Identifier{trail}.Sanitize(),
+		string(idemhook.OutcomeProcessed)).Scan(&total, &processed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total != events*copies || processed != events {
+		t.Fatalf("audit trail: %d entries, %d processed; want %d and %d", total, processed, events*copies, events)
+	}
+}
+
+// TestPostgresStoreUnreachableAtStart: the table is created at start, so a
+// gateway whose PostgreSQL can't be reached says so and exits instead of
+// serving without its store.
+func TestPostgresStoreUnreachableAtStart(t *testing.T) {
+	up := newUpstream(t)
+	cfg := strings.Replace(routeConfig(up.srv.URL), "store: {driver: memory}",
+		"store: {driver: postgres, url: \"postgres://postgres:pw@127.0.0.1:1/none?connect_timeout=2\"}", 1)
+	path := writeConfig(t, t.TempDir(), cfg)
+	var stderr strings.Builder
+	err := runEnv(t.Context(), env{args: []string{"serve", "--config", path}, getenv: envOf(), stdout: &stderr, stderr: &stderr})
+	if err == nil || !strings.Contains(err.Error(), "postgres store postgres://postgres:xxxxx@127.0.0.1:1/none") {
+		t.Fatalf("serve: %v", err)
+	}
+}
