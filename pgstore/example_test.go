@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/pgstore"
@@ -101,4 +102,58 @@ func ExampleStore_CompleteTx() {
 		}
 		// Committed: the middleware sends the committed 201 itself.
 	})))
+}
+
+// The same with database/sql, through pgx's stdlib driver: the *sql.DB may
+// be opened with sql.Open("pgx", url) or, as here, on the store's own pool.
+//
+// (No output: it needs a PostgreSQL server.)
+func ExampleStore_CompleteSQLTx() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://app@127.0.0.1:5432/shop")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	store, err := pgstore.New(ctx, pool, pgstore.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		ctx := r.Context()
+		d, ok := idemhook.DeliveryFromContext(ctx)
+		if !ok {
+			http.Error(w, "retry later", http.StatusServiceUnavailable)
+			return
+		}
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			http.Error(w, "database unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+		if _, err := tx.ExecContext(ctx, `INSERT INTO refunds (event_key) VALUES ($1)`, d.StoreKey()); err != nil {
+			http.Error(w, "refund not recorded", http.StatusInternalServerError)
+			return
+		}
+		if err := store.CompleteSQLTx(ctx, tx, d, http.StatusOK, nil, []byte("refunded\n")); err != nil {
+			http.Error(w, "refund not recorded", http.StatusInternalServerError)
+			return
+		}
+		if err := tx.Commit(); err != nil {
+			http.Error(w, "refund not recorded", http.StatusInternalServerError)
+		}
+	}
+	mw, err := idemhook.New(store, idemhook.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	route, err := mw.Route(idemhook.Route{Source: "payments", InFlight: idemhook.InFlightWait})
+	if err != nil {
+		log.Fatal(err)
+	}
+	http.Handle("POST /webhooks/refunds", route(http.HandlerFunc(handler)))
 }

@@ -357,3 +357,35 @@ func TestRoundTripsPerDelivery(t *testing.T) {
 		}
 	}
 }
+
+// TestExpiryOnTheDatabaseClock: a lease or a TTL is stored as the database's
+// time plus the lifetime: the Go process's clock (which the store never
+// reads) can be hours off without changing when a claim lapses.
+func TestExpiryOnTheDatabaseClock(t *testing.T) {
+	pool := pgtest.Pool(t)
+	st := newStore(t, pool, pgstore.Config{})
+	ctx := t.Context()
+	remaining := func(key string) time.Duration {
+		var us int64
+		err := pool.QueryRow(ctx, `SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1e6)::bigint FROM "`+st.Table()+`" WHERE key = $1`, []byte(key)).Scan(&us)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(us) * time.Microsecond
+	}
+	// CreatedAt from a clock two hours ahead, as a skewed gateway sets it.
+	claim := &idemhook.Record{State: idemhook.StatePending, Token: "skewed", CreatedAt: time.Now().Add(2 * time.Hour)}
+	if _, err := st.Claim(ctx, "k", claim, 90*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if r := remaining("k"); r <= 80*time.Second || r > 90*time.Second {
+		t.Fatalf("after a 90s lease the row has %v left by the database's clock", r)
+	}
+	done := &idemhook.Record{State: idemhook.StateCompleted, CreatedAt: time.Now().Add(-2 * time.Hour), Status: 200}
+	if err := st.Complete(ctx, "k", claim, done, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if r := remaining("k"); r <= 59*time.Minute || r > time.Hour {
+		t.Fatalf("after a 1h TTL the row has %v left by the database's clock", r)
+	}
+}
