@@ -56,7 +56,8 @@ import (
 //
 // Once a completion has been written in a transaction the lease is no longer
 // renewed (the row is locked by the transaction until it ends), so commit
-// promptly. A handler may try again in a new transaction after a rollback
+// promptly, and end the transaction (commit or roll back) before the handler
+// returns: the middleware's read after the return must see its outcome. A handler may try again in a new transaction after a rollback
 // (a serialization failure, say); a completion whose transaction committed
 // makes every later one fail with [ErrNotOwner].
 //
