@@ -116,12 +116,16 @@ func TestRecordsAnOrderOnce(t *testing.T) {
 }
 
 // TestConcurrentDuplicates sends 100 copies of one event at once over real
-// HTTP while the first is still running, with each in-flight policy: the
-// order is recorded by one execution, in one row, and every success answer
-// carries that order.
+// HTTP while the first is still running, with each in-flight policy, the
+// first held either right after its claim or inside its transaction after
+// CompleteTx (the idempotency row locked): the order is recorded by one
+// execution, in one row, and every success answer carries that order.
 func TestConcurrentDuplicates(t *testing.T) {
-	for _, policy := range []string{"wait", "reject"} {
-		t.Run(policy, func(t *testing.T) {
+	for _, tt := range []struct{ policy, holdAt string }{
+		{"wait", "claimed"}, {"reject", "claimed"}, {"wait", "written"}, {"reject", "written"},
+	} {
+		policy := tt.policy
+		t.Run(policy+"/held at "+tt.holdAt, func(t *testing.T) {
 			pool := pgtest.Pool(t)
 			cfg := testConfig(t, pool)
 			cfg.inFlight = policy
@@ -133,12 +137,16 @@ func TestConcurrentDuplicates(t *testing.T) {
 			release := make(chan struct{})
 			var answered atomic.Int32
 			cfg.hook = func(point string) {
-				if point == "claimed" {
+				if point == tt.holdAt {
 					select {
 					case <-release:
 					case <-time.After(300 * time.Millisecond):
 						if policy == "reject" {
-							<-release
+							select {
+							case <-release:
+							case <-time.After(30 * time.Second):
+								t.Errorf("the copies were not all answered within 30s while the first delivery was held at %s: blocked on its row lock?", tt.holdAt)
+							}
 						}
 					}
 				}
@@ -180,7 +188,7 @@ func TestConcurrentDuplicates(t *testing.T) {
 			if policy == "reject" && (counts[http.StatusConflict] != copies-1 || counts[http.StatusCreated] != 1) {
 				t.Fatalf("answers %v: under reject the copies that came during the first get 409", counts)
 			}
-			t.Logf("%s: answers by status %v", policy, counts)
+			t.Logf("%s, held at %s: answers by status %v", policy, tt.holdAt, counts)
 		})
 	}
 }
