@@ -616,9 +616,11 @@ func (d *delivery) runClaimed(v *verdict) {
 	pending := v.claim
 	d.out.buffering = true
 	d.out.limit = d.h.rt.MaxStoredBodyBytes
+	tx := d.offerDelivery(pending) // see delivery.go; before the renewal, which reads d.r
 	d.startRenewal(pending)
 	returned := false
 	defer func() {
+		tx.close()
 		if returned {
 			return
 		}
@@ -638,6 +640,9 @@ func (d *delivery) runClaimed(v *verdict) {
 	d.h.next.ServeHTTP(&d.out, d.r)
 	returned = true
 	d.renew.stop()
+	if tx.settle(pending, v) { // the handler completed the claim in its own transaction
+		return
+	}
 
 	v.outcome = OutcomeFailedReleased
 	if d.out.hijacked {

@@ -15,7 +15,6 @@ import (
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/audit"
 	"github.com/idemhook/idemhook/sqlitestore"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // auditTrail is the gateway's audit trail: a recorder fed by every
@@ -58,11 +57,10 @@ func openAudit(ctx context.Context, ac AuditConfig, files *sqliteFiles, logger *
 		files.rs.add(s.Close)
 		sink, t.querier = s, s
 	case "postgres":
-		pool, err := pgxpool.New(ctx, ac.URL)
+		pool, err := files.pgPool(ctx, ac.URL) // the store's pool when they share the database
 		if err != nil {
 			return nil, fmt.Errorf("audit postgres %s: %w", redactURL(ac.URL), err)
 		}
-		files.rs.add(func() error { pool.Close(); return nil })
 		s, err := audit.NewPostgres(ctx, pool, audit.PostgresConfig{Retention: ac.Retention, Table: ac.Table, Logger: logger})
 		if err != nil {
 			return nil, fmt.Errorf("audit postgres %s: %w", redactURL(ac.URL), err)

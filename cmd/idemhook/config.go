@@ -51,9 +51,10 @@ type Config struct {
 
 // StoreConfig is the store: section.
 type StoreConfig struct {
-	Driver     string // sqlite | redis | memory
+	Driver     string // sqlite | redis | postgres | memory
 	Path       string // sqlite
-	URL        string // redis
+	URL        string // redis, postgres
+	Table      string // postgres
 	Addrs      []string
 	MasterName string
 	Username   string
@@ -428,11 +429,11 @@ func (p *parser) store(fs map[string]field) StoreConfig {
 		return sc
 	}
 	const at = "store"
-	sf := p.mapping(f.value, at, "driver", "path", "url", "addrs", "master_name", "username", "password", "prefix")
+	sf := p.mapping(f.value, at, "driver", "path", "url", "addrs", "master_name", "username", "password", "prefix", "table")
 	if sf == nil {
 		return sc
 	}
-	sc.Driver = p.oneOf(sf, at, "driver", "sqlite", "sqlite", "redis", "memory")
+	sc.Driver = p.oneOf(sf, at, "driver", "sqlite", "sqlite", "redis", "postgres", "memory")
 	onlyFor := func(name, driver string) {
 		if fl, ok := sf[name]; ok && sc.Driver != driver {
 			p.errorf(fl.key, join(at, name), "only used by driver %s (driver is %s)", driver, sc.Driver)
@@ -482,6 +483,9 @@ func (p *parser) store(fs map[string]field) StoreConfig {
 		if sc.MasterName != "" && !hasAddrs {
 			p.errorf(sf["master_name"].key, join(at, "master_name"), "Sentinel needs addrs (the Sentinels' host:port list)")
 		}
+	case "postgres":
+		sc.Path = ""
+		p.postgresStore(sf, f.value, &sc)
 	case "memory":
 		sc.Path = ""
 	}
@@ -489,9 +493,17 @@ func (p *parser) store(fs map[string]field) StoreConfig {
 		onlyFor("path", "sqlite")
 	}
 	if sc.Driver != "redis" {
-		for _, name := range []string{"url", "addrs", "master_name", "username", "password"} {
+		for _, name := range []string{"addrs", "master_name", "username", "password"} {
 			onlyFor(name, "redis")
 		}
+	}
+	if sc.Driver != "redis" && sc.Driver != "postgres" {
+		if fl, ok := sf["url"]; ok {
+			p.errorf(fl.key, join(at, "url"), "only used by drivers redis and postgres (driver is %s)", sc.Driver)
+		}
+	}
+	if sc.Driver != "postgres" {
+		onlyFor("table", "postgres")
 	}
 	sc.Prefix, _, _ = p.str(sf, at, "prefix")
 	if sc.Driver != "redis" {
@@ -543,6 +555,9 @@ func (p *parser) audit(fs map[string]field, sc StoreConfig) AuditConfig {
 	if sc.Driver == "sqlite" {
 		ac.Sink, ac.Path = "sqlite", sc.Path
 	}
+	if sc.Driver == "postgres" { // the trail in the store's database, by default
+		ac.Sink, ac.URL = "postgres", sc.URL
+	}
 	f, ok := fs["audit"]
 	if !ok || isNull(f.value) {
 		return ac
@@ -553,6 +568,9 @@ func (p *parser) audit(fs map[string]field, sc StoreConfig) AuditConfig {
 		return ac
 	}
 	ac.Sink = p.oneOf(af, at, "sink", ac.Sink, "sqlite", "postgres", "log", "none")
+	if ac.Sink != "postgres" {
+		ac.URL = ""
+	}
 	ac.Retention = p.duration(af, at, "retention", defaultAuditRetention)
 	if v, n, ok := p.str(af, at, "path"); ok {
 		if ac.Sink != "sqlite" {
@@ -568,12 +586,14 @@ func (p *parser) audit(fs map[string]field, sc StoreConfig) AuditConfig {
 	}
 	v, n, hasURL := p.str(af, at, "url")
 	switch {
+	case ac.Sink == "postgres" && !hasURL && sc.Driver == "postgres":
+		ac.URL = sc.URL
 	case ac.Sink == "postgres" && !hasURL:
 		node := f.value
 		if s, ok := af["sink"]; ok {
 			node = s.value
 		}
-		p.errorf(node, join(at, "url"), "sink postgres needs url (postgres://user:password@host:5432/db)")
+		p.errorf(node, join(at, "url"), "sink postgres needs url (postgres://user:password@host:5432/db), unless the store is PostgreSQL too")
 	case ac.Sink == "postgres":
 		if u, err := url.Parse(v); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 			p.errorf(n, join(at, "url"), "invalid PostgreSQL URL %q (want postgres://user:password@host:5432/db)", redactURL(v))

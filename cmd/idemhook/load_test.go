@@ -21,12 +21,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idemhook/idemhook/internal/pgtest"
 )
 
 // The load comparison behind docs/benchmarks.md. It is off by default (it
 // takes about a minute and wants the machine to itself):
 //
-//	IDEMHOOK_REDIS_URL=redis://127.0.0.1:6379/0 \
+//	IDEMHOOK_REDIS_URL=redis://127.0.0.1:6379/0 IDEMHOOK_POSTGRES_URL=postgres://... \
 //	  go test ./cmd/idemhook -run TestLoadComparison -count=1 -v -load
 var (
 	loadRun      = flag.Bool("load", false, "run TestLoadComparison (the gateway's load comparison on loopback)")
@@ -35,6 +37,7 @@ var (
 	loadConc     = flag.Int("load.concurrency", 32, "load comparison: concurrent senders")
 	loadRounds   = flag.Int("load.rounds", 3, "load comparison: rounds per setup (the median round is reported)")
 	loadOnly     = flag.String("load.only", "", "load comparison: only the gateway rows whose name contains this")
+	loadPGParams = flag.String("load.pg", "", "load comparison: PostgreSQL gateway rows, as URL parameters added to IDEMHOOK_POSTGRES_URL, one row per ';'-separated set (e.g. \"pool_max_conns=16;pool_max_conns=16&synchronous_commit=off\"); the row with none always runs")
 )
 
 // loadResult is one measurement.
@@ -193,6 +196,29 @@ func TestLoadComparison(t *testing.T) {
 			}
 			client.Close()
 		})
+	}
+
+	if pgURL := os.Getenv(pgtest.EnvVar); pgURL == "" {
+		t.Log(pgtest.EnvVar + " is not set: no PostgreSQL row")
+	} else {
+		pool := pgtest.Pool(t)
+		variants := []string{""}
+		if *loadPGParams != "" {
+			variants = append(variants, strings.Split(*loadPGParams, ";")...)
+		}
+		for _, params := range variants {
+			name, u := "gateway, PostgreSQL", pgURL
+			if params != "" {
+				sep := "?"
+				if strings.Contains(u, "?") {
+					sep = "&"
+				}
+				name, u = name+" ("+params+")", u+sep+params
+			}
+			table := pgtest.Table(t, pool, "idemhook_load")
+			gateways = append(gateways, struct{ name, store, audit string }{
+				name, fmt.Sprintf("{driver: postgres, url: %q, table: %s}", u, table), "none"})
+		}
 	}
 
 	// Every setup runs, round-robin, *loadRounds times; each row reports the
