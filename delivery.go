@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"sync"
@@ -211,8 +210,7 @@ func (x *Delivery) settleTx(pending *Record) (Outcome, error) {
 	if err != nil {
 		// Committed or not, the provider's retry finds out: it replays
 		// the committed record, or runs afresh once the lease lapses.
-		d.h.m.warn("WebhookIdempotencyInterceptor could not tell whether the handler's transaction committed for key="+d.storeKey+": "+err.Error(),
-			slog.String("source", d.h.rt.Source), slog.String("key", d.storeKey), slog.Any("error", err))
+		d.warnStore("WebhookIdempotencyInterceptor could not tell whether the handler's transaction committed for key=", err)
 		d.out.w.Header().Set("Retry-After", d.h.retryAfter)
 		x.replaceAnswer(http.StatusServiceUnavailable, "Idempotency store unavailable",
 			"the idempotency store could not tell whether this delivery was committed; retry later")

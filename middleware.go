@@ -561,12 +561,11 @@ func (d *delivery) wait() verdict {
 // storeError applies the route's store-error policy.
 func (d *delivery) storeError(err error) verdict {
 	m := d.h.m
-	attrs := []slog.Attr{slog.String("source", d.h.rt.Source), slog.String("key", d.storeKey), slog.Any("error", err)}
 	if errors.Is(err, ErrCorruptRecord) {
-		m.warn("WebhookIdempotencyGuard cached value parse error for key="+d.storeKey+": "+err.Error(), attrs...)
+		d.warnStore("WebhookIdempotencyGuard cached value parse error for key=", err)
 		return verdict{act: actRun, outcome: OutcomeStoreErrorOpen, err: err}
 	}
-	m.warn("WebhookIdempotencyGuard "+m.storeName+" error for key="+d.storeKey+": "+err.Error(), attrs...)
+	d.warnStore("WebhookIdempotencyGuard "+m.storeName+" error for key=", err)
 	if d.h.rt.OnStoreError == StoreErrorClosed {
 		v := problemVerdict(http.StatusServiceUnavailable, "Idempotency store unavailable",
 			"the idempotency store cannot be reached; retry later", OutcomeStoreErrorClosed, err)
@@ -677,8 +676,7 @@ func (d *delivery) runClaimed(v *verdict) {
 	})
 	putHeader(d.doneRec.Header)
 	if err != nil {
-		m.warn("WebhookIdempotencyInterceptor cache write failed for key="+d.storeKey+": "+err.Error(),
-			slog.String("source", d.h.rt.Source), slog.String("key", d.storeKey), slog.Any("error", err))
+		d.warnStore("WebhookIdempotencyInterceptor cache write failed for key=", err)
 	}
 	d.out.send()
 	v.outcome, v.err = OutcomeProcessed, err
@@ -733,9 +731,22 @@ func (d *delivery) release(pending *Record) {
 		return nil, d.h.m.store.Release(ctx, d.storeKey, pending)
 	})
 	if err != nil {
-		d.h.m.warn("WebhookIdempotencyInterceptor cache write failed for key="+d.storeKey+": release: "+err.Error(),
-			slog.String("source", d.h.rt.Source), slog.String("key", d.storeKey), slog.Any("error", err))
+		d.warnStore("WebhookIdempotencyInterceptor cache write failed for key=", err)
 	}
+}
+
+// warnStore logs one of the guard's store WARNs: its prefix (which alerts
+// match) and the key, once, in the message; the source, the store
+// operation and the store's own error as attributes.
+func (d *delivery) warnStore(prefix string, err error) {
+	attrs := []slog.Attr{slog.String("source", d.h.rt.Source)}
+	var se *StoreError
+	if errors.As(err, &se) {
+		attrs = append(attrs, slog.String("op", se.Op))
+		err = se.Err // its text repeats the key
+	}
+	attrs = append(attrs, slog.String("error", err.Error()))
+	d.h.m.warn(prefix+d.storeKey, attrs...)
 }
 
 // replay answers with a stored response; the handler is not called.
