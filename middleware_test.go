@@ -1597,3 +1597,16 @@ func TestStoreErrorIsReportedAsStoreError(t *testing.T) {
 		t.Fatalf("outcome %s, Err %#v", d.Outcome, d.Err)
 	}
 }
+
+// A store error's WARN names the key once, in the message after the
+// guard's prefix; the store's error is an attribute, not repeated text.
+func TestStoreWarnNamesTheKeyOnce(t *testing.T) {
+	e := newFailingEnv(t, map[string]error{"claim": errors.New("connection refused")}, idemhook.Options{})
+	send(e.route(idemhook.Route{Source: "stone"}, &counter{}), `{"id":1}`)
+	key := e.deliveries[0].StoreKey
+	logs := e.logs.String()
+	if n := strings.Count(logs, key); n != 1 || !strings.Contains(logs, `msg="WebhookIdempotencyGuard Flaky error for key=`+key+`"`) ||
+		!strings.Contains(logs, `op=claim error="connection refused"`) {
+		t.Fatalf("the key appears %d times in:\n%s", n, logs)
+	}
+}

@@ -51,7 +51,8 @@ type Config struct {
 
 // StoreConfig is the store: section.
 type StoreConfig struct {
-	Driver     string // sqlite | redis | postgres | memory
+	Driver     string        // sqlite | redis | postgres | memory
+	Timeout    time.Duration // bound of every call to a networked store; 0: idemhook.DefaultStoreTimeout
 	Path       string // sqlite
 	URL        string // redis, postgres
 	Table      string // postgres
@@ -429,11 +430,12 @@ func (p *parser) store(fs map[string]field) StoreConfig {
 		return sc
 	}
 	const at = "store"
-	sf := p.mapping(f.value, at, "driver", "path", "url", "addrs", "master_name", "username", "password", "prefix", "table")
+	sf := p.mapping(f.value, at, "driver", "path", "url", "addrs", "master_name", "username", "password", "prefix", "table", "timeout")
 	if sf == nil {
 		return sc
 	}
 	sc.Driver = p.oneOf(sf, at, "driver", "sqlite", "sqlite", "redis", "postgres", "memory")
+	sc.Timeout = p.duration(sf, at, "timeout", 0) // 0: the library's default
 	onlyFor := func(name, driver string) {
 		if fl, ok := sf[name]; ok && sc.Driver != driver {
 			p.errorf(fl.key, join(at, name), "only used by driver %s (driver is %s)", driver, sc.Driver)

@@ -131,7 +131,7 @@ func TestPostgresTwoGateways(t *testing.T) {
 	}
 	cfg := strings.Replace(routeConfig(up.srv.URL, "in_flight: wait"),
 		"store: {driver: memory}",
-		fmt.Sprintf("store: {driver: postgres, url: \"${%s}\", table: %s}", pgtest.EnvVar, keys), 1)
+		fmt.Sprintf("store: {driver: postgres, url: \"${%s}\", table: %s, timeout: 2s}", pgtest.EnvVar, keys), 1)
 	cfg = strings.Replace(cfg, "audit: {sink: none}", "audit: {sink: postgres, table: "+trail+"}", 1)
 	cfg = strings.Replace(cfg, "log: {level: debug}", "log: {level: info}", 1)
 	path := writeConfig(t, t.TempDir(), cfg)

@@ -97,8 +97,12 @@ func newService(ctx context.Context, pool *pgxpool.Pool, cfg config) (*service, 
 		return nil, fmt.Errorf("exactlyonce: create orders table: %w", err)
 	}
 	mw, err := idemhook.New(store, idemhook.Options{
-		Lease:  cfg.lease,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		// A burst of concurrent deliveries queues for the pool's few
+		// connections; the default 250ms deadline, meant to spot a dead
+		// store fast, would count that queue as an outage.
+		StoreTimeout: 2 * time.Second,
+		Lease:        cfg.lease,
+		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
 		store.Close()
