@@ -53,9 +53,9 @@ type Config struct {
 type StoreConfig struct {
 	Driver     string        // sqlite | redis | postgres | memory
 	Timeout    time.Duration // bound of every call to a networked store; 0: idemhook.DefaultStoreTimeout
-	Path       string // sqlite
-	URL        string // redis, postgres
-	Table      string // postgres
+	Path       string        // sqlite
+	URL        string        // redis, postgres
+	Table      string        // postgres
 	Addrs      []string
 	MasterName string
 	Username   string
