@@ -26,8 +26,15 @@
 // Provider presets (package provider) add a key that survives the provider's
 // retries and a signature check that runs before anything is claimed.
 //
+// Exactly-once effects: a handler whose business writes go to PostgreSQL can
+// complete its delivery's claim inside its own transaction (see [Delivery],
+// [DeliveryFromContext] and pgstore.Store.CompleteTx), so that the effect
+// and the stored response commit together or not at all; a crash between
+// the two can then no longer run the effect twice.
+//
 // The package imports only the standard library. Stores: memstore (memory),
-// redisstore (Redis standalone, Sentinel, Cluster) and sqlitestore.
+// redisstore (Redis standalone, Sentinel, Cluster), sqlitestore and pgstore
+// (PostgreSQL).
 package idemhook
 
 import (
@@ -86,11 +93,13 @@ const (
 	OutcomeTooLarge          Outcome = "too_large"           // body over the limit, answered 413
 )
 
-// Outcomes lists every Outcome, in the order above.
-var Outcomes = []Outcome{
-	OutcomeProcessed, OutcomeReplayed, OutcomeInFlightProceeded, OutcomeInFlightWaited,
-	OutcomeInFlightRejected, OutcomeMismatch, OutcomeFailedReleased, OutcomeStoreErrorOpen,
-	OutcomeStoreErrorClosed, OutcomeKeyError, OutcomeSignatureInvalid, OutcomeTooLarge,
+// Outcomes returns every Outcome, in the order above, in a new slice.
+func Outcomes() []Outcome {
+	return []Outcome{
+		OutcomeProcessed, OutcomeReplayed, OutcomeInFlightProceeded, OutcomeInFlightWaited,
+		OutcomeInFlightRejected, OutcomeMismatch, OutcomeFailedReleased, OutcomeStoreErrorOpen,
+		OutcomeStoreErrorClosed, OutcomeKeyError, OutcomeSignatureInvalid, OutcomeTooLarge,
+	}
 }
 
 // DeliveryInfo describes one finished delivery, for Options.OnDelivery.

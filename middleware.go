@@ -109,13 +109,6 @@ func New(store Store, opts Options) (*Middleware, error) {
 	}, nil
 }
 
-// Store returns the store the middleware was created with.
-func (m *Middleware) Store() Store { return m.store }
-
-// BreakerOpen reports whether the circuit breaker is currently skipping the
-// store.
-func (m *Middleware) BreakerOpen() bool { return m.breaker.Open() }
-
 // Route checks rt, applies its defaults and returns the middleware for one
 // webhook route.
 func (m *Middleware) Route(rt Route) (func(http.Handler) http.Handler, error) {
@@ -270,39 +263,79 @@ type delivery struct {
 	// storeCtx is the request's context without its cancellation, shared
 	// by the delivery's store calls (made on first use).
 	storeCtx context.Context
+
+	// panicking is set while an unclaimed handler runs: when it panics, the
+	// report says what was written, not net/http's 200 for nothing.
+	panicking bool
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	d := &delivery{h: h, r: r, start: h.m.opts.Now()}
 	d.out = responseCapture{w: w}
+	d.end(d.decide())
+}
 
+// action is what a delivery does once the middleware has decided.
+type action uint8
+
+const (
+	actNone       action = iota // nothing more: answered already, or the caller is gone
+	actRun                      // run the handler without a claim
+	actRunClaimed               // run the handler holding the claim, then store or release
+	actReplay                   // answer with the stored response
+	actProblem                  // answer with a problem+json document
+)
+
+// verdict is what the steps of a delivery decided: an action and the
+// outcome it ends in. Every step returns one; [delivery.end] carries it out.
+type verdict struct {
+	act     action
+	outcome Outcome // "" for requests that are not deliveries (safe methods, handshakes): no report
+	err     error
+
+	claim *Record // actRunClaimed: the claim held
+	rec   *Record // actReplay: the stored response
+
+	// actProblem
+	status        int
+	title, detail string
+	retryAfter    string // the Retry-After header, if any
+}
+
+func problemVerdict(status int, title, detail string, outcome Outcome, err error) verdict {
+	return verdict{act: actProblem, status: status, title: title, detail: detail, outcome: outcome, err: err}
+}
+
+// decide reads, checks and keys the request, then claims its key: each step
+// returns the verdict that ends the delivery, or leaves it to the next one.
+func (d *delivery) decide() verdict {
+	h, r := d.h, d.r
 	if h.rt.Source == "" {
 		h.m.warn("WebhookIdempotencyGuard key resolution failed: route has no source configured",
 			slog.String("path", r.URL.Path))
-		d.passThrough(OutcomeKeyError, errors.New("idemhook: route has no source"))
-		return
+		return verdict{act: actRun, outcome: OutcomeKeyError, err: errNoSource}
 	}
 	// A GET, HEAD or OPTIONS is not a delivery: it has no body to read and
 	// claims nothing; only a preset's handshake (Meta's GET challenge) may
 	// answer it, else it passes through untouched.
 	safe := isSafeMethod(r.Method)
-	if !safe && !d.readBody(w) {
-		return
+	if !safe {
+		if v, ok := d.readBody(); !ok {
+			return v
+		}
 	}
 	if p := h.rt.Preset; p != nil {
 		if p.Verify != nil {
 			if err := p.Verify(r, d.body); err != nil {
-				d.problem(http.StatusUnauthorized, "Signature verification failed", err.Error(), OutcomeSignatureInvalid, err)
-				return
+				return problemVerdict(http.StatusUnauthorized, "Signature verification failed", err.Error(), OutcomeSignatureInvalid, err)
 			}
 		}
-		if p.Handshake != nil && p.Handshake(w, r, d.body) {
-			return
+		if p.Handshake != nil && p.Handshake(d.out.w, r, d.body) {
+			return verdict{act: actNone}
 		}
 	}
 	if safe {
-		h.next.ServeHTTP(w, r)
-		return
+		return verdict{act: actRun}
 	}
 	if err := d.resolveKey(); err != nil {
 		if err == errKeyRequired {
@@ -310,14 +343,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if h.rt.Header != "" {
 				detail += " in the " + http.CanonicalHeaderKey(h.rt.Header) + " header"
 			}
-			d.problem(http.StatusBadRequest, "Idempotency key required", detail, OutcomeKeyError, err)
-			return
+			return problemVerdict(http.StatusBadRequest, "Idempotency key required", detail, OutcomeKeyError, err)
 		}
 		h.m.warn("WebhookIdempotencyGuard key resolution failed: "+err.Error(), slog.String("source", h.rt.Source))
-		d.passThrough(OutcomeKeyError, err)
-		return
+		return verdict{act: actRun, outcome: OutcomeKeyError, err: err}
 	}
-	d.claim()
+	return d.claim()
 }
 
 func isSafeMethod(m string) bool {
@@ -325,13 +356,13 @@ func isSafeMethod(m string) bool {
 }
 
 // readBody reads the body once under the route's limit and gives the handler
-// an identical copy. It answers 413 or 400 itself and then returns false.
-func (d *delivery) readBody(w http.ResponseWriter) bool {
+// an identical copy. On a body over the limit or one that can't be read it
+// returns the verdict (413, 400) and false.
+func (d *delivery) readBody() (verdict, bool) {
 	limit := d.h.rt.MaxBodyBytes
 	r := d.r
 	if r.ContentLength > limit {
-		d.tooLarge(w)
-		return false
+		return d.tooLarge(), false
 	}
 	// The declared length sizes the buffer only up to maxBodyPrealloc: a
 	// sender declares what it likes for free, so memory beyond that follows
@@ -345,15 +376,13 @@ func (d *delivery) readBody(w http.ResponseWriter) bool {
 		n, err := r.Body.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
 		if int64(len(buf)) > limit {
-			d.tooLarge(w)
-			return false
+			return d.tooLarge(), false
 		}
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			d.problem(http.StatusBadRequest, "Bad request body", "the request body could not be read: "+err.Error(), OutcomeKeyError, err)
-			return false
+			return problemVerdict(http.StatusBadRequest, "Bad request body", "the request body could not be read: "+err.Error(), OutcomeKeyError, err), false
 		}
 		if len(buf) == cap(buf) {
 			buf = slices.Grow(buf, cap(buf))
@@ -365,7 +394,7 @@ func (d *delivery) readBody(w http.ResponseWriter) bool {
 	d.bodyReader.Reset(buf)
 	r.Body = &d.bodyReader
 	r.GetBody = func() (io.ReadCloser, error) { return &bodyReader{*bytes.NewReader(buf)}, nil }
-	return true
+	return verdict{}, true
 }
 
 // maxBodyPrealloc bounds the buffer allocated for a request body before its
@@ -377,8 +406,8 @@ type bodyReader struct{ bytes.Reader }
 
 func (*bodyReader) Close() error { return nil }
 
-func (d *delivery) tooLarge(w http.ResponseWriter) {
-	d.problem(http.StatusRequestEntityTooLarge, "Request body too large",
+func (d *delivery) tooLarge() verdict {
+	return problemVerdict(http.StatusRequestEntityTooLarge, "Request body too large",
 		fmt.Sprintf("the request body exceeds the limit of %d bytes", d.h.rt.MaxBodyBytes), OutcomeTooLarge, nil)
 }
 
@@ -427,45 +456,46 @@ var errKeyRequired = errors.New("idemhook: the route requires a key and the requ
 
 // claim is the heart of the flow: one store round trip decides whether this
 // delivery runs the handler, replays, waits or is refused.
-func (d *delivery) claim() {
+func (d *delivery) claim() verdict {
 	pending := d.newClaim()
 	existing, err := d.call("claim", func(ctx context.Context) (*Record, error) {
 		return d.h.m.store.Claim(ctx, d.storeKey, pending, d.h.m.opts.Lease)
 	})
-	d.decide(pending, existing, err, false)
+	return d.afterClaim(pending, existing, err, false)
 }
 
-// decide acts on the result of a claim. waited is true once the delivery has
-// waited for another one (policy wait).
-func (d *delivery) decide(pending, existing *Record, err error, waited bool) {
+// afterClaim decides from the result of a claim. waited is true once the
+// delivery has waited for another one (policy wait).
+func (d *delivery) afterClaim(pending, existing *Record, err error, waited bool) verdict {
 	switch {
 	case err != nil:
-		d.storeError(err)
+		return d.storeError(err)
 	case existing == nil:
-		d.runOwned(pending)
+		return verdict{act: actRunClaimed, claim: pending}
 	case existing.State == StateCompleted:
 		if d.kind == keyFromHeader && existing.Fingerprint != ([FingerprintSize]byte{}) && existing.Fingerprint != d.fp {
-			d.problem(http.StatusUnprocessableEntity, "Idempotency key reused",
+			return problemVerdict(http.StatusUnprocessableEntity, "Idempotency key reused",
 				"this idempotency key was already used for a request with a different body", OutcomeMismatch, nil)
-			return
 		}
 		outcome := OutcomeReplayed
 		if waited {
 			outcome = OutcomeInFlightWaited
 		}
-		d.replay(existing, outcome)
-	default: // pending: another delivery of the event is running
-		switch d.h.rt.InFlight {
-		case InFlightReject:
-			d.out.w.Header().Set("Retry-After", d.h.retryAfter)
-			d.problem(http.StatusConflict, "Delivery in progress",
-				"a delivery of this event is being processed; retry later", OutcomeInFlightRejected, nil)
-		case InFlightWait:
-			d.wait()
-		default:
-			d.passThrough(OutcomeInFlightProceeded, nil)
+		return verdict{act: actReplay, rec: existing, outcome: outcome}
+	}
+	// Pending: another delivery of the event is running.
+	switch d.h.rt.InFlight {
+	case InFlightReject:
+		v := problemVerdict(http.StatusConflict, "Delivery in progress",
+			"a delivery of this event is being processed; retry later", OutcomeInFlightRejected, nil)
+		v.retryAfter = d.h.retryAfter
+		return v
+	case InFlightWait:
+		if !waited {
+			return d.wait()
 		}
 	}
+	return verdict{act: actRun, outcome: OutcomeInFlightProceeded}
 }
 
 // newClaim returns a pending record with a fresh owner token. A delivery
@@ -478,8 +508,8 @@ func (d *delivery) newClaim() *Record {
 }
 
 // wait polls the key until the running delivery completes (replay), goes away
-// (take over) or WaitTimeout passes (proceed).
-func (d *delivery) wait() {
+// (take over) or WaitTimeout passes (409).
+func (d *delivery) wait() verdict {
 	deadline := time.NewTimer(d.h.rt.WaitTimeout)
 	defer deadline.Stop()
 	interval := 5 * time.Millisecond
@@ -488,17 +518,16 @@ func (d *delivery) wait() {
 	for {
 		select {
 		case <-d.r.Context().Done():
-			d.finish(OutcomeInFlightWaited, d.r.Context().Err())
-			return
+			return verdict{act: actNone, outcome: OutcomeInFlightWaited, err: d.r.Context().Err()}
 		case <-deadline.C:
 			// The first delivery still holds the claim, alive or dead.
 			// Running the handler unclaimed could run the event twice, so
 			// the provider is told to come back once the claim's lease
 			// has lapsed, when its retry can claim the key.
-			d.out.w.Header().Set("Retry-After", d.h.leaseAfter)
-			d.problem(http.StatusConflict, "Delivery in progress",
+			v := problemVerdict(http.StatusConflict, "Delivery in progress",
 				"a delivery of this event is still being processed; retry later", OutcomeInFlightRejected, errWaitTimeout)
-			return
+			v.retryAfter = d.h.leaseAfter
+			return v
 		case <-poll.C:
 		}
 		rec, err := d.call("get", func(ctx context.Context) (*Record, error) {
@@ -509,8 +538,7 @@ func (d *delivery) wait() {
 			// The store is down, not just slow, or the key holds a value
 			// that is not a record: apply the store-error (or parse-error)
 			// policy now rather than at WaitTimeout.
-			d.storeError(err)
-			return
+			return d.storeError(err)
 		case err != nil:
 			// A slow poll: the claim was seen pending, keep waiting.
 		case rec == nil: // released or lapsed: try to take over
@@ -520,27 +548,78 @@ func (d *delivery) wait() {
 			})
 			slow := err != nil && !d.h.m.breaker.Open() && !errors.Is(err, ErrCorruptRecord)
 			if !slow && (err != nil || existing == nil || existing.State == StateCompleted) {
-				d.decide(pending, existing, err, true)
-				return
+				return d.afterClaim(pending, existing, err, true)
 			}
 		case rec.State == StateCompleted:
-			d.decide(nil, rec, nil, true)
-			return
+			return d.afterClaim(nil, rec, nil, true)
 		}
 		interval = min(interval*2, 100*time.Millisecond)
 		poll.Reset(interval)
 	}
 }
 
-// runOwned runs the handler for a claim this delivery holds, then stores the
-// final response or releases the claim, and only then sends the response.
-func (d *delivery) runOwned(pending *Record) {
+// storeError applies the route's store-error policy.
+func (d *delivery) storeError(err error) verdict {
 	m := d.h.m
+	if errors.Is(err, ErrCorruptRecord) {
+		d.warnStore("WebhookIdempotencyGuard cached value parse error for key=", err)
+		return verdict{act: actRun, outcome: OutcomeStoreErrorOpen, err: err}
+	}
+	d.warnStore("WebhookIdempotencyGuard "+m.storeName+" error for key=", err)
+	if d.h.rt.OnStoreError == StoreErrorClosed {
+		v := problemVerdict(http.StatusServiceUnavailable, "Idempotency store unavailable",
+			"the idempotency store cannot be reached; retry later", OutcomeStoreErrorClosed, err)
+		v.retryAfter = d.h.retryAfter
+		return v
+	}
+	return verdict{act: actRun, outcome: OutcomeStoreErrorOpen, err: err}
+}
+
+// end carries out v: the one place every delivery finishes. It writes the
+// answer (or runs the handler), completes or releases the claim, and
+// reports the outcome exactly once, even when the handler panics.
+func (d *delivery) end(v verdict) {
+	defer func() {
+		// Deferred, so that a handler that panics or exits its goroutine
+		// is reported too: runClaimed has set the outcome by then.
+		if v.outcome != "" {
+			d.report(v.outcome, v.err)
+		}
+	}()
+	switch v.act {
+	case actRun:
+		if v.outcome == "" {
+			d.h.next.ServeHTTP(d.out.w, d.r) // not a delivery: untouched
+			return
+		}
+		d.panicking = true
+		d.h.next.ServeHTTP(&d.out, d.r)
+		d.panicking = false
+	case actRunClaimed:
+		d.runClaimed(&v)
+	case actReplay:
+		d.replay(v.rec)
+	case actProblem:
+		if v.retryAfter != "" {
+			d.out.w.Header().Set("Retry-After", v.retryAfter)
+		}
+		d.writeProblem(v.status, v.title, v.detail)
+	}
+}
+
+// runClaimed runs the handler for a claim this delivery holds, then stores
+// the answer or releases the claim, and only then sends the answer. It sets
+// v's outcome (and error): processed or failed_released.
+func (d *delivery) runClaimed(v *verdict) {
+	m := d.h.m
+	pending := v.claim
 	d.out.buffering = true
 	d.out.limit = d.h.rt.MaxStoredBodyBytes
+	tx := d.offerDelivery(pending) // see delivery.go; before the renewal, which reads d.r
 	d.startRenewal(pending)
 	returned := false
 	defer func() {
+		tx.close()
 		if returned {
 			return
 		}
@@ -551,34 +630,34 @@ func (d *delivery) runOwned(pending *Record) {
 		d.renew.stop()
 		d.release(pending)
 		d.handlerFailed()
-		if p == nil {
-			d.finish(OutcomeFailedReleased, errGoexit)
-			return
+		v.outcome, v.err = OutcomeFailedReleased, errGoexit
+		if p != nil {
+			v.err = fmt.Errorf("idemhook: handler panicked: %v", p)
+			panic(p)
 		}
-		d.finish(OutcomeFailedReleased, fmt.Errorf("idemhook: handler panicked: %v", p))
-		panic(p)
 	}()
 	d.h.next.ServeHTTP(&d.out, d.r)
 	returned = true
 	d.renew.stop()
+	if tx.settle(pending, v) { // the handler completed the claim in its own transaction
+		return
+	}
 
+	v.outcome = OutcomeFailedReleased
 	if d.out.hijacked {
 		// The handler answered on the raw connection: its answer is
 		// unknown here, so nothing is stored and a retry runs afresh.
 		d.release(pending)
-		d.finish(OutcomeFailedReleased, errHijacked)
+		v.err = errHijacked
 		return
 	}
 	status := d.out.finalStatus()
-	cutShort := d.out.status == 0 && d.r.Context().Err() != nil
-	if cutShort || !d.h.stores(status) {
+	if cutShort := d.out.status == 0 && d.r.Context().Err() != nil; cutShort || !d.h.stores(status) {
 		d.release(pending)
 		d.out.send()
-		var err error
 		if cutShort {
-			err = fmt.Errorf("idemhook: delivery cut short: %w", context.Cause(d.r.Context()))
+			v.err = fmt.Errorf("idemhook: delivery cut short: %w", context.Cause(d.r.Context()))
 		}
-		d.finish(OutcomeFailedReleased, err)
 		return
 	}
 	d.doneRec = Record{
@@ -597,11 +676,10 @@ func (d *delivery) runOwned(pending *Record) {
 	})
 	putHeader(d.doneRec.Header)
 	if err != nil {
-		m.warn("WebhookIdempotencyInterceptor cache write failed for key="+d.storeKey+": "+err.Error(),
-			slog.String("source", d.h.rt.Source), slog.String("key", d.storeKey), slog.Any("error", err))
+		d.warnStore("WebhookIdempotencyInterceptor cache write failed for key=", err)
 	}
 	d.out.send()
-	d.finish(OutcomeProcessed, err)
+	v.outcome, v.err = OutcomeProcessed, err
 }
 
 // handlerFailed answers 500 for a handler that panicked or exited its
@@ -653,13 +731,26 @@ func (d *delivery) release(pending *Record) {
 		return nil, d.h.m.store.Release(ctx, d.storeKey, pending)
 	})
 	if err != nil {
-		d.h.m.warn("WebhookIdempotencyInterceptor cache write failed for key="+d.storeKey+": release: "+err.Error(),
-			slog.String("source", d.h.rt.Source), slog.String("key", d.storeKey), slog.Any("error", err))
+		d.warnStore("WebhookIdempotencyInterceptor cache write failed for key=", err)
 	}
 }
 
+// warnStore logs one of the guard's store WARNs: its prefix (which alerts
+// match) and the key, once, in the message; the source, the store
+// operation and the store's own error as attributes.
+func (d *delivery) warnStore(prefix string, err error) {
+	attrs := []slog.Attr{slog.String("source", d.h.rt.Source)}
+	var se *StoreError
+	if errors.As(err, &se) {
+		attrs = append(attrs, slog.String("op", se.Op))
+		err = se.Err // its text repeats the key
+	}
+	attrs = append(attrs, slog.String("error", err.Error()))
+	d.h.m.warn(prefix+d.storeKey, attrs...)
+}
+
 // replay answers with a stored response; the handler is not called.
-func (d *delivery) replay(rec *Record, outcome Outcome) {
+func (d *delivery) replay(rec *Record) {
 	w := d.out.w
 	h := w.Header()
 	for name, vs := range rec.Header {
@@ -673,40 +764,9 @@ func (d *delivery) replay(rec *Record, outcome Outcome) {
 	}
 	d.out.WriteHeader(status)
 	d.out.Write(rec.Body) //nolint:errcheck // the client may be gone
-	d.finish(outcome, nil)
 }
 
-// storeError applies the route's store-error policy.
-func (d *delivery) storeError(err error) {
-	m := d.h.m
-	attrs := []slog.Attr{slog.String("source", d.h.rt.Source), slog.String("key", d.storeKey), slog.Any("error", err)}
-	if errors.Is(err, ErrCorruptRecord) {
-		m.warn("WebhookIdempotencyGuard cached value parse error for key="+d.storeKey+": "+err.Error(), attrs...)
-		d.passThrough(OutcomeStoreErrorOpen, err)
-		return
-	}
-	m.warn("WebhookIdempotencyGuard "+m.storeName+" error for key="+d.storeKey+": "+err.Error(), attrs...)
-	if d.h.rt.OnStoreError == StoreErrorClosed {
-		d.out.w.Header().Set("Retry-After", d.h.retryAfter)
-		d.problem(http.StatusServiceUnavailable, "Idempotency store unavailable",
-			"the idempotency store cannot be reached; retry later", OutcomeStoreErrorClosed, err)
-		return
-	}
-	d.passThrough(OutcomeStoreErrorOpen, err)
-}
-
-// passThrough runs the handler without a claim.
-func (d *delivery) passThrough(outcome Outcome, err error) {
-	d.h.next.ServeHTTP(&d.out, d.r)
-	d.finish(outcome, err)
-}
-
-// problem answers with an RFC 9457 problem+json body.
-func (d *delivery) problem(status int, title, detail string, outcome Outcome, err error) {
-	d.writeProblem(status, title, detail)
-	d.finish(outcome, err)
-}
-
+// writeProblem answers with an RFC 9457 problem+json body.
 func (d *delivery) writeProblem(status int, title, detail string) {
 	d.out.w.Header().Set("Content-Type", "application/problem+json")
 	d.out.WriteHeader(status)
@@ -726,7 +786,9 @@ func problemJSON(status int, title, detail string) []byte {
 	return append(b, '\n')
 }
 
-func (d *delivery) finish(outcome Outcome, err error) {
+// report calls Options.OnDelivery with the delivery's outcome and the status
+// the caller received.
+func (d *delivery) report(outcome Outcome, err error) {
 	hook := d.h.m.opts.OnDelivery
 	if hook == nil {
 		return
@@ -735,7 +797,7 @@ func (d *delivery) finish(outcome Outcome, err error) {
 	switch {
 	case d.out.hijacked:
 		status = 0 // answered on the raw connection: unknown here
-	case status == 0 && d.r.Context().Err() == nil:
+	case status == 0 && d.r.Context().Err() == nil && !d.panicking:
 		status = http.StatusOK // the handler wrote nothing: net/http sends 200
 	}
 	hook(DeliveryInfo{
@@ -803,6 +865,8 @@ func (d *delivery) call(op string, fn func(context.Context) (*Record, error)) (*
 	}
 	return rec, err
 }
+
+var errNoSource = errors.New("idemhook: route has no source")
 
 var errWaitTimeout = errors.New("idemhook: the first delivery of the event still holds the claim after WaitTimeout; answered 409 with Retry-After")
 

@@ -38,9 +38,10 @@ type env struct {
 	mw    *idemhook.Middleware
 	logs  *syncbuf.Buffer
 
-	mu         sync.Mutex
-	deliveries []idemhook.DeliveryInfo
-	storeCalls []idemhook.StoreCallInfo
+	mu          sync.Mutex
+	deliveries  []idemhook.DeliveryInfo
+	storeCalls  []idemhook.StoreCallInfo
+	breakerOpen atomic.Bool // as Options.OnBreakerChange last said
 }
 
 func newEnv(t *testing.T, store idemhook.Store, clk *clock, opts idemhook.Options) *env {
@@ -62,6 +63,13 @@ func newEnv(t *testing.T, store idemhook.Store, clk *clock, opts idemhook.Option
 		e.mu.Unlock()
 		if userCalls != nil {
 			userCalls(ci)
+		}
+	}
+	userBreaker := opts.OnBreakerChange
+	opts.OnBreakerChange = func(open bool) {
+		e.breakerOpen.Store(open)
+		if userBreaker != nil {
+			userBreaker(open)
 		}
 	}
 	mw, err := idemhook.New(store, opts)
@@ -947,8 +955,8 @@ func TestBreakerSkipsADeadStore(t *testing.T) {
 			called++
 		}
 	}
-	if called != 3 || skipped != 7 || !e.mw.BreakerOpen() {
-		t.Fatalf("store called %d times, skipped %d, open %v: want 3, 7, true", called, skipped, e.mw.BreakerOpen())
+	if called != 3 || skipped != 7 || !e.breakerOpen.Load() {
+		t.Fatalf("store called %d times, skipped %d, open %v: want 3, 7, true", called, skipped, e.breakerOpen.Load())
 	}
 	if h.n.Load() != 10 {
 		t.Fatalf("handler ran %d times, want 10 (fail-open)", h.n.Load())
@@ -958,8 +966,8 @@ func TestBreakerSkipsADeadStore(t *testing.T) {
 	e.clock.Advance(time.Second)
 	send(route, `{"id":2}`)
 	send(route, `{"id":2}`)
-	if e.mw.BreakerOpen() || h.n.Load() != 11 {
-		t.Fatalf("after recovery: open %v, handler ran %d times", e.mw.BreakerOpen(), h.n.Load())
+	if e.breakerOpen.Load() || h.n.Load() != 11 {
+		t.Fatalf("after recovery: open %v, handler ran %d times", e.breakerOpen.Load(), h.n.Load())
 	}
 	if fmt.Sprint(changes) != "[true false]" {
 		t.Fatalf("breaker changes %v", changes)
@@ -1408,5 +1416,197 @@ func TestProblemBodyIsValidJSON(t *testing.T) {
 	}
 	if doc.Status != 401 || !strings.Contains(doc.Detail, "bad \x01 byte") {
 		t.Fatalf("problem %+v", doc)
+	}
+}
+
+// fuzzStore answers every call from a script: each call takes the next byte.
+// 0 acts on a real memory store, 1 fails, 2 finds a pending claim, 3 finds a
+// completed record, 4 finds a corrupt value, 5 is ErrNotOwner.
+type fuzzStore struct {
+	*memstore.Store
+	mu     sync.Mutex
+	script []byte
+}
+
+func (s *fuzzStore) next() byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.script) == 0 {
+		return 0
+	}
+	b := s.script[0] % 6
+	s.script = s.script[1:]
+	return b
+}
+
+var errFuzzDown = errors.New("fuzz: store down")
+
+func (s *fuzzStore) answer(ctx context.Context, real func() (*idemhook.Record, error)) (*idemhook.Record, error) {
+	switch s.next() {
+	case 1:
+		return nil, errFuzzDown
+	case 2:
+		return &idemhook.Record{State: idemhook.StatePending, Token: "other"}, nil
+	case 3:
+		return &idemhook.Record{State: idemhook.StateCompleted, Status: 200, Body: []byte("stored")}, nil
+	case 4:
+		return nil, fmt.Errorf("fuzz: %w", idemhook.ErrCorruptRecord)
+	case 5:
+		return nil, idemhook.ErrNotOwner
+	}
+	return real()
+}
+
+func (s *fuzzStore) Claim(ctx context.Context, key string, claim *idemhook.Record, lease time.Duration) (*idemhook.Record, error) {
+	return s.answer(ctx, func() (*idemhook.Record, error) { return s.Store.Claim(ctx, key, claim, lease) })
+}
+
+func (s *fuzzStore) Get(ctx context.Context, key string) (*idemhook.Record, error) {
+	return s.answer(ctx, func() (*idemhook.Record, error) { return s.Store.Get(ctx, key) })
+}
+
+func (s *fuzzStore) Complete(ctx context.Context, key string, claim, done *idemhook.Record, ttl time.Duration) error {
+	_, err := s.answer(ctx, func() (*idemhook.Record, error) { return nil, s.Store.Complete(ctx, key, claim, done, ttl) })
+	return err
+}
+
+func (s *fuzzStore) Release(ctx context.Context, key string, claim *idemhook.Record) error {
+	_, err := s.answer(ctx, func() (*idemhook.Record, error) { return nil, s.Store.Release(ctx, key, claim) })
+	return err
+}
+
+// Every request that is a delivery reports exactly one outcome, whatever the
+// store answers, the route's policies and the handler do, and the status it
+// reports is the one the caller received.
+func FuzzEveryDeliveryReportsOnce(f *testing.F) {
+	f.Add([]byte{0, 0}, uint8(0), uint8(0))
+	f.Add([]byte{2, 2, 2, 2}, uint8(1), uint8(2))
+	f.Add([]byte{2, 0, 3}, uint8(0), uint8(3))
+	f.Add([]byte{1, 1, 1}, uint8(6), uint8(1))
+	f.Add([]byte{4}, uint8(2), uint8(4))
+	f.Add([]byte{0, 5, 5}, uint8(9), uint8(5))
+	f.Fuzz(func(t *testing.T, script []byte, routeBits, handlerBits uint8) {
+		mem, err := memstore.New(memstore.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer mem.Close()
+		st := &fuzzStore{Store: mem, script: script}
+		var reports []idemhook.DeliveryInfo
+		var mu sync.Mutex
+		mw, err := idemhook.New(st, idemhook.Options{BreakerThreshold: -1, OnDelivery: func(d idemhook.DeliveryInfo) {
+			mu.Lock()
+			reports = append(reports, d)
+			mu.Unlock()
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt := idemhook.Route{
+			Source:       "fz",
+			Scope:        unscoped,
+			InFlight:     []idemhook.InFlightPolicy{idemhook.InFlightWait, idemhook.InFlightReject, idemhook.InFlightProceed}[routeBits%3],
+			WaitTimeout:  5 * time.Millisecond,
+			RequireKey:   routeBits&8 != 0,
+			MaxBodyBytes: map[bool]int64{true: 4, false: 0}[routeBits&16 != 0],
+		}
+		if routeBits&4 != 0 {
+			rt.OnStoreError = idemhook.StoreErrorClosed
+		}
+		wrap, err := mw.Route(rt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch handlerBits % 6 {
+			case 0:
+				w.WriteHeader(201)
+			case 1:
+				w.WriteHeader(404)
+			case 2:
+				w.WriteHeader(503)
+			case 3:
+				panic(http.ErrAbortHandler)
+			case 4:
+				// writes nothing: 200
+			case 5:
+				io.WriteString(w, "body") //nolint:errcheck
+			}
+		}))
+		req := httptest.NewRequest(http.MethodPost, "/webhook", strings.NewReader(`{"id":1}`))
+		if handlerBits&32 != 0 {
+			req.Header.Set("Idempotency-Key", "k")
+		}
+		rec := &statusRecorder{ResponseRecorder: httptest.NewRecorder()}
+		panicked := false
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					if p != http.ErrAbortHandler {
+						panic(p)
+					}
+					panicked = true
+				}
+			}()
+			h.ServeHTTP(rec, req)
+		}()
+		got := rec.status // what went on the wire: 0 when nothing did
+		if got == 0 && !panicked {
+			got = http.StatusOK // net/http sends 200 for a handler that wrote nothing
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(reports) != 1 {
+			t.Fatalf("%d OnDelivery calls for one delivery: %+v", len(reports), reports)
+		}
+		if reports[0].Status != got {
+			t.Fatalf("outcome %s reported status %d, the caller got %d", reports[0].Outcome, reports[0].Status, got)
+		}
+	})
+}
+
+// statusRecorder records the status actually written, 0 when none was.
+type statusRecorder struct {
+	*httptest.ResponseRecorder
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	if r.status == 0 && code >= 200 {
+		r.status = code
+	}
+	r.ResponseRecorder.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseRecorder.Write(b)
+}
+
+// A delivery that failed open on a store error reports a *StoreError naming
+// the operation and the key, wrapping the store's error.
+func TestStoreErrorIsReportedAsStoreError(t *testing.T) {
+	down := errors.New("connection refused")
+	e := newFailingEnv(t, map[string]error{"claim": down}, idemhook.Options{})
+	send(e.route(idemhook.Route{Source: "stone"}, &counter{}), `{"id":1}`)
+	var se *idemhook.StoreError
+	if d := e.deliveries[0]; d.Outcome != idemhook.OutcomeStoreErrorOpen || !errors.As(d.Err, &se) ||
+		se.Op != "claim" || se.Key != d.StoreKey || !errors.Is(d.Err, down) {
+		t.Fatalf("outcome %s, Err %#v", d.Outcome, d.Err)
+	}
+}
+
+// A store error's WARN names the key once, in the message after the
+// guard's prefix; the store's error is an attribute, not repeated text.
+func TestStoreWarnNamesTheKeyOnce(t *testing.T) {
+	e := newFailingEnv(t, map[string]error{"claim": errors.New("connection refused")}, idemhook.Options{})
+	send(e.route(idemhook.Route{Source: "stone"}, &counter{}), `{"id":1}`)
+	key := e.deliveries[0].StoreKey
+	logs := e.logs.String()
+	if n := strings.Count(logs, key); n != 1 || !strings.Contains(logs, `msg="WebhookIdempotencyGuard Flaky error for key=`+key+`"`) ||
+		!strings.Contains(logs, `op=claim error="connection refused"`) {
+		t.Fatalf("the key appears %d times in:\n%s", n, logs)
 	}
 }

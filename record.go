@@ -202,15 +202,6 @@ func (r *Record) UnmarshalBinary(data []byte) error {
 
 func corrupt(why string) error { return fmt.Errorf("%w: %s", ErrCorruptRecord, why) }
 
-// DecodeRecord decodes a stored value; see [Record.UnmarshalBinary].
-func DecodeRecord(data []byte) (*Record, error) {
-	r := new(Record)
-	if err := r.UnmarshalBinary(data); err != nil {
-		return nil, err
-	}
-	return r, nil
-}
-
 type decoder struct {
 	buf []byte
 	err error

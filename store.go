@@ -62,7 +62,11 @@ var ErrNotOwner = errors.New("idemhook: claim not held")
 // when a stored value can't be decoded.
 var ErrCorruptRecord = errors.New("idemhook: corrupt record")
 
-// StoreError is how the middleware reports a failed store call to hooks.
+// StoreError is the error of a delivery that ended in store_error_open or
+// store_error_closed because a store call failed: [DeliveryInfo.Err] is a
+// *StoreError naming the operation and the key, wrapping the store's error
+// (errors.As finds it). A corrupt record is reported as an error wrapping
+// [ErrCorruptRecord] instead.
 type StoreError struct {
 	Op  string // "claim", "complete", "release", "extend", "get"
 	Key string

@@ -7,7 +7,8 @@
 // same file as the store), [Postgres] (one trail for several gateways) or
 // [Log] (one slog line per delivery). The SQL sinks are also a [Querier]:
 // filtered, newest-first pages with an opaque cursor, which the admin API
-// serves as GET /admin/deliveries, and they delete rows older than their
+// serves as GET /admin/deliveries, and a [Counter] (entries per source and
+// outcome, GET /admin/stats), and they delete rows older than their
 // retention.
 package audit
 

@@ -1,10 +1,13 @@
 package audit_test
 
 import (
+	"context"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/idemhook/idemhook/audit"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // BenchmarkRecorderRecord measures the cost Record adds to a request, from
@@ -57,6 +60,69 @@ func BenchmarkSQLiteQuery(b *testing.B) {
 		p, err := s.Query(b.Context(), audit.Filter{Source: "stone", Outcome: "processed"})
 		if err != nil || len(p.Entries) != audit.DefaultLimit {
 			b.Fatalf("Query: %d entries, %v", len(p.Entries), err)
+		}
+	}
+}
+
+// BenchmarkSQLiteCounts measures what GET /admin/stats asks of the trail
+// for its day window (the console polls it): the counts per source and
+// outcome of 100k entries, every entry of the trail within the window.
+func BenchmarkSQLiteCounts(b *testing.B) {
+	s := newSQLiteTB(b)
+	batch := dataset(1000)
+	for i := range 100 {
+		for j := range batch {
+			batch[j].Time = base.Add(time.Duration(i*1000+j) * time.Millisecond)
+		}
+		if err := s.Write(b.Context(), batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		c, err := s.Counts(b.Context(), audit.Filter{Since: base.Add(-time.Hour)})
+		if err != nil || len(c) != 12 {
+			b.Fatalf("Counts: %v, %v", c, err)
+		}
+	}
+}
+
+// BenchmarkPostgresCounts is BenchmarkSQLiteCounts on PostgreSQL
+// (IDEMHOOK_POSTGRES_URL): the counts of 100k entries.
+func BenchmarkPostgresCounts(b *testing.B) {
+	url := os.Getenv("IDEMHOOK_POSTGRES_URL")
+	if url == "" {
+		b.Skip("IDEMHOOK_POSTGRES_URL is unset")
+	}
+	pool, err := pgxpool.New(b.Context(), url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	table := uniqueTable()
+	defer pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+table)
+	p, err := audit.NewPostgres(b.Context(), pool, audit.PostgresConfig{Table: table, PruneInterval: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	batch := dataset(1000)
+	for i := range 100 {
+		for j := range batch {
+			batch[j].Time = base.Add(time.Duration(i*1000+j) * time.Millisecond)
+		}
+		if err := p.Write(b.Context(), batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(b.Context(), "VACUUM ANALYZE "+table); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		c, err := p.Counts(b.Context(), audit.Filter{Since: base.Add(-time.Hour)})
+		if err != nil || len(c) != 12 {
+			b.Fatalf("Counts: %v, %v", c, err)
 		}
 	}
 }

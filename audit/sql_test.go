@@ -101,6 +101,7 @@ func newPostgres(t *testing.T, now func() time.Time) trail {
 
 var backends = []backend{
 	{"SQLite", newSQLite},
+	{"SQLite with ReadDB", newSQLiteReader},
 	{"Postgres", newPostgres},
 }
 

@@ -36,6 +36,14 @@ type SQLiteConfig struct {
 
 	// Logger receives a WARN when a background prune fails. Default: none.
 	Logger *slog.Logger
+
+	// ReadDB, when set, is the database Query and Counts read from: a
+	// second sqlitestore.Open of the same file. The file's main *sql.DB
+	// has a single connection, shared with the store, and a long read
+	// (Counts over a day of deliveries) would hold it; in WAL mode a
+	// reader on its own connection neither waits for the writer nor
+	// blocks it. Default: the db given to NewSQLite.
+	ReadDB *sql.DB
 }
 
 // SQLite is a [Sink] and [Querier] keeping the trail in the table
@@ -43,6 +51,7 @@ type SQLiteConfig struct {
 // (open it with sqlitestore.Open). Create it with [NewSQLite].
 type SQLite struct {
 	db        *sql.DB
+	rdb       *sql.DB // Query and Counts
 	retention time.Duration
 	now       func() time.Time
 	log       *slog.Logger
@@ -83,8 +92,8 @@ const pruneBatch = 5000
 
 // NewSQLite returns a sink writing to db, creating the table
 // audit_deliveries and its indexes if they are missing, and starts the
-// pruning of entries older than cfg.Retention. The caller owns db and
-// closes it after [SQLite.Close].
+// pruning of entries older than cfg.Retention. The caller owns db (and
+// cfg.ReadDB) and closes it after [SQLite.Close].
 func NewSQLite(db *sql.DB, cfg SQLiteConfig) (*SQLite, error) {
 	if db == nil {
 		return nil, errors.New("audit: NewSQLite: nil *sql.DB")
@@ -94,6 +103,7 @@ func NewSQLite(db *sql.DB, cfg SQLiteConfig) (*SQLite, error) {
 	}
 	s := &SQLite{
 		db:        db,
+		rdb:       cfg.ReadDB,
 		retention: cfg.Retention,
 		now:       cfg.Now,
 		log:       cfg.Logger,
@@ -108,6 +118,9 @@ func NewSQLite(db *sql.DB, cfg SQLiteConfig) (*SQLite, error) {
 	}
 	if s.now == nil {
 		s.now = time.Now
+	}
+	if s.rdb == nil {
+		s.rdb = db
 	}
 	if err := sqlschema.Migrate(context.Background(), db, "audit", SQLiteSchemaVersion, sqliteSchema); err != nil {
 		return nil, err
@@ -195,7 +208,7 @@ func (s *SQLite) Query(ctx context.Context, f Filter) (Page, error) {
 	if err != nil {
 		return Page{}, err
 	}
-	rows, err := s.db.QueryContext(ctx, stmt, args...)
+	rows, err := s.rdb.QueryContext(ctx, stmt, args...)
 	if err != nil {
 		return Page{}, fmt.Errorf("audit: query: %w", err)
 	}

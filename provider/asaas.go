@@ -23,7 +23,7 @@ const AsaasTokenHeader = "asaas-access-token"
 // 2xx would make it retry and, after 15 failures, pause the queue). No
 // options.
 func Asaas(cfg Config) (*idemhook.Preset, error) {
-	s, err := cfg.checkUntimed("asaas")
+	s, err := cfg.check("asaas")
 	if err != nil {
 		return nil, err
 	}

@@ -220,7 +220,7 @@ func TestSeedStripeHeaderMissesRetries(t *testing.T) {
 // are answered by the preset and never reach the handler.
 func TestEndToEndHandshakes(t *testing.T) {
 	wa := newServer(t, "whatsapp", "", newPreset(t, "whatsapp-cloud",
-		provider.Config{Secrets: []string{"app-secret"}, Options: map[string]string{"verify_token": "vt"}}, baseTime))
+		provider.Config{Secrets: []string{"app-secret"}, WhatsAppCloud: provider.WhatsAppCloudOptions{VerifyToken: "vt"}}, baseTime))
 	got := wa.send(t, httptest.NewRequest(http.MethodGet, "/wa?hub.mode=subscribe&hub.verify_token=vt&hub.challenge=98765", nil))
 	if got.status != 200 || got.body != "98765" || wa.runs.Load() != 0 {
 		t.Fatalf("challenge: %d %q runs %d", got.status, got.body, wa.runs.Load())

@@ -9,7 +9,7 @@ import (
 )
 
 // Evolution returns the preset for Evolution API (self-hosted WhatsApp)
-// webhooks, the seed's "whatsapp" source.
+// webhooks (the NestJS guard's "whatsapp" source).
 //
 // Key: Evolution has no delivery id. For messages.upsert,
 // "<event>:<data.key.id>" (the WhatsApp message id); for messages.update,
@@ -19,7 +19,7 @@ import (
 //
 // Verify: Evolution signs nothing. Configure a static header on the
 // instance's webhook (its "headers" setting), e.g. {"apikey": "<secret>"};
-// the header named by Options["header"] (default "apikey") must equal one of
+// the header named by EvolutionOptions.Header (default "apikey") must equal one of
 // cfg.Secrets, compared in constant time. With "header": "authorization", a
 // "Bearer " prefix is removed first. Evolution's jwt_key mode (a 10-minute
 // JWT that binds no body and expires during Evolution's own retries) is not
@@ -28,14 +28,14 @@ import (
 //
 // Duplicates: the stored status (any 2xx).
 func Evolution(cfg Config) (*idemhook.Preset, error) {
-	s, err := cfg.checkUntimed("evolution", "header")
+	s, err := cfg.check("evolution")
 	if err != nil {
 		return nil, err
 	}
 	header := "apikey"
-	if h, ok := s.options["header"]; ok {
+	if h := cfg.Evolution.Header; h != "" {
 		if h = strings.TrimSpace(h); h == "" || strings.ContainsAny(h, " \t:\r\n") {
-			return nil, fmt.Errorf("provider evolution: option header %q is not a header name", s.options["header"])
+			return nil, &OptionError{Preset: "evolution", Option: "header", Reason: fmt.Sprintf("%q is not a header name", cfg.Evolution.Header)}
 		}
 		header = h
 	}

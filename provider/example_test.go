@@ -200,8 +200,8 @@ func ExampleSlack() {
 // WhatsApp Cloud: Meta's GET subscription challenge.
 func ExampleWhatsAppCloud() {
 	p, _ := provider.WhatsAppCloud(provider.Config{
-		Secrets: []string{"app-secret"},
-		Options: map[string]string{"verify_token": "my-verify-token"},
+		Secrets:       []string{"app-secret"},
+		WhatsAppCloud: provider.WhatsAppCloudOptions{VerifyToken: "my-verify-token"},
 	})
 	for _, token := range []string{"my-verify-token", "guess"} {
 		r := httptest.NewRequest(http.MethodGet, "/whatsapp?hub.mode=subscribe&hub.challenge=1158201444&hub.verify_token="+token, nil)
@@ -249,7 +249,7 @@ func ExampleAsaas() {
 
 // Evolution API: the API key header configured on the instance's webhook.
 func ExampleEvolution() {
-	p, _ := provider.Evolution(provider.Config{Secrets: []string{"evo-key"}, Options: map[string]string{"header": "apikey"}})
+	p, _ := provider.Evolution(provider.Config{Secrets: []string{"evo-key"}, Evolution: provider.EvolutionOptions{Header: "apikey"}})
 	body := []byte(`{"event":"messages.update","data":{"keyId":"3EB0C431C26A1916E07E","status":"READ"}}`)
 	r := httptest.NewRequest(http.MethodPost, "/whatsapp", nil)
 	r.Header.Set("apikey", "evo-key")

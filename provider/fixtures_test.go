@@ -208,7 +208,7 @@ func fixtures(t testing.TB) []fixture {
 			key: func(id string) string { return "msg_" + id },
 		},
 		{
-			name: "stone", cfg: provider.Config{Secrets: []string{stone.ourPEM}, Options: map[string]string{"jwks": stone.jwks}},
+			name: "stone", cfg: provider.Config{Secrets: []string{stone.ourPEM}, Stone: provider.StoneOptions{JWKS: stone.jwks}},
 			wrongSecret: stoneForged, rotateWith: stone.otherPEM, bodySigned: true, sigHeader: "", badReason: provider.ErrNoMatchingSignature,
 			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {
 				claims := `{"env":"sandbox","event_type":"cash_in_internal_transfer","iat":` + unix(at) + `,"jti":"` + id + `-` + unix(at) + `","id":null,"target_data":{"id":"` + id + `","amount":1,"status":"FINISHED"},"target_type":"internal_transfer"}`
@@ -249,7 +249,7 @@ func fixtures(t testing.TB) []fixture {
 			key: func(id string) string { return "msg_" + id },
 		},
 		{
-			name: "whatsapp-cloud", bodySigned: true, cfg: provider.Config{Secrets: []string{"meta-app-secret"}, Options: map[string]string{"verify_token": "vt-123"}},
+			name: "whatsapp-cloud", bodySigned: true, cfg: provider.Config{Secrets: []string{"meta-app-secret"}, WhatsAppCloud: provider.WhatsAppCloudOptions{VerifyToken: "vt-123"}},
 			wrongSecret: "other-app-secret", sigHeader: "X-Hub-Signature-256", malformed: "sha256=xyz", badReason: provider.ErrNoMatchingSignature,
 			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {
 				body := `{"object":"whatsapp_business_account","entry":[{"id":"WABA","changes":[{"field":"messages","value":{"messaging_product":"whatsapp","metadata":{"phone_number_id":"1"},"messages":[{"from":"5511","id":"wamid.` + id + `","timestamp":"1780000000","type":"text","text":{"body":"oi"}}]}}]}]}`

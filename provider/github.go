@@ -28,7 +28,7 @@ const HubSignatureHeader = "X-Hub-Signature-256"
 // Duplicates: the stored status. No options. GitHub never retries on its own;
 // redeliveries are manual.
 func GitHub(cfg Config) (*idemhook.Preset, error) {
-	s, err := cfg.checkUntimed("github")
+	s, err := cfg.check("github")
 	if err != nil {
 		return nil, err
 	}

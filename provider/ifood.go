@@ -9,8 +9,8 @@ import (
 // IFoodSignatureHeader is the header iFood puts its body HMAC in.
 const IFoodSignatureHeader = "X-IFood-Signature"
 
-// IFood returns the preset for the iFood Merchant API webhook (the seed's
-// "marketplace" source).
+// IFood returns the preset for the iFood Merchant API webhook (the NestJS
+// guard's "marketplace" source).
 //
 // Key: the event's "id", which iFood documents as the deduplication key
 // (one event per request).
@@ -22,7 +22,7 @@ const IFoodSignatureHeader = "X-IFood-Signature"
 //
 // Duplicates: 202 Accepted, the answer iFood expects. No options.
 func IFood(cfg Config) (*idemhook.Preset, error) {
-	s, err := cfg.checkUntimed("ifood")
+	s, err := cfg.check("ifood")
 	if err != nil {
 		return nil, err
 	}

@@ -23,8 +23,6 @@ package provider
 
 import (
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 	"time"
 
@@ -47,10 +45,12 @@ type Config struct {
 	// ifood, shopify, whatsapp-cloud), it is an error.
 	Tolerance time.Duration
 
-	// Options are provider-specific settings, e.g. "verify_token" for
-	// whatsapp-cloud or "header" for evolution. An option the provider does
-	// not know is an error. Default: none.
-	Options map[string]string
+	// WhatsAppCloud, Evolution and Stone are the settings of the presets
+	// that have any. Each is read by its own preset only: set for another
+	// one, it is an *OptionError. Default: zero, the preset's defaults.
+	WhatsAppCloud WhatsAppCloudOptions
+	Evolution     EvolutionOptions
+	Stone         StoneOptions
 
 	// Now is the clock used for timestamp tolerance. Default: time.Now.
 	Now func() time.Time
@@ -97,47 +97,160 @@ const (
 // timestamp, unless Config.Tolerance says otherwise.
 const defaultTolerance = 5 * time.Minute
 
+// WhatsAppCloudOptions are the settings of the whatsapp-cloud preset.
+type WhatsAppCloudOptions struct {
+	// VerifyToken answers Meta's GET subscription challenge (option
+	// verify_token). Default: "", every challenge is refused.
+	VerifyToken string
+}
+
+// EvolutionOptions are the settings of the evolution preset.
+type EvolutionOptions struct {
+	// Header names the request header holding the instance's static token
+	// (option header). "Authorization" strips a "Bearer " prefix.
+	// Default: "apikey".
+	Header string
+}
+
+// StoneOptions are the settings of the stone preset; one of them is
+// required.
+type StoneOptions struct {
+	// JWKS is the JSON document of Stone's key discovery URL (option jwks).
+	JWKS string
+	// PublicKey is one PEM public key of Stone's (option public_key).
+	PublicKey string
+}
+
+// preset is one entry of the registry: a preset's constructor, whether its
+// scheme signs a timestamp, and its options by the names a configuration
+// file uses.
+type preset struct {
+	name    string
+	build   func(Config) (*idemhook.Preset, error)
+	timed   bool // the scheme signs a timestamp: Tolerance applies
+	options []option
+}
+
+// option is one setting of a preset by its configuration name.
+type option struct {
+	name string
+	set  func(*Config, string)
+	get  func(*Config) string
+}
+
+// registry returns every preset [New] knows, sorted by name: the one list
+// Names, New and Config.SetOption read.
+func registry() []preset {
+	return []preset{
+		{name: "asaas", build: Asaas},
+		{name: "evolution", build: Evolution, options: []option{
+			{"header", func(c *Config, v string) { c.Evolution.Header = v }, func(c *Config) string { return c.Evolution.Header }},
+		}},
+		{name: "github", build: GitHub},
+		{name: "ifood", build: IFood},
+		{name: "mercadopago", build: MercadoPago, timed: true},
+		{name: "paddle", build: Paddle, timed: true},
+		{name: "shopify", build: Shopify},
+		{name: "slack", build: Slack, timed: true},
+		{name: "standardwebhooks", build: StandardWebhooks, timed: true},
+		{name: "stone", build: Stone, timed: true, options: []option{
+			{"jwks", func(c *Config, v string) { c.Stone.JWKS = v }, func(c *Config) string { return c.Stone.JWKS }},
+			{"public_key", func(c *Config, v string) { c.Stone.PublicKey = v }, func(c *Config) string { return c.Stone.PublicKey }},
+		}},
+		{name: "stripe", build: Stripe, timed: true},
+		{name: "svix", build: Svix, timed: true},
+		{name: "whatsapp-cloud", build: WhatsAppCloud, options: []option{
+			{"verify_token", func(c *Config, v string) { c.WhatsAppCloud.VerifyToken = v }, func(c *Config) string { return c.WhatsAppCloud.VerifyToken }},
+		}},
+	}
+}
+
+func lookup(name string) (preset, bool) {
+	for _, p := range registry() {
+		if p.name == name {
+			return p, true
+		}
+	}
+	return preset{}, false
+}
+
 // Names returns the name of every preset [New] knows, sorted.
 func Names() []string {
-	return []string{
-		"asaas", "evolution", "github", "ifood", "mercadopago", "paddle",
-		"shopify", "slack", "standardwebhooks", "stone", "stripe", "svix",
-		"whatsapp-cloud",
+	var names []string
+	for _, p := range registry() {
+		names = append(names, p.name)
 	}
+	return names
 }
 
 // New returns the preset called name (one of [Names]) configured by cfg.
 // An unknown name is an error that lists the known ones.
 func New(name string, cfg Config) (*idemhook.Preset, error) {
-	switch name {
-	case "asaas":
-		return Asaas(cfg)
-	case "evolution":
-		return Evolution(cfg)
-	case "github":
-		return GitHub(cfg)
-	case "ifood":
-		return IFood(cfg)
-	case "mercadopago":
-		return MercadoPago(cfg)
-	case "paddle":
-		return Paddle(cfg)
-	case "shopify":
-		return Shopify(cfg)
-	case "slack":
-		return Slack(cfg)
-	case "standardwebhooks":
-		return StandardWebhooks(cfg)
-	case "stone":
-		return Stone(cfg)
-	case "stripe":
-		return Stripe(cfg)
-	case "svix":
-		return Svix(cfg)
-	case "whatsapp-cloud":
-		return WhatsAppCloud(cfg)
+	p, ok := lookup(name)
+	if !ok {
+		return nil, fmt.Errorf("provider: unknown provider %q (known: %s)", name, strings.Join(Names(), ", "))
 	}
-	return nil, fmt.Errorf("provider: unknown provider %q (known: %s)", name, strings.Join(Names(), ", "))
+	return p.build(cfg)
+}
+
+// OptionNames returns the names of the options the preset called name
+// takes, as a configuration file gives them (e.g. "verify_token"), in order.
+func OptionNames(name string) []string {
+	p, _ := lookup(name)
+	var names []string
+	for _, o := range p.options {
+		names = append(names, o.name)
+	}
+	return names
+}
+
+// SetOption sets the option called option of the preset called name, for a
+// configuration that names options as text (the gateway's
+// provider_options). An option the preset doesn't take is an *OptionError.
+func (cfg *Config) SetOption(name, option, value string) error {
+	p, ok := lookup(name)
+	if !ok {
+		return fmt.Errorf("provider: unknown provider %q (known: %s)", name, strings.Join(Names(), ", "))
+	}
+	for _, o := range p.options {
+		if o.name == option {
+			o.set(cfg, value)
+			return nil
+		}
+	}
+	return &OptionError{Preset: name, Option: option, Reason: unknownOption(p)}
+}
+
+func unknownOption(p preset) string {
+	if len(p.options) == 0 {
+		return "unknown option (this provider takes no options)"
+	}
+	return "unknown option (known: " + strings.Join(OptionNames(p.name), ", ") + ")"
+}
+
+// OptionError is a preset option that is unknown, meant for another
+// preset, or whose value the preset can't use. Its field names the option
+// so that a configuration can point at its line.
+type OptionError struct {
+	Preset string
+	Option string // as a configuration names it, e.g. "verify_token"
+	Reason string
+}
+
+func (e *OptionError) Error() string {
+	return fmt.Sprintf("provider %s: option %s: %s", e.Preset, e.Option, e.Reason)
+}
+
+// ToleranceError is a Config.Tolerance the preset refuses: negative, or set
+// for a scheme that signs no timestamp (it would bound nothing).
+type ToleranceError struct {
+	Preset    string
+	Tolerance time.Duration
+	Reason    string
+}
+
+func (e *ToleranceError) Error() string {
+	return fmt.Sprintf("provider %s: tolerance %v %s", e.Preset, e.Tolerance, e.Reason)
 }
 
 // settings is a Config checked for one provider.
@@ -145,14 +258,15 @@ type settings struct {
 	name      string
 	secrets   []string
 	tolerance time.Duration
-	options   map[string]string
 	now       func() time.Time
 }
 
-// check validates cfg for the provider name, which accepts the options
-// listed in known, and applies the defaults.
-func (cfg Config) check(name string, known ...string) (settings, error) {
-	s := settings{name: name, tolerance: cfg.Tolerance, now: cfg.Now, options: map[string]string{}}
+// check validates cfg for the provider name and applies the defaults. It
+// refuses a tolerance for a scheme that signs no timestamp (it would bound
+// nothing) and the options of another preset (they would do nothing).
+func (cfg Config) check(name string) (settings, error) {
+	self, _ := lookup(name)
+	s := settings{name: name, tolerance: cfg.Tolerance, now: cfg.Now}
 	for _, sec := range cfg.Secrets {
 		if sec != "" {
 			s.secrets = append(s.secrets, sec)
@@ -161,17 +275,23 @@ func (cfg Config) check(name string, known ...string) (settings, error) {
 	if len(s.secrets) == 0 {
 		return settings{}, fmt.Errorf("provider %s: no secret configured (Config.Secrets is empty); set the provider's signing secret or token", name)
 	}
-	if cfg.Tolerance < 0 {
-		return settings{}, fmt.Errorf("provider %s: negative tolerance %v", name, cfg.Tolerance)
+	switch {
+	case cfg.Tolerance < 0:
+		return settings{}, &ToleranceError{Preset: name, Tolerance: cfg.Tolerance, Reason: "is negative"}
+	case cfg.Tolerance != 0 && !self.timed:
+		return settings{}, &ToleranceError{Preset: name, Tolerance: cfg.Tolerance,
+			Reason: fmt.Sprintf("has no effect: %s signs no timestamp; remove it", name)}
 	}
-	for _, k := range slices.Sorted(maps.Keys(cfg.Options)) {
-		if !slices.Contains(known, k) {
-			if len(known) == 0 {
-				return settings{}, fmt.Errorf("provider %s: unknown option %q (this provider takes no options)", name, k)
-			}
-			return settings{}, fmt.Errorf("provider %s: unknown option %q (known: %s)", name, k, strings.Join(known, ", "))
+	for _, p := range registry() {
+		if p.name == name {
+			continue
 		}
-		s.options[k] = cfg.Options[k]
+		for _, o := range p.options {
+			if o.get(&cfg) != "" {
+				return settings{}, &OptionError{Preset: name, Option: o.name,
+					Reason: fmt.Sprintf("is a setting of %s, not of %s; %s", p.name, name, unknownOption(self))}
+			}
+		}
 	}
 	if s.tolerance == 0 {
 		s.tolerance = defaultTolerance
@@ -180,16 +300,6 @@ func (cfg Config) check(name string, known ...string) (settings, error) {
 		s.now = time.Now
 	}
 	return s, nil
-}
-
-// checkUntimed is check for a provider that signs no timestamp: a
-// tolerance would have nothing to bound, so setting one is an error rather
-// than a setting that silently does nothing.
-func (cfg Config) checkUntimed(name string, known ...string) (settings, error) {
-	if cfg.Tolerance != 0 {
-		return settings{}, fmt.Errorf("provider %s: tolerance %v has no effect: %s signs no timestamp; remove it", name, cfg.Tolerance, name)
-	}
-	return cfg.check(name, known...)
 }
 
 // secretBytes returns the secrets as byte slices, for HMAC keys.

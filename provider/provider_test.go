@@ -192,16 +192,16 @@ func TestConfigErrors(t *testing.T) {
 	}{
 		{"stripe", provider.Config{}, "no secret configured"},
 		{"stripe", provider.Config{Secrets: []string{"", ""}}, "no secret configured"},
-		{"stripe", provider.Config{Secrets: []string{"s"}, Options: map[string]string{"verify_token": "x"}}, `unknown option "verify_token" (this provider takes no options)`},
-		{"whatsapp-cloud", provider.Config{Secrets: []string{"s"}, Options: map[string]string{"verifytoken": "x"}}, `unknown option "verifytoken" (known: verify_token)`},
-		{"paddle", provider.Config{Secrets: []string{"s"}, Tolerance: -time.Second}, "negative tolerance"},
+		{"stripe", provider.Config{Secrets: []string{"s"}, WhatsAppCloud: provider.WhatsAppCloudOptions{VerifyToken: "x"}}, `option verify_token: is a setting of whatsapp-cloud, not of stripe; unknown option (this provider takes no options)`},
+		{"evolution", provider.Config{Secrets: []string{"s"}, Stone: provider.StoneOptions{JWKS: "{}"}}, `option jwks: is a setting of stone, not of evolution; unknown option (known: header)`},
+		{"paddle", provider.Config{Secrets: []string{"s"}, Tolerance: -time.Second}, "tolerance -1s is negative"},
 		{"standardwebhooks", provider.Config{Secrets: []string{"whsec_not base64!"}}, `secret #1 is not "whsec_<base64>"`},
 		{"svix", provider.Config{Secrets: []string{stdWebhooksSecret, "whsec_%%"}}, "secret #2"},
-		{"evolution", provider.Config{Secrets: []string{"k"}, Options: map[string]string{"header": "bad header:"}}, "is not a header name"},
+		{"evolution", provider.Config{Secrets: []string{"k"}, Evolution: provider.EvolutionOptions{Header: "bad header:"}}, "is not a header name"},
 		{"stone", provider.Config{Secrets: []string{"not pem"}}, "secret #1: not a PEM private key"},
 		{"stone", provider.Config{Secrets: []string{stoneKeys(t).ourPEM}}, "no Stone public signing key"},
-		{"stone", provider.Config{Secrets: []string{stoneKeys(t).ourPEM}, Options: map[string]string{"jwks": "{"}}, "option jwks is not a JWKS JSON document"},
-		{"stone", provider.Config{Secrets: []string{stoneKeys(t).ourPEM}, Options: map[string]string{"public_key": "x"}}, "option public_key is not a PEM public key"},
+		{"stone", provider.Config{Secrets: []string{stoneKeys(t).ourPEM}, Stone: provider.StoneOptions{JWKS: "{"}}, "option jwks: is not a JWKS JSON document"},
+		{"stone", provider.Config{Secrets: []string{stoneKeys(t).ourPEM}, Stone: provider.StoneOptions{PublicKey: "x"}}, "option public_key: is not a PEM public key"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name+"/"+tt.want, func(t *testing.T) {
@@ -346,7 +346,7 @@ func TestToleranceOption(t *testing.T) {
 }
 
 func TestWhatsAppCloud(t *testing.T) {
-	cfg := provider.Config{Secrets: []string{"meta-app-secret"}, Options: map[string]string{"verify_token": "vt-123"}}
+	cfg := provider.Config{Secrets: []string{"meta-app-secret"}, WhatsAppCloud: provider.WhatsAppCloudOptions{VerifyToken: "vt-123"}}
 	p := newPreset(t, "whatsapp-cloud", cfg, baseTime)
 
 	t.Run("handshake", func(t *testing.T) {
@@ -504,7 +504,7 @@ func TestEvolution(t *testing.T) {
 			}
 		})
 	}
-	bearer := newPreset(t, "evolution", provider.Config{Secrets: []string{"k1"}, Options: map[string]string{"header": "Authorization"}}, baseTime)
+	bearer := newPreset(t, "evolution", provider.Config{Secrets: []string{"k1"}, Evolution: provider.EvolutionOptions{Header: "Authorization"}}, baseTime)
 	r := post("/", `{}`)
 	r.Header.Set("Authorization", "Bearer k1")
 	if err := verify(t, bearer, r); err != nil {
@@ -543,13 +543,13 @@ func TestStone(t *testing.T) {
 	stone := f[slices.IndexFunc(f, func(f fixture) bool { return f.name == "stone" })]
 
 	t.Run("public_key option", func(t *testing.T) {
-		p := newPreset(t, "stone", provider.Config{Secrets: []string{keys.ourPEM}, Options: map[string]string{"public_key": keys.stonePEM}}, baseTime)
+		p := newPreset(t, "stone", provider.Config{Secrets: []string{keys.ourPEM}, Stone: provider.StoneOptions{PublicKey: keys.stonePEM}}, baseTime)
 		if err := verify(t, p, stone.build(t, "1", baseTime, stone.secret())); err != nil {
 			t.Fatal(err)
 		}
 	})
 	t.Run("not encrypted to us", func(t *testing.T) {
-		p := newPreset(t, "stone", provider.Config{Secrets: []string{keys.otherPEM}, Options: stone.cfg.Options}, baseTime)
+		p := newPreset(t, "stone", provider.Config{Secrets: []string{keys.otherPEM}, Stone: stone.cfg.Stone}, baseTime)
 		err := verify(t, p, stone.build(t, "1", baseTime, stone.secret()))
 		if !errors.Is(err, provider.ErrNoMatchingSignature) || !strings.Contains(err.Error(), "does not decrypt") {
 			t.Fatalf("Verify = %v", err)
@@ -734,4 +734,41 @@ func parseDays(s string) (time.Duration, error) {
 	}
 	d, err := time.ParseDuration(s)
 	return days + d, err
+}
+
+// SetOption sets a preset's typed option by its configuration name; errors
+// are typed and name the option, and Names, New and OptionNames read one
+// registry.
+func TestSetOptionAndTypedErrors(t *testing.T) {
+	var cfg provider.Config
+	if err := cfg.SetOption("whatsapp-cloud", "verify_token", "vt"); err != nil || cfg.WhatsAppCloud.VerifyToken != "vt" {
+		t.Fatalf("SetOption verify_token: %v, %+v", err, cfg)
+	}
+	var oe *provider.OptionError
+	err := cfg.SetOption("whatsapp-cloud", "verifytoken", "x")
+	if !errors.As(err, &oe) || oe.Option != "verifytoken" || err.Error() != "provider whatsapp-cloud: option verifytoken: unknown option (known: verify_token)" {
+		t.Fatalf("unknown option: %v", err)
+	}
+	if err := cfg.SetOption("stripe", "header", "x"); !errors.As(err, &oe) || !strings.Contains(err.Error(), "this provider takes no options") {
+		t.Fatalf("option of a preset without options: %v", err)
+	}
+	if err := cfg.SetOption("strype", "x", "y"); err == nil || !strings.Contains(err.Error(), `unknown provider "strype"`) {
+		t.Fatalf("unknown provider: %v", err)
+	}
+	_, err = provider.New("evolution", provider.Config{Secrets: []string{"k"}, Evolution: provider.EvolutionOptions{Header: "bad header:"}})
+	if !errors.As(err, &oe) || oe.Option != "header" {
+		t.Fatalf("bad option value: %v", err)
+	}
+	var te *provider.ToleranceError
+	if _, err := provider.New("github", provider.Config{Secrets: []string{"s"}, Tolerance: time.Minute}); !errors.As(err, &te) {
+		t.Fatalf("tolerance on an untimed scheme: %v", err)
+	}
+	for _, name := range provider.Names() {
+		if _, err := provider.New(name, provider.Config{}); err == nil || strings.Contains(err.Error(), "unknown provider") {
+			t.Errorf("New(%q) with no secret: %v", name, err)
+		}
+	}
+	if got := strings.Join(provider.OptionNames("stone"), ","); got != "jwks,public_key" {
+		t.Errorf("OptionNames(stone) = %q", got)
+	}
 }

@@ -24,7 +24,7 @@ const ShopifySignatureHeader = "X-Shopify-Hmac-Sha256"
 //
 // Duplicates: the stored status. No options.
 func Shopify(cfg Config) (*idemhook.Preset, error) {
-	s, err := cfg.checkUntimed("shopify")
+	s, err := cfg.check("shopify")
 	if err != nil {
 		return nil, err
 	}

@@ -36,8 +36,8 @@ const StoneEventIDHeader = "x-stone-webhook-event-id"
 // Verify decrypts and checks exactly that, with the standard library only:
 // cfg.Secrets are your application's RSA private keys in PEM (PKCS#1 or
 // PKCS#8; several during a rotation), and Stone's public signing keys are
-// given as Options["jwks"] (the JSON document of the discovery URL; RSA keys
-// with use "sig" or no use) or Options["public_key"] (one PEM public key). The
+// given as StoneOptions.JWKS (the JSON document of the discovery URL; RSA keys
+// with use "sig" or no use) or StoneOptions.PublicKey (one PEM public key). The
 // JWS "kid" selects the key when the JWKS has it. Nothing is fetched at
 // request time: refresh the option when Stone rotates its keys. Only when
 // cfg.Tolerance is set is the JWT "iat" required within it of now, because
@@ -45,14 +45,14 @@ const StoneEventIDHeader = "x-stone-webhook-event-id"
 // attempt.
 //
 // Key: the x-stone-webhook-event-id header when present, otherwise the body
-// hash (the seed's key). Caveat: that header is not covered by the JWS, and
+// hash (the NestJS guard's key). Caveat: that header is not covered by the JWS, and
 // the body hash is not stable if Stone re-encrypts the JWE per attempt (JWE
 // uses a random key and IV); Stone documents neither point.
 //
-// Duplicates: the stored status (any 2xx). Options: "jwks", "public_key" (one
-// of them is required).
+// Duplicates: the stored status (any 2xx). Options: StoneOptions (one of JWKS and
+// PublicKey is required).
 func Stone(cfg Config) (*idemhook.Preset, error) {
-	s, err := cfg.check("stone", "jwks", "public_key")
+	s, err := cfg.check("stone")
 	if err != nil {
 		return nil, err
 	}
@@ -64,9 +64,9 @@ func Stone(cfg Config) (*idemhook.Preset, error) {
 		}
 		privs = append(privs, k)
 	}
-	pubs, err := stonePublicKeys(s.options["jwks"], s.options["public_key"])
+	pubs, err := stonePublicKeys(cfg.Stone.JWKS, cfg.Stone.PublicKey)
 	if err != nil {
-		return nil, fmt.Errorf("provider stone: %v", err)
+		return nil, err
 	}
 	checkAge := cfg.Tolerance > 0
 	return &idemhook.Preset{
@@ -240,21 +240,25 @@ func parseRSAPrivateKey(text string) (*rsa.PrivateKey, error) {
 	return rk, nil
 }
 
+func stoneOption(name, reason string) error {
+	return &OptionError{Preset: "stone", Option: name, Reason: reason}
+}
+
 // stonePublicKeys reads the jwks and public_key options.
 func stonePublicKeys(jwks, pemKey string) ([]stoneKey, error) {
 	var keys []stoneKey
 	if pemKey != "" {
 		block, _ := pem.Decode([]byte(pemKey))
 		if block == nil {
-			return nil, errors.New(`option public_key is not a PEM public key`)
+			return nil, stoneOption("public_key", "is not a PEM public key")
 		}
 		k, err := x509.ParsePKIXPublicKey(block.Bytes)
 		if err != nil {
-			return nil, fmt.Errorf("option public_key: %v", err)
+			return nil, stoneOption("public_key", err.Error())
 		}
 		rk, ok := k.(*rsa.PublicKey)
 		if !ok {
-			return nil, errors.New("option public_key is not an RSA key")
+			return nil, stoneOption("public_key", "is not an RSA key")
 		}
 		keys = append(keys, stoneKey{pub: rk})
 	}
@@ -269,7 +273,7 @@ func stonePublicKeys(jwks, pemKey string) ([]stoneKey, error) {
 			} `json:"keys"`
 		}
 		if err := json.Unmarshal([]byte(jwks), &set); err != nil {
-			return nil, fmt.Errorf("option jwks is not a JWKS JSON document: %v", err)
+			return nil, stoneOption("jwks", "is not a JWKS JSON document: "+err.Error())
 		}
 		for _, k := range set.Keys {
 			if k.Kty != "RSA" || (k.Use != "" && k.Use != "sig") {
@@ -278,14 +282,14 @@ func stonePublicKeys(jwks, pemKey string) ([]stoneKey, error) {
 			n, err1 := base64.RawURLEncoding.DecodeString(k.N)
 			e, err2 := base64.RawURLEncoding.DecodeString(k.E)
 			if err1 != nil || err2 != nil || len(n) == 0 || len(e) == 0 || len(e) > 4 {
-				return nil, fmt.Errorf("option jwks: key %q has a malformed n or e", k.Kid)
+				return nil, stoneOption("jwks", fmt.Sprintf("key %q has a malformed n or e", k.Kid))
 			}
 			exp := new(big.Int).SetBytes(e)
 			keys = append(keys, stoneKey{kid: k.Kid, pub: &rsa.PublicKey{N: new(big.Int).SetBytes(n), E: int(exp.Int64())}})
 		}
 	}
 	if len(keys) == 0 {
-		return nil, errors.New(`no Stone public signing key: set option jwks (the JSON of Stone's discovery/keys URL) or public_key (PEM)`)
+		return nil, stoneOption("jwks", "no Stone public signing key: set option jwks (the JSON of Stone's discovery/keys URL) or public_key (PEM)")
 	}
 	return keys, nil
 }

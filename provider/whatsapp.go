@@ -25,18 +25,18 @@ import (
 // handler.
 //
 // Handshake: Meta's GET subscription challenge. hub.mode=subscribe with a
-// hub.verify_token equal (constant time) to Options["verify_token"] is
+// hub.verify_token equal (constant time) to WhatsAppCloudOptions.VerifyToken is
 // answered 200 text/plain with hub.challenge; any other GET carrying hub.mode
 // is answered 403. Without the verify_token option every challenge is
 // refused. GETs without hub.mode are not handshakes (and fail Verify).
 //
-// Duplicates: the stored status (Meta wants 200). Options: "verify_token".
+// Duplicates: the stored status (Meta wants 200). Options: WhatsAppCloudOptions.
 func WhatsAppCloud(cfg Config) (*idemhook.Preset, error) {
-	s, err := cfg.checkUntimed("whatsapp-cloud", "verify_token")
+	s, err := cfg.check("whatsapp-cloud")
 	if err != nil {
 		return nil, err
 	}
-	verifyToken := s.options["verify_token"]
+	verifyToken := cfg.WhatsAppCloud.VerifyToken
 	return &idemhook.Preset{
 		Name:        "whatsapp-cloud",
 		RetryWindow: whatsAppRetryWindow,

@@ -16,7 +16,7 @@ import (
 // and the outcome signature_invalid, and the handler does not run. The
 // challenge itself is still answered.
 func TestWhatsAppCloudUnsignedGET(t *testing.T) {
-	cfg := provider.Config{Secrets: []string{"meta-app-secret"}, Options: map[string]string{"verify_token": "vt-123"}}
+	cfg := provider.Config{Secrets: []string{"meta-app-secret"}, WhatsAppCloud: provider.WhatsAppCloudOptions{VerifyToken: "vt-123"}}
 	p := newPreset(t, "whatsapp-cloud", cfg, baseTime)
 	s := newServer(t, "whatsapp", "", p)
 	for _, method := range []string{http.MethodGet, http.MethodHead} {

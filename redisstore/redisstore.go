@@ -125,8 +125,8 @@ func (s *Store) process(ctx context.Context, cmd redis.Cmder) error {
 // prefix followed by key.
 func (s *Store) Key(key string) string { return s.prefix + key }
 
-// Name is how the middleware's WARN messages name this store, as the seed's
-// did: "WebhookIdempotencyGuard Redis error for key=...".
+// Name is how the middleware's WARN messages name this store, as the NestJS
+// guard's did: "WebhookIdempotencyGuard Redis error for key=...".
 func (s *Store) Name() string { return "Redis" }
 
 // The compare-and-set scripts. KEYS[1] is the key, ARGV[1] the encoded claim.
@@ -185,7 +185,7 @@ func (s *Store) Claim(ctx context.Context, key string, claim *idemhook.Record, l
 		}
 		return nil, opError("claim", rkey, err)
 	}
-	rec, err := idemhook.DecodeRecord([]byte(old))
+	rec, err := decodeRecord([]byte(old))
 	if err != nil {
 		return nil, opError("claim", rkey, err)
 	}
@@ -278,7 +278,7 @@ func (s *Store) Get(ctx context.Context, key string) (*idemhook.Record, error) {
 	if err != nil {
 		return nil, opError("get", rkey, err)
 	}
-	rec, err := idemhook.DecodeRecord(val)
+	rec, err := decodeRecord(val)
 	if err != nil {
 		return nil, opError("get", rkey, err)
 	}
@@ -311,4 +311,13 @@ func millis(what string, d time.Duration) (int64, error) {
 
 func opError(op, rkey string, err error) error {
 	return fmt.Errorf("redisstore: %s %s: %w", op, rkey, err)
+}
+
+// decodeRecord decodes a stored value into a new record.
+func decodeRecord(data []byte) (*idemhook.Record, error) {
+	r := new(idemhook.Record)
+	if err := r.UnmarshalBinary(data); err != nil {
+		return nil, err
+	}
+	return r, nil
 }

@@ -198,8 +198,8 @@ func encode(op string, r *idemhook.Record) ([]byte, error) {
 }
 
 func decode(key string, value []byte) (*idemhook.Record, error) {
-	r, err := idemhook.DecodeRecord(value)
-	if err != nil {
+	r := new(idemhook.Record)
+	if err := r.UnmarshalBinary(value); err != nil {
 		return nil, fmt.Errorf("sqlitestore: key %q: %w", key, err)
 	}
 	return r, nil

@@ -21,9 +21,12 @@ import (
 //	GET    /admin/deliveries              the audit trail (filters, pagination)
 //	GET    /admin/keys/{source}/{key...}  the record stored for a key
 //	DELETE /admin/keys/{source}/{key...}  delete it, to force reprocessing
+//	GET    /admin/stats                   deliveries per source, last hour and day
+//	GET    /admin/                        the web console (console.go)
 //
 // With admin.token set, /metrics and /admin/ require
-// "Authorization: Bearer <token>"; the health probes never do.
+// "Authorization: Bearer <token>"; the health probes never do, nor the
+// console's static files, which hold no data.
 func (g *gateway) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -43,6 +46,7 @@ func (g *gateway) adminHandler() http.Handler {
 	mux.Handle("GET /admin/deliveries", auth(http.HandlerFunc(g.audit.serveDeliveries)))
 	mux.Handle("GET /admin/keys/{source}/{key...}", auth(http.HandlerFunc(g.getKey)))
 	mux.Handle("DELETE /admin/keys/{source}/{key...}", auth(http.HandlerFunc(g.deleteKey)))
+	g.handleConsole(mux, auth)
 	return mux
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,7 +14,7 @@ import (
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/audit"
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/idemhook/idemhook/sqlitestore"
 )
 
 // auditTrail is the gateway's audit trail: a recorder fed by every
@@ -38,18 +39,28 @@ func openAudit(ctx context.Context, ac AuditConfig, files *sqliteFiles, logger *
 		if err != nil {
 			return nil, fmt.Errorf("audit: %w", err)
 		}
-		s, err := audit.NewSQLite(db, audit.SQLiteConfig{Retention: ac.Retention, Logger: logger})
+		// The admin API's reads (the console's statistics scan a day of
+		// the trail) get their own connection, not the one the store
+		// shares with the sink's writes; an in-memory database is one
+		// connection's own, so it has none.
+		var rdb *sql.DB
+		if ac.Path != ":memory:" {
+			if rdb, err = sqlitestore.Open(ac.Path); err != nil {
+				return nil, fmt.Errorf("audit: %w", err)
+			}
+			files.rs.add(rdb.Close)
+		}
+		s, err := audit.NewSQLite(db, audit.SQLiteConfig{Retention: ac.Retention, Logger: logger, ReadDB: rdb})
 		if err != nil {
 			return nil, fmt.Errorf("audit sqlite %s: %w", ac.Path, err)
 		}
 		files.rs.add(s.Close)
 		sink, t.querier = s, s
 	case "postgres":
-		pool, err := pgxpool.New(ctx, ac.URL)
+		pool, err := files.pgPool(ctx, ac.URL) // the store's pool when they share the database
 		if err != nil {
 			return nil, fmt.Errorf("audit postgres %s: %w", redactURL(ac.URL), err)
 		}
-		files.rs.add(func() error { pool.Close(); return nil })
 		s, err := audit.NewPostgres(ctx, pool, audit.PostgresConfig{Retention: ac.Retention, Table: ac.Table, Logger: logger})
 		if err != nil {
 			return nil, fmt.Errorf("audit postgres %s: %w", redactURL(ac.URL), err)
@@ -155,9 +166,9 @@ func parseFilter(r *http.Request) (audit.Filter, error) {
 		Route:   trimmed(r, "route"),
 		Cursor:  trimmed(r, "cursor"),
 	}
-	if f.Outcome != "" && !slices.Contains(idemhook.Outcomes, idemhook.Outcome(f.Outcome)) {
-		names := make([]string, len(idemhook.Outcomes))
-		for i, o := range idemhook.Outcomes {
+	if outcomes := idemhook.Outcomes(); f.Outcome != "" && !slices.Contains(outcomes, idemhook.Outcome(f.Outcome)) {
+		names := make([]string, len(outcomes))
+		for i, o := range outcomes {
 			names[i] = string(o)
 		}
 		return f, fmt.Errorf("outcome: unknown %q (known: %s)", f.Outcome, strings.Join(names, ", "))

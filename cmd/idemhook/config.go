@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -52,9 +51,11 @@ type Config struct {
 
 // StoreConfig is the store: section.
 type StoreConfig struct {
-	Driver     string // sqlite | redis | memory
-	Path       string // sqlite
-	URL        string // redis
+	Driver     string        // sqlite | redis | postgres | memory
+	Timeout    time.Duration // bound of every call to a networked store; 0: idemhook.DefaultStoreTimeout
+	Path       string        // sqlite
+	URL        string        // redis, postgres
+	Table      string        // postgres
 	Addrs      []string
 	MasterName string
 	Username   string
@@ -429,11 +430,12 @@ func (p *parser) store(fs map[string]field) StoreConfig {
 		return sc
 	}
 	const at = "store"
-	sf := p.mapping(f.value, at, "driver", "path", "url", "addrs", "master_name", "username", "password", "prefix")
+	sf := p.mapping(f.value, at, "driver", "path", "url", "addrs", "master_name", "username", "password", "prefix", "table", "timeout")
 	if sf == nil {
 		return sc
 	}
-	sc.Driver = p.oneOf(sf, at, "driver", "sqlite", "sqlite", "redis", "memory")
+	sc.Driver = p.oneOf(sf, at, "driver", "sqlite", "sqlite", "redis", "postgres", "memory")
+	sc.Timeout = p.duration(sf, at, "timeout", 0) // 0: the library's default
 	onlyFor := func(name, driver string) {
 		if fl, ok := sf[name]; ok && sc.Driver != driver {
 			p.errorf(fl.key, join(at, name), "only used by driver %s (driver is %s)", driver, sc.Driver)
@@ -483,6 +485,9 @@ func (p *parser) store(fs map[string]field) StoreConfig {
 		if sc.MasterName != "" && !hasAddrs {
 			p.errorf(sf["master_name"].key, join(at, "master_name"), "Sentinel needs addrs (the Sentinels' host:port list)")
 		}
+	case "postgres":
+		sc.Path = ""
+		p.postgresStore(sf, f.value, &sc)
 	case "memory":
 		sc.Path = ""
 	}
@@ -490,9 +495,17 @@ func (p *parser) store(fs map[string]field) StoreConfig {
 		onlyFor("path", "sqlite")
 	}
 	if sc.Driver != "redis" {
-		for _, name := range []string{"url", "addrs", "master_name", "username", "password"} {
+		for _, name := range []string{"addrs", "master_name", "username", "password"} {
 			onlyFor(name, "redis")
 		}
+	}
+	if sc.Driver != "redis" && sc.Driver != "postgres" {
+		if fl, ok := sf["url"]; ok {
+			p.errorf(fl.key, join(at, "url"), "only used by drivers redis and postgres (driver is %s)", sc.Driver)
+		}
+	}
+	if sc.Driver != "postgres" {
+		onlyFor("table", "postgres")
 	}
 	sc.Prefix, _, _ = p.str(sf, at, "prefix")
 	if sc.Driver != "redis" {
@@ -544,6 +557,9 @@ func (p *parser) audit(fs map[string]field, sc StoreConfig) AuditConfig {
 	if sc.Driver == "sqlite" {
 		ac.Sink, ac.Path = "sqlite", sc.Path
 	}
+	if sc.Driver == "postgres" { // the trail in the store's database, by default
+		ac.Sink, ac.URL = "postgres", sc.URL
+	}
 	f, ok := fs["audit"]
 	if !ok || isNull(f.value) {
 		return ac
@@ -554,6 +570,9 @@ func (p *parser) audit(fs map[string]field, sc StoreConfig) AuditConfig {
 		return ac
 	}
 	ac.Sink = p.oneOf(af, at, "sink", ac.Sink, "sqlite", "postgres", "log", "none")
+	if ac.Sink != "postgres" {
+		ac.URL = ""
+	}
 	ac.Retention = p.duration(af, at, "retention", defaultAuditRetention)
 	if v, n, ok := p.str(af, at, "path"); ok {
 		if ac.Sink != "sqlite" {
@@ -569,12 +588,14 @@ func (p *parser) audit(fs map[string]field, sc StoreConfig) AuditConfig {
 	}
 	v, n, hasURL := p.str(af, at, "url")
 	switch {
+	case ac.Sink == "postgres" && !hasURL && sc.Driver == "postgres":
+		ac.URL = sc.URL
 	case ac.Sink == "postgres" && !hasURL:
 		node := f.value
 		if s, ok := af["sink"]; ok {
 			node = s.value
 		}
-		p.errorf(node, join(at, "url"), "sink postgres needs url (postgres://user:password@host:5432/db)")
+		p.errorf(node, join(at, "url"), "sink postgres needs url (postgres://user:password@host:5432/db), unless the store is PostgreSQL too")
 	case ac.Sink == "postgres":
 		if u, err := url.Parse(v); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 			p.errorf(n, join(at, "url"), "invalid PostgreSQL URL %q (want postgres://user:password@host:5432/db)", redactURL(v))
@@ -823,7 +844,11 @@ func (p *parser) preset(rf map[string]field, at string, n *yaml.Node, rc *RouteC
 	} else if _, present := rf["secrets"]; present && !isNull(rf["secrets"].value) {
 		secretsOK = false
 	}
-	opts := map[string]string{}
+	type optionValue struct {
+		key   *yaml.Node
+		value string
+	}
+	var opts []optionValue // in file order
 	if f, ok := rf["provider_options"]; ok && !isNull(f.value) {
 		on := resolve(f.value)
 		if on.Kind != yaml.MappingNode {
@@ -851,7 +876,7 @@ func (p *parser) preset(rf map[string]field, at string, n *yaml.Node, rc *RouteC
 					secretsOK = false
 					continue
 				}
-				opts[k.Value] = ev
+				opts = append(opts, optionValue{k, ev})
 			}
 		}
 	}
@@ -882,16 +907,33 @@ func (p *parser) preset(rf map[string]field, at string, n *yaml.Node, rc *RouteC
 		p.errorf(node, join(at, fieldName), "provider %s needs a secret: set secret_env: NAME_OF_VARIABLE (or secrets: [${VAR}] to accept several during a rotation)", name)
 		return
 	}
-	pr, err := provider.New(name, provider.Config{Secrets: secrets, Tolerance: tolerance, Options: maps.Clone(opts)})
+	pc := provider.Config{Secrets: secrets, Tolerance: tolerance}
+	optionNode := map[string]*yaml.Node{}
+	for _, o := range opts {
+		optionNode[o.key.Value] = o.key
+		if err := pc.SetOption(name, o.key.Value, o.value); err != nil {
+			p.errorf(o.key, join(join(at, "provider_options"), o.key.Value), "%v", err)
+			return
+		}
+	}
+	pr, err := provider.New(name, pc)
 	if err != nil {
+		// The preset's typed errors say which setting is at fault.
 		node, fieldName := pn, "provider"
-		if f, ok := rf["provider_options"]; ok && strings.Contains(err.Error(), "option") {
-			node, fieldName = f.value, "provider_options"
+		var oe *provider.OptionError
+		var te *provider.ToleranceError
+		switch {
+		case errors.As(err, &oe) && optionNode[oe.Option] != nil:
+			node, fieldName = optionNode[oe.Option], join(join(at, "provider_options"), oe.Option)
+		case errors.As(err, &oe) && rf["provider_options"].value != nil:
+			node, fieldName = rf["provider_options"].value, "provider_options"
+		case errors.As(err, &te) && rf["tolerance"].value != nil:
+			node, fieldName = rf["tolerance"].value, "tolerance"
 		}
-		if f, ok := rf["tolerance"]; ok && strings.Contains(err.Error(), "tolerance") {
-			node, fieldName = f.value, "tolerance"
+		if !strings.HasPrefix(fieldName, at) {
+			fieldName = join(at, fieldName)
 		}
-		p.errorf(node, join(at, fieldName), "%v", err)
+		p.errorf(node, fieldName, "%v", err)
 		return
 	}
 	rc.Route.Preset = pr

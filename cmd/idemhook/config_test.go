@@ -224,7 +224,7 @@ func TestConfigErrors(t *testing.T) {
 			name: "unknown provider option",
 			give: route("    provider: stripe\n    secret_env: S\n    provider_options: {colour: blue}\n"),
 			env:  []string{"S", "x"},
-			want: []string{`idemhook.yaml:7: routes[0].provider_options: provider stripe: unknown option "colour" (this provider takes no options)`},
+			want: []string{`idemhook.yaml:7: routes[0].provider_options.colour: provider stripe: option colour: unknown option (this provider takes no options)`},
 		},
 		{
 			name: "duplicate paths",
@@ -264,7 +264,7 @@ func TestConfigErrors(t *testing.T) {
 		{
 			name: "store driver",
 			give: "store: {driver: mongo}\n" + minimal,
-			want: []string{`idemhook.yaml:1: store.driver: invalid driver "mongo" (want sqlite, redis or memory)`},
+			want: []string{`idemhook.yaml:1: store.driver: invalid driver "mongo" (want sqlite, redis, postgres or memory)`},
 		},
 		{
 			name: "redis without url",
@@ -284,12 +284,12 @@ func TestConfigErrors(t *testing.T) {
 		{
 			name: "field of another driver",
 			give: "store: {driver: memory, url: \"redis://x:1\"}\n" + minimal,
-			want: []string{`idemhook.yaml:1: store.url: only used by driver redis (driver is memory)`},
+			want: []string{`idemhook.yaml:1: store.url: only used by drivers redis and postgres (driver is memory)`},
 		},
 		{
 			name: "postgres without url",
 			give: "audit: {sink: postgres}\n" + minimal,
-			want: []string{`idemhook.yaml:1: audit.url: sink postgres needs url (postgres://user:password@host:5432/db)`},
+			want: []string{`idemhook.yaml:1: audit.url: sink postgres needs url (postgres://user:password@host:5432/db), unless the store is PostgreSQL too`},
 		},
 		{
 			name: "bad size",
@@ -520,13 +520,15 @@ func TestCommands(t *testing.T) {
 
 func TestExampleConfigs(t *testing.T) {
 	env := envOf("STRIPE_WEBHOOK_SECRET", "whsec_x", "GITHUB_WEBHOOK_SECRET", "gh", "REDIS_URL", "redis://127.0.0.1:6379/0",
-		"AUDIT_URL", "postgres://postgres@127.0.0.1:5432/test", "IDEMHOOK_ADMIN_TOKEN", "t")
+		"AUDIT_URL", "postgres://postgres@127.0.0.1:5432/test", "IDEMHOOK_ADMIN_TOKEN", "t",
+		"IDEMHOOK_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test")
 	tests := []struct {
 		file   string
 		routes int
 	}{
 		{"idemhook.yaml", 2},
 		{"redis.yaml", 3},
+		{"postgres.yaml", 1},
 	}
 	for _, tt := range tests {
 		cfg, err := loadConfig(filepath.Join("../../examples", tt.file), env)
@@ -543,6 +545,7 @@ func TestExampleConfigs(t *testing.T) {
 func FuzzConfig(f *testing.F) {
 	f.Add([]byte(minimal))
 	f.Add([]byte("listen: ${X:-127.0.0.1:1}\nstore: {driver: redis, addrs: [a:1]}\nroutes: [{path: /a, upstream: 'http://h', source: s, provider: stripe, secrets: [x], provider_options: {a: b}}]\n"))
+	f.Add([]byte("store: {driver: postgres, url: 'postgres://u:p@h:5432/d?sslmode=disable', table: s.t}\naudit: {sink: postgres}\nroutes: [{path: /a, upstream: 'http://h', source: s}]\n"))
 	f.Add([]byte("a: &x [*x]\nroutes: *x\n"))
 	f.Add([]byte("routes:\n  - &r {path: /a, upstream: 'http://h', source: s}\n  - *r\n"))
 	if data, err := os.ReadFile("../../examples/idemhook.yaml"); err == nil {

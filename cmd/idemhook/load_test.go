@@ -24,6 +24,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/pgtest"
 	"github.com/idemhook/idemhook/memstore"
 	"github.com/idemhook/idemhook/redisstore"
 )
@@ -31,14 +32,14 @@ import (
 // The one load command of the repository, behind docs/benchmarks.md. It is
 // off by default (it takes a minute or two and wants the machine to itself):
 //
-//	IDEMHOOK_REDIS_URL=redis://127.0.0.1:6379/0 \
+//	IDEMHOOK_REDIS_URL=redis://127.0.0.1:6379/0 IDEMHOOK_POSTGRES_URL=postgres://... \
 //	  go test ./cmd/idemhook -run TestLoadComparison -count=1 -v -load
 //
 // In one process, on loopback, it measures in interleaved rounds:
 //
 //   - the gateway: the upstream alone, a plain httputil.ReverseProxy with a
 //     pooled transport, and the gateway on each store (memory, SQLite,
-//     SQLite with its audit trail, Redis);
+//     SQLite with its audit trail, Redis, PostgreSQL);
 //   - the library: a bare net/http handler, and the same handler behind the
 //     middleware on memory and on Redis;
 //
@@ -53,6 +54,7 @@ var (
 	loadConc     = flag.Int("load.concurrency", 32, "load comparison: concurrent senders")
 	loadRounds   = flag.Int("load.rounds", 3, "load comparison: interleaved rounds of every setup (medians and spreads are over them)")
 	loadOnly     = flag.String("load.only", "", "load comparison: only the rows (besides the baselines) whose name contains this")
+	loadPGParams = flag.String("load.pg", "", "load comparison: PostgreSQL gateway rows, as URL parameters added to IDEMHOOK_POSTGRES_URL, one row per ';'-separated set (e.g. \"pool_max_conns=16;pool_max_conns=16&synchronous_commit=off\"); the row with none always runs")
 	loadChart    = flag.String("load.chart", "", "load comparison: write the ratios as a PNG chart to this file (e.g. ../../docs/benchmarks-load.png)")
 )
 
@@ -261,6 +263,28 @@ func TestLoadComparison(t *testing.T) {
 	if rdb != nil {
 		gateways = append(gateways, struct{ name, store, audit string }{
 			"gateway, Redis", fmt.Sprintf("{driver: redis, url: %q, prefix: %q}", redisURL, prefix+"gw:"), "none"})
+	}
+	if pgURL := os.Getenv(pgtest.EnvVar); pgURL == "" {
+		t.Log(pgtest.EnvVar + " is not set: no PostgreSQL rows")
+	} else {
+		pool := pgtest.Pool(t)
+		variants := []string{""}
+		if *loadPGParams != "" {
+			variants = append(variants, strings.Split(*loadPGParams, ";")...)
+		}
+		for _, params := range variants {
+			name, u := "gateway, PostgreSQL", pgURL
+			if params != "" {
+				sep := "?"
+				if strings.Contains(u, "?") {
+					sep = "&"
+				}
+				name, u = name+" ("+params+")", u+sep+params
+			}
+			table := pgtest.Table(t, pool, "idemhook_load")
+			gateways = append(gateways, struct{ name, store, audit string }{
+				name, fmt.Sprintf("{driver: postgres, url: %q, table: %s}", u, table), "none"})
+		}
 	}
 	for _, gwc := range gateways {
 		if !wanted(gwc.name) {

@@ -167,6 +167,8 @@ func printSummary(w io.Writer, cfg *Config) {
 		} else {
 			fmt.Fprintf(w, "  store    redis %s\n", strings.Join(cfg.Store.Addrs, ","))
 		}
+	case "postgres":
+		fmt.Fprintf(w, "  store    postgres %s table %s\n", redactURL(cfg.Store.URL), cfg.Store.Table)
 	default:
 		fmt.Fprintf(w, "  store    %s\n", cfg.Store.Driver)
 	}

@@ -73,8 +73,9 @@ func newGateway(ctx context.Context, cfg *Config, logger *slog.Logger, now func(
 		return r.Pattern
 	}
 	g.mw, err = idemhook.New(g.store, g.tracing.instrument(idemhook.Options{
-		Logger: logger,
-		Now:    now,
+		Logger:       logger,
+		Now:          now,
+		StoreTimeout: cfg.Store.Timeout,
 		OnDelivery: func(d idemhook.DeliveryInfo) {
 			g.metrics.onDelivery(d)
 			g.audit.record(routeOf(d.Request), d)

@@ -10,8 +10,10 @@ import (
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/memstore"
+	"github.com/idemhook/idemhook/pgstore"
 	"github.com/idemhook/idemhook/redisstore"
 	"github.com/idemhook/idemhook/sqlitestore"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -34,15 +36,35 @@ func (rs *resources) close() error {
 	return first
 }
 
-// sqliteFiles shares one *sql.DB per file between the store and the audit
-// sink. A file is used by one gateway process at a time: open takes its
-// lock (sqlitestore.Lock), so that claims found pending at start belong to
-// a process that died and can be freed at once.
+// sqliteFiles shares one *sql.DB per SQLite file, and one PostgreSQL pool
+// per URL, between the store and the audit sink. A SQLite file is used by
+// one gateway process at a time: open takes its lock (sqlitestore.Lock),
+// so that claims found pending at start belong to a process that died and
+// can be freed at once.
 type sqliteFiles struct {
 	rs     *resources
 	logger *slog.Logger
 	dbs    map[string]*sql.DB
 	locked map[string]bool // files this process holds exclusively
+	pools  map[string]*pgxpool.Pool
+}
+
+// pgPool returns the pool for url, made on first use. It connects lazily:
+// a server that is down fails the first statement, not this call.
+func (f *sqliteFiles) pgPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	if p, ok := f.pools[url]; ok {
+		return p, nil
+	}
+	p, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	if f.pools == nil {
+		f.pools = map[string]*pgxpool.Pool{}
+	}
+	f.pools[url] = p
+	f.rs.add(func() error { p.Close(); return nil })
+	return p, nil
 }
 
 func (f *sqliteFiles) open(path string) (*sql.DB, error) {
@@ -73,6 +95,10 @@ func (f *sqliteFiles) open(path string) (*sql.DB, error) {
 	f.rs.add(db.Close)
 	return db, nil
 }
+
+// postgresStartTimeout bounds the creation of the PostgreSQL store's table at
+// start.
+const postgresStartTimeout = 10 * time.Second
 
 // openStore opens the configured store.
 func openStore(ctx context.Context, sc StoreConfig, files *sqliteFiles, now func() time.Time) (idemhook.Store, error) {
@@ -143,6 +169,22 @@ func openStore(ctx context.Context, sc StoreConfig, files *sqliteFiles, now func
 			return nil, fmt.Errorf("redis store: %w", err)
 		}
 		files.rs.add(s.Close) // closed before the client
+		return s, nil
+	case "postgres":
+		pool, err := files.pgPool(ctx, sc.URL)
+		if err != nil {
+			return nil, fmt.Errorf("postgres store %s: %w", redactURL(sc.URL), err)
+		}
+		// The table is created (or checked) at start, so that a wrong URL
+		// or missing rights fail here rather than at the first delivery;
+		// bounded, so that an unreachable host doesn't hang the start.
+		start, cancel := context.WithTimeout(ctx, postgresStartTimeout)
+		defer cancel()
+		s, err := pgstore.New(start, pool, pgstore.Config{Table: sc.Table})
+		if err != nil {
+			return nil, fmt.Errorf("postgres store %s: %w", redactURL(sc.URL), err)
+		}
+		files.rs.add(s.Close)
 		return s, nil
 	}
 	return nil, fmt.Errorf("unknown store driver %q", sc.Driver)

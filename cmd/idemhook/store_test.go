@@ -6,83 +6,16 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/idemhook/idemhook/internal/syncbuf"
+	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/pgtest"
+	"github.com/jackc/pgx/v5"
 )
-
-// TestChildGateway is not a test of its own: it is the gateway process the
-// crash tests start, kill with SIGKILL and start again. It runs only when
-// IDEMHOOK_CHILD_CONFIG names a configuration; it writes its addresses as
-// JSON to IDEMHOOK_CHILD_READY.
-func TestChildGateway(t *testing.T) {
-	cfg := os.Getenv("IDEMHOOK_CHILD_CONFIG")
-	if cfg == "" {
-		t.Skip("the gateway child process of the crash tests; runs only when started by them")
-	}
-	err := runEnv(context.Background(), env{
-		args:   []string{"serve", "--config", cfg},
-		getenv: os.Getenv,
-		stdout: os.Stdout,
-		stderr: os.Stderr,
-		ready: func(a addrs) {
-			b, _ := json.Marshal(a)
-			tmp := os.Getenv("IDEMHOOK_CHILD_READY") + ".tmp"
-			os.WriteFile(tmp, b, 0o600)                       //nolint:errcheck
-			os.Rename(tmp, os.Getenv("IDEMHOOK_CHILD_READY")) //nolint:errcheck
-		},
-	})
-	t.Fatalf("the gateway returned: %v", err)
-}
-
-// child is a gateway in a process of its own.
-type child struct {
-	cmd  *exec.Cmd
-	addr addrs
-	log  *syncbuf.Buffer
-}
-
-// startChild runs the gateway on configPath in a child process and waits
-// until it listens.
-func startChild(t *testing.T, configPath string) *child {
-	t.Helper()
-	ready := filepath.Join(t.TempDir(), "ready.json")
-	cmd := exec.Command(os.Args[0], "-test.run=^TestChildGateway$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "IDEMHOOK_CHILD_CONFIG="+configPath, "IDEMHOOK_CHILD_READY="+ready)
-	c := &child{cmd: cmd, log: &syncbuf.Buffer{}}
-	cmd.Stdout, cmd.Stderr = io.Discard, c.log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() }) //nolint:errcheck
-	for range 3000 {
-		if b, err := os.ReadFile(ready); err == nil && json.Unmarshal(b, &c.addr) == nil {
-			return c
-		}
-		if cmd.ProcessState != nil {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("the gateway child did not start within 30s; log:\n%s", c.log)
-	return nil
-}
-
-// kill ends the child with SIGKILL, as a crash or an OOM kill would.
-func (c *child) kill(t *testing.T) {
-	t.Helper()
-	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	c.cmd.Wait() //nolint:errcheck // killed
-}
 
 // A gateway killed with SIGKILL while its deliveries are at the upstream
 // leaves their claims pending in the SQLite file. Restarted on the file, it
@@ -132,9 +65,9 @@ routes:
 			path := writeConfig(t, dir, cfg)
 
 			const events = 5
-			gw := startChild(t, path)
+			gw := startGatewayProcess(t, path)
 			for i := range events {
-				go http.Post("http://"+gw.addr.Listen+"/webhooks/test", "application/json", //nolint:errcheck,bodyclose // the gateway dies under it
+				go http.Post("http://"+gw.listen+"/webhooks/test", "application/json", //nolint:errcheck,bodyclose // the gateway dies under it
 					strings.NewReader(fmt.Sprintf(`{"id":"evt_%d"}`, i)))
 			}
 			for up.calls.Load() < events {
@@ -142,11 +75,11 @@ routes:
 			}
 			gw.kill(t)
 
-			gw = startChild(t, path)
+			gw = startGatewayProcess(t, path)
 			if !strings.Contains(gw.log.String(), "freed_pending_claims="+fmt.Sprint(events)) {
 				t.Errorf("the restarted gateway did not report freeing %d claims; log:\n%s", events, gw.log)
 			}
-			url := "http://" + gw.addr.Listen + "/webhooks/test"
+			url := "http://" + gw.listen + "/webhooks/test"
 			for round, wantReplayed := range []string{"", "true"} {
 				for i := range events {
 					r := post(t, url, fmt.Sprintf(`{"id":"evt_%d"}`, i))
@@ -178,5 +111,97 @@ func TestSecondGatewayOnOneSQLiteFileIsRefused(t *testing.T) {
 	err := run(t.Context(), []string{"serve", "--config", path}, func(string) string { return "" }, io.Discard, &stderr)
 	if err == nil || !strings.Contains(err.Error(), "is held by process") || !strings.Contains(err.Error(), "one gateway process per SQLite file") {
 		t.Fatalf("second gateway on %s: %v", db, err)
+	}
+}
+
+// TestPostgresTwoGateways runs two gateway processes on one PostgreSQL (the
+// store and the audit trail in the same database) and sends concurrent
+// copies of each event split across both: every event reaches the upstream
+// once, every copy gets its answer, and both gateways' trails land in the
+// one table.
+func TestPostgresTwoGateways(t *testing.T) {
+	pool := pgtest.Pool(t)
+	keys := pgtest.Table(t, pool, "gw_keys")
+	trail := pgtest.Table(t, pool, "gw_audit")
+	up := newUpstream(t)
+	up.handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+		time.Sleep(50 * time.Millisecond) // the copies arrive while the first runs
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"call":%d}`, n)
+	}
+	cfg := strings.Replace(routeConfig(up.srv.URL, "in_flight: wait"),
+		"store: {driver: memory}",
+		fmt.Sprintf("store: {driver: postgres, url: \"${%s}\", table: %s, timeout: 2s}", pgtest.EnvVar, keys), 1)
+	cfg = strings.Replace(cfg, "audit: {sink: none}", "audit: {sink: postgres, table: "+trail+"}", 1)
+	cfg = strings.Replace(cfg, "log: {level: debug}", "log: {level: info}", 1)
+	path := writeConfig(t, t.TempDir(), cfg)
+	gws := []*gatewayProc{startGatewayProcess(t, path), startGatewayProcess(t, path)}
+
+	const events, copies = 5, 20
+	var wg sync.WaitGroup
+	answers := make([][]response, events)
+	for e := range events {
+		answers[e] = make([]response, copies)
+		for c := range copies {
+			g := gws[c%2]
+			wg.Go(func() {
+				answers[e][c] = post(t, "http://"+g.listen+"/webhooks/test", fmt.Sprintf(`{"id":"evt_two_%d"}`, e))
+			})
+		}
+	}
+	wg.Wait()
+	if n := up.calls.Load(); n != events {
+		t.Fatalf("upstream calls = %d, want %d (one per event)", n, events)
+	}
+	for e := range events {
+		for c, a := range answers[e] {
+			if a.Status != http.StatusOK || a.Body != answers[e][0].Body {
+				t.Fatalf("event %d copy %d: %d %q, want 200 %q", e, c, a.Status, a.Body, answers[e][0].Body)
+			}
+		}
+	}
+	for _, g := range gws {
+		if r := do(t, http.MethodGet, "http://"+g.admin+"/readyz", ""); r.Status != http.StatusOK {
+			t.Fatalf("readyz = %d %s", r.Status, r.Body)
+		}
+	}
+	// /readyz reads the store's table: without it, it answers 503.
+	if _, err := pool.Exec(t.Context(), `ALTER TABLE `+pgx.Identifier{keys}.Sanitize()+` RENAME TO `+pgx.Identifier{keys + "_away"}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	r := do(t, http.MethodGet, "http://"+gws[0].admin+"/readyz", "")
+	if _, err := pool.Exec(t.Context(), `ALTER TABLE `+pgx.Identifier{keys + "_away"}.Sanitize()+` RENAME TO `+pgx.Identifier{keys}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("readyz without the table = %d %s, want 503", r.Status, r.Body)
+	}
+
+	for _, g := range gws {
+		g.stop(t)
+	}
+	var total, processed int
+	err := pool.QueryRow(context.Background(), `SELECT count(*), count(*) FILTER (WHERE outcome = $1) FROM `+pgx.Identifier{trail}.Sanitize(),
+		string(idemhook.OutcomeProcessed)).Scan(&total, &processed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total != events*copies || processed != events {
+		t.Fatalf("audit trail: %d entries, %d processed; want %d and %d", total, processed, events*copies, events)
+	}
+}
+
+// TestPostgresStoreUnreachableAtStart: the table is created at start, so a
+// gateway whose PostgreSQL can't be reached says so and exits instead of
+// serving without its store.
+func TestPostgresStoreUnreachableAtStart(t *testing.T) {
+	up := newUpstream(t)
+	cfg := strings.Replace(routeConfig(up.srv.URL), "store: {driver: memory}",
+		"store: {driver: postgres, url: \"postgres://postgres:pw@127.0.0.1:1/none?connect_timeout=2\"}", 1)
+	path := writeConfig(t, t.TempDir(), cfg)
+	var stderr strings.Builder
+	err := runEnv(t.Context(), env{args: []string{"serve", "--config", path}, getenv: envOf(), stdout: &stderr, stderr: &stderr})
+	if err == nil || !strings.Contains(err.Error(), "postgres store postgres://postgres:xxxxx@127.0.0.1:1/none") {
+		t.Fatalf("serve: %v", err)
 	}
 }

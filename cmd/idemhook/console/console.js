@@ -1,0 +1,451 @@
+// The idemhook web console: a client of the admin API (GET /admin/stats,
+// GET /admin/deliveries, GET and DELETE /admin/keys/{source}/{key}), served
+// by the gateway's admin listener. No framework, no build step, no other
+// origin: the page's Content-Security-Policy forbids it.
+//
+// Every value from the API is put in the page as text (textContent), never
+// as HTML: keys and routes come from webhook senders.
+'use strict';
+
+(() => {
+  const TOKEN_KEY = 'idemhook.admin.token';
+  const POLL_MS = 2000; // live updates: the first page of deliveries
+  const STATS_EVERY = 3; // and the statistics every third poll
+
+  const $ = (id) => document.getElementById(id);
+  const state = {
+    cursors: [''], // cursors[i] is the cursor of page i
+    page: 0,
+    next: '',
+    maxID: 0, // newest ID seen on the first page, to mark new rows
+    seq: 0, // answers to older requests are dropped
+    classes: {}, // outcome -> processed, replayed, refused or other
+    timer: 0,
+    polls: 0,
+    running: false,
+    record: null, // {source, key, path} of the open key
+    rendered: '', // the query and rows the table shows
+  };
+
+  class Unauthorized extends Error {}
+
+  const token = () => sessionStorage.getItem(TOKEN_KEY) || '';
+
+  // api calls the admin API; paths are relative to the page (/admin/).
+  async function api(method, path) {
+    const headers = { Accept: 'application/json' };
+    const t = token();
+    if (t) headers.Authorization = 'Bearer ' + t;
+    const resp = await fetch(path, { method, headers, cache: 'no-store', credentials: 'omit', redirect: 'error' });
+    if (resp.status === 401) throw new Unauthorized('unauthorized');
+    if (resp.status === 204) return null;
+    let body = null;
+    try {
+      body = await resp.json();
+    } catch (e) {
+      // not JSON: the status says enough
+    }
+    if (!resp.ok) {
+      const err = new Error((body && (body.detail || body.title)) || `${method} ${path}: HTTP ${resp.status}`);
+      err.status = resp.status;
+      throw err;
+    }
+    return body;
+  }
+
+  function showError(msg) {
+    $('error').textContent = msg;
+    $('error').hidden = false;
+  }
+  function clearError() {
+    $('error').hidden = true;
+  }
+
+  function fail(e) {
+    if (e instanceof Unauthorized) {
+      showLogin(token() ? 'The gateway refused this token.' : '');
+      return;
+    }
+    showError(e.message);
+  }
+
+  function showLogin(msg) {
+    stop();
+    sessionStorage.removeItem(TOKEN_KEY);
+    $('app').hidden = true;
+    $('session').hidden = true;
+    $('login').hidden = false;
+    $('login-error').textContent = msg;
+    $('login-error').hidden = !msg;
+    clearError();
+    $('token').focus();
+  }
+
+  async function start() {
+    $('login').hidden = true;
+    // The first call tells whether the token is needed, or right: the
+    // app shows only then.
+    let err = null;
+    try {
+      await loadStats();
+    } catch (e) {
+      if (e instanceof Unauthorized) {
+        fail(e);
+        return;
+      }
+      err = e;
+    }
+    $('app').hidden = false;
+    $('session').hidden = false;
+    $('signout').hidden = !token();
+    try {
+      await loadDeliveries();
+      if (err) throw err;
+      clearError();
+    } catch (e) {
+      fail(e);
+      if (e instanceof Unauthorized) return;
+    }
+    state.running = true;
+    schedule();
+  }
+
+  function stop() {
+    state.running = false;
+    clearTimeout(state.timer);
+  }
+
+  function schedule() {
+    clearTimeout(state.timer);
+    if (state.running) state.timer = setTimeout(tick, POLL_MS);
+  }
+
+  async function tick() {
+    if ($('live').checked && !document.hidden) {
+      try {
+        state.polls++;
+        if (state.polls % STATS_EVERY === 0) await loadStats();
+        if (state.page === 0) await loadDeliveries();
+        clearError();
+      } catch (e) {
+        fail(e);
+        if (e instanceof Unauthorized) return;
+      }
+    }
+    schedule();
+  }
+
+  function setUpdated() {
+    const paused = state.page > 0 ? ' · live paused on older pages' : '';
+    $('updated').textContent = 'updated ' + new Date().toLocaleTimeString() + paused;
+  }
+
+  // --- statistics --------------------------------------------------------
+
+  async function loadStats() {
+    const s = await api('GET', 'stats');
+    state.classes = Object.fromEntries(s.outcomes.map((o) => [o.name, o.class]));
+    const sources = s.sources.map((x) => x.source);
+    fillSelect($('f-source'), sources, true);
+    fillSelect($('k-source'), sources, false);
+    fillSelect($('f-route'), [...new Set(s.routes.map((r) => r.path))], true);
+    fillSelect($('f-outcome'), s.outcomes.map((o) => o.name), true);
+
+    const tb = $('stats').tBodies[0];
+    const frag = document.createDocumentFragment();
+    for (const src of s.sources) {
+      const tr = document.createElement('tr');
+      tr.dataset.source = src.source;
+      const name = cell(tr, '');
+      const b = document.createElement('button');
+      b.type = 'button';
+      b.className = 'link plain';
+      b.textContent = src.source;
+      b.title = 'Show the deliveries of ' + src.source;
+      b.addEventListener('click', () => {
+        $('filters').reset();
+        $('f-source').value = src.source;
+        applyFilters();
+      });
+      name.append(b);
+      for (const w of [src.hour, src.day]) {
+        cell(tr, w.total, 'num');
+        cell(tr, w.processed, 'num processed');
+        cell(tr, w.replayed, 'num replayed');
+        cell(tr, w.refused, 'num refused');
+        const rate = w.duplicate_rate == null ? '–' : (100 * w.duplicate_rate).toFixed(1) + ' %';
+        cell(tr, rate, 'num rate').title = `${w.duplicates} of ${w.total} deliveries`;
+      }
+      frag.append(tr);
+    }
+    tb.replaceChildren(frag);
+  }
+
+  // fillSelect sets the options of sel to values (after the "any" option
+  // when keepFirst), keeping the selected value.
+  function fillSelect(sel, values, keepFirst) {
+    const have = [...sel.options].slice(keepFirst ? 1 : 0).map((o) => o.value);
+    if (have.length === values.length && have.every((v, i) => v === values[i])) return;
+    const cur = sel.value;
+    const opts = values.map((v) => new Option(v, v));
+    if (keepFirst) opts.unshift(sel.options[0]);
+    sel.replaceChildren(...opts);
+    if (cur && values.includes(cur)) sel.value = cur;
+  }
+
+  function cell(tr, text, cls) {
+    const td = document.createElement('td');
+    td.textContent = text;
+    if (cls) td.className = cls;
+    tr.append(td);
+    return td;
+  }
+
+  // --- deliveries --------------------------------------------------------
+
+  function filterParams() {
+    const p = new URLSearchParams();
+    for (const name of ['source', 'outcome', 'route']) {
+      const v = $('f-' + name).value;
+      if (v) p.set(name, v);
+    }
+    for (const name of ['since', 'until']) {
+      const v = $('f-' + name).value; // local time, as the inputs show it
+      if (!v) continue;
+      const t = new Date(v);
+      if (isNaN(t)) throw new Error(`${name}: not a time: ${v}`);
+      p.set(name, t.toISOString());
+    }
+    p.set('limit', $('f-limit').value);
+    return p;
+  }
+
+  async function loadDeliveries() {
+    const seq = ++state.seq;
+    const p = filterParams();
+    const cursor = state.cursors[state.page];
+    if (cursor) p.set('cursor', cursor);
+    const data = await api('GET', 'deliveries?' + p);
+    if (seq !== state.seq) return; // a newer request was sent meanwhile
+    // Unchanged rows are left alone, so that a selection (a key being
+    // copied) survives the live updates.
+    const rendered = JSON.stringify([p.toString(), data.deliveries]);
+    if (rendered !== state.rendered) {
+      state.rendered = rendered;
+      renderDeliveries(data.deliveries);
+    }
+    state.next = data.next || '';
+    $('newer').disabled = state.page === 0;
+    $('older').disabled = !state.next;
+    $('page').textContent = 'page ' + (state.page + 1);
+    setUpdated();
+  }
+
+  function renderDeliveries(rows) {
+    const tb = $('deliveries').tBodies[0];
+    const frag = document.createDocumentFragment();
+    const mark = state.page === 0 && state.maxID > 0;
+    let maxID = state.maxID;
+    for (const d of rows) {
+      const tr = document.createElement('tr');
+      tr.dataset.id = d.id;
+      if (mark && d.id > state.maxID) tr.className = 'new';
+      maxID = Math.max(maxID, d.id);
+      cell(tr, formatTime(d.time), 'time').title = d.time;
+      cell(tr, d.source, 'source');
+      cell(tr, d.route, 'route');
+      const k = cell(tr, '', 'key');
+      if (d.key) {
+        const b = document.createElement('button');
+        b.type = 'button';
+        b.className = 'link';
+        b.textContent = d.key;
+        b.title = d.key;
+        b.addEventListener('click', () => openKey(d.source, d.key));
+        k.append(b);
+      } else {
+        k.textContent = '–';
+        k.classList.add('muted');
+      }
+      const o = cell(tr, '', 'outcome');
+      const badge = document.createElement('span');
+      badge.className = 'badge ' + (state.classes[d.outcome] || 'other');
+      badge.textContent = d.outcome;
+      o.append(badge);
+      cell(tr, d.status, 'num status');
+      cell(tr, d.duration_ms.toFixed(1), 'num');
+      cell(tr, formatBytes(d.request_bytes), 'num');
+      cell(tr, formatBytes(d.response_bytes), 'num');
+      frag.append(tr);
+    }
+    tb.replaceChildren(frag);
+    if (state.page === 0) state.maxID = maxID;
+    $('empty').hidden = rows.length > 0;
+  }
+
+  const pad = (n, w = 2) => String(n).padStart(w, '0');
+
+  function formatTime(iso) {
+    const t = new Date(iso);
+    return `${t.getFullYear()}-${pad(t.getMonth() + 1)}-${pad(t.getDate())} ` +
+      `${pad(t.getHours())}:${pad(t.getMinutes())}:${pad(t.getSeconds())}.${pad(t.getMilliseconds(), 3)}`;
+  }
+
+  function formatBytes(n) {
+    if (n < 1024) return n + ' B';
+    if (n < 1024 * 1024) return (n / 1024).toFixed(1) + ' KiB';
+    return (n / 1024 / 1024).toFixed(1) + ' MiB';
+  }
+
+  function applyFilters() {
+    state.cursors = [''];
+    state.page = 0;
+    state.maxID = 0;
+    loadDeliveries().then(clearError, fail);
+  }
+
+  // --- one key -----------------------------------------------------------
+
+  async function openKey(source, key) {
+    const path = 'keys/' + encodeURIComponent(source) + '/' + encodeURIComponent(key);
+    state.record = { source, key, path };
+    $('record').replaceChildren();
+    $('record-body').hidden = true;
+    setNote('loading…');
+    $('delete').disabled = true;
+    const dlg = $('key-dialog');
+    if (!dlg.open) dlg.showModal();
+    try {
+      const rec = await api('GET', path);
+      if (state.record.path !== path) return;
+      renderRecord(rec);
+    } catch (e) {
+      if (e instanceof Unauthorized) {
+        dlg.close();
+        fail(e);
+        return;
+      }
+      field('Source', source);
+      field('Key', key);
+      setNote(e.status === 404 ? e.message + ' (never stored, expired or deleted)' : e.message);
+    }
+  }
+
+  function field(name, value) {
+    const dt = document.createElement('dt');
+    dt.textContent = name;
+    const dd = document.createElement('dd');
+    dd.textContent = value;
+    $('record').append(dt, dd);
+    return dd;
+  }
+
+  function setNote(text, cls) {
+    $('record-note').textContent = text;
+    $('record-note').className = cls || 'muted';
+  }
+
+  function renderRecord(rec) {
+    field('Store key', rec.store_key).id = 'record-key';
+    field('State', rec.state).id = 'record-state';
+    field('Created', formatTime(rec.created_at) + '  (' + rec.created_at + ')');
+    setNote('');
+    if (rec.state === 'completed') {
+      field('Status', rec.status);
+      const hs = Object.entries(rec.headers || {}).map(([k, vs]) => vs.map((v) => `${k}: ${v}`).join('\n'));
+      if (hs.length) field('Headers', hs.join('\n')).classList.add('pre');
+      if (rec.body_omitted) setNote('The answer was too large to store: a replay has its status and headers, and an empty body.');
+      if (rec.body != null && rec.body !== '') {
+        $('record-body').textContent = rec.body;
+        $('record-body').hidden = false;
+        if (rec.body_encoding === 'base64') setNote('The body is not UTF-8: shown in base64.');
+      }
+    } else {
+      setNote('A delivery of this event is running (no answer stored yet).');
+    }
+    $('delete').disabled = false;
+  }
+
+  function askDelete() {
+    const key = $('record-key');
+    $('confirm-key').textContent = key ? key.textContent : state.record.key;
+    $('confirm-dialog').showModal();
+  }
+
+  async function confirmDelete() {
+    $('confirm-dialog').close();
+    const { path } = state.record;
+    $('delete').disabled = true;
+    try {
+      await api('DELETE', path);
+      const st = $('record-state');
+      if (st) st.textContent = 'deleted';
+      $('record-body').hidden = true;
+      setNote('Deleted. The next delivery of this event is forwarded to the upstream again.', 'ok-note');
+    } catch (e) {
+      if (e instanceof Unauthorized) {
+        $('key-dialog').close();
+        fail(e);
+        return;
+      }
+      $('delete').disabled = e.status === 404;
+      setNote(e.message, 'error');
+    }
+  }
+
+  // --- wiring ------------------------------------------------------------
+
+  function init() {
+    const zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+    if (zone) $('time-zone').textContent = `(${zone})`;
+    $('login-form').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const t = $('token').value.trim();
+      $('token').value = '';
+      if (!t) return;
+      sessionStorage.setItem(TOKEN_KEY, t);
+      start();
+    });
+    $('signout').addEventListener('click', () => {
+      sessionStorage.removeItem(TOKEN_KEY);
+      $('stats').tBodies[0].replaceChildren();
+      $('deliveries').tBodies[0].replaceChildren();
+      state.rendered = '';
+      showLogin('');
+    });
+    $('live').addEventListener('change', () => {
+      if ($('live').checked && state.running) tick();
+    });
+    $('filters').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      applyFilters();
+    });
+    for (const id of ['f-source', 'f-outcome', 'f-route', 'f-limit']) {
+      $(id).addEventListener('change', applyFilters);
+    }
+    $('f-reset').addEventListener('click', () => {
+      $('filters').reset();
+      applyFilters();
+    });
+    $('older').addEventListener('click', () => {
+      state.cursors[state.page + 1] = state.next;
+      state.page++;
+      loadDeliveries().then(clearError, fail);
+    });
+    $('newer').addEventListener('click', () => {
+      state.page = Math.max(0, state.page - 1);
+      loadDeliveries().then(clearError, fail);
+    });
+    $('lookup').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      openKey($('k-source').value, $('k-key').value.trim());
+    });
+    $('key-close').addEventListener('click', () => $('key-dialog').close());
+    $('delete').addEventListener('click', askDelete);
+    $('confirm-delete').addEventListener('click', confirmDelete);
+    $('confirm-cancel').addEventListener('click', () => $('confirm-dialog').close());
+    start();
+  }
+
+  init();
+})();

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/audit"
+)
+
+// Every outcome falls in one class of the console's per-source table. A
+// delivery is
+//
+//   - processed: the first of its event; the upstream ran and its answer
+//     is stored (outcome processed);
+//   - replayed: a duplicate answered with the stored answer, the upstream
+//     not called (replayed, and in_flight_waited: it waited for the first
+//     delivery and got its answer);
+//   - refused: answered with an error by the gateway itself, the upstream
+//     not called: in_flight_rejected (409), mismatch (422), signature_invalid
+//     (401), too_large (413), store_error_closed (503);
+//   - other: the upstream was called but no answer got stored, or the
+//     delivery ran unprotected: in_flight_proceeded, failed_released,
+//     store_error_open, key_error (which also covers a body that could
+//     not be read, answered 400: the outcome doesn't tell the two apart).
+//
+// A duplicate is a delivery whose key was already claimed: replayed,
+// in_flight_waited, in_flight_proceeded and in_flight_rejected. The
+// duplicate rate is duplicates / all deliveries.
+const (
+	classProcessed = "processed"
+	classReplayed  = "replayed"
+	classRefused   = "refused"
+	classOther     = "other"
+)
+
+var outcomeClass = map[idemhook.Outcome]string{
+	idemhook.OutcomeProcessed:         classProcessed,
+	idemhook.OutcomeReplayed:          classReplayed,
+	idemhook.OutcomeInFlightWaited:    classReplayed,
+	idemhook.OutcomeInFlightRejected:  classRefused,
+	idemhook.OutcomeMismatch:          classRefused,
+	idemhook.OutcomeSignatureInvalid:  classRefused,
+	idemhook.OutcomeTooLarge:          classRefused,
+	idemhook.OutcomeStoreErrorClosed:  classRefused,
+	idemhook.OutcomeInFlightProceeded: classOther,
+	idemhook.OutcomeFailedReleased:    classOther,
+	idemhook.OutcomeStoreErrorOpen:    classOther,
+	idemhook.OutcomeKeyError:          classOther,
+}
+
+var duplicateOutcomes = []idemhook.Outcome{
+	idemhook.OutcomeReplayed, idemhook.OutcomeInFlightWaited,
+	idemhook.OutcomeInFlightProceeded, idemhook.OutcomeInFlightRejected,
+}
+
+// windowJSON is one source's deliveries over one window.
+type windowJSON struct {
+	Total     int64 `json:"total"`
+	Processed int64 `json:"processed"`
+	Replayed  int64 `json:"replayed"`
+	Refused   int64 `json:"refused"`
+	Other     int64 `json:"other"`
+	// Duplicates / Total; null without deliveries.
+	Duplicates    int64            `json:"duplicates"`
+	DuplicateRate *float64         `json:"duplicate_rate"`
+	Outcomes      map[string]int64 `json:"outcomes"`
+}
+
+func (w *windowJSON) add(outcome string, n int64) {
+	w.Total += n
+	w.Outcomes[outcome] += n
+	switch outcomeClass[idemhook.Outcome(outcome)] {
+	case classProcessed:
+		w.Processed += n
+	case classReplayed:
+		w.Replayed += n
+	case classRefused:
+		w.Refused += n
+	default: // other, and an outcome this build doesn't know
+		w.Other += n
+	}
+	if slices.Contains(duplicateOutcomes, idemhook.Outcome(outcome)) {
+		w.Duplicates += n
+	}
+	if w.Total > 0 {
+		r := float64(w.Duplicates) / float64(w.Total)
+		w.DuplicateRate = &r
+	}
+}
+
+type sourceStatsJSON struct {
+	Source string     `json:"source"`
+	Hour   windowJSON `json:"hour"`
+	Day    windowJSON `json:"day"`
+}
+
+type outcomeJSON struct {
+	Name  string `json:"name"`
+	Class string `json:"class"` // processed, replayed, refused or other
+}
+
+type routeJSON struct {
+	Path   string `json:"path"`
+	Source string `json:"source"`
+}
+
+// statsJSON is GET /admin/stats.
+type statsJSON struct {
+	Now      time.Time         `json:"now"`
+	Sources  []sourceStatsJSON `json:"sources"`
+	Routes   []routeJSON       `json:"routes"`
+	Outcomes []outcomeJSON     `json:"outcomes"`
+}
+
+// statsMaxAge is how long an answer of GET /admin/stats is reused: however
+// many consoles are open, the trail is counted at most once per period.
+const statsMaxAge = 5 * time.Second
+
+// statsHandler serves GET /admin/stats: per source, the deliveries of the
+// last hour and of the last 24 hours by class and outcome, and the
+// duplicate rate; with the configured routes and the known outcomes, which
+// the console offers as filters. Every configured source is listed, with
+// zeros when it had no delivery, and so is a source found only in the trail
+// (a removed route, or another gateway sharing a PostgreSQL trail). The
+// answer is up to statsMaxAge old ("now" says when it was counted).
+type statsHandler struct {
+	g      *gateway
+	maxAge time.Duration // statsMaxAge
+
+	mu   sync.Mutex // held while counting: concurrent requests wait for one count
+	at   time.Time
+	last statsJSON
+}
+
+func (h *statsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	counter, ok := h.g.audit.querier.(audit.Counter)
+	if !ok {
+		writeProblem(w, http.StatusNotImplemented, "audit trail not queryable",
+			fmt.Sprintf("the audit sink is %q; set audit.sink to sqlite or postgres for delivery statistics", h.g.audit.sink))
+		return
+	}
+	if len(r.URL.Query()) > 0 {
+		writeProblem(w, http.StatusBadRequest, "bad query", "GET /admin/stats takes no parameters")
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.at.IsZero() || time.Since(h.at) >= h.maxAge {
+		s, err := h.g.countStats(r, counter)
+		if err != nil {
+			writeProblem(w, http.StatusServiceUnavailable, "audit query failed", err.Error())
+			return
+		}
+		h.at, h.last = time.Now(), s
+	}
+	writeJSON(w, http.StatusOK, h.last)
+}
+
+func (g *gateway) countStats(r *http.Request, counter audit.Counter) (statsJSON, error) {
+	now := time.Now().UTC()
+	out := statsJSON{Now: now, Sources: []sourceStatsJSON{}}
+	bySource := map[string]int{}
+	source := func(name string) *sourceStatsJSON {
+		i, ok := bySource[name]
+		if !ok {
+			i = len(out.Sources)
+			bySource[name] = i
+			out.Sources = append(out.Sources, sourceStatsJSON{Source: name,
+				Hour: windowJSON{Outcomes: map[string]int64{}}, Day: windowJSON{Outcomes: map[string]int64{}}})
+		}
+		return &out.Sources[i]
+	}
+	for _, rc := range g.cfg.Routes {
+		out.Routes = append(out.Routes, routeJSON{Path: rc.Path, Source: rc.Route.Source})
+		source(rc.Route.Source)
+	}
+	for _, win := range []struct {
+		since time.Duration
+		pick  func(*sourceStatsJSON) *windowJSON
+	}{
+		{time.Hour, func(s *sourceStatsJSON) *windowJSON { return &s.Hour }},
+		{24 * time.Hour, func(s *sourceStatsJSON) *windowJSON { return &s.Day }},
+	} {
+		counts, err := counter.Counts(r.Context(), audit.Filter{Since: now.Add(-win.since)})
+		if err != nil {
+			return statsJSON{}, err
+		}
+		for _, c := range counts {
+			win.pick(source(c.Source)).add(c.Outcome, c.N)
+		}
+	}
+	slices.SortFunc(out.Sources, func(a, b sourceStatsJSON) int { return strings.Compare(a.Source, b.Source) })
+	for _, o := range idemhook.Outcomes() {
+		out.Outcomes = append(out.Outcomes, outcomeJSON{Name: string(o), Class: outcomeClass[o]})
+	}
+	return out, nil
+}

@@ -1,0 +1,283 @@
+package idemhook
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Delivery is the claim a delivery holds while its handler runs: what a
+// store needs to complete the claim inside the handler's own database
+// transaction, together with the handler's business writes, so that both
+// commit or neither does (exactly-once effects).
+//
+// A handler gets it with [DeliveryFromContext] and completes it through a
+// store that supports transactions (pgstore.Store.CompleteTx for a pgx.Tx,
+// CompleteSQLTx for a *sql.Tx), as the last statement before its commit:
+//
+//	d, ok := idemhook.DeliveryFromContext(r.Context())
+//	tx, _ := pool.Begin(ctx)
+//	// ... the business writes ...
+//	if ok {
+//		if err := store.CompleteTx(ctx, tx, d, http.StatusCreated, header, body); err != nil {
+//			tx.Rollback(ctx) // ErrNotOwner: another delivery owns the event now
+//			...
+//		}
+//	}
+//	tx.Commit(ctx)
+//
+// After the handler returns, the middleware reads the key once to learn
+// whether the transaction committed:
+//
+//   - committed: the stored record is the one written in the transaction.
+//     The middleware sends that response (status, header and body as given
+//     to CompleteTx; what the handler wrote to the ResponseWriter is
+//     discarded) and writes nothing more to the store. A re-delivery replays
+//     it. Outcome processed.
+//   - rolled back: the key still holds the delivery's pending claim. The
+//     middleware releases it as for a failed handler, so that the provider's
+//     retry runs afresh, and sends the handler's answer if it is one the
+//     middleware would not store either (a failure such as a 5xx); an answer
+//     it would store (a 2xx, or nothing written) becomes a 500, since the
+//     provider would not retry it and the event would be lost. Outcome
+//     failed_released.
+//   - unknown (the read failed): the middleware answers 503 with
+//     Retry-After. The provider's retry replays the committed response, or,
+//     once the lease has lapsed, runs afresh. Outcome store_error_closed.
+//
+// A handler that doesn't complete its Delivery is handled as usual: the
+// middleware stores its response after it returns.
+//
+// Once a completion has been written in a transaction the lease is no longer
+// renewed (the row is locked by the transaction until it ends), so commit
+// promptly, and end the transaction (commit or roll back) before the handler
+// returns: the middleware's read after the return must see its outcome. A handler may try again in a new transaction after a rollback
+// (a serialization failure, say); a completion whose transaction committed
+// makes every later one fail with [ErrNotOwner].
+//
+// A Delivery is only valid while its handler runs; afterwards completing it
+// fails.
+type Delivery struct {
+	d     *delivery
+	claim Record // a copy of the pending record, never handed out
+
+	mu       sync.Mutex
+	finished bool
+	written  []txCompletion // completions written in a transaction, oldest first
+}
+
+// txCompletion is one completion written inside a caller's transaction: the
+// record as stored, and the response as given, to send once it committed.
+type txCompletion struct {
+	encoded []byte // the stored record, encoded: how the middleware recognizes it
+	status  int
+	header  http.Header
+	body    []byte
+}
+
+type deliveryContextKey struct{}
+
+// DeliveryFromContext returns the Delivery of the request whose context is
+// ctx. It is present only while the handler runs for a delivery that holds a
+// claim: not for a replay, a pass-through (in-flight proceed, a store error,
+// a key error) or a request outside the middleware.
+func DeliveryFromContext(ctx context.Context) (*Delivery, bool) {
+	x, ok := ctx.Value(deliveryContextKey{}).(*Delivery)
+	return x, ok && x != nil
+}
+
+// StoreKey returns the key the claim is stored under ("idem:<source>:<key>").
+func (x *Delivery) StoreKey() string { return x.d.storeKey }
+
+// Store returns the store holding the claim: the middleware's store.
+func (x *Delivery) Store() Store { return x.d.h.m.store }
+
+// TTL returns how long the route keeps a completed record.
+func (x *Delivery) TTL() time.Duration { return x.d.h.rt.TTL }
+
+// Claim returns a copy of the pending record the delivery holds: what a
+// store's compare-and-set must find under the key.
+func (x *Delivery) Claim() *Record {
+	c := x.claim
+	return &c
+}
+
+// CompleteWith completes the claim with the response status, header and body
+// through write, which must store done under key in place of claim, kept for
+// ttl, with the compare-and-set of [Store.Complete], inside the caller's
+// transaction. It is the building block of the stores' transactional
+// completions (pgstore.Store.CompleteTx); a handler calls those instead.
+//
+// CompleteWith builds the record as the middleware would: only the route's
+// replay headers are kept, and a body over the route's MaxStoredBodyBytes is
+// left out of the record (a replay then has an empty body). status must be
+// one the middleware stores (a failure such as a 5xx releases the claim
+// instead, so that the provider's retry runs afresh).
+//
+// An error from write is returned as is: [ErrNotOwner] means the claim was
+// lost (its lease lapsed and another delivery took the event over, or it was
+// deleted), and the caller must roll its transaction back.
+func (x *Delivery) CompleteWith(status int, header http.Header, body []byte, write func(key string, claim, done *Record, ttl time.Duration) error) error {
+	if write == nil {
+		return errors.New("idemhook: Delivery.CompleteWith: nil write")
+	}
+	if status < 200 || status > 999 || !x.d.h.stores(status) {
+		return fmt.Errorf("idemhook: Delivery.CompleteWith: status %d is not one the middleware stores (it releases the claim of a failed delivery so that a retry runs afresh)", status)
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.finished {
+		return errors.New("idemhook: Delivery.CompleteWith: the handler has returned: a Delivery is only valid while its handler runs")
+	}
+	d := x.d
+	done := &Record{
+		State:       StateCompleted,
+		Fingerprint: d.fp,
+		CreatedAt:   d.h.m.opts.Now(),
+		Status:      status,
+	}
+	for name, vs := range header {
+		if len(vs) == 0 {
+			continue
+		}
+		name = http.CanonicalHeaderKey(name)
+		for _, rh := range d.h.replayHeaders {
+			if rh == name {
+				if done.Header == nil {
+					done.Header = make(http.Header, len(d.h.replayHeaders))
+				}
+				done.Header[name] = append([]string(nil), vs...)
+			}
+		}
+	}
+	if len(body) > d.h.rt.MaxStoredBodyBytes {
+		done.BodyOmitted = true
+	} else if len(body) > 0 {
+		done.Body = bytes.Clone(body)
+	}
+	encoded, err := done.MarshalBinary()
+	if err != nil {
+		return fmt.Errorf("idemhook: Delivery.CompleteWith: %w", err)
+	}
+	if err := write(d.storeKey, x.Claim(), done, d.h.rt.TTL); err != nil {
+		return err
+	}
+	// The row is now locked by the caller's transaction: a renewal would
+	// wait for it to end, and then find the claim gone.
+	d.renew.stop()
+	x.written = append(x.written, txCompletion{encoded: encoded, status: status, header: header.Clone(), body: bytes.Clone(body)})
+	return nil
+}
+
+// offerDelivery puts the claim's Delivery in the request's context for the
+// handler to find.
+func (d *delivery) offerDelivery(pending *Record) *Delivery {
+	x := &Delivery{d: d, claim: *pending}
+	d.r = d.r.WithContext(context.WithValue(d.r.Context(), deliveryContextKey{}, x))
+	return x
+}
+
+// close ends the Delivery's validity: later completions fail.
+func (x *Delivery) close() {
+	x.mu.Lock()
+	x.finished = true
+	x.mu.Unlock()
+}
+
+// settle runs after the handler returned. When the handler completed the
+// claim in a transaction, it finds out whether that committed, answers, sets
+// v's outcome and reports true; otherwise it reports false and the
+// middleware carries on as usual.
+func (x *Delivery) settle(pending *Record, v *verdict) bool {
+	x.close()
+	if len(x.written) == 0 {
+		return false
+	}
+	v.outcome, v.err = x.settleTx(pending)
+	return true
+}
+
+func (x *Delivery) settleTx(pending *Record) (Outcome, error) {
+	d := x.d
+	rec, err := d.call("get", func(ctx context.Context) (*Record, error) {
+		return d.h.m.store.Get(ctx, d.storeKey)
+	})
+	if err != nil {
+		// Committed or not, the provider's retry finds out: it replays
+		// the committed record, or runs afresh once the lease lapses.
+		d.warnStore("WebhookIdempotencyInterceptor could not tell whether the handler's transaction committed for key=", err)
+		d.out.w.Header().Set("Retry-After", d.h.retryAfter)
+		x.replaceAnswer(http.StatusServiceUnavailable, "Idempotency store unavailable",
+			"the idempotency store could not tell whether this delivery was committed; retry later")
+		return OutcomeStoreErrorClosed, err
+	}
+	if rec != nil && rec.State == StateCompleted {
+		if enc, err := rec.MarshalBinary(); err == nil {
+			for _, c := range x.written {
+				if bytes.Equal(enc, c.encoded) {
+					x.sendCommitted(c)
+					return OutcomeProcessed, nil
+				}
+			}
+		}
+	}
+	// Not committed: the transaction rolled back (the key still holds the
+	// claim, released now as for a failure), or the claim was lost before
+	// (a release then finds nothing to release).
+	if rec != nil && rec.State == StatePending && rec.Token == pending.Token {
+		d.release(pending)
+		err = errors.New("idemhook: the handler completed the claim in a transaction that did not commit; the claim was released")
+	} else {
+		err = errors.New("idemhook: the handler completed the claim in a transaction that did not commit, and the claim was lost meanwhile (lease lapsed or key deleted)")
+	}
+	if d.h.stores(d.out.finalStatus()) {
+		// A success (or any answer the provider won't retry) for work that
+		// did not commit would lose the event.
+		x.replaceAnswer(http.StatusInternalServerError, "Delivery not committed",
+			"the handler's transaction did not commit; retry the delivery")
+		return OutcomeFailedReleased, err
+	}
+	if !d.out.hijacked {
+		d.out.send()
+	}
+	return OutcomeFailedReleased, err
+}
+
+// replaceAnswer discards what the handler wrote and answers with a problem
+// instead, unless the handler's answer has already gone out.
+func (x *Delivery) replaceAnswer(status int, title, detail string) {
+	d := x.d
+	if d.out.streaming || d.out.hijacked {
+		return
+	}
+	d.out = responseCapture{w: d.out.w}
+	d.writeProblem(status, title, detail)
+}
+
+// sendCommitted answers with the response committed in the handler's
+// transaction, in place of whatever the handler wrote.
+func (x *Delivery) sendCommitted(c txCompletion) {
+	d := x.d
+	if d.out.streaming || d.out.hijacked {
+		// The handler's answer already went out (a body over the storage
+		// cap streams; a hijacked connection is the handler's).
+		return
+	}
+	w := d.out.w
+	h := w.Header()
+	for name, vs := range c.header {
+		h[http.CanonicalHeaderKey(name)] = vs
+	}
+	h.Set("Content-Length", strconv.Itoa(len(c.body)))
+	d.out.streaming = true
+	d.out.status = c.status
+	d.out.written = int64(len(c.body))
+	d.out.buf = nil
+	w.WriteHeader(c.status)
+	w.Write(c.body) //nolint:errcheck // the client may be gone
+}

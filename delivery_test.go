@@ -1,0 +1,301 @@
+package idemhook_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/memstore"
+)
+
+// The tests below play the handler's transaction with memstore: a write
+// that calls Complete is a transaction that committed, a write that stores
+// nothing one that rolled back. pgstore's tests run the same flows in real
+// PostgreSQL transactions.
+
+func txRoute(t *testing.T, e *env, h http.HandlerFunc) http.Handler {
+	t.Helper()
+	route, err := e.mw.Route(idemhook.Route{Source: "orders", MaxStoredBodyBytes: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux() // a fixed route: unscoped keys
+	mux.Handle("POST /orders", route(h))
+	return mux
+}
+
+func post(h http.Handler, body string) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(body)))
+	return rec
+}
+
+func (e *env) lastOutcome() idemhook.DeliveryInfo {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.deliveries[len(e.deliveries)-1]
+}
+
+func TestDeliveryCommitted(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	var runs atomic.Int32
+	h := txRoute(t, e, func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		d, ok := idemhook.DeliveryFromContext(r.Context())
+		if !ok {
+			t.Error("no Delivery in the context of an owned delivery")
+			return
+		}
+		if d.Store() != e.store || !strings.HasPrefix(d.StoreKey(), "idem:orders:sha256:") || d.TTL() != idemhook.DefaultTTL {
+			t.Errorf("Delivery: store %v key %q ttl %v", d.Store(), d.StoreKey(), d.TTL())
+		}
+		if c := d.Claim(); c.State != idemhook.StatePending || c.Token == "" {
+			t.Errorf("Claim() = %+v", c)
+		}
+		hdr := http.Header{"content-type": {"application/json"}, "X-Not-Replayed": {"1"}}
+		err := d.CompleteWith(http.StatusCreated, hdr, []byte(`{"order":1}`), func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
+			if done.Header.Get("Content-Type") != "application/json" || done.Header.Get("X-Not-Replayed") != "" {
+				t.Errorf("stored header %v: want only the replay headers", done.Header)
+			}
+			return e.store.Complete(context.Background(), key, claim, done, ttl)
+		})
+		if err != nil {
+			t.Errorf("CompleteWith: %v", err)
+		}
+		// What the handler writes afterwards is discarded.
+		w.WriteHeader(http.StatusAccepted)
+		w.Write([]byte("ignored")) //nolint:errcheck
+	})
+	first := post(h, `{"id":"evt_1"}`)
+	if first.Code != http.StatusCreated || first.Body.String() != `{"order":1}` || first.Header().Get("X-Not-Replayed") != "1" {
+		t.Fatalf("first answer: %d %q %v; want the committed 201", first.Code, first.Body, first.Header())
+	}
+	if got := e.lastOutcome(); got.Outcome != idemhook.OutcomeProcessed || got.Status != http.StatusCreated || got.Err != nil {
+		t.Fatalf("first delivery: %+v", got)
+	}
+	// After the commit the middleware wrote nothing more: the only calls
+	// are the claim and the one read that saw the commit.
+	e.mu.Lock()
+	var ops []string
+	for _, c := range e.storeCalls {
+		ops = append(ops, c.Op)
+	}
+	e.mu.Unlock()
+	if strings.Join(ops, ",") != "claim,get" {
+		t.Fatalf("store calls %v, want claim,get", ops)
+	}
+	again := post(h, `{"id":"evt_1"}`)
+	if again.Code != http.StatusCreated || again.Body.String() != `{"order":1}` || again.Header().Get(idemhook.ReplayedHeader) != "true" {
+		t.Fatalf("re-delivery: %d %q %v; want the committed response replayed", again.Code, again.Body, again.Header())
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("handler ran %d times, want 1", runs.Load())
+	}
+}
+
+func TestDeliveryRolledBack(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		status     int // what the handler answers after the rollback; 0: nothing
+		wantStatus int
+	}{
+		{"handler answers 500", http.StatusInternalServerError, http.StatusInternalServerError},
+		{"handler answers 503", http.StatusServiceUnavailable, http.StatusServiceUnavailable},
+		{"handler answers 200", http.StatusOK, http.StatusInternalServerError},
+		{"handler answers nothing", 0, http.StatusInternalServerError},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newMemEnv(t, idemhook.Options{})
+			var runs atomic.Int32
+			h := txRoute(t, e, func(w http.ResponseWriter, r *http.Request) {
+				n := runs.Add(1)
+				d, _ := idemhook.DeliveryFromContext(r.Context())
+				err := d.CompleteWith(http.StatusOK, nil, []byte("ok"), func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
+					if n == 1 {
+						return nil // written, then the transaction rolls back
+					}
+					return e.store.Complete(context.Background(), key, claim, done, ttl)
+				})
+				if err != nil {
+					t.Errorf("CompleteWith: %v", err)
+				}
+				if n == 1 && tt.status != 0 {
+					w.WriteHeader(tt.status)
+				}
+			})
+			first := post(h, `{"id":"evt_2"}`)
+			if first.Code != tt.wantStatus {
+				t.Fatalf("after a rollback: status %d, want %d", first.Code, tt.wantStatus)
+			}
+			if got := e.lastOutcome(); got.Outcome != idemhook.OutcomeFailedReleased || got.Err == nil {
+				t.Fatalf("after a rollback: %+v", got)
+			}
+			if rec, _ := e.store.Get(t.Context(), e.lastOutcome().StoreKey); rec != nil {
+				t.Fatalf("the claim was not released: %+v", rec)
+			}
+			// The retry runs afresh and commits.
+			if again := post(h, `{"id":"evt_2"}`); again.Code != http.StatusOK || again.Body.String() != "ok" || again.Header().Get(idemhook.ReplayedHeader) != "" {
+				t.Fatalf("retry: %d %q", again.Code, again.Body)
+			}
+			if runs.Load() != 2 {
+				t.Fatalf("handler ran %d times, want 2", runs.Load())
+			}
+		})
+	}
+}
+
+// failingGets is memstore whose Get fails on demand: the middleware then
+// can't tell whether the handler's transaction committed.
+type failingGets struct {
+	*memstore.Store
+	fail atomic.Bool
+}
+
+func (f *failingGets) Get(ctx context.Context, key string) (*idemhook.Record, error) {
+	if f.fail.Load() {
+		return nil, errors.New("connection refused")
+	}
+	return f.Store.Get(ctx, key)
+}
+
+func TestDeliveryCommitUnknown(t *testing.T) {
+	clk := newClock()
+	ms, err := memstore.New(memstore.Config{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &failingGets{Store: ms}
+	e := newEnv(t, st, clk, idemhook.Options{})
+	h := txRoute(t, e, func(w http.ResponseWriter, r *http.Request) {
+		d, _ := idemhook.DeliveryFromContext(r.Context())
+		err := d.CompleteWith(http.StatusOK, nil, []byte("committed"), func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
+			return ms.Complete(context.Background(), key, claim, done, ttl)
+		})
+		if err != nil {
+			t.Errorf("CompleteWith: %v", err)
+		}
+		st.fail.Store(true)
+	})
+	first := post(h, `{"id":"evt_3"}`)
+	if first.Code != http.StatusServiceUnavailable || first.Header().Get("Retry-After") == "" {
+		t.Fatalf("commit unknown: %d %v; want 503 with Retry-After", first.Code, first.Header())
+	}
+	if got := e.lastOutcome(); got.Outcome != idemhook.OutcomeStoreErrorClosed || got.Err == nil {
+		t.Fatalf("commit unknown: %+v", got)
+	}
+	st.fail.Store(false)
+	if again := post(h, `{"id":"evt_3"}`); again.Code != http.StatusOK || again.Body.String() != "committed" || again.Header().Get(idemhook.ReplayedHeader) != "true" {
+		t.Fatalf("retry: %d %q; want the committed response replayed", again.Code, again.Body)
+	}
+}
+
+func TestDeliveryCompleteWithErrors(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	var kept *idemhook.Delivery
+	h := txRoute(t, e, func(w http.ResponseWriter, r *http.Request) {
+		d, _ := idemhook.DeliveryFromContext(r.Context())
+		kept = d
+		write := func(key string, claim, done *idemhook.Record, ttl time.Duration) error { return nil }
+		for _, status := range []int{500, 503, 408, 429, 99, 1000, 100} {
+			if err := d.CompleteWith(status, nil, nil, write); err == nil {
+				t.Errorf("CompleteWith(%d): no error", status)
+			}
+		}
+		if err := d.CompleteWith(200, nil, nil, nil); err == nil {
+			t.Error("CompleteWith(nil write): no error")
+		}
+		lost := d.CompleteWith(200, nil, nil, func(string, *idemhook.Record, *idemhook.Record, time.Duration) error {
+			return idemhook.ErrNotOwner
+		})
+		if !errors.Is(lost, idemhook.ErrNotOwner) {
+			t.Errorf("a failed write: got %v, want it returned as is", lost)
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	// Nothing was written in a transaction: the middleware stores the
+	// handler's answer as usual.
+	if got := post(h, `{"id":"evt_4"}`); got.Code != http.StatusOK {
+		t.Fatalf("status %d", got.Code)
+	}
+	if got := e.lastOutcome(); got.Outcome != idemhook.OutcomeProcessed {
+		t.Fatalf("outcome %v", got.Outcome)
+	}
+	err := kept.CompleteWith(200, nil, nil, func(string, *idemhook.Record, *idemhook.Record, time.Duration) error {
+		t.Error("write called after the handler returned")
+		return nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "handler has returned") {
+		t.Fatalf("CompleteWith after the handler returned: %v", err)
+	}
+}
+
+// TestDeliveryOnlyWhenClaimed: a replay and a pass-through carry no Delivery.
+func TestDeliveryOnlyWhenClaimed(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	route, err := e.mw.Route(idemhook.Route{Source: "orders", InFlight: idemhook.InFlightProceed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	entered := make(chan bool, 2)
+	h := route(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, ok := idemhook.DeliveryFromContext(r.Context())
+		entered <- ok
+		if ok {
+			<-release
+		}
+	}))
+	done := make(chan struct{})
+	go func() { post(h, `{"id":"evt_5"}`); close(done) }()
+	if !<-entered {
+		t.Fatal("the first delivery has no Delivery")
+	}
+	post(h, `{"id":"evt_5"}`) // in flight: proceeds without the claim
+	if <-entered {
+		t.Fatal("an in-flight duplicate that proceeded has a Delivery")
+	}
+	close(release)
+	<-done
+	if _, ok := idemhook.DeliveryFromContext(context.Background()); ok {
+		t.Fatal("a bare context has a Delivery")
+	}
+}
+
+// TestDeliveryRetriedTransaction: a handler whose first transaction rolled
+// back after CompleteWith tries again in a new one; the middleware sends the
+// response of the one that committed.
+func TestDeliveryRetriedTransaction(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	h := txRoute(t, e, func(w http.ResponseWriter, r *http.Request) {
+		d, _ := idemhook.DeliveryFromContext(r.Context())
+		rolledBack := func(string, *idemhook.Record, *idemhook.Record, time.Duration) error { return nil }
+		if err := d.CompleteWith(http.StatusOK, nil, []byte("attempt 1"), rolledBack); err != nil {
+			t.Errorf("attempt 1: %v", err)
+		}
+		err := d.CompleteWith(http.StatusCreated, nil, []byte("attempt 2"), func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
+			return e.store.Complete(context.Background(), key, claim, done, ttl)
+		})
+		if err != nil {
+			t.Errorf("attempt 2: %v", err)
+		}
+		// A third attempt after the commit finds the claim gone.
+		err = d.CompleteWith(http.StatusOK, nil, []byte("attempt 3"), func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
+			return e.store.Complete(context.Background(), key, claim, done, ttl)
+		})
+		if !errors.Is(err, idemhook.ErrNotOwner) {
+			t.Errorf("attempt 3 after a commit: %v, want ErrNotOwner", err)
+		}
+	})
+	if got := post(h, `{"id":"evt_6"}`); got.Code != http.StatusCreated || got.Body.String() != "attempt 2" {
+		t.Fatalf("answer %d %q, want the committed attempt 2", got.Code, got.Body)
+	}
+	if again := post(h, `{"id":"evt_6"}`); again.Body.String() != "attempt 2" || again.Header().Get(idemhook.ReplayedHeader) != "true" {
+		t.Fatalf("re-delivery %d %q", again.Code, again.Body)
+	}
+}
