@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,6 +56,7 @@ var (
 	loadRounds   = flag.Int("load.rounds", 3, "load comparison: interleaved rounds of every setup (medians and spreads are over them)")
 	loadOnly     = flag.String("load.only", "", "load comparison: only the rows (besides the baselines) whose name contains this")
 	loadPGParams = flag.String("load.pg", "", "load comparison: PostgreSQL gateway rows, as URL parameters added to IDEMHOOK_POSTGRES_URL, one row per ';'-separated set (e.g. \"pool_max_conns=16;pool_max_conns=16&synchronous_commit=off\"); the row with none always runs")
+	loadProfile  = flag.String("load.cpuprofile", "", "load comparison: write a CPU profile of each gateway and middleware row's last round into this directory (the senders run in the same process: focus on ServeHTTP)")
 	loadChart    = flag.String("load.chart", "", "load comparison: write the ratios as a PNG chart to this file (e.g. ../../docs/benchmarks-load.png)")
 )
 
@@ -350,7 +352,14 @@ routes:
 			if r.replay {
 				body = sameBody
 			}
+			profiling := *loadProfile != "" && r.baseline != nil && round == *loadRounds-1
+			if profiling {
+				startProfile(t, filepath.Join(*loadProfile, profileName(r)))
+			}
 			r.rounds = append(r.rounds, measure(r.url, int64(round)<<40|int64(i)<<32, body))
+			if profiling {
+				pprof.StopCPUProfile()
+			}
 		}
 	}
 
@@ -406,6 +415,32 @@ routes:
 			t.Fatal(err)
 		}
 		t.Logf("chart written to %s", *loadChart)
+	}
+}
+
+// profileName is the file name of r's CPU profile.
+func profileName(r *loadRow) string {
+	name := strings.Map(func(c rune) rune {
+		if c >= 'a' && c <= 'z' || c >= '0' && c <= '9' {
+			return c
+		}
+		if c >= 'A' && c <= 'Z' {
+			return c + 'a' - 'A'
+		}
+		return '-'
+	}, r.name+" "+r.traffic())
+	return name + ".pprof"
+}
+
+func startProfile(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	if err := pprof.StartCPUProfile(f); err != nil {
+		t.Fatal(err)
 	}
 }
 

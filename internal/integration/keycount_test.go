@@ -189,10 +189,11 @@ func TestKeyCount(t *testing.T) {
 		opts := &redis.Options{Addr: srv.Addr(), PoolSize: *keysConc * 2, MaxRetries: -1}
 		client := redis.NewClient(opts)
 		t.Cleanup(func() { client.Close() })
-		st, err := redisstore.New(client, redisstore.Config{})
+		st, err := redisstore.New(client, redisstore.Config{Batch: true}) // as the gateway
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { st.Close() })
 		ctx := context.Background()
 		var pts []curvePoint
 		var have int64
