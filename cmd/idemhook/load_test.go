@@ -329,16 +329,24 @@ routes:
 		t.Cleanup(func() { mem.Close() })
 		pair("library", "middleware, memory", serveLoopback(t, protect(mem)), bare)
 	}
-	if rdb != nil && wanted("middleware, Redis") {
+	for _, batch := range []bool{false, true} {
+		name := "middleware, Redis"
+		if batch {
+			name += " (Batch)"
+		}
+		if rdb == nil || !wanted(name) {
+			continue
+		}
 		opts, _ := redis.ParseURL(redisURL)
 		opts.MaxRetries, opts.DialerRetries = -1, 1 // redisstore's advice for a webhook path
 		client := redis.NewClient(opts)
 		t.Cleanup(func() { client.Close() })
-		st, err := redisstore.New(client, redisstore.Config{Prefix: prefix + "lib:"})
+		st, err := redisstore.New(client, redisstore.Config{Prefix: fmt.Sprintf("%slib%t:", prefix, batch), Batch: batch})
 		if err != nil {
 			t.Fatal(err)
 		}
-		pair("library", "middleware, Redis", serveLoopback(t, protect(st)), bare)
+		t.Cleanup(func() { st.Close() })
+		pair("library", name, serveLoopback(t, protect(st)), bare)
 	}
 
 	// Every row runs once per round, the rows interleaved, so that the noise
