@@ -10,8 +10,8 @@ import (
 // map key is a substring of the entry, so key and value take one
 // allocation. Seven bytes rather than eight put the typical entry (a
 // body-hash key and a small JSON answer: 112 bytes) in Go's 112-byte size
-// class instead of the 128-byte one; microseconds in 55 bits reach the
-// year 3111.
+// class instead of the 128-byte one. 55 bits of microseconds hold any
+// expiry an int64 of nanoseconds can (up to the year 2262).
 const entryHeader = 7
 
 const completedBit = 1 << 55
