@@ -246,6 +246,8 @@ type delivery struct {
 	start time.Time
 	body  []byte
 
+	offered Delivery // what offerDelivery hands the handler: allocated with the delivery
+
 	key      string
 	scope    string // escaped, as in the store key
 	storeKey string
