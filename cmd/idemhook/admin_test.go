@@ -2,20 +2,18 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemhook/idemhook"
-	"github.com/jackc/pgx/v5"
+	"github.com/idemhook/idemhook/internal/pgtest"
 )
 
 // sqliteConfig is a one-route configuration on SQLite (store and audit
@@ -243,19 +241,10 @@ func TestAuditSinks(t *testing.T) {
 		}
 	})
 	t.Run("postgres", func(t *testing.T) {
-		raw := os.Getenv("IDEMHOOK_POSTGRES_URL")
-		if raw == "" {
-			t.Skip("IDEMHOOK_POSTGRES_URL is not set (e.g. postgres://postgres@127.0.0.1:5432/test): skipping the PostgreSQL audit sink test")
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, raw)
-		if err != nil {
-			t.Fatalf("IDEMHOOK_POSTGRES_URL is set but PostgreSQL is unreachable: %v", err)
-		}
-		defer conn.Close(context.Background())
-		table := fmt.Sprintf("idemhook_gwtest_%d", time.Now().UnixNano())
-		t.Cleanup(func() { conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+table) })
+		raw := pgtest.URL(t)
+		pool := pgtest.Pool(t)
+		table := pgtest.Table(t, pool, "idemhook_gwtest")
+		ctx := t.Context()
 
 		up := newUpstream(t)
 		cfg := strings.Replace(routeConfig(up.srv.URL), "audit: {sink: none}",
@@ -268,7 +257,7 @@ func TestAuditSinks(t *testing.T) {
 			t.Errorf("rows = %+v", page.Deliveries)
 		}
 		var n int
-		if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil || n != 2 {
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil || n != 2 {
 			t.Errorf("rows in %s = %d (%v), want 2", table, n, err)
 		}
 	})

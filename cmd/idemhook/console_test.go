@@ -1,20 +1,18 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/audit"
-	"github.com/jackc/pgx/v5"
+	"github.com/idemhook/idemhook/internal/pgtest"
 )
 
 // TestOutcomeClasses: every outcome is in exactly one class of the
@@ -196,19 +194,8 @@ func TestAdminStats(t *testing.T) {
 		run(t, startGateway(t, writeConfig(t, dir, sqliteConfig(dir, up.srv.URL, "")), startOpts{}))
 	})
 	t.Run("postgres", func(t *testing.T) {
-		raw := os.Getenv("IDEMHOOK_POSTGRES_URL")
-		if raw == "" {
-			t.Skip("IDEMHOOK_POSTGRES_URL is not set (e.g. postgres://postgres@127.0.0.1:5432/test): skipping the statistics on the PostgreSQL audit sink")
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, raw)
-		if err != nil {
-			t.Fatalf("IDEMHOOK_POSTGRES_URL is set but PostgreSQL is unreachable: %v", err)
-		}
-		defer conn.Close(context.Background())
-		table := fmt.Sprintf("idemhook_statstest_%d", time.Now().UnixNano())
-		t.Cleanup(func() { conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+table) })
+		raw := pgtest.URL(t)
+		table := pgtest.Table(t, pgtest.Pool(t), "idemhook_statstest")
 		up := newUpstream(t)
 		dir := t.TempDir()
 		cfg := sqliteConfig(dir, up.srv.URL, "") +
