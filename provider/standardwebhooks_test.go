@@ -8,6 +8,38 @@ import (
 	"github.com/idemhook/idemhook/provider"
 )
 
+func TestStandardWebhooksHeaders(t *testing.T) {
+	p := newPreset(t, "standardwebhooks", provider.Config{Secrets: []string{stdWebhooksSecret}}, baseTime)
+	body := `{}`
+	for _, tt := range []struct {
+		name, drop string
+		want       error
+	}{
+		{"no id", "webhook-id", provider.ErrMissingHeader},
+		{"no timestamp", "webhook-timestamp", provider.ErrMissingHeader},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := post("/", body)
+			r.Header.Set("webhook-id", "msg_1")
+			r.Header.Set("webhook-timestamp", unix(baseTime))
+			r.Header.Set("webhook-signature", "v1,"+hmacB64(swKey(t, stdWebhooksSecret), "msg_1."+unix(baseTime)+"."+body))
+			r.Header.Del(tt.drop)
+			err := verify(t, p, r)
+			if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.drop) {
+				t.Fatalf("Verify = %v, want %v naming %s", err, tt.want, tt.drop)
+			}
+		})
+	}
+	// Only asymmetric signatures: nothing to check with a symmetric secret.
+	r := post("/", body)
+	r.Header.Set("webhook-id", "msg_1")
+	r.Header.Set("webhook-timestamp", unix(baseTime))
+	r.Header.Set("webhook-signature", "v1a,c2ln")
+	if err := verify(t, p, r); !errors.Is(err, provider.ErrMalformedHeader) {
+		t.Fatalf("v1a only: %v", err)
+	}
+}
+
 // TestStandardWebhooksSignatureList: the secret works with and without its
 // whsec_ prefix; webhook-signature may hold several space-separated entries
 // (a rotation, other versions) and passes when any v1 entry matches; an
