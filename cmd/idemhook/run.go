@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"runtime"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -99,7 +98,8 @@ func runEnv(ctx context.Context, e env) error {
 		}
 		return demo(ctx, e)
 	case "version", "--version", "-version":
-		fmt.Fprintln(e.stdout, versionString())
+		bi, _ := debug.ReadBuildInfo()
+		fmt.Fprintln(e.stdout, versionString(bi))
 		return nil
 	case "help", "--help", "-help", "-h":
 		fmt.Fprint(e.stdout, usage)
@@ -147,10 +147,6 @@ func buildVersion() string {
 		return bi.Main.Version
 	}
 	return "(devel)"
-}
-
-func versionString() string {
-	return fmt.Sprintf("idemhook %s %s %s/%s", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
 // printSummary is the output of check: what the file configures, defaults
