@@ -126,6 +126,8 @@ func dataset(n int) []audit.Entry {
 			Duration:      time.Duration(i+1) * 1234567 * time.Nanosecond,
 			RequestBytes:  int64(100 + i),
 			ResponseBytes: int64(i % 10),
+			Reason:        []string{"", "", "upstream answered 502", ""}[i%4],
+			Instance:      fmt.Sprintf("gw-%d", i%2),
 		}
 	}
 	return out
@@ -459,5 +461,48 @@ func TestNewSQLiteErrors(t *testing.T) {
 	}
 	if _, err := audit.NewSQLite(db, audit.SQLiteConfig{}); err == nil {
 		t.Error("NewSQLite on a newer schema: got nil error")
+	}
+}
+
+// A file whose trail was made by schema version 1 (no reason, no instance)
+// is upgraded in place: its rows stay, with empty reason and instance.
+func TestSQLiteUpgradeFromVersion1(t *testing.T) {
+	db, err := sqlitestore.Open(filepath.Join(t.TempDir(), "v1.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, q := range []string{
+		`CREATE TABLE idemhook_schema (component TEXT PRIMARY KEY NOT NULL, version INTEGER NOT NULL)`,
+		`INSERT INTO idemhook_schema VALUES ('audit', 1)`,
+		`CREATE TABLE audit_deliveries (id INTEGER PRIMARY KEY, time_us INTEGER NOT NULL, route TEXT NOT NULL,
+			source TEXT NOT NULL, key TEXT NOT NULL, outcome TEXT NOT NULL, status INTEGER NOT NULL,
+			duration_ns INTEGER NOT NULL, request_bytes INTEGER NOT NULL, response_bytes INTEGER NOT NULL)`,
+		`INSERT INTO audit_deliveries VALUES (1, 1796000000000000, '/wh', 'stone', 'k1', 'processed', 200, 5, 1, 2)`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := audit.NewSQLite(db, audit.SQLiteConfig{PruneInterval: -1})
+	if err != nil {
+		t.Fatalf("NewSQLite on a version 1 file: %v", err)
+	}
+	defer s.Close()
+	if err := s.Write(t.Context(), []audit.Entry{{Time: time.UnixMicro(1796000000000001), Route: "/wh", Source: "stone",
+		Key: "k2", Outcome: "signature_invalid", Status: 401, Reason: "stripe: no valid signature", Instance: "gw-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Query(t.Context(), audit.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Entries) != 2 || p.Entries[0].Reason != "stripe: no valid signature" || p.Entries[0].Instance != "gw-1" ||
+		p.Entries[1].Key != "k1" || p.Entries[1].Reason != "" {
+		t.Fatalf("after the upgrade: %+v", p.Entries)
+	}
+	var version int
+	if err := db.QueryRow(`SELECT version FROM idemhook_schema WHERE component = 'audit'`).Scan(&version); err != nil || version != audit.SQLiteSchemaVersion {
+		t.Fatalf("recorded version %d, %v; want %d", version, err, audit.SQLiteSchemaVersion)
 	}
 }
