@@ -269,9 +269,10 @@ func TestRecorderRetriesUntilTheSinkIsBack(t *testing.T) {
 	})
 	sink.set(nil)
 	eventually(t, "the waiting entries are written", func() bool { return len(sink.entries()) == queue })
-	if waiting, err := r.Health(); waiting != 0 || err != nil {
-		t.Errorf("Health() after recovery = %d, %v; want 0, nil", waiting, err)
-	}
+	eventually(t, "Health reports the sink recovered", func() bool {
+		waiting, err := r.Health()
+		return waiting == 0 && err == nil
+	})
 	for i, e := range sink.entries() {
 		if e.Key != fmt.Sprint(i) {
 			t.Fatalf("entry %d is %q: entries lost, repeated or reordered", i, e.Key)
