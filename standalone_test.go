@@ -21,7 +21,7 @@ import (
 // outsideNames are names of files that exist only beside the repository
 // where idemhook was first written (written split so that this file does
 // not name them itself).
-var outsideNames = []string{"../" + "shared", "shared" + "/reference", "DESIGN" + ".md", "STYLE" + ".md"}
+var outsideNames = []string{"../" + "shared", "shared" + "/reference", "DESIGN" + ".md", "STYLE" + ".md", "DESIGN" + " section", "DESIGN" + "'s"}
 
 // inFreshClone is set in the environment of the tests TestFreshClone runs.
 const inFreshClone = "IDEMHOOK_IN_FRESH_CLONE"
