@@ -123,6 +123,11 @@ type DeliveryInfo struct {
 	// Err is the error behind outcomes such as store_error_open,
 	// signature_invalid or key_error; nil otherwise.
 	Err error
+	// Waited is how long the delivery waited for another delivery of its
+	// key (policy InFlightWait), whatever came of it: a replay
+	// (in_flight_waited), a take-over of a released claim (processed), a
+	// 409 at WaitTimeout. 0 when it did not wait.
+	Waited time.Duration
 }
 
 // StoreCallInfo describes one call to the store, for Options.OnStoreCall.

@@ -267,6 +267,8 @@ type delivery struct {
 	// panicking is set while an unclaimed handler runs: when it panics, the
 	// report says what was written, not net/http's 200 for nothing.
 	panicking bool
+
+	waited time.Duration // time spent in wait, for DeliveryInfo.Waited
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -515,11 +517,14 @@ func (d *delivery) wait() verdict {
 	interval := 5 * time.Millisecond
 	poll := time.NewTimer(interval)
 	defer poll.Stop()
+	start := d.h.m.opts.Now()
 	for {
 		select {
 		case <-d.r.Context().Done():
+			d.waited = d.h.m.opts.Now().Sub(start)
 			return verdict{act: actNone, outcome: OutcomeInFlightWaited, err: d.r.Context().Err()}
 		case <-deadline.C:
+			d.waited = d.h.m.opts.Now().Sub(start)
 			// The first delivery still holds the claim, alive or dead.
 			// Running the handler unclaimed could run the event twice, so
 			// the provider is told to come back once the claim's lease
@@ -530,6 +535,7 @@ func (d *delivery) wait() verdict {
 			return v
 		case <-poll.C:
 		}
+		d.waited = d.h.m.opts.Now().Sub(start)
 		rec, err := d.call("get", func(ctx context.Context) (*Record, error) {
 			return d.h.m.store.Get(ctx, d.storeKey)
 		})
@@ -812,6 +818,7 @@ func (d *delivery) report(outcome Outcome, err error) {
 		RequestBytes:  int64(len(d.body)),
 		ResponseBytes: d.out.written,
 		Err:           err,
+		Waited:        d.waited,
 	})
 }
 
