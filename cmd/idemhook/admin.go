@@ -16,7 +16,7 @@ import (
 // adminHandler serves the admin listener:
 //
 //	GET    /healthz                       200 while the process runs
-//	GET    /readyz                        200 when the store answers, else 503
+//	GET    /readyz                        200 when the store takes a claim, else 503; names what is down
 //	GET    /metrics                       Prometheus metrics
 //	GET    /admin/deliveries              the audit trail (filters, pagination)
 //	GET    /admin/keys/{source}/{key...}  the record stored for a key
@@ -33,14 +33,7 @@ func (g *gateway) adminHandler() http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if err := storeReady(r.Context(), g.store, time.Second); err != nil {
-			writeProblem(w, http.StatusServiceUnavailable, "store unreachable", err.Error())
-			return
-		}
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Write([]byte("ok\n"))
-	})
+	mux.HandleFunc("GET /readyz", g.serveReady)
 	auth := g.bearer
 	mux.Handle("GET /metrics", auth(g.metrics.handler()))
 	mux.Handle("GET /admin/deliveries", auth(http.HandlerFunc(g.audit.serveDeliveries)))

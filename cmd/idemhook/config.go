@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/audit"
 	"github.com/idemhook/idemhook/provider"
 	"github.com/redis/go-redis/v9"
 	"go.yaml.in/yaml/v3"
@@ -71,11 +72,15 @@ type AdminConfig struct {
 
 // AuditConfig is the audit: section.
 type AuditConfig struct {
-	Sink      string // sqlite | postgres | log | none
+	Sink      string // sqlite | postgres | redis | memory | log | none
 	Path      string // sqlite, when the store is not sqlite
 	URL       string // postgres
 	Table     string // postgres
 	Retention time.Duration
+	Size      int    // memory: ring entries; redis: stream length (0: the sink's default)
+	Key       string // redis: the stream's key
+	Buffer    int    // entries waiting for the sink at most
+	Instance  string // names this gateway in the entries
 }
 
 // LogConfig is the log: section.
@@ -553,25 +558,55 @@ func (p *parser) admin(fs map[string]field, listen string) AdminConfig {
 }
 
 func (p *parser) audit(fs map[string]field, sc StoreConfig) AuditConfig {
-	ac := AuditConfig{Sink: "log", Retention: defaultAuditRetention}
-	if sc.Driver == "sqlite" {
+	ac := AuditConfig{Retention: defaultAuditRetention, Buffer: defaultAuditBuffer, Instance: defaultInstance()}
+	switch sc.Driver {
+	case "sqlite":
 		ac.Sink, ac.Path = "sqlite", sc.Path
+	default: // memory, redis: a sink of the same kind
+		ac.Sink = sc.Driver
 	}
 	if sc.Driver == "postgres" { // the trail in the store's database, by default
 		ac.Sink, ac.URL = "postgres", sc.URL
 	}
+	defer func() {
+		if ac.Sink == "redis" && ac.Key == "" {
+			ac.Key = sc.Prefix + audit.DefaultStreamKey
+		}
+	}()
 	f, ok := fs["audit"]
 	if !ok || isNull(f.value) {
 		return ac
 	}
 	const at = "audit"
-	af := p.mapping(f.value, at, "sink", "path", "url", "table", "retention")
+	af := p.mapping(f.value, at, "sink", "path", "url", "table", "retention", "size", "key", "buffer", "instance")
 	if af == nil {
 		return ac
 	}
-	ac.Sink = p.oneOf(af, at, "sink", ac.Sink, "sqlite", "postgres", "log", "none")
+	ac.Sink = p.oneOf(af, at, "sink", ac.Sink, "sqlite", "postgres", "redis", "memory", "log", "none")
 	if ac.Sink != "postgres" {
 		ac.URL = ""
+	}
+	if s, ok := af["sink"]; ok && ac.Sink == "redis" && sc.Driver != "redis" {
+		p.errorf(s.value, join(at, "sink"), "sink redis writes a stream on the store's Redis: it needs store.driver redis (store is %s)", sc.Driver)
+	}
+	ac.Size = p.count(af, at, "size", 0)
+	if sf, ok := af["size"]; ok && ac.Sink != "memory" && ac.Sink != "redis" {
+		p.errorf(sf.key, join(at, "size"), "only used by sinks memory and redis (sink is %s)", ac.Sink)
+	}
+	if v, n, ok := p.str(af, at, "key"); ok {
+		if ac.Sink != "redis" {
+			p.errorf(n, join(at, "key"), "only used by sink redis (sink is %s)", ac.Sink)
+		} else if v == "" {
+			p.errorf(n, join(at, "key"), "empty key")
+		}
+		ac.Key = v
+	}
+	ac.Buffer = p.count(af, at, "buffer", defaultAuditBuffer)
+	if v, n, ok := p.str(af, at, "instance"); ok {
+		if v == "" {
+			p.errorf(n, join(at, "instance"), "empty instance name")
+		}
+		ac.Instance = v
 	}
 	ac.Retention = p.duration(af, at, "retention", defaultAuditRetention)
 	if v, n, ok := p.str(af, at, "path"); ok {

@@ -62,7 +62,7 @@ func newGateway(ctx context.Context, cfg *Config, logger *slog.Logger, now func(
 	if err != nil {
 		return nil, err
 	}
-	g.audit, err = openAudit(ctx, cfg.Audit, files, logger, g.metrics)
+	g.audit, err = openAudit(ctx, cfg, files, logger, g.metrics)
 	if err != nil {
 		return nil, err
 	}
@@ -131,9 +131,9 @@ func serve(ctx context.Context, cfg *Config, e env) error {
 		}
 	}()
 
-	if err := storeReady(ctx, g.store, time.Second); err != nil {
+	if err := probeStore(ctx, g.store, time.Second); err != nil {
 		logger.Warn("idemhook store not reachable at start; deliveries fail open (or closed, per route) until it is back",
-			"driver", cfg.Store.Driver, "err", err)
+			"store", storeDesc(cfg.Store), "err", err)
 	}
 	probeUpstreams(ctx, cfg.Routes, logger)
 
