@@ -134,6 +134,9 @@ func (t *auditTrail) health() (string, bool) {
 		return "audit (none): off", true
 	}
 	waiting, err := t.rec.Health()
+	if l, ok := t.querier.(*lazyPostgres); ok && err == nil {
+		err = l.openErr() // down since the start, nothing written yet
+	}
 	if err != nil {
 		return fmt.Sprintf("audit (%s): down, %d entries waiting (retried in the background; deliveries are not affected): %v", t.desc, waiting, err), false
 	}
@@ -243,6 +246,14 @@ type lazyPostgres struct {
 	mu   sync.Mutex
 	pool *pgxpool.Pool
 	sink *audit.Postgres
+	fail error // why the last open failed, until one succeeds
+}
+
+// openErr is why the sink could not be opened, nil once it is open.
+func (l *lazyPostgres) openErr() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fail
 }
 
 var (
@@ -258,9 +269,10 @@ func (l *lazyPostgres) open(ctx context.Context) (*audit.Postgres, error) {
 	}
 	s, err := audit.NewPostgres(ctx, l.pool, l.cfg)
 	if err != nil {
+		l.fail = err
 		return nil, err
 	}
-	l.sink = s
+	l.sink, l.fail = s, nil
 	return s, nil
 }
 
