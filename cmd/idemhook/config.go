@@ -557,8 +557,8 @@ func (p *parser) admin(fs map[string]field, listen string) AdminConfig {
 	return ac
 }
 
-func (p *parser) audit(fs map[string]field, sc StoreConfig) AuditConfig {
-	ac := AuditConfig{Retention: defaultAuditRetention, Buffer: defaultAuditBuffer, Instance: defaultInstance()}
+func (p *parser) audit(fs map[string]field, sc StoreConfig) (ac AuditConfig) {
+	ac = AuditConfig{Retention: defaultAuditRetention, Buffer: defaultAuditBuffer, Instance: defaultInstance()}
 	switch sc.Driver {
 	case "sqlite":
 		ac.Sink, ac.Path = "sqlite", sc.Path
