@@ -74,6 +74,10 @@ func (g *gateway) serveReady(w http.ResponseWriter, r *http.Request) {
 		store = "store (" + storeDesc(g.cfg.Store) + "): down: " + err.Error()
 	}
 	audit, _ := g.audit.health()
+	// One line per dependency: drivers' errors may span lines (pgx lists
+	// every address it tried).
+	oneLine := strings.NewReplacer("\r", "", "\n\t", "; ", "\n", "; ", "\t", " ")
+	store, audit = oneLine.Replace(store), oneLine.Replace(audit)
 	if status == http.StatusOK {
 		b.WriteString("ok\n")
 	} else {
