@@ -234,6 +234,13 @@ type Route struct {
 	// closed-store 503, rounded up to whole seconds. Default: 5s.
 	RetryAfter time.Duration
 
+	// Lease overrides Options.Lease for this route: how long a pending
+	// claim lives without renewal (renewed every Lease/3 while the
+	// handler runs). A route whose handler may stall longer than usual
+	// between renewals wants more; one where a crashed process must free
+	// its keys sooner wants less. At least 1ms. Default: Options.Lease.
+	Lease time.Duration
+
 	// OnStoreError is the policy when the store fails. Default: StoreErrorOpen.
 	OnStoreError StoreErrorPolicy
 

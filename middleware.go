@@ -2,6 +2,7 @@ package idemhook
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -119,9 +120,10 @@ func (m *Middleware) Route(rt Route) (func(http.Handler) http.Handler, error) {
 		m:          m,
 		rt:         rt,
 		retryAfter: seconds(rt.RetryAfter),
-		leaseAfter: seconds(m.opts.Lease),
+		lease:      cmp.Or(rt.Lease, m.opts.Lease),
 		scope:      rt.Scope,
 	}
+	h.leaseAfter = seconds(h.lease)
 	if h.scope == nil {
 		h.scope = DefaultScope
 	}
@@ -151,10 +153,13 @@ func (rt *Route) applyDefaults() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"TTL", rt.TTL}, {"WaitTimeout", rt.WaitTimeout}, {"RetryAfter", rt.RetryAfter}} {
+	}{{"TTL", rt.TTL}, {"WaitTimeout", rt.WaitTimeout}, {"RetryAfter", rt.RetryAfter}, {"Lease", rt.Lease}} {
 		if d.v < 0 {
 			return fmt.Errorf("%s: %s %v is negative", where, d.name, d.v)
 		}
+	}
+	if rt.Lease > 0 && rt.Lease < minLease {
+		return fmt.Errorf("%s: Lease %v is under the minimum of %v", where, rt.Lease, minLease)
 	}
 	if rt.MaxBodyBytes < 0 || rt.MaxStoredBodyBytes < 0 {
 		return fmt.Errorf("%s: MaxBodyBytes and MaxStoredBodyBytes must not be negative", where)
@@ -214,9 +219,10 @@ type routeConfig struct {
 	m             *Middleware
 	rt            Route
 	scope         func(*http.Request) string
-	replayHeaders []string // RepresentationHeaders, then Route.ReplayHeaders
-	retryAfter    string   // Route.RetryAfter, for Retry-After
-	leaseAfter    string   // Options.Lease, for Retry-After after a wait
+	replayHeaders []string      // RepresentationHeaders, then Route.ReplayHeaders
+	retryAfter    string        // Route.RetryAfter, for Retry-After
+	lease         time.Duration // Route.Lease, else Options.Lease
+	leaseAfter    string        // the lease, for Retry-After after a wait
 }
 
 // stores reports whether a response with status is stored and replayed;
@@ -461,7 +467,7 @@ var errKeyRequired = errors.New("idemhook: the route requires a key and the requ
 func (d *delivery) claim() verdict {
 	pending := d.newClaim()
 	existing, err := d.call("claim", func(ctx context.Context) (*Record, error) {
-		return d.h.m.store.Claim(ctx, d.storeKey, pending, d.h.m.opts.Lease)
+		return d.h.m.store.Claim(ctx, d.storeKey, pending, d.h.lease)
 	})
 	return d.afterClaim(pending, existing, err, false)
 }
@@ -550,7 +556,7 @@ func (d *delivery) wait() verdict {
 		case rec == nil: // released or lapsed: try to take over
 			pending := d.newClaim()
 			existing, err := d.call("claim", func(ctx context.Context) (*Record, error) {
-				return d.h.m.store.Claim(ctx, d.storeKey, pending, d.h.m.opts.Lease)
+				return d.h.m.store.Claim(ctx, d.storeKey, pending, d.h.lease)
 			})
 			slow := err != nil && !d.h.m.breaker.Open() && !errors.Is(err, ErrCorruptRecord)
 			if !slow && (err != nil || existing == nil || existing.State == StateCompleted) {
@@ -897,7 +903,7 @@ func (d *delivery) startRenewal(claim *Record) {
 	rn := &d.renew
 	rn.d, rn.claim = d, claim
 	rn.mu.Lock()
-	rn.timer = time.AfterFunc(d.h.m.opts.Lease/3, rn.tick)
+	rn.timer = time.AfterFunc(d.h.lease/3, rn.tick)
 	rn.mu.Unlock()
 }
 
@@ -905,7 +911,7 @@ func (rn *renewal) tick() {
 	d := rn.d
 	m := d.h.m
 	_, err := d.call("extend", func(ctx context.Context) (*Record, error) {
-		return nil, m.store.Extend(ctx, d.storeKey, rn.claim, m.opts.Lease)
+		return nil, m.store.Extend(ctx, d.storeKey, rn.claim, d.h.lease)
 	})
 	rn.mu.Lock()
 	defer rn.mu.Unlock()
@@ -917,7 +923,7 @@ func (rn *renewal) tick() {
 			slog.String("source", d.h.rt.Source), slog.String("key", d.storeKey))
 		return
 	}
-	rn.timer.Reset(m.opts.Lease / 3)
+	rn.timer.Reset(d.h.lease / 3)
 }
 
 func (rn *renewal) stop() {

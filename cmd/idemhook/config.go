@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path"
@@ -43,6 +44,8 @@ type Config struct {
 	Log             LogConfig
 	ShutdownTimeout time.Duration
 	Routes          []RouteConfig
+	TLS             TLSConfig      // tls: {cert, key}; zero for plain HTTP
+	TrustedProxies  []netip.Prefix // trusted_proxies: peers whose X-Forwarded-* are kept
 
 	// Warnings are settings that are valid but likely wrong (a TTL
 	// shorter than the provider's retries); check prints them and serve
@@ -369,7 +372,7 @@ func (p *parser) parse(data []byte) *Config {
 	cfg := &Config{File: p.file}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		p.errs = append(p.errs, yamlError(p.file, err))
+		p.errs = append(p.errs, yamlErrorAt(p.file, data, err))
 		return cfg
 	}
 	// Unmarshal reads the first document only: refuse a second one rather
@@ -391,7 +394,7 @@ func (p *parser) parse(data []byte) *Config {
 		return cfg
 	}
 	root := doc.Content[0]
-	fs := p.mapping(root, "", "listen", "store", "admin", "audit", "log", "shutdown_timeout", "routes")
+	fs := p.mapping(root, "", "listen", "store", "admin", "audit", "log", "shutdown_timeout", "routes", "tls", "trusted_proxies")
 	if fs == nil {
 		return cfg
 	}
@@ -409,6 +412,7 @@ func (p *parser) parse(data []byte) *Config {
 	cfg.Audit = p.audit(fs, cfg.Store)
 	cfg.Log = p.log(fs)
 	cfg.Routes = p.routes(fs, root)
+	p.listener(fs, cfg)
 	cfg.Warnings = p.warns
 	return cfg
 }
@@ -662,6 +666,7 @@ var routeFields = []string{
 	"path", "upstream", "source", "ttl", "header", "in_flight", "wait_timeout", "on_store_error",
 	"provider", "secret_env", "secrets", "provider_options", "tolerance", "max_body",
 	"upstream_timeout", "replay_headers", "store_statuses", "require_key", "share_keys",
+	"lease", "max_stored_body", "retry_after",
 }
 
 func (p *parser) routes(fs map[string]field, root *yaml.Node) []RouteConfig {
@@ -831,6 +836,7 @@ func (p *parser) route(n *yaml.Node, at string) (RouteConfig, bool) {
 		r.ReplayHeaders = hs
 	}
 	p.preset(rf, at, n, &rc)
+	p.routeLimits(rf, at, n, &rc)
 	if r.TTL == 0 {
 		r.TTL = r.Preset.DefaultTTL()
 	} else if r.Preset != nil && r.TTL < r.Preset.RetryWindow {
