@@ -91,7 +91,8 @@ func newGateway(ctx context.Context, cfg *Config, logger *slog.Logger, now func(
 	for _, rc := range cfg.Routes {
 		wrap, err := g.mw.Route(rc.Route)
 		if err != nil {
-			return nil, fmt.Errorf("%s:%d: route %s: %w", cfg.File, rc.Line, rc.Path, err)
+			// check ran the same checks (routeLimits): not reached.
+			return nil, ConfigError{File: cfg.File, Line: rc.Line, Field: rc.at, Msg: err.Error()}
 		}
 		tr := newTransport(rc.UpstreamTimeout)
 		g.res.add(func() error { tr.CloseIdleConnections(); return nil })
