@@ -27,14 +27,14 @@ import (
 // With admin.token set, /metrics and /admin/ require
 // "Authorization: Bearer <token>"; the health probes never do, nor the
 // console's static files, which hold no data.
-func (g *gateway) adminHandler() http.Handler {
+func (g *gateway) adminHandler(token string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", g.serveReady)
-	auth := g.bearer
+	auth := func(next http.Handler) http.Handler { return bearer(token, next) }
 	mux.Handle("GET /metrics", auth(g.metrics.handler()))
 	mux.Handle("GET /admin/deliveries", auth(http.HandlerFunc(g.audit.serveDeliveries)))
 	mux.Handle("GET /admin/keys/{source}/{key...}", auth(http.HandlerFunc(g.getKey)))
@@ -44,8 +44,7 @@ func (g *gateway) adminHandler() http.Handler {
 }
 
 // bearer requires the admin token, when one is configured.
-func (g *gateway) bearer(next http.Handler) http.Handler {
-	token := g.cfg.Admin.Token
+func bearer(token string, next http.Handler) http.Handler {
 	if token == "" {
 		return next
 	}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemhook/idemhook"
@@ -27,8 +28,17 @@ type auditTrail struct {
 	sink     string
 	desc     string // the sink as /readyz names it, e.g. "postgres postgres://x@db/audit"
 	instance string
-	decide   bool                   // entries carry their decision (sink log at level debug)
-	routes   map[string]RouteConfig // by path, for reasons and decisions
+	decide   bool                                   // entries carry their decision (sink log at level debug)
+	routes   atomic.Pointer[map[string]RouteConfig] // by path, for reasons and decisions
+}
+
+// setRoutes gives the trail the routes in service (at start, on reload).
+func (t *auditTrail) setRoutes(routes []RouteConfig) {
+	m := make(map[string]RouteConfig, len(routes))
+	for _, rc := range routes {
+		m[rc.Path] = rc
+	}
+	t.routes.Store(&m)
 }
 
 // openAudit opens the configured sink and starts its recorder. A sink on a
@@ -36,10 +46,8 @@ type auditTrail struct {
 // in the recorder, which retries in the background.
 func openAudit(ctx context.Context, cfg *Config, files *sqliteFiles, logger *slog.Logger, m *metrics) (*auditTrail, error) {
 	ac := cfg.Audit
-	t := &auditTrail{sink: ac.Sink, desc: ac.Sink, instance: ac.Instance, routes: map[string]RouteConfig{}}
-	for _, rc := range cfg.Routes {
-		t.routes[rc.Path] = rc
-	}
+	t := &auditTrail{sink: ac.Sink, desc: ac.Sink, instance: ac.Instance}
+	t.setRoutes(cfg.Routes)
 	var sink audit.Sink
 	switch ac.Sink {
 	case "none":
@@ -148,7 +156,7 @@ func (t *auditTrail) record(route string, d idemhook.DeliveryInfo) {
 	if t.rec == nil {
 		return
 	}
-	rc := t.routes[route]
+	rc := (*t.routes.Load())[route]
 	e := audit.Entry{
 		Time:          time.Now().Add(-d.Duration),
 		Route:         route,

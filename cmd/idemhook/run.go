@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -48,6 +49,9 @@ type env struct {
 	ready func(addrs)
 	// now, if set, is the clock of the middleware and of the memory store.
 	now func() time.Time
+	// reload, if set, delivers SIGHUP: serve then reloads its
+	// configuration file.
+	reload <-chan os.Signal
 }
 
 // addrs are the bound addresses of a running gateway.
