@@ -406,3 +406,15 @@ func parseFilter(r *http.Request) (audit.Filter, error) {
 	}
 	return f, nil
 }
+
+var _ audit.Counter = (*lazyPostgres)(nil)
+
+// Counts counts the trail's entries per source and outcome (GET
+// /admin/stats).
+func (l *lazyPostgres) Counts(ctx context.Context, f audit.Filter) ([]audit.Count, error) {
+	s, err := l.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.Counts(ctx, f)
+}
