@@ -13,10 +13,9 @@ import (
 	"testing"
 )
 
-// seedVectorsPath is the Node.js-made key vectors, relative to the
-// repository root (the test's working directory): shared/ sits beside the
-// checkout, locally and in CI.
-const seedVectorsPath = "../shared/reference/seed-key-vectors.json"
+// seedVectorsPath is the key vectors made with Node.js by
+// testdata/seed-key-vectors.js (which .ci/run re-runs and compares).
+const seedVectorsPath = "testdata/seed-key-vectors.json"
 
 type seedVector struct {
 	Name       string `json:"name"`
@@ -31,7 +30,7 @@ func loadSeedVectors(tb testing.TB) []seedVector {
 	tb.Helper()
 	raw, err := os.ReadFile(seedVectorsPath)
 	if err != nil {
-		tb.Fatalf("seed key vectors are required (checkout must sit beside shared/): %v", err)
+		tb.Fatalf("seed key vectors are required (node testdata/seed-key-vectors.js > %s): %v", seedVectorsPath, err)
 	}
 	var file struct {
 		Vectors []seedVector `json:"vectors"`

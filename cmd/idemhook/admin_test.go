@@ -84,10 +84,13 @@ func TestAdminAPI(t *testing.T) {
 	post(t, g.url("/webhooks/other"), `{"id":"x"}`, "Idempotency-Key", "k 1") // header key
 
 	t.Run("health", func(t *testing.T) {
-		for _, p := range []string{"/healthz", "/readyz"} {
-			if r := do(t, "GET", g.adminURL(p), ""); r.Status != 200 || r.Body != "ok\n" {
-				t.Errorf("GET %s = %d %q", p, r.Status, r.Body)
-			}
+		if r := do(t, "GET", g.adminURL("/healthz"), ""); r.Status != 200 || r.Body != "ok\n" {
+			t.Errorf("GET /healthz = %d %q", r.Status, r.Body)
+		}
+		r := do(t, "GET", g.adminURL("/readyz"), "")
+		if r.Status != 200 || !strings.HasPrefix(r.Body, "ok\n") || !strings.Contains(r.Body, "\nstore (sqlite ") ||
+			!strings.Contains(r.Body, "idemhook.db): ok\n") || !strings.Contains(r.Body, "\naudit (sqlite ") {
+			t.Errorf("GET /readyz = %d %q", r.Status, r.Body)
 		}
 	})
 

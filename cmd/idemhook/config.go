@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/audit"
 	"github.com/idemhook/idemhook/provider"
 	"github.com/redis/go-redis/v9"
 	"go.yaml.in/yaml/v3"
@@ -42,6 +44,8 @@ type Config struct {
 	Log             LogConfig
 	ShutdownTimeout time.Duration
 	Routes          []RouteConfig
+	TLS             TLSConfig      // tls: {cert, key}; zero for plain HTTP
+	TrustedProxies  []netip.Prefix // trusted_proxies: peers whose X-Forwarded-* are kept
 
 	// Warnings are settings that are valid but likely wrong (a TTL
 	// shorter than the provider's retries); check prints them and serve
@@ -71,11 +75,15 @@ type AdminConfig struct {
 
 // AuditConfig is the audit: section.
 type AuditConfig struct {
-	Sink      string // sqlite | postgres | log | none
+	Sink      string // sqlite | postgres | redis | memory | log | none
 	Path      string // sqlite, when the store is not sqlite
 	URL       string // postgres
 	Table     string // postgres
 	Retention time.Duration
+	Size      int    // memory: ring entries; redis: stream length (0: the sink's default)
+	Key       string // redis: the stream's key
+	Buffer    int    // entries waiting for the sink at most
+	Instance  string // names this gateway in the entries
 }
 
 // LogConfig is the log: section.
@@ -364,7 +372,7 @@ func (p *parser) parse(data []byte) *Config {
 	cfg := &Config{File: p.file}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		p.errs = append(p.errs, yamlError(p.file, err))
+		p.errs = append(p.errs, yamlErrorAt(p.file, data, err))
 		return cfg
 	}
 	// Unmarshal reads the first document only: refuse a second one rather
@@ -386,7 +394,7 @@ func (p *parser) parse(data []byte) *Config {
 		return cfg
 	}
 	root := doc.Content[0]
-	fs := p.mapping(root, "", "listen", "store", "admin", "audit", "log", "shutdown_timeout", "routes")
+	fs := p.mapping(root, "", "listen", "store", "admin", "audit", "log", "shutdown_timeout", "routes", "tls", "trusted_proxies")
 	if fs == nil {
 		return cfg
 	}
@@ -404,6 +412,7 @@ func (p *parser) parse(data []byte) *Config {
 	cfg.Audit = p.audit(fs, cfg.Store)
 	cfg.Log = p.log(fs)
 	cfg.Routes = p.routes(fs, root)
+	p.listener(fs, cfg)
 	cfg.Warnings = p.warns
 	return cfg
 }
@@ -552,26 +561,56 @@ func (p *parser) admin(fs map[string]field, listen string) AdminConfig {
 	return ac
 }
 
-func (p *parser) audit(fs map[string]field, sc StoreConfig) AuditConfig {
-	ac := AuditConfig{Sink: "log", Retention: defaultAuditRetention}
-	if sc.Driver == "sqlite" {
+func (p *parser) audit(fs map[string]field, sc StoreConfig) (ac AuditConfig) {
+	ac = AuditConfig{Retention: defaultAuditRetention, Buffer: defaultAuditBuffer, Instance: defaultInstance()}
+	switch sc.Driver {
+	case "sqlite":
 		ac.Sink, ac.Path = "sqlite", sc.Path
+	default: // memory, redis: a sink of the same kind
+		ac.Sink = sc.Driver
 	}
 	if sc.Driver == "postgres" { // the trail in the store's database, by default
 		ac.Sink, ac.URL = "postgres", sc.URL
 	}
+	defer func() {
+		if ac.Sink == "redis" && ac.Key == "" {
+			ac.Key = sc.Prefix + audit.DefaultStreamKey
+		}
+	}()
 	f, ok := fs["audit"]
 	if !ok || isNull(f.value) {
 		return ac
 	}
 	const at = "audit"
-	af := p.mapping(f.value, at, "sink", "path", "url", "table", "retention")
+	af := p.mapping(f.value, at, "sink", "path", "url", "table", "retention", "size", "key", "buffer", "instance")
 	if af == nil {
 		return ac
 	}
-	ac.Sink = p.oneOf(af, at, "sink", ac.Sink, "sqlite", "postgres", "log", "none")
+	ac.Sink = p.oneOf(af, at, "sink", ac.Sink, "sqlite", "postgres", "redis", "memory", "log", "none")
 	if ac.Sink != "postgres" {
 		ac.URL = ""
+	}
+	if s, ok := af["sink"]; ok && ac.Sink == "redis" && sc.Driver != "redis" {
+		p.errorf(s.value, join(at, "sink"), "sink redis writes a stream on the store's Redis: it needs store.driver redis (store is %s)", sc.Driver)
+	}
+	ac.Size = p.count(af, at, "size", 0)
+	if sf, ok := af["size"]; ok && ac.Sink != "memory" && ac.Sink != "redis" {
+		p.errorf(sf.key, join(at, "size"), "only used by sinks memory and redis (sink is %s)", ac.Sink)
+	}
+	if v, n, ok := p.str(af, at, "key"); ok {
+		if ac.Sink != "redis" {
+			p.errorf(n, join(at, "key"), "only used by sink redis (sink is %s)", ac.Sink)
+		} else if v == "" {
+			p.errorf(n, join(at, "key"), "empty key")
+		}
+		ac.Key = v
+	}
+	ac.Buffer = p.count(af, at, "buffer", defaultAuditBuffer)
+	if v, n, ok := p.str(af, at, "instance"); ok {
+		if v == "" {
+			p.errorf(n, join(at, "instance"), "empty instance name")
+		}
+		ac.Instance = v
 	}
 	ac.Retention = p.duration(af, at, "retention", defaultAuditRetention)
 	if v, n, ok := p.str(af, at, "path"); ok {
@@ -627,6 +666,7 @@ var routeFields = []string{
 	"path", "upstream", "source", "ttl", "header", "in_flight", "wait_timeout", "on_store_error",
 	"provider", "secret_env", "secrets", "provider_options", "tolerance", "max_body",
 	"upstream_timeout", "replay_headers", "store_statuses", "require_key", "share_keys",
+	"lease", "max_stored_body", "retry_after",
 }
 
 func (p *parser) routes(fs map[string]field, root *yaml.Node) []RouteConfig {
@@ -796,6 +836,7 @@ func (p *parser) route(n *yaml.Node, at string) (RouteConfig, bool) {
 		r.ReplayHeaders = hs
 	}
 	p.preset(rf, at, n, &rc)
+	p.routeLimits(rf, at, n, &rc)
 	if r.TTL == 0 {
 		r.TTL = r.Preset.DefaultTTL()
 	} else if r.Preset != nil && r.TTL < r.Preset.RetryWindow {

@@ -137,12 +137,12 @@ func TestConfigErrors(t *testing.T) {
 		{
 			name: "unknown top-level field",
 			give: "listne: 127.0.0.1:8080\n" + minimal,
-			want: []string{`idemhook.yaml:1: listne: unknown field "listne" (known: listen, store, admin, audit, log, shutdown_timeout, routes)`},
+			want: []string{`idemhook.yaml:1: listne: unknown field "listne" (known: listen, store, admin, audit, log, shutdown_timeout, routes, tls, trusted_proxies)`},
 		},
 		{
 			name: "unknown route field",
 			give: route("    tll: 1h\n"),
-			want: []string{`idemhook.yaml:5: routes[0].tll: unknown field "tll" (known: path, upstream, source, ttl, header, in_flight, wait_timeout, on_store_error, provider, secret_env, secrets, provider_options, tolerance, max_body, upstream_timeout, replay_headers, store_statuses, require_key, share_keys)`},
+			want: []string{`idemhook.yaml:5: routes[0].tll: unknown field "tll" (known: path, upstream, source, ttl, header, in_flight, wait_timeout, on_store_error, provider, secret_env, secrets, provider_options, tolerance, max_body, upstream_timeout, replay_headers, store_statuses, require_key, share_keys, lease, max_stored_body, retry_after)`},
 		},
 		{
 			name: "missing source",
@@ -329,7 +329,7 @@ func TestConfigErrors(t *testing.T) {
 		{
 			name: "YAML syntax",
 			give: "listen: a\n\tb: c\n",
-			want: []string{`idemhook.yaml:2: invalid YAML: found a tab character that violates indentation`},
+			want: []string{`idemhook.yaml:2: invalid YAML: a tab in the indentation (column 1): YAML indents with spaces only`},
 		},
 		{
 			name: "two routes with one source",

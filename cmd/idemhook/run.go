@@ -6,7 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"runtime"
+	"os"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -49,6 +49,9 @@ type env struct {
 	ready func(addrs)
 	// now, if set, is the clock of the middleware and of the memory store.
 	now func() time.Time
+	// reload, if set, delivers SIGHUP: serve then reloads its
+	// configuration file.
+	reload <-chan os.Signal
 }
 
 // addrs are the bound addresses of a running gateway.
@@ -99,7 +102,8 @@ func runEnv(ctx context.Context, e env) error {
 		}
 		return demo(ctx, e)
 	case "version", "--version", "-version":
-		fmt.Fprintln(e.stdout, versionString())
+		bi, _ := debug.ReadBuildInfo()
+		fmt.Fprintln(e.stdout, versionString(bi))
 		return nil
 	case "help", "--help", "-help", "-h":
 		fmt.Fprint(e.stdout, usage)
@@ -147,10 +151,6 @@ func buildVersion() string {
 		return bi.Main.Version
 	}
 	return "(devel)"
-}
-
-func versionString() string {
-	return fmt.Sprintf("idemhook %s %s %s/%s", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
 // printSummary is the output of check: what the file configures, defaults

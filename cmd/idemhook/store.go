@@ -47,6 +47,9 @@ type sqliteFiles struct {
 	dbs    map[string]*sql.DB
 	locked map[string]bool // files this process holds exclusively
 	pools  map[string]*pgxpool.Pool
+	// redis is the redis store's client, which the audit sink redis
+	// shares; nil with another store.
+	redis redis.UniversalClient
 }
 
 // pgPool returns the pool for url, made on first use. It connects lazily:
@@ -115,7 +118,7 @@ func openStore(ctx context.Context, sc StoreConfig, files *sqliteFiles, now func
 		if err != nil {
 			return nil, err
 		}
-		s, err := sqlitestore.New(db, sqlitestore.Config{Now: now})
+		s, err := sqlitestore.New(db, sqlitestore.Config{Now: now, Logger: files.logger})
 		if err != nil {
 			return nil, fmt.Errorf("sqlite store %s: %w", sc.Path, err)
 		}
@@ -162,6 +165,7 @@ func openStore(ctx context.Context, sc StoreConfig, files *sqliteFiles, now func
 		}
 		client := redis.NewUniversalClient(opts)
 		files.rs.add(client.Close)
+		files.redis = client
 		s, err := redisstore.New(client, redisstore.Config{Prefix: sc.Prefix})
 		if err != nil {
 			return nil, fmt.Errorf("redis store: %w", err)
@@ -185,12 +189,4 @@ func openStore(ctx context.Context, sc StoreConfig, files *sqliteFiles, now func
 		return s, nil
 	}
 	return nil, fmt.Errorf("unknown store driver %q", sc.Driver)
-}
-
-// storeReady checks that the store answers: a Get of a key nobody writes.
-func storeReady(ctx context.Context, s idemhook.Store, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	_, err := s.Get(ctx, idemhook.StoreKey("idemhook", "readyz"))
-	return err
 }
