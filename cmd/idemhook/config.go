@@ -1198,3 +1198,13 @@ func expand(s string, getenv func(string) string) (string, error) {
 	}
 	return b.String(), nil
 }
+
+// longestLease is the longest claim lease of the routes (a route without
+// one has the library's default).
+func (c *Config) longestLease() time.Duration {
+	longest := idemhook.DefaultLease
+	for _, rc := range c.Routes {
+		longest = max(longest, rc.Route.Lease)
+	}
+	return longest
+}

@@ -76,7 +76,7 @@ func newGateway(ctx context.Context, cfg *Config, logger *slog.Logger, now func(
 		}
 	}()
 	files := &sqliteFiles{rs: &g.res, logger: logger}
-	g.store, err = openStore(ctx, cfg.Store, files, now)
+	g.store, err = openStore(ctx, cfg.Store, files, now, cfg.longestLease())
 	if err != nil {
 		return nil, err
 	}

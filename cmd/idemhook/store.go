@@ -104,7 +104,9 @@ func (f *sqliteFiles) open(path string) (*sql.DB, error) {
 const postgresStartTimeout = 10 * time.Second
 
 // openStore opens the configured store.
-func openStore(ctx context.Context, sc StoreConfig, files *sqliteFiles, now func() time.Time) (idemhook.Store, error) {
+// lease is the longest lease of any route: a pending claim in a SQLite file
+// this process holds alone expires at most that long after its last write.
+func openStore(ctx context.Context, sc StoreConfig, files *sqliteFiles, now func() time.Time, lease time.Duration) (idemhook.Store, error) {
 	switch sc.Driver {
 	case "memory":
 		s, err := memstore.New(memstore.Config{Now: now})
@@ -128,7 +130,7 @@ func openStore(ctx context.Context, sc StoreConfig, files *sqliteFiles, now func
 			// is a delivery of a process that died mid-delivery. Freeing it
 			// lets the provider's retry be processed now rather than be
 			// refused until the dead claim's lease lapses.
-			n, err := s.FreePendingClaims(ctx, idemhook.DefaultLease)
+			n, err := s.FreePendingClaims(ctx, lease)
 			if err != nil {
 				return nil, fmt.Errorf("sqlite store %s: %w", sc.Path, err)
 			}

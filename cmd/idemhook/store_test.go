@@ -76,7 +76,11 @@ routes:
 			gw.kill(t)
 
 			gw = startGatewayProcess(t, path)
-			if !strings.Contains(gw.log.String(), "freed_pending_claims="+fmt.Sprint(events)) {
+			freed := "freed_pending_claims=" + fmt.Sprint(events)
+			for i := 0; i < 500 && !strings.Contains(gw.log.String(), freed); i++ {
+				time.Sleep(10 * time.Millisecond) // the log pipe may lag the listening line
+			}
+			if !strings.Contains(gw.log.String(), freed) {
 				t.Errorf("the restarted gateway did not report freeing %d claims; log:\n%s", events, gw.log)
 			}
 			url := "http://" + gw.listen + "/webhooks/test"
