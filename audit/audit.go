@@ -32,6 +32,7 @@ type Entry struct {
 	Route         string        // the route's path, e.g. /webhooks/stone
 	Source        string        // the route's source label, e.g. stone
 	Key           string        // the resolved key part, e.g. sha256:9f86...; empty when none
+	Scope         string        // the key's scope (a prefix route's request path), as in the store key; empty when unscoped
 	Outcome       string        // one of the idemhook.Outcome values, e.g. processed
 	Status        int           // HTTP status sent to the provider
 	Duration      time.Duration // time spent answering
@@ -210,7 +211,7 @@ func (q query) selectPage(table string, f Filter) (stmt string, args []any, limi
 		return "", nil, 0, err
 	}
 	limit = f.limit()
-	stmt = `SELECT id, ` + q.timeCol + `, route, source, key, outcome, status, duration_ns, request_bytes, response_bytes, reason, instance
+	stmt = `SELECT id, ` + q.timeCol + `, route, source, key, outcome, status, duration_ns, request_bytes, response_bytes, reason, instance, scope
 		FROM ` + table + where + ` ORDER BY ` + q.timeCol + ` DESC, id DESC LIMIT ` + fmt.Sprint(limit+1)
 	return stmt, args, limit, nil
 }

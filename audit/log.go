@@ -53,6 +53,9 @@ func (l *Log) Write(ctx context.Context, entries []Entry) error {
 		if e.Instance != "" {
 			r.AddAttrs(slog.String("instance", e.Instance))
 		}
+		if e.Scope != "" {
+			r.AddAttrs(slog.String("scope", e.Scope))
+		}
 		if debug && e.Decision != "" {
 			r.AddAttrs(slog.String("decision", e.Decision))
 		}

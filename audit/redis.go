@@ -92,7 +92,7 @@ func (s *RedisStream) Write(ctx context.Context, entries []Entry) error {
 					"t", e.Time.UnixMicro(), "route", e.Route, "source", e.Source, "key", e.Key,
 					"outcome", e.Outcome, "status", e.Status, "duration_ns", int64(e.Duration),
 					"request_bytes", e.RequestBytes, "response_bytes", e.ResponseBytes,
-					"reason", e.Reason, "instance", e.Instance,
+					"reason", e.Reason, "instance", e.Instance, "scope", e.Scope,
 				},
 			})
 		}
@@ -221,6 +221,7 @@ func streamEntry(m redis.XMessage) (Entry, int64, error) {
 		ResponseBytes: num("response_bytes"),
 		Reason:        str("reason"),
 		Instance:      str("instance"),
+		Scope:         str("scope"),
 	}
 	return e, ms, nil
 }

@@ -16,8 +16,9 @@ import (
 
 // SQLiteSchemaVersion is the version of the audit_deliveries table, recorded
 // in the table idemhook_schema (shared with package sqlitestore). Version 2
-// added the columns reason and instance; a version 1 file is upgraded.
-const SQLiteSchemaVersion = 2
+// added the columns reason and instance, version 3 the column scope; older
+// files are upgraded.
+const SQLiteSchemaVersion = 3
 
 // SQLiteConfig configures a [SQLite] sink. The zero value means the
 // defaults.
@@ -80,7 +81,8 @@ var sqliteSchema = []string{
 		request_bytes  INTEGER NOT NULL,
 		response_bytes INTEGER NOT NULL,
 		reason         TEXT NOT NULL DEFAULT '',
-		instance       TEXT NOT NULL DEFAULT ''
+		instance       TEXT NOT NULL DEFAULT '',
+		scope          TEXT NOT NULL DEFAULT ''
 	)`,
 	// An index on time_us holds the rowid (id) too, so it serves the
 	// newest-first order (time_us DESC, id DESC) and the cursor.
@@ -129,8 +131,8 @@ func NewSQLite(db *sql.DB, cfg SQLiteConfig) (*SQLite, error) {
 		return nil, err
 	}
 	insert, err := db.Prepare(`INSERT INTO audit_deliveries
-		(time_us, route, source, key, outcome, status, duration_ns, request_bytes, response_bytes, reason, instance)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+		(time_us, route, source, key, outcome, status, duration_ns, request_bytes, response_bytes, reason, instance, scope)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	if err != nil {
 		return nil, fmt.Errorf("audit: prepare insert: %w", err)
 	}
@@ -194,15 +196,21 @@ func (s *SQLite) Write(ctx context.Context, entries []Entry) error {
 	return nil
 }
 
-// upgradeSQLite adds the columns of version 2 to a version 1 table.
+// upgradeSQLite adds the columns of the later versions to an older table.
 func upgradeSQLite(ctx context.Context, tx *sql.Tx, from int) error {
-	if from != 1 {
+	var qs []string
+	switch from {
+	case 0:
 		return nil // new: the CREATE TABLE has them
+	case 1:
+		qs = append(qs,
+			`ALTER TABLE audit_deliveries ADD COLUMN reason TEXT NOT NULL DEFAULT ''`,
+			`ALTER TABLE audit_deliveries ADD COLUMN instance TEXT NOT NULL DEFAULT ''`)
+		fallthrough
+	case 2:
+		qs = append(qs, `ALTER TABLE audit_deliveries ADD COLUMN scope TEXT NOT NULL DEFAULT ''`)
 	}
-	for _, q := range []string{
-		`ALTER TABLE audit_deliveries ADD COLUMN reason TEXT NOT NULL DEFAULT ''`,
-		`ALTER TABLE audit_deliveries ADD COLUMN instance TEXT NOT NULL DEFAULT ''`,
-	} {
+	for _, q := range qs {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
 			return err
 		}
@@ -220,7 +228,7 @@ func (s *SQLite) writeTx(ctx context.Context, entries []Entry) error {
 	defer stmt.Close()
 	for _, e := range entries {
 		if _, err := stmt.ExecContext(ctx, e.Time.UnixMicro(), e.Route, e.Source, e.Key, e.Outcome,
-			e.Status, int64(e.Duration), e.RequestBytes, e.ResponseBytes, e.Reason, e.Instance); err != nil {
+			e.Status, int64(e.Duration), e.RequestBytes, e.ResponseBytes, e.Reason, e.Instance, e.Scope); err != nil {
 			return err
 		}
 	}
@@ -240,7 +248,7 @@ func (s *SQLite) Query(ctx context.Context, f Filter) (Page, error) {
 	defer rows.Close()
 	return readPage(rows, limit, func(e *Entry) error {
 		var us, dur int64
-		if err := rows.Scan(&e.ID, &us, &e.Route, &e.Source, &e.Key, &e.Outcome, &e.Status, &dur, &e.RequestBytes, &e.ResponseBytes, &e.Reason, &e.Instance); err != nil {
+		if err := rows.Scan(&e.ID, &us, &e.Route, &e.Source, &e.Key, &e.Outcome, &e.Status, &dur, &e.RequestBytes, &e.ResponseBytes, &e.Reason, &e.Instance, &e.Scope); err != nil {
 			return err
 		}
 		e.Time = time.UnixMicro(us).UTC()

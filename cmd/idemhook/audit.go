@@ -162,6 +162,7 @@ func (t *auditTrail) record(route string, d idemhook.DeliveryInfo) {
 		Route:         route,
 		Source:        d.Source,
 		Key:           d.Key,
+		Scope:         d.Scope,
 		Outcome:       string(d.Outcome),
 		Status:        d.Status,
 		Duration:      d.Duration,
@@ -324,6 +325,7 @@ type deliveryJSON struct {
 	ResponseBytes int64     `json:"response_bytes"`
 	Reason        string    `json:"reason,omitempty"`
 	Instance      string    `json:"instance,omitempty"`
+	Scope         string    `json:"scope,omitempty"` // give it as ?scope= to /admin/keys
 }
 
 type deliveriesJSON struct {
@@ -360,6 +362,7 @@ func (t *auditTrail) serveDeliveries(w http.ResponseWriter, r *http.Request) {
 			ID: e.ID, Time: e.Time.UTC(), Route: e.Route, Source: e.Source, Key: e.Key,
 			Outcome: e.Outcome, Status: e.Status, DurationMS: float64(e.Duration.Microseconds()) / 1000,
 			RequestBytes: e.RequestBytes, ResponseBytes: e.ResponseBytes, Reason: e.Reason, Instance: e.Instance,
+			Scope: e.Scope,
 		})
 	}
 	writeJSON(w, http.StatusOK, out)

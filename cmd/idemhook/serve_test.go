@@ -564,6 +564,7 @@ func TestPrefixRouteScopesKeysByPath(t *testing.T) {
 	up := newUpstream(t)
 	cfg := strings.Replace(routeConfig(up.srv.URL), "path: /webhooks/test", "path: /t/", 1)
 	cfg = strings.Replace(cfg, "/hook\n", "/t/\n", 1)
+	cfg = strings.Replace(cfg, "audit: {sink: none}", "audit: {sink: memory}", 1)
 	g := startGateway(t, writeConfig(t, t.TempDir(), cfg), startOpts{})
 	for _, tt := range []struct {
 		path     string
@@ -583,6 +584,19 @@ func TestPrefixRouteScopesKeysByPath(t *testing.T) {
 	r := do(t, http.MethodGet, g.adminURL("/admin/keys/test/"+idemhook.BodyKey([]byte(`{"e":2}`))+"?scope=/t/acme"), "")
 	if r.Status != 200 || !strings.Contains(r.Body, key) {
 		t.Fatalf("GET the scoped key: %d %s", r.Status, r.Body)
+	}
+	// The audit trail records each delivery's scope, which the console
+	// passes back to delete the key: the next acme delivery is forwarded.
+	page := deliveries(t, g, "limit=10", 4)
+	if got := page.Deliveries[len(page.Deliveries)-1]; got.Scope != "/t/acme" || got.Key != idemhook.BodyKey([]byte(`{"e":2}`)) {
+		t.Fatalf("audit entry of the first delivery: %+v", got)
+	}
+	if r := do(t, http.MethodDelete, g.adminURL("/admin/keys/test/"+page.Deliveries[3].Key+"?scope="+page.Deliveries[3].Scope), ""); r.Status != http.StatusNoContent {
+		t.Fatalf("DELETE the scoped key: %d %s", r.Status, r.Body)
+	}
+	post(t, g.url("/t/acme"), `{"e":2}`)
+	if n := up.calls.Load(); n != 3 {
+		t.Fatalf("after deleting acme's key the upstream got %d calls, want 3", n)
 	}
 }
 
