@@ -15,7 +15,7 @@ import (
 //
 // It is a safety bound, not a Node.js rule: Node 20 with its default stack
 // parses deeper bodies but its JSON.stringify throws RangeError from about
-// 4,185 levels on (measured with node v20.20.2), so the seed's guard never
+// 4,185 levels on (measured with node v20.20.2), so the NestJS guard never
 // produced a key for such a body and any answer beyond that depth is
 // compatible. 10,000 is also encoding/json's own nesting limit.
 const maxJSONDepth = 10000

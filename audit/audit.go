@@ -1,4 +1,4 @@
-// Package audit is idemhook's audit trail, the successor of the seed's
+// Package audit is idemhook's audit trail, the successor of the NestJS guard's
 // webhook-audit.service: every delivery the gateway sees is recorded with
 // its time, route, source, key, outcome, status, duration, sizes, the reason
 // it was refused (if it was) and the gateway instance that answered it.
