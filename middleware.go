@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook/internal/breaker"
+	"github.com/idemhook/idemhook/internal/canonjson"
 )
 
 // Defaults of Options and Route.
@@ -427,7 +428,7 @@ func (d *delivery) resolveKey() error {
 	if rt.Header != "" {
 		if v := NormalizeKey(headerValue(d.r.Header, rt.Header)); v != "" {
 			d.key, d.kind = v, keyFromHeader
-			sum := canonicalSum(d.body)
+			sum := canonjson.Sum(d.body)
 			copy(d.fp[:], sum[:])
 		}
 	}

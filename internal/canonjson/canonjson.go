@@ -1,4 +1,11 @@
-package idemhook
+// Package canonjson computes the body hash of idemhook's keys: the SHA-256
+// of a JSON body in the compact form Node.js's
+// JSON.stringify(JSON.parse(body)) gives (member order, duplicate members,
+// number formatting and string escapes exactly as V8 does them), so that
+// idemhook's keys equal the NestJS guard's. Any other body is hashed as its
+// raw bytes. testdata/seed-key-vectors.json at the repository root holds
+// vectors made with Node.js itself, and the tests check every one.
+package canonjson
 
 import (
 	"bytes"
@@ -73,9 +80,9 @@ var canonScratchPool = sync.Pool{New: func() any { return &canonScratch{members:
 // maxPooledScratch keeps one huge body from pinning its buffer in the pool.
 const maxPooledScratch = 64 << 10
 
-// canonicalSum returns the SHA-256 of body's canonical JSON text, or of the
+// Sum returns the SHA-256 of body's canonical JSON text, or of the
 // raw bytes when body is not JSON.
-func canonicalSum(body []byte) [sha256.Size]byte {
+func Sum(body []byte) [sha256.Size]byte {
 	sc := canonScratchPool.Get().(*canonScratch)
 	text, ms, ok := appendCanonicalScratch(sc.text[:0], body, sc.members)
 	var sum [sha256.Size]byte
@@ -203,7 +210,7 @@ func (p *canonParser) object(ms []jsonMember) ([]jsonMember, bool) {
 	if ms == nil {
 		// The first object allocates the member stack that every object
 		// of the call shares (a stack array would escape through the
-		// recursion anyway); canonicalSum passes a pooled one.
+		// recursion anyway); Sum passes a pooled one.
 		ms = make([]jsonMember, 0, 32)
 	}
 	base := len(ms)

@@ -1,4 +1,4 @@
-package idemhook
+package canonjson
 
 import (
 	"bytes"
