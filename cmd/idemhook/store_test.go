@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -65,25 +66,20 @@ routes:
 			path := writeConfig(t, dir, cfg)
 
 			const events = 5
-			gw := startGatewayProcess(t, path)
+			gw := startProc(t, path)
 			for i := range events {
-				go http.Post("http://"+gw.listen+"/webhooks/test", "application/json", //nolint:errcheck,bodyclose // the gateway dies under it
+				go http.Post(gw.url("/webhooks/test"), "application/json", //nolint:errcheck,bodyclose // the gateway dies under it
 					strings.NewReader(fmt.Sprintf(`{"id":"evt_%d"}`, i)))
 			}
 			for up.calls.Load() < events {
 				time.Sleep(time.Millisecond)
 			}
-			gw.kill(t)
+			gw.signal(t, syscall.SIGKILL) // as a crash or an OOM kill would
+			gw.wait(t)                    //nolint:errcheck // killed
 
-			gw = startGatewayProcess(t, path)
-			freed := "freed_pending_claims=" + fmt.Sprint(events)
-			for i := 0; i < 500 && !strings.Contains(gw.log.String(), freed); i++ {
-				time.Sleep(10 * time.Millisecond) // the log pipe may lag the listening line
-			}
-			if !strings.Contains(gw.log.String(), freed) {
-				t.Errorf("the restarted gateway did not report freeing %d claims; log:\n%s", events, gw.log)
-			}
-			url := "http://" + gw.listen + "/webhooks/test"
+			gw = startProc(t, path)
+			gw.waitLog(t, "freed_pending_claims="+fmt.Sprint(events))
+			url := gw.url("/webhooks/test")
 			for round, wantReplayed := range []string{"", "true"} {
 				for i := range events {
 					r := post(t, url, fmt.Sprintf(`{"id":"evt_%d"}`, i))
@@ -139,7 +135,7 @@ func TestPostgresTwoGateways(t *testing.T) {
 	cfg = strings.Replace(cfg, "audit: {sink: none}", "audit: {sink: postgres, table: "+trail+"}", 1)
 	cfg = strings.Replace(cfg, "log: {level: debug}", "log: {level: info}", 1)
 	path := writeConfig(t, t.TempDir(), cfg)
-	gws := []*gatewayProc{startGatewayProcess(t, path), startGatewayProcess(t, path)}
+	gws := []*proc{startProc(t, path), startProc(t, path)}
 
 	const events, copies = 5, 20
 	var wg sync.WaitGroup
@@ -149,7 +145,7 @@ func TestPostgresTwoGateways(t *testing.T) {
 		for c := range copies {
 			g := gws[c%2]
 			wg.Go(func() {
-				answers[e][c] = post(t, "http://"+g.listen+"/webhooks/test", fmt.Sprintf(`{"id":"evt_two_%d"}`, e))
+				answers[e][c] = post(t, g.url("/webhooks/test"), fmt.Sprintf(`{"id":"evt_two_%d"}`, e))
 			})
 		}
 	}
@@ -165,7 +161,7 @@ func TestPostgresTwoGateways(t *testing.T) {
 		}
 	}
 	for _, g := range gws {
-		if r := do(t, http.MethodGet, "http://"+g.admin+"/readyz", ""); r.Status != http.StatusOK {
+		if r := do(t, http.MethodGet, g.adminURL("/readyz"), ""); r.Status != http.StatusOK {
 			t.Fatalf("readyz = %d %s", r.Status, r.Body)
 		}
 	}
@@ -173,7 +169,7 @@ func TestPostgresTwoGateways(t *testing.T) {
 	if _, err := pool.Exec(t.Context(), `ALTER TABLE `+pgx.Identifier{keys}.Sanitize()+` RENAME TO `+pgx.Identifier{keys + "_away"}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
-	r := do(t, http.MethodGet, "http://"+gws[0].admin+"/readyz", "")
+	r := do(t, http.MethodGet, gws[0].adminURL("/readyz"), "")
 	if _, err := pool.Exec(t.Context(), `ALTER TABLE `+pgx.Identifier{keys + "_away"}.Sanitize()+` RENAME TO `+pgx.Identifier{keys}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +178,10 @@ func TestPostgresTwoGateways(t *testing.T) {
 	}
 
 	for _, g := range gws {
-		g.stop(t)
+		g.signal(t, syscall.SIGTERM) // graceful: the audit trail is flushed
+		if err := g.wait(t); err != nil {
+			t.Fatalf("gateway process: %v\n%s", err, g.stderr)
+		}
 	}
 	var total, processed int
 	err := pool.QueryRow(context.Background(), `SELECT count(*), count(*) FILTER (WHERE outcome = $1) FROM `+pgx.Identifier{trail}.Sanitize(),
