@@ -1833,3 +1833,110 @@ func TestStoreCallHookTreatsNotOwnerAsSuccess(t *testing.T) {
 		t.Fatalf("the response was not stored, yet no WARN:\n%s", e.logs)
 	}
 }
+
+// Route.Lease replaces Options.Lease for one route: the pending claim lives
+// that long (a duplicate after it takes over), and a wait that times out
+// says so in Retry-After.
+func TestRouteLease(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{Lease: time.Minute})
+	b := newBlocker()
+	defer close(b.release)
+	short := e.route(idemhook.Route{Source: "short", Lease: 7 * time.Second, InFlight: idemhook.InFlightWait, WaitTimeout: 10 * time.Millisecond}, b)
+	sendAsync(short, `{"id":1}`)
+	<-b.started
+	r := send(short, `{"id":1}`)
+	if r.Code != 409 || r.Header().Get("Retry-After") != "7" {
+		t.Errorf("a duplicate that waited out WaitTimeout: %d Retry-After %q, want 409 and 7 (the route's lease)", r.Code, r.Header().Get("Retry-After"))
+	}
+	// Past the route's lease (well before its first renewal, due after
+	// Lease/3 of real time), the claim has lapsed: a duplicate claims it.
+	e.clock.Advance(8 * time.Second)
+	sendAsync(short, `{"id":1}`)
+	select {
+	case <-b.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the duplicate did not take over a claim past the route's lease")
+	}
+
+	other := e.route(idemhook.Route{Source: "other", InFlight: idemhook.InFlightWait, WaitTimeout: 10 * time.Millisecond}, b)
+	go send(other, `{"id":2}`)
+	<-b.started
+	if r := send(other, `{"id":2}`); r.Header().Get("Retry-After") != "60" {
+		t.Errorf("without Route.Lease, Retry-After = %q, want 60 (Options.Lease)", r.Header().Get("Retry-After"))
+	}
+	for _, bad := range []time.Duration{-time.Second, time.Microsecond} {
+		if _, err := e.mw.Route(idemhook.Route{Source: "x", Lease: bad}); err == nil || !strings.Contains(err.Error(), "Lease") {
+			t.Errorf("Route with Lease %v: %v, want an error naming Lease", bad, err)
+		}
+	}
+}
+
+// DeliveryInfo.Waited is how long a delivery waited for another one of its
+// key, whatever came of it: a replay, or a take-over once the first
+// released its claim. It is read from the middleware's clock.
+func TestDeliveryInfoWaited(t *testing.T) {
+	tests := []struct {
+		name        string
+		firstStatus int64
+		wantSecond  idemhook.Outcome
+	}{
+		{"the first answers: replayed", 0, idemhook.OutcomeInFlightWaited},
+		{"the first fails: taken over", 500, idemhook.OutcomeProcessed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := newClock()
+			st, err := memstore.New(memstore.Config{Now: clk.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var gets atomic.Int64
+			var mu sync.Mutex
+			var infos []idemhook.DeliveryInfo
+			mw, err := idemhook.New(st, idemhook.Options{
+				Now: clk.Now,
+				OnStoreCall: func(c idemhook.StoreCallInfo) {
+					if c.Op == "get" {
+						gets.Add(1)
+					}
+				},
+				OnDelivery: func(d idemhook.DeliveryInfo) {
+					mu.Lock()
+					infos = append(infos, d)
+					mu.Unlock()
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wrap, err := mw.Route(idemhook.Route{Source: "stone", InFlight: idemhook.InFlightWait, WaitTimeout: time.Minute, Scope: unscoped})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := newBlocker()
+			b.status.Store(tt.firstStatus)
+			route := wrap(b)
+			first := sendAsync(route, `{"id":1}`)
+			<-b.started
+			second := sendAsync(route, `{"id":1}`)
+			for gets.Load() == 0 { // the duplicate is waiting
+				time.Sleep(time.Millisecond)
+			}
+			clk.Advance(2 * time.Second)
+			close(b.release)
+			<-first
+			<-second
+			mu.Lock()
+			defer mu.Unlock()
+			if len(infos) != 2 {
+				t.Fatalf("%d deliveries", len(infos))
+			}
+			if infos[0].Waited != 0 {
+				t.Errorf("the first delivery: Waited = %v, want 0", infos[0].Waited)
+			}
+			if d := infos[1]; d.Outcome != tt.wantSecond || d.Waited != 2*time.Second {
+				t.Errorf("the duplicate: %s after waiting %v, want %s after 2s", d.Outcome, d.Waited, tt.wantSecond)
+			}
+		})
+	}
+}
