@@ -9,12 +9,15 @@ import (
 	"time"
 )
 
+// DefaultQueueSize is RecorderConfig.QueueSize by default.
+const DefaultQueueSize = 10000
+
 // RecorderConfig configures a [Recorder]. The zero value means the
 // defaults.
 type RecorderConfig struct {
 	// QueueSize is how many entries wait for the sink at most, those of a
 	// batch being retried included; beyond, entries are dropped and
-	// counted. Default: 10000.
+	// counted. Default: DefaultQueueSize (10000).
 	QueueSize int
 
 	// BatchSize is the most entries handed to the sink in one Write.
@@ -89,7 +92,7 @@ type Recorder struct {
 // stop it with [Recorder.Close].
 func NewRecorder(sink Sink, cfg RecorderConfig) *Recorder {
 	if cfg.QueueSize <= 0 {
-		cfg.QueueSize = 10000
+		cfg.QueueSize = DefaultQueueSize
 	}
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = 256

@@ -29,9 +29,6 @@ const (
 	defaultSQLitePath      = "idemhook.db"
 	defaultShutdownTimeout = 10 * time.Second
 	defaultUpstreamTimeout = 30 * time.Second
-	defaultAuditRetention  = 7 * 24 * time.Hour
-	defaultWaitTimeout     = 10 * time.Second
-	defaultMaxBody         = 5 << 20
 )
 
 // Config is a checked configuration file, with every default applied.
@@ -562,7 +559,7 @@ func (p *parser) admin(fs map[string]field, listen string) AdminConfig {
 }
 
 func (p *parser) audit(fs map[string]field, sc StoreConfig) (ac AuditConfig) {
-	ac = AuditConfig{Retention: defaultAuditRetention, Buffer: defaultAuditBuffer, Instance: defaultInstance()}
+	ac = AuditConfig{Retention: audit.DefaultRetention, Buffer: defaultAuditBuffer, Instance: defaultInstance()}
 	switch sc.Driver {
 	case "sqlite":
 		ac.Sink, ac.Path = "sqlite", sc.Path
@@ -612,7 +609,7 @@ func (p *parser) audit(fs map[string]field, sc StoreConfig) (ac AuditConfig) {
 		}
 		ac.Instance = v
 	}
-	ac.Retention = p.duration(af, at, "retention", defaultAuditRetention)
+	ac.Retention = p.duration(af, at, "retention", audit.DefaultRetention)
 	if v, n, ok := p.str(af, at, "path"); ok {
 		if ac.Sink != "sqlite" {
 			p.errorf(n, join(at, "path"), "only used by sink sqlite (sink is %s)", ac.Sink)
@@ -794,7 +791,7 @@ func (p *parser) route(n *yaml.Node, at string) (RouteConfig, bool) {
 	}
 
 	r.TTL = p.duration(rf, at, "ttl", 0) // 0: the preset's default, after p.preset
-	r.WaitTimeout = p.duration(rf, at, "wait_timeout", defaultWaitTimeout)
+	r.WaitTimeout = p.duration(rf, at, "wait_timeout", idemhook.DefaultWaitTimeout)
 	rc.UpstreamTimeout = p.duration(rf, at, "upstream_timeout", defaultUpstreamTimeout)
 	r.InFlight = idemhook.InFlightPolicy(p.oneOf(rf, at, "in_flight", "wait", "proceed", "wait", "reject"))
 	r.RequireKey = p.boolean(rf, at, "require_key")
@@ -818,7 +815,7 @@ func (p *parser) route(n *yaml.Node, at string) (RouteConfig, bool) {
 		}
 		r.Header = v
 	}
-	r.MaxBodyBytes = defaultMaxBody
+	r.MaxBodyBytes = idemhook.DefaultMaxBodyBytes
 	if v, vn, ok := p.str(rf, at, "max_body"); ok {
 		size, err := parseSize(v)
 		if err != nil {

@@ -3,11 +3,14 @@ package main
 import (
 	"os"
 	"strconv"
+
+	"github.com/idemhook/idemhook/audit"
 )
 
 // defaultAuditBuffer is audit.buffer by default: how many entries wait for
-// a slow or unreachable sink before new ones are dropped (about 3 MB).
-const defaultAuditBuffer = 10000
+// a slow or unreachable sink before new ones are dropped (about 3 MB), the
+// recorder's own default.
+const defaultAuditBuffer = audit.DefaultQueueSize
 
 // defaultInstance is audit.instance by default: the host name (a pod's name
 // under Kubernetes), or "idemhook" when it can't be read.

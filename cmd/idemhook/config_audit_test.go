@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/idemhook/idemhook/audit"
 	"strings"
 	"testing"
 )
@@ -14,15 +15,15 @@ func TestConfigAudit(t *testing.T) {
 		wantErr string
 	}{
 		{"sqlite store: sqlite sink in its file", "store: {driver: sqlite, path: a.db}\n",
-			AuditConfig{Sink: "sqlite", Path: "a.db", Retention: defaultAuditRetention, Buffer: defaultAuditBuffer}, ""},
+			AuditConfig{Sink: "sqlite", Path: "a.db", Retention: audit.DefaultRetention, Buffer: defaultAuditBuffer}, ""},
 		{"memory store: a ring", "store: {driver: memory}\n",
-			AuditConfig{Sink: "memory", Retention: defaultAuditRetention, Buffer: defaultAuditBuffer}, ""},
+			AuditConfig{Sink: "memory", Retention: audit.DefaultRetention, Buffer: defaultAuditBuffer}, ""},
 		{"redis store: a stream under the store's prefix", "store: {driver: redis, url: redis://127.0.0.1:6379/0, prefix: \"gw1:\"}\n",
-			AuditConfig{Sink: "redis", Key: "gw1:idemhook:audit", Retention: defaultAuditRetention, Buffer: defaultAuditBuffer}, ""},
+			AuditConfig{Sink: "redis", Key: "gw1:idemhook:audit", Retention: audit.DefaultRetention, Buffer: defaultAuditBuffer}, ""},
 		{"redis with size, key, buffer, instance", "store: {driver: redis, url: redis://127.0.0.1:6379/0}\naudit: {size: 5000, key: trail, buffer: 50, instance: gw-7}\n",
-			AuditConfig{Sink: "redis", Key: "trail", Size: 5000, Retention: defaultAuditRetention, Buffer: 50, Instance: "gw-7"}, ""},
+			AuditConfig{Sink: "redis", Key: "trail", Size: 5000, Retention: audit.DefaultRetention, Buffer: 50, Instance: "gw-7"}, ""},
 		{"memory ring size", "store: {driver: memory}\naudit: {size: 100}\n",
-			AuditConfig{Sink: "memory", Size: 100, Retention: defaultAuditRetention, Buffer: defaultAuditBuffer}, ""},
+			AuditConfig{Sink: "memory", Size: 100, Retention: audit.DefaultRetention, Buffer: defaultAuditBuffer}, ""},
 		{"sink redis needs the redis store", "store: {driver: memory}\naudit: {sink: redis}\n", AuditConfig{},
 			"idemhook.yaml:2: audit.sink: sink redis writes a stream on the store's Redis: it needs store.driver redis (store is memory)"},
 		{"size only for memory and redis", "audit: {sink: sqlite, size: 10}\n", AuditConfig{},
