@@ -29,12 +29,12 @@ type auditTrail struct {
 	desc     string // the sink as /readyz names it, e.g. "postgres postgres://x@db/audit"
 	instance string
 	decide   bool                                   // entries carry their decision (sink log at level debug)
-	routes   atomic.Pointer[map[string]RouteConfig] // by path, for reasons and decisions
+	routes   atomic.Pointer[map[string]routeSettings] // by path, for reasons and decisions
 }
 
 // setRoutes gives the trail the routes in service (at start, on reload).
-func (t *auditTrail) setRoutes(routes []RouteConfig) {
-	m := make(map[string]RouteConfig, len(routes))
+func (t *auditTrail) setRoutes(routes []routeSettings) {
+	m := make(map[string]routeSettings, len(routes))
 	for _, rc := range routes {
 		m[rc.Path] = rc
 	}
@@ -44,7 +44,7 @@ func (t *auditTrail) setRoutes(routes []RouteConfig) {
 // openAudit opens the configured sink and starts its recorder. A sink on a
 // server (postgres) that can't be reached is not an error: its entries wait
 // in the recorder, which retries in the background.
-func openAudit(ctx context.Context, cfg *Config, files *sqliteFiles, logger *slog.Logger, m *metrics) (*auditTrail, error) {
+func openAudit(ctx context.Context, cfg *gatewayConfig, files *sqliteFiles, logger *slog.Logger, m *metrics) (*auditTrail, error) {
 	ac := cfg.Audit
 	t := &auditTrail{sink: ac.Sink, desc: ac.Sink, instance: ac.Instance}
 	t.setRoutes(cfg.Routes)
@@ -179,7 +179,7 @@ func (t *auditTrail) record(route string, d idemhook.DeliveryInfo) {
 
 // reason says why a delivery was refused, or not protected, or why its
 // claim was released; "" for an ordinary one.
-func reason(d idemhook.DeliveryInfo, rc RouteConfig) string {
+func reason(d idemhook.DeliveryInfo, rc routeSettings) string {
 	switch d.Outcome {
 	case idemhook.OutcomeTooLarge:
 		return fmt.Sprintf("request body over max_body (%d bytes)", rc.Route.MaxBodyBytes)
@@ -206,7 +206,7 @@ func reason(d idemhook.DeliveryInfo, rc RouteConfig) string {
 
 // decision tells, in words, what decided a delivery: the log sink's
 // decision at debug level.
-func decision(d idemhook.DeliveryInfo, rc RouteConfig, why string) string {
+func decision(d idemhook.DeliveryInfo, rc routeSettings, why string) string {
 	waited := ""
 	if d.Waited > 0 {
 		waited = fmt.Sprintf("waited %s for the running delivery of the key, then ", d.Waited.Round(time.Millisecond))

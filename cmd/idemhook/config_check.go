@@ -19,9 +19,9 @@ import (
 // much memory each.
 const maxBodyWarn = 64 << 20
 
-// TLSConfig is the tls: section: the listener serves HTTPS with this
+// tlsSettings is the tls: section: the listener serves HTTPS with this
 // certificate and key, read again on SIGHUP.
-type TLSConfig struct {
+type tlsSettings struct {
 	Cert, Key string // PEM files; both or neither
 }
 
@@ -29,7 +29,7 @@ type TLSConfig struct {
 // settings that do nothing, and runs the library's own checks of the route
 // (Middleware.Route), reporting their refusals at the field's line: check
 // refuses exactly what serve would.
-func (p *parser) routeLimits(rf map[string]field, at string, n *yaml.Node, rc *RouteConfig) {
+func (p *parser) routeLimits(rf map[string]field, at string, n *yaml.Node, rc *routeSettings) {
 	r := &rc.Route
 	r.Lease = p.duration(rf, at, "lease", 0)
 	if v, vn, ok := p.str(rf, at, "max_stored_body"); ok {
@@ -107,7 +107,7 @@ func (p *parser) routeError(rf map[string]field, at string, n *yaml.Node, err er
 }
 
 // listener reads tls and trusted_proxies.
-func (p *parser) listener(fs map[string]field, cfg *Config) {
+func (p *parser) listener(fs map[string]field, cfg *gatewayConfig) {
 	if f, ok := fs["tls"]; ok && !isNull(f.value) {
 		tf := p.mapping(f.value, "tls", "cert", "key")
 		if tf != nil {
@@ -122,7 +122,7 @@ func (p *parser) listener(fs map[string]field, cfg *Config) {
 				if _, err := tls.LoadX509KeyPair(cert, key); err != nil {
 					p.errorf(cn, "tls.cert", "cannot load the certificate and key: %v", err)
 				}
-				cfg.TLS = TLSConfig{Cert: cert, Key: key}
+				cfg.TLS = tlsSettings{Cert: cert, Key: key}
 			}
 		}
 	}
@@ -149,7 +149,7 @@ func (p *parser) listener(fs map[string]field, cfg *Config) {
 // character that violates indentation" or "found character that cannot
 // start any token", sometimes at the line before. When the file has a tab
 // in a line's indentation, that line is named, and the message says "tab".
-func yamlErrorAt(file string, data []byte, err error) ConfigError {
+func yamlErrorAt(file string, data []byte, err error) configError {
 	ce := yamlError(file, err)
 	if !strings.Contains(ce.Msg, "tab") && !strings.Contains(ce.Msg, "cannot start any token") {
 		return ce
@@ -157,7 +157,7 @@ func yamlErrorAt(file string, data []byte, err error) ConfigError {
 	for i, line := range strings.Split(string(data), "\n") {
 		indent := line[:len(line)-len(strings.TrimLeft(line, " \t-"))]
 		if col := strings.IndexByte(indent, '\t'); col >= 0 {
-			return ConfigError{File: file, Line: i + 1,
+			return configError{File: file, Line: i + 1,
 				Msg: fmt.Sprintf("invalid YAML: a tab in the indentation (column %d): YAML indents with spaces only", col+1)}
 		}
 	}

@@ -374,9 +374,9 @@ func TestConfigErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := parseConfig("idemhook.yaml", []byte(tt.give), envOf(tt.env...))
-			var errs ConfigErrors
+			var errs configErrors
 			if !errors.As(err, &errs) {
-				t.Fatalf("err = %v, want ConfigErrors", err)
+				t.Fatalf("err = %v, want configErrors", err)
 			}
 			var got []string
 			for _, e := range errs {
@@ -558,7 +558,7 @@ func FuzzConfig(f *testing.F) {
 		if err == nil && (cfg == nil || len(cfg.Routes) == 0) {
 			t.Fatalf("no error and no routes")
 		}
-		var errs ConfigErrors
+		var errs configErrors
 		if err != nil && !errors.As(err, &errs) {
 			t.Fatalf("error of type %T: %v", err, err)
 		}

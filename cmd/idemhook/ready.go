@@ -45,7 +45,7 @@ func probeStore(ctx context.Context, s idemhook.Store, timeout time.Duration) er
 }
 
 // storeDesc names the store in /readyz and the start-up WARN.
-func storeDesc(sc StoreConfig) string {
+func storeDesc(sc storeSettings) string {
 	switch sc.Driver {
 	case "sqlite":
 		return "sqlite " + sc.Path

@@ -155,7 +155,7 @@ func buildVersion() string {
 
 // printSummary is the output of check: what the file configures, defaults
 // included.
-func printSummary(w io.Writer, cfg *Config) {
+func printSummary(w io.Writer, cfg *gatewayConfig) {
 	fmt.Fprintf(w, "%s: OK\n", cfg.File)
 	fmt.Fprintf(w, "  listen   %s\n", cfg.Listen)
 	switch cfg.Store.Driver {

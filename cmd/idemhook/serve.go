@@ -21,7 +21,7 @@ import (
 )
 
 // newLogger returns the logger of the gateway, writing to w.
-func newLogger(lc LogConfig, w io.Writer) *slog.Logger {
+func newLogger(lc logSettings, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(lc.Level)) // checked by the config parser
 	opts := &slog.HandlerOptions{Level: level}
@@ -33,7 +33,7 @@ func newLogger(lc LogConfig, w io.Writer) *slog.Logger {
 
 // gateway is a configured, not yet listening, gateway.
 type gateway struct {
-	cfg     *Config
+	cfg     *gatewayConfig
 	logger  *slog.Logger
 	store   idemhook.Store
 	mw      *idemhook.Middleware
@@ -65,7 +65,7 @@ type gateway struct {
 
 // newGateway opens the store and the audit sink and builds the handlers.
 // On error, everything opened so far is closed.
-func newGateway(ctx context.Context, cfg *Config, logger *slog.Logger, now func() time.Time, tr *tracing) (_ *gateway, err error) {
+func newGateway(ctx context.Context, cfg *gatewayConfig, logger *slog.Logger, now func() time.Time, tr *tracing) (_ *gateway, err error) {
 	g := &gateway{cfg: cfg, logger: logger, metrics: newMetrics(), tracing: tr}
 	g.base, g.cutShort = context.WithCancelCause(context.WithoutCancel(ctx))
 	g.res.add(tr.shutdown) // closed late: flushes the spans of the last deliveries
@@ -127,21 +127,21 @@ func newGateway(ctx context.Context, cfg *Config, logger *slog.Logger, now func(
 
 // apply builds the routes and the admin handler of cfg and puts them in
 // service; requests already running finish on the ones they started with.
-func (g *gateway) apply(cfg *Config) error {
+func (g *gateway) apply(cfg *gatewayConfig) error {
 	mux := http.NewServeMux()
 	var idle []func()
 	for _, rc := range cfg.Routes {
 		wrap, err := g.mw.Route(rc.Route)
 		if err != nil {
 			// check ran the same checks (routeLimits): not reached.
-			return ConfigError{File: cfg.File, Line: rc.Line, Field: rc.at, Msg: err.Error()}
+			return configError{File: cfg.File, Line: rc.Line, Field: rc.at, Msg: err.Error()}
 		}
 		tr := newTransport(rc.UpstreamTimeout)
 		idle = append(idle, tr.CloseIdleConnections)
 		rt := g.tracing.transport(timedTransport{next: tr, observe: g.metrics.upstreamObserver(rc.Path)})
 		mux.Handle(rc.Path, g.tracing.handler(wrap(detach(g.base, newProxy(rc, rt, g.bufs, g.logger, cfg.TrustedProxies)))))
 	}
-	if !slices.ContainsFunc(cfg.Routes, func(rc RouteConfig) bool { return rc.Path == "/" }) {
+	if !slices.ContainsFunc(cfg.Routes, func(rc routeSettings) bool { return rc.Path == "/" }) {
 		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 			// The configuration file's location is not for the internet.
 			writeProblem(w, http.StatusNotFound, "no route", fmt.Sprintf("no route for %s", r.URL.Path))
@@ -211,7 +211,7 @@ func (g *gateway) reload(getenv func(string) string) {
 }
 
 // serve runs the gateway until ctx is done, then shuts down gracefully.
-func serve(ctx context.Context, cfg *Config, e env) error {
+func serve(ctx context.Context, cfg *gatewayConfig, e env) error {
 	logger := newLogger(cfg.Log, e.stderr)
 	for _, w := range cfg.Warnings {
 		logger.Warn("idemhook configuration: " + w.Error())

@@ -106,7 +106,7 @@ const postgresStartTimeout = 10 * time.Second
 // openStore opens the configured store.
 // lease is the longest lease of any route: a pending claim in a SQLite file
 // this process holds alone expires at most that long after its last write.
-func openStore(ctx context.Context, sc StoreConfig, files *sqliteFiles, now func() time.Time, lease time.Duration) (idemhook.Store, error) {
+func openStore(ctx context.Context, sc storeSettings, files *sqliteFiles, now func() time.Time, lease time.Duration) (idemhook.Store, error) {
 	switch sc.Driver {
 	case "memory":
 		s, err := memstore.New(memstore.Config{Now: now})
