@@ -28,7 +28,7 @@ type auditTrail struct {
 	sink     string
 	desc     string // the sink as /readyz names it, e.g. "postgres postgres://x@db/audit"
 	instance string
-	decide   bool                                   // entries carry their decision (sink log at level debug)
+	decide   bool                                     // entries carry their decision (sink log at level debug)
 	routes   atomic.Pointer[map[string]routeSettings] // by path, for reasons and decisions
 }
 

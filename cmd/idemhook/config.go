@@ -41,7 +41,7 @@ type gatewayConfig struct {
 	Log             logSettings
 	ShutdownTimeout time.Duration
 	Routes          []routeSettings
-	TLS             tlsSettings      // tls: {cert, key}; zero for plain HTTP
+	TLS             tlsSettings    // tls: {cert, key}; zero for plain HTTP
 	TrustedProxies  []netip.Prefix // trusted_proxies: peers whose X-Forwarded-* are kept
 
 	// Warnings are settings that are valid but likely wrong (a TTL
