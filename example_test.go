@@ -5,7 +5,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
+	"testing"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/idemhook/idemhook"
@@ -154,4 +156,46 @@ func ExampleRoute_scope() {
 	//  -> order for globex
 	// replayed idem:orders@/webhooks/orders/acme:o-1
 	//  -> order for acme
+}
+
+// A handler finds its delivery's claim in the request's context while it
+// runs for a delivery that holds one, to complete it in its own database
+// transaction (pgstore.Store.CompleteTx); a replay never reaches the handler.
+func ExampleDeliveryFromContext() {
+	store, _ := memstore.New(memstore.Config{})
+	mw, _ := idemhook.New(store, idemhook.Options{})
+	route, _ := mw.Route(idemhook.Route{Source: "shop", Header: "Idempotency-Key"})
+	h := http.NewServeMux()
+	h.Handle("POST /webhooks/orders", route(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d, ok := idemhook.DeliveryFromContext(r.Context())
+		fmt.Println("handler: claimed", ok, d.StoreKey(), d.Claim().State)
+		fmt.Fprint(w, "ok")
+	})))
+	for range 2 {
+		req := httptest.NewRequest(http.MethodPost, "/webhooks/orders", strings.NewReader(`{}`))
+		req.Header.Set("Idempotency-Key", "order-42")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		fmt.Println(rec.Code, rec.Body, "replayed:", rec.Header().Get(idemhook.ReplayedHeader) == "true")
+	}
+	// Output:
+	// handler: claimed true idem:shop:order-42 pending
+	// 200 ok replayed: false
+	// 200 ok replayed: true
+}
+
+// The README's quick start must be the program examples/quickstart, which
+// the build compiles and vets, so that it compiles as written.
+func TestReadmeQuickStartIsTheCompiledExample(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile("examples/quickstart/main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), "```go\n"+string(src)+"```\n") {
+		t.Fatal("README.md's quick start differs from examples/quickstart/main.go: paste the file into the README's first go block")
+	}
 }

@@ -123,6 +123,11 @@ type DeliveryInfo struct {
 	// Err is the error behind outcomes such as store_error_open,
 	// signature_invalid or key_error; nil otherwise.
 	Err error
+	// Waited is how long the delivery waited for another delivery of its
+	// key (policy InFlightWait), whatever came of it: a replay
+	// (in_flight_waited), a take-over of a released claim (processed), a
+	// 409 at WaitTimeout. 0 when it did not wait.
+	Waited time.Duration
 }
 
 // StoreCallInfo describes one call to the store, for Options.OnStoreCall.
@@ -228,6 +233,13 @@ type Route struct {
 	// RetryAfter is the Retry-After of an InFlightReject answer and of a
 	// closed-store 503, rounded up to whole seconds. Default: 5s.
 	RetryAfter time.Duration
+
+	// Lease overrides Options.Lease for this route: how long a pending
+	// claim lives without renewal (renewed every Lease/3 while the
+	// handler runs). A route whose handler may stall longer than usual
+	// between renewals wants more; one where a crashed process must free
+	// its keys sooner wants less. At least 1ms. Default: Options.Lease.
+	Lease time.Duration
 
 	// OnStoreError is the policy when the store fails. Default: StoreErrorOpen.
 	OnStoreError StoreErrorPolicy

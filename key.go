@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/idemhook/idemhook/internal/canonjson"
 )
 
 // DefaultHeader is the request header a route takes its key from by default.
@@ -113,7 +115,7 @@ func escapeScope(v string) string {
 // ?topic=payment&id=123 with one body are distinct while a request with no
 // query keeps the guard's key.
 func requestSum(body []byte, rawQuery string) [sha256.Size]byte {
-	sum := canonicalSum(body)
+	sum := canonjson.Sum(body)
 	if rawQuery == "" {
 		return sum
 	}

@@ -2,6 +2,7 @@ package idemhook
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook/internal/breaker"
+	"github.com/idemhook/idemhook/internal/canonjson"
 )
 
 // Defaults of Options and Route.
@@ -119,9 +121,10 @@ func (m *Middleware) Route(rt Route) (func(http.Handler) http.Handler, error) {
 		m:          m,
 		rt:         rt,
 		retryAfter: seconds(rt.RetryAfter),
-		leaseAfter: seconds(m.opts.Lease),
+		lease:      cmp.Or(rt.Lease, m.opts.Lease),
 		scope:      rt.Scope,
 	}
+	h.leaseAfter = seconds(h.lease)
 	if h.scope == nil {
 		h.scope = DefaultScope
 	}
@@ -151,10 +154,13 @@ func (rt *Route) applyDefaults() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"TTL", rt.TTL}, {"WaitTimeout", rt.WaitTimeout}, {"RetryAfter", rt.RetryAfter}} {
+	}{{"TTL", rt.TTL}, {"WaitTimeout", rt.WaitTimeout}, {"RetryAfter", rt.RetryAfter}, {"Lease", rt.Lease}} {
 		if d.v < 0 {
 			return fmt.Errorf("%s: %s %v is negative", where, d.name, d.v)
 		}
+	}
+	if rt.Lease > 0 && rt.Lease < minLease {
+		return fmt.Errorf("%s: Lease %v is under the minimum of %v", where, rt.Lease, minLease)
 	}
 	if rt.MaxBodyBytes < 0 || rt.MaxStoredBodyBytes < 0 {
 		return fmt.Errorf("%s: MaxBodyBytes and MaxStoredBodyBytes must not be negative", where)
@@ -214,9 +220,10 @@ type routeConfig struct {
 	m             *Middleware
 	rt            Route
 	scope         func(*http.Request) string
-	replayHeaders []string // RepresentationHeaders, then Route.ReplayHeaders
-	retryAfter    string   // Route.RetryAfter, for Retry-After
-	leaseAfter    string   // Options.Lease, for Retry-After after a wait
+	replayHeaders []string      // RepresentationHeaders, then Route.ReplayHeaders
+	retryAfter    string        // Route.RetryAfter, for Retry-After
+	lease         time.Duration // Route.Lease, else Options.Lease
+	leaseAfter    string        // the lease, for Retry-After after a wait
 }
 
 // stores reports whether a response with status is stored and replayed;
@@ -269,6 +276,8 @@ type delivery struct {
 	// panicking is set while an unclaimed handler runs: when it panics, the
 	// report says what was written, not net/http's 200 for nothing.
 	panicking bool
+
+	waited time.Duration // time spent in wait, for DeliveryInfo.Waited
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -421,7 +430,7 @@ func (d *delivery) resolveKey() error {
 	if rt.Header != "" {
 		if v := NormalizeKey(headerValue(d.r.Header, rt.Header)); v != "" {
 			d.key, d.kind = v, keyFromHeader
-			sum := canonicalSum(d.body)
+			sum := canonjson.Sum(d.body)
 			copy(d.fp[:], sum[:])
 		}
 	}
@@ -465,7 +474,7 @@ var errKeyRequired = errors.New("idemhook: the route requires a key and the requ
 func (d *delivery) claim() verdict {
 	pending := d.newClaim()
 	existing, err := d.call("claim", func(ctx context.Context) (*Record, error) {
-		return d.h.m.store.Claim(ctx, d.storeKey, pending, d.h.m.opts.Lease)
+		return d.h.m.store.Claim(ctx, d.storeKey, pending, d.h.lease)
 	})
 	return d.afterClaim(pending, existing, err, false)
 }
@@ -521,11 +530,14 @@ func (d *delivery) wait() verdict {
 	interval := 5 * time.Millisecond
 	poll := time.NewTimer(interval)
 	defer poll.Stop()
+	start := d.h.m.opts.Now()
 	for {
 		select {
 		case <-d.r.Context().Done():
+			d.waited = d.h.m.opts.Now().Sub(start)
 			return verdict{act: actNone, outcome: OutcomeInFlightWaited, err: d.r.Context().Err()}
 		case <-deadline.C:
+			d.waited = d.h.m.opts.Now().Sub(start)
 			// The first delivery still holds the claim, alive or dead.
 			// Running the handler unclaimed could run the event twice, so
 			// the provider is told to come back once the claim's lease
@@ -536,6 +548,7 @@ func (d *delivery) wait() verdict {
 			return v
 		case <-poll.C:
 		}
+		d.waited = d.h.m.opts.Now().Sub(start)
 		rec, err := d.call("get", func(ctx context.Context) (*Record, error) {
 			return d.h.m.store.Get(ctx, d.storeKey)
 		})
@@ -550,7 +563,7 @@ func (d *delivery) wait() verdict {
 		case rec == nil: // released or lapsed: try to take over
 			pending := d.newClaim()
 			existing, err := d.call("claim", func(ctx context.Context) (*Record, error) {
-				return d.h.m.store.Claim(ctx, d.storeKey, pending, d.h.m.opts.Lease)
+				return d.h.m.store.Claim(ctx, d.storeKey, pending, d.h.lease)
 			})
 			slow := err != nil && !d.h.m.breaker.Open() && !errors.Is(err, ErrCorruptRecord)
 			if !slow && (err != nil || existing == nil || existing.State == StateCompleted) {
@@ -818,6 +831,7 @@ func (d *delivery) report(outcome Outcome, err error) {
 		RequestBytes:  int64(len(d.body)),
 		ResponseBytes: d.out.written,
 		Err:           err,
+		Waited:        d.waited,
 	})
 }
 
@@ -896,7 +910,7 @@ func (d *delivery) startRenewal(claim *Record) {
 	rn := &d.renew
 	rn.d, rn.claim = d, claim
 	rn.mu.Lock()
-	rn.timer = time.AfterFunc(d.h.m.opts.Lease/3, rn.tick)
+	rn.timer = time.AfterFunc(d.h.lease/3, rn.tick)
 	rn.mu.Unlock()
 }
 
@@ -904,7 +918,7 @@ func (rn *renewal) tick() {
 	d := rn.d
 	m := d.h.m
 	_, err := d.call("extend", func(ctx context.Context) (*Record, error) {
-		return nil, m.store.Extend(ctx, d.storeKey, rn.claim, m.opts.Lease)
+		return nil, m.store.Extend(ctx, d.storeKey, rn.claim, d.h.lease)
 	})
 	rn.mu.Lock()
 	defer rn.mu.Unlock()
@@ -916,7 +930,7 @@ func (rn *renewal) tick() {
 			slog.String("source", d.h.rt.Source), slog.String("key", d.storeKey))
 		return
 	}
-	rn.timer.Reset(m.opts.Lease / 3)
+	rn.timer.Reset(d.h.lease / 3)
 }
 
 func (rn *renewal) stop() {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -185,9 +186,9 @@ type seedVector struct {
 
 func loadSeedVectors(t *testing.T) []seedVector {
 	t.Helper()
-	raw, err := os.ReadFile("../shared/reference/seed-key-vectors.json")
+	raw, err := os.ReadFile("testdata/seed-key-vectors.json") // made by testdata/seed-key-vectors.js
 	if err != nil {
-		t.Fatalf("seed key vectors (the checkout must sit beside shared/): %v", err)
+		t.Fatalf("seed key vectors: %v", err)
 	}
 	var f struct {
 		Vectors []seedVector `json:"vectors"`
@@ -1608,5 +1609,334 @@ func TestStoreWarnNamesTheKeyOnce(t *testing.T) {
 	if n := strings.Count(logs, key); n != 1 || !strings.Contains(logs, `msg="WebhookIdempotencyGuard Flaky error for key=`+key+`"`) ||
 		!strings.Contains(logs, `op=claim error="connection refused"`) {
 		t.Fatalf("the key appears %d times in:\n%s", n, logs)
+	}
+}
+
+// scriptedStore is a real memory store whose Claim can be made to fail or
+// panic, and whose Get can be made to report a corrupt value.
+type scriptedStore struct {
+	*memstore.Store
+	claimMode  atomic.Int32 // 0 works, 1 fails, 2 panics
+	corruptGet atomic.Bool
+}
+
+const (
+	claimWorks = iota
+	claimFails
+	claimPanics
+)
+
+func (s *scriptedStore) Claim(ctx context.Context, key string, claim *idemhook.Record, lease time.Duration) (*idemhook.Record, error) {
+	switch s.claimMode.Load() {
+	case claimFails:
+		return nil, errors.New("connection refused")
+	case claimPanics:
+		panic("store bug")
+	}
+	return s.Store.Claim(ctx, key, claim, lease)
+}
+
+func (s *scriptedStore) Get(ctx context.Context, key string) (*idemhook.Record, error) {
+	if s.corruptGet.Load() {
+		return nil, fmt.Errorf("decode: %w", idemhook.ErrCorruptRecord)
+	}
+	return s.Store.Get(ctx, key)
+}
+
+func newScriptedEnv(t *testing.T, opts idemhook.Options) (*env, *scriptedStore) {
+	t.Helper()
+	clk := newClock()
+	mem, err := memstore.New(memstore.Config{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &scriptedStore{Store: mem}
+	return newEnv(t, st, clk, opts), st
+}
+
+// The breaker's half-open probe is one store call; if that call panics (a
+// store bug), the probe must still count as failed. Before, the breaker
+// stayed half-open for good: every later call was skipped and the store was
+// never used again, even after it recovered.
+func TestBreakerProbeThatPanicsDoesNotWedgeTheBreaker(t *testing.T) {
+	e, st := newScriptedEnv(t, idemhook.Options{BreakerThreshold: 2, BreakerCooldown: time.Second})
+	h := &counter{}
+	route := e.route(idemhook.Route{Source: "stone"}, h)
+
+	st.claimMode.Store(claimFails)
+	send(route, `{"id":1}`)
+	send(route, `{"id":1}`)
+	if !e.breakerOpen.Load() {
+		t.Fatal("breaker not open after 2 failures")
+	}
+
+	e.clock.Advance(time.Second)
+	st.claimMode.Store(claimPanics)
+	func() {
+		defer func() {
+			if p := recover(); p != "store bug" {
+				t.Fatalf("recovered %v, want the store's panic", p)
+			}
+		}()
+		send(route, `{"id":1}`) // the probe
+	}()
+
+	st.claimMode.Store(claimWorks)
+	e.clock.Advance(time.Second)
+	send(route, `{"id":2}`) // the next probe: the store works again
+	if e.breakerOpen.Load() {
+		t.Fatal("breaker still open: the panicking probe wedged it half-open")
+	}
+	if r := send(route, `{"id":2}`); r.Header().Get(idemhook.ReplayedHeader) != "true" {
+		t.Fatalf("deduplication did not resume: %d %v", r.Code, r.Header())
+	}
+}
+
+// A waiter that finds the key holding a value it can't decode (e.g. the
+// NestJS guard writing to the same Redis during a migration) applies the
+// parse-error rule at once: WARN, run the handler. Before, it took the
+// corrupt value for a slow poll, waited the whole WaitTimeout and then
+// proceeded without the WARN.
+func TestInFlightWaitSeesACorruptRecord(t *testing.T) {
+	e, st := newScriptedEnv(t, idemhook.Options{})
+	body := `{"id":1}`
+	key := idemhook.StoreKey("stone", idemhook.BodyKey([]byte(body)))
+	other := &idemhook.Record{State: idemhook.StatePending, Token: "another process"}
+	if existing, err := st.Store.Claim(t.Context(), key, other, time.Minute); err != nil || existing != nil {
+		t.Fatalf("claim: %v %v", existing, err)
+	}
+	st.corruptGet.Store(true)
+	h := &counter{}
+	route := e.route(idemhook.Route{Source: "stone", InFlight: idemhook.InFlightWait, WaitTimeout: 2 * time.Second}, h)
+	if r := send(route, body); r.Code != 200 || h.n.Load() != 1 {
+		t.Fatalf("status %d, handler ran %d times", r.Code, h.n.Load())
+	}
+	if !strings.Contains(e.logs.String(), `msg="WebhookIdempotencyGuard cached value parse error for key=`+key) {
+		t.Fatalf("missing parse error WARN:\n%s", e.logs)
+	}
+	wantOutcomes(t, e, idemhook.OutcomeStoreErrorOpen)
+}
+
+// errAfter is a request body that declares more than it sends: it fails
+// after its first bytes, as a sender that hangs up does. It notes the
+// largest buffer it was handed, the memory set aside for the body.
+type errAfter struct {
+	sent    bool
+	largest int
+}
+
+func (b *errAfter) Read(p []byte) (int, error) {
+	b.largest = max(b.largest, len(p))
+	if b.sent {
+		return 0, io.ErrUnexpectedEOF
+	}
+	b.sent = true
+	return copy(p, `{"id":`), nil
+}
+
+// The Content-Length a sender declares costs it nothing; memory for the
+// body must follow the bytes that arrive. Before, the middleware allocated
+// the declared length (up to MaxBodyBytes, 5 MiB) before reading a byte, so
+// a few hundred connections declaring 5 MiB and sending nothing pinned
+// gigabytes.
+func TestDeclaredLengthIsNotAllocatedUpFront(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	route := e.route(idemhook.Route{Source: "stone"}, &counter{})
+	const declared = 4 << 20
+	body := &errAfter{}
+	req := httptest.NewRequest(http.MethodPost, "/webhook", io.NopCloser(body))
+	req.ContentLength = declared
+	rec := httptest.NewRecorder()
+	route.ServeHTTP(rec, req)
+	if rec.Code != http.StatusBadRequest {
+		t.Fatalf("status %d, want 400 for a body cut short", rec.Code)
+	}
+	if body.largest >= declared/4 {
+		t.Fatalf("a body that sent 6 bytes was read into a %d-byte buffer (declared %d)", body.largest, declared)
+	}
+}
+
+// A Lease under a millisecond made the renewal interval (Lease/3) 0: the
+// renewal timer fired back to back, hammering the store for as long as the
+// handler ran. New refuses it.
+func TestNewRefusesALeaseUnderAMillisecond(t *testing.T) {
+	st, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, lease := range []time.Duration{time.Nanosecond, 2, time.Millisecond - 1} {
+		if _, err := idemhook.New(st, idemhook.Options{Lease: lease}); err == nil || !strings.Contains(err.Error(), "Lease") {
+			t.Errorf("Lease %v: err %v, want an error naming Lease", lease, err)
+		}
+	}
+	if _, err := idemhook.New(st, idemhook.Options{Lease: time.Millisecond}); err != nil {
+		t.Errorf("Lease 1ms: %v", err)
+	}
+}
+
+// A handler that ends its goroutine with runtime.Goexit (t.FailNow in a
+// test handler, a library's bail-out) never answers. Before, only a panic
+// released the claim: after a Goexit the renewal timer kept extending the
+// lease for good, so under InFlightReject every retry got 409, forever.
+func TestGoexitInTheHandlerReleasesTheClaim(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	var calls atomic.Int64
+	route := e.route(idemhook.Route{Source: "stone", InFlight: idemhook.InFlightReject}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			runtime.Goexit()
+		}
+		io.WriteString(w, "ok") //nolint:errcheck
+	}))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		send(route, `{"id":1}`)
+	}()
+	<-done
+	if r := send(route, `{"id":1}`); r.Code != 200 || r.Body.String() != "ok" {
+		t.Fatalf("retry: %d %q, want the handler to run afresh", r.Code, r.Body)
+	}
+	wantOutcomes(t, e, idemhook.OutcomeFailedReleased, idemhook.OutcomeProcessed)
+}
+
+// StoreCallInfo.Err is nil on success, and ErrNotOwner is a success (the
+// store answered; the claim was simply no longer held). The hook got
+// ErrNotOwner in Err, so the gateway counted a lost lease in
+// idemhook_store_errors_total, an alarm about a healthy store.
+func TestStoreCallHookTreatsNotOwnerAsSuccess(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	body := `{"id":1}`
+	key := idemhook.StoreKey("stone", idemhook.BodyKey([]byte(body)))
+	route := e.route(idemhook.Route{Source: "stone"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// An operator deletes the key while the handler runs: the
+		// claim is no longer held when the response is stored.
+		if ok, err := e.store.Delete(r.Context(), key); !ok || err != nil {
+			t.Errorf("Delete: %v %v", ok, err)
+		}
+		io.WriteString(w, "ok") //nolint:errcheck
+	}))
+	if r := send(route, body); r.Code != 200 {
+		t.Fatalf("status %d", r.Code)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var complete *idemhook.StoreCallInfo
+	for i, c := range e.storeCalls {
+		if c.Op == "complete" {
+			complete = &e.storeCalls[i]
+		}
+	}
+	if complete == nil || complete.Err != nil || complete.Skipped {
+		t.Fatalf("complete call reported as %+v, want a success (Err nil)", complete)
+	}
+	if !strings.Contains(e.logs.String(), "cache write failed") {
+		t.Fatalf("the response was not stored, yet no WARN:\n%s", e.logs)
+	}
+}
+
+// Route.Lease replaces Options.Lease for one route: the pending claim lives
+// that long (a duplicate after it takes over), and a wait that times out
+// says so in Retry-After.
+func TestRouteLease(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{Lease: time.Minute})
+	b := newBlocker()
+	defer close(b.release)
+	short := e.route(idemhook.Route{Source: "short", Lease: 7 * time.Second, InFlight: idemhook.InFlightWait, WaitTimeout: 10 * time.Millisecond}, b)
+	sendAsync(short, `{"id":1}`)
+	<-b.started
+	r := send(short, `{"id":1}`)
+	if r.Code != 409 || r.Header().Get("Retry-After") != "7" {
+		t.Errorf("a duplicate that waited out WaitTimeout: %d Retry-After %q, want 409 and 7 (the route's lease)", r.Code, r.Header().Get("Retry-After"))
+	}
+	// Past the route's lease (well before its first renewal, due after
+	// Lease/3 of real time), the claim has lapsed: a duplicate claims it.
+	e.clock.Advance(8 * time.Second)
+	sendAsync(short, `{"id":1}`)
+	select {
+	case <-b.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the duplicate did not take over a claim past the route's lease")
+	}
+
+	other := e.route(idemhook.Route{Source: "other", InFlight: idemhook.InFlightWait, WaitTimeout: 10 * time.Millisecond}, b)
+	go send(other, `{"id":2}`)
+	<-b.started
+	if r := send(other, `{"id":2}`); r.Header().Get("Retry-After") != "60" {
+		t.Errorf("without Route.Lease, Retry-After = %q, want 60 (Options.Lease)", r.Header().Get("Retry-After"))
+	}
+	for _, bad := range []time.Duration{-time.Second, time.Microsecond} {
+		if _, err := e.mw.Route(idemhook.Route{Source: "x", Lease: bad}); err == nil || !strings.Contains(err.Error(), "Lease") {
+			t.Errorf("Route with Lease %v: %v, want an error naming Lease", bad, err)
+		}
+	}
+}
+
+// DeliveryInfo.Waited is how long a delivery waited for another one of its
+// key, whatever came of it: a replay, or a take-over once the first
+// released its claim. It is read from the middleware's clock.
+func TestDeliveryInfoWaited(t *testing.T) {
+	tests := []struct {
+		name        string
+		firstStatus int64
+		wantSecond  idemhook.Outcome
+	}{
+		{"the first answers: replayed", 0, idemhook.OutcomeInFlightWaited},
+		{"the first fails: taken over", 500, idemhook.OutcomeProcessed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := newClock()
+			st, err := memstore.New(memstore.Config{Now: clk.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var gets atomic.Int64
+			var mu sync.Mutex
+			var infos []idemhook.DeliveryInfo
+			mw, err := idemhook.New(st, idemhook.Options{
+				Now: clk.Now,
+				OnStoreCall: func(c idemhook.StoreCallInfo) {
+					if c.Op == "get" {
+						gets.Add(1)
+					}
+				},
+				OnDelivery: func(d idemhook.DeliveryInfo) {
+					mu.Lock()
+					infos = append(infos, d)
+					mu.Unlock()
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wrap, err := mw.Route(idemhook.Route{Source: "stone", InFlight: idemhook.InFlightWait, WaitTimeout: time.Minute, Scope: unscoped})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := newBlocker()
+			b.status.Store(tt.firstStatus)
+			route := wrap(b)
+			first := sendAsync(route, `{"id":1}`)
+			<-b.started
+			second := sendAsync(route, `{"id":1}`)
+			for gets.Load() == 0 { // the duplicate is waiting
+				time.Sleep(time.Millisecond)
+			}
+			clk.Advance(2 * time.Second)
+			close(b.release)
+			<-first
+			<-second
+			mu.Lock()
+			defer mu.Unlock()
+			if len(infos) != 2 {
+				t.Fatalf("%d deliveries", len(infos))
+			}
+			if infos[0].Waited != 0 {
+				t.Errorf("the first delivery: Waited = %v, want 0", infos[0].Waited)
+			}
+			if d := infos[1]; d.Outcome != tt.wantSecond || d.Waited != 2*time.Second {
+				t.Errorf("the duplicate: %s after waiting %v, want %s after 2s", d.Outcome, d.Waited, tt.wantSecond)
+			}
+		})
 	}
 }

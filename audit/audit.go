@@ -1,15 +1,19 @@
-// Package audit is idemhook's audit trail, the successor of the seed's
+// Package audit is idemhook's audit trail, the successor of the NestJS guard's
 // webhook-audit.service: every delivery the gateway sees is recorded with
-// its time, route, source, key, outcome, status, duration and sizes.
+// its time, route, source, key, outcome, status, duration, sizes, the reason
+// it was refused (if it was) and the gateway instance that answered it.
 //
 // A [Recorder] takes entries on the request path without ever blocking it
 // and hands them in batches to a [Sink]: [SQLite] (the gateway's default,
-// same file as the store), [Postgres] (one trail for several gateways) or
-// [Log] (one slog line per delivery). The SQL sinks are also a [Querier]:
-// filtered, newest-first pages with an opaque cursor, which the admin API
-// serves as GET /admin/deliveries, and a [Counter] (entries per source and
-// outcome, GET /admin/stats), and they delete rows older than their
-// retention.
+// same file as the store), [Postgres] (one trail for several gateways),
+// [RedisStream] (a capped stream on the store's Redis, shared by every
+// gateway on it), [Ring] (a bounded in-process ring, with the memory store)
+// or [Log] (one slog line per delivery). A sink that fails is retried in the
+// background while entries wait in the recorder's bounded buffer. Every sink
+// but Log is also a [Querier]: filtered, newest-first pages with an opaque
+// cursor, which the admin API serves as GET /admin/deliveries. The SQL sinks
+// are also a [Counter] (entries per source and outcome, GET /admin/stats),
+// and they delete rows older than their retention.
 package audit
 
 import (
@@ -28,13 +32,40 @@ type Entry struct {
 	Route         string        // the route's path, e.g. /webhooks/stone
 	Source        string        // the route's source label, e.g. stone
 	Key           string        // the resolved key part, e.g. sha256:9f86...; empty when none
+	Scope         string        // the key's scope (a prefix route's request path), as in the store key; empty when unscoped
 	Outcome       string        // one of the idemhook.Outcome values, e.g. processed
 	Status        int           // HTTP status sent to the provider
 	Duration      time.Duration // time spent answering
 	RequestBytes  int64         // request body size
 	ResponseBytes int64         // response body size
-	ID            int64         // assigned by the sink that stores it (0 on input)
+	// Reason says why a delivery was refused or not protected: the
+	// signature error of a 401, the limit of a 413, the store error of a
+	// store_error_* outcome, the upstream's status of a released claim.
+	// Empty for an ordinary delivery.
+	Reason string
+	// Instance names the gateway instance that answered, e.g. its host
+	// name; empty when not set.
+	Instance string
+	// Decision is the key decision of the delivery in words (claimed,
+	// replayed, waited, released and why). Only the Log sink writes it, at
+	// DEBUG; the other sinks don't store it.
+	Decision string
+	ID       int64 // assigned by the sink that stores it (0 on input)
 }
+
+// PartialWriteError is returned by a [Sink] whose Write stored the first
+// Written entries of a batch before it failed; the [Recorder] then retries
+// only the rest.
+type PartialWriteError struct {
+	Written int
+	Err     error
+}
+
+func (e *PartialWriteError) Error() string {
+	return fmt.Sprintf("%v (after %d entries were written)", e.Err, e.Written)
+}
+
+func (e *PartialWriteError) Unwrap() error { return e.Err }
 
 // Filter selects entries for [Querier.Query]. Non-empty fields combine with
 // AND.
@@ -180,7 +211,7 @@ func (q query) selectPage(table string, f Filter) (stmt string, args []any, limi
 		return "", nil, 0, err
 	}
 	limit = f.limit()
-	stmt = `SELECT id, ` + q.timeCol + `, route, source, key, outcome, status, duration_ns, request_bytes, response_bytes
+	stmt = `SELECT id, ` + q.timeCol + `, route, source, key, outcome, status, duration_ns, request_bytes, response_bytes, reason, instance, scope
 		FROM ` + table + where + ` ORDER BY ` + q.timeCol + ` DESC, id DESC LIMIT ` + fmt.Sprint(limit+1)
 	return stmt, args, limit, nil
 }

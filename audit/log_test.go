@@ -67,3 +67,27 @@ func TestLogDisabled(t *testing.T) {
 		t.Errorf("nil logger: %v", err)
 	}
 }
+
+// Reason and instance when set; the decision only at DEBUG.
+func TestLogReasonInstanceDecision(t *testing.T) {
+	e := audit.Entry{Time: base, Route: "/wh", Source: "stripe", Outcome: "signature_invalid", Status: 401,
+		Reason: "stripe: no valid signature", Instance: "gw-1", Decision: "signature check failed; refused with 401, nothing claimed"}
+	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelDebug} {
+		var buf bytes.Buffer
+		sink := audit.NewLog(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: level})))
+		if err := sink.Write(t.Context(), []audit.Entry{e}); err != nil {
+			t.Fatal(err)
+		}
+		var line map[string]any
+		if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+			t.Fatalf("%v: %v", level, err)
+		}
+		if line["level"] != "INFO" || line["reason"] != e.Reason || line["instance"] != e.Instance {
+			t.Errorf("at %v: %v", level, line)
+		}
+		_, hasDecision := line["decision"]
+		if wantDecision := level == slog.LevelDebug; hasDecision != wantDecision || wantDecision && line["decision"] != e.Decision {
+			t.Errorf("at %v: decision %v, want it present: %t", level, line["decision"], wantDecision)
+		}
+	}
+}

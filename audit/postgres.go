@@ -65,7 +65,7 @@ var (
 
 var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
 
-var postgresColumns = []string{"time", "route", "source", "key", "outcome", "status", "duration_ns", "request_bytes", "response_bytes"}
+var postgresColumns = []string{"time", "route", "source", "key", "outcome", "status", "duration_ns", "request_bytes", "response_bytes", "reason", "instance", "scope"}
 
 // NewPostgres returns a sink writing to the table cfg.Table through pool,
 // creating the table and its indexes if they are missing, and starts the
@@ -130,8 +130,15 @@ func (p *Postgres) createTable(ctx context.Context) error {
 			status         integer NOT NULL,
 			duration_ns    bigint NOT NULL,
 			request_bytes  bigint NOT NULL,
-			response_bytes bigint NOT NULL
+			response_bytes bigint NOT NULL,
+			reason         text NOT NULL DEFAULT '',
+			instance       text NOT NULL DEFAULT '',
+			scope          text NOT NULL DEFAULT ''
 		)`,
+		// Tables made before reason, instance and scope existed.
+		`ALTER TABLE ` + p.ident + ` ADD COLUMN IF NOT EXISTS reason text NOT NULL DEFAULT ''`,
+		`ALTER TABLE ` + p.ident + ` ADD COLUMN IF NOT EXISTS instance text NOT NULL DEFAULT ''`,
+		`ALTER TABLE ` + p.ident + ` ADD COLUMN IF NOT EXISTS scope text NOT NULL DEFAULT ''`,
 		`CREATE INDEX IF NOT EXISTS ` + pgx.Identifier{indexName(base, "time")}.Sanitize() + ` ON ` + p.ident + ` (time, id)`,
 		`CREATE INDEX IF NOT EXISTS ` + pgx.Identifier{indexName(base, "source")}.Sanitize() + ` ON ` + p.ident + ` (source, time, id)`,
 		`CREATE INDEX IF NOT EXISTS ` + pgx.Identifier{indexName(base, "outcome")}.Sanitize() + ` ON ` + p.ident + ` (outcome, time, id)`,
@@ -178,7 +185,7 @@ func (p *Postgres) Write(ctx context.Context, entries []Entry) error {
 	_, err := p.pool.CopyFrom(ctx, p.table, postgresColumns, pgx.CopyFromSlice(len(entries), func(i int) ([]any, error) {
 		e := &entries[i]
 		return []any{time.UnixMicro(e.Time.UnixMicro()).UTC(), e.Route, e.Source, e.Key, e.Outcome, int32(e.Status),
-			int64(e.Duration), e.RequestBytes, e.ResponseBytes}, nil
+			int64(e.Duration), e.RequestBytes, e.ResponseBytes, e.Reason, e.Instance, e.Scope}, nil
 	}))
 	if err != nil {
 		return fmt.Errorf("audit: write %d entries: %w", len(entries), err)
@@ -200,7 +207,7 @@ func (p *Postgres) Query(ctx context.Context, f Filter) (Page, error) {
 	return readPage(rows, limit, func(e *Entry) error {
 		var status int32
 		var dur int64
-		if err := rows.Scan(&e.ID, &e.Time, &e.Route, &e.Source, &e.Key, &e.Outcome, &status, &dur, &e.RequestBytes, &e.ResponseBytes); err != nil {
+		if err := rows.Scan(&e.ID, &e.Time, &e.Route, &e.Source, &e.Key, &e.Outcome, &status, &dur, &e.RequestBytes, &e.ResponseBytes, &e.Reason, &e.Instance, &e.Scope); err != nil {
 			return err
 		}
 		e.Time = e.Time.UTC()

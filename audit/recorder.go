@@ -2,17 +2,22 @@ package audit
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
+// DefaultQueueSize is RecorderConfig.QueueSize by default.
+const DefaultQueueSize = 10000
+
 // RecorderConfig configures a [Recorder]. The zero value means the
 // defaults.
 type RecorderConfig struct {
-	// QueueSize is how many entries wait for the sink at most; beyond,
-	// entries are dropped. Default: 10000.
+	// QueueSize is how many entries wait for the sink at most, those of a
+	// batch being retried included; beyond, entries are dropped and
+	// counted. Default: DefaultQueueSize (10000).
 	QueueSize int
 
 	// BatchSize is the most entries handed to the sink in one Write.
@@ -26,8 +31,14 @@ type RecorderConfig struct {
 	// WriteTimeout bounds each Write to the sink. Default: 5s.
 	WriteTimeout time.Duration
 
+	// RetryMin and RetryMax bound the wait between two attempts at a
+	// batch the sink refused: it starts at RetryMin and doubles up to
+	// RetryMax. Defaults: 100ms and 5s.
+	RetryMin, RetryMax time.Duration
+
 	// Logger receives a WARN when entries are dropped (at most one per
-	// second) or a Write fails. Default: none.
+	// second) and when the sink starts failing, and an INFO when it
+	// recovers. Default: none.
 	Logger *slog.Logger
 
 	// OnDrop, when set, is called with the number of entries dropped
@@ -40,25 +51,34 @@ type RecorderConfig struct {
 // the entry in a bounded queue and returns at once, and one goroutine hands
 // the queue to the sink in batches.
 //
-// When the queue is full (the sink is down or slower than the traffic),
-// Record drops the entry and counts it ([Recorder.Dropped], OnDrop, a WARN
-// at most once per second) rather than wait: the audit trail observes the
-// webhooks, it must never slow one down or make one fail. Entries whose
-// Write fails are counted in [Recorder.Failed] and logged, not retried, for
-// the same reason. Create it with [NewRecorder].
+// A batch the sink refuses (it is down, at start or later) is retried in
+// the background, with a growing pause, until the sink takes it; meanwhile
+// new entries wait in the queue. When QueueSize entries wait (the sink is
+// down, or slower than the traffic), Record drops the entry and counts it
+// ([Recorder.Dropped], OnDrop, a WARN at most once per second) rather than
+// wait: the audit trail observes the webhooks, it must never slow one down
+// or make one fail. [Recorder.Health] says whether the sink is failing and
+// how many entries wait. Entries still unwritten when Close gives up are
+// counted in [Recorder.Failed]. A sink may store a batch more than once if
+// it fails after storing it but before answering (a connection cut at that
+// moment). Create it with [NewRecorder].
 type Recorder struct {
 	sink     Sink
 	queue    chan Entry
 	batch    int
 	interval time.Duration
 	timeout  time.Duration
+	retryMin time.Duration
+	retryMax time.Duration
 	log      *slog.Logger
 	onDrop   func(int)
 
+	held     atomic.Int64 // entries accepted and not yet written or lost
 	dropped  atomic.Uint64
 	failed   atomic.Uint64
-	lastWarn atomic.Int64 // Unix nanoseconds of the last drop WARN
-	mu       sync.RWMutex // Record holds it shared, Close exclusively
+	lastWarn atomic.Int64          // Unix nanoseconds of the last drop WARN
+	sinkErr  atomic.Pointer[error] // the last Write's error while the sink fails
+	mu       sync.RWMutex          // Record holds it shared, Close exclusively
 	closed   bool
 
 	ctx       context.Context // canceled when Close's context is done
@@ -72,7 +92,7 @@ type Recorder struct {
 // stop it with [Recorder.Close].
 func NewRecorder(sink Sink, cfg RecorderConfig) *Recorder {
 	if cfg.QueueSize <= 0 {
-		cfg.QueueSize = 10000
+		cfg.QueueSize = DefaultQueueSize
 	}
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = 256
@@ -83,6 +103,12 @@ func NewRecorder(sink Sink, cfg RecorderConfig) *Recorder {
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 5 * time.Second
 	}
+	if cfg.RetryMin <= 0 {
+		cfg.RetryMin = 100 * time.Millisecond
+	}
+	if cfg.RetryMax < cfg.RetryMin {
+		cfg.RetryMax = max(cfg.RetryMin, 5*time.Second)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Recorder{
 		sink:     sink,
@@ -90,6 +116,8 @@ func NewRecorder(sink Sink, cfg RecorderConfig) *Recorder {
 		batch:    cfg.BatchSize,
 		interval: cfg.FlushInterval,
 		timeout:  cfg.WriteTimeout,
+		retryMin: cfg.RetryMin,
+		retryMax: cfg.RetryMax,
 		log:      cfg.Logger,
 		onDrop:   cfg.OnDrop,
 		ctx:      ctx,
@@ -101,18 +129,19 @@ func NewRecorder(sink Sink, cfg RecorderConfig) *Recorder {
 	return r
 }
 
-// Record enqueues e without blocking. If the queue is full, or the recorder
-// is closed, e is dropped and counted.
+// Record enqueues e without blocking. If QueueSize entries already wait, or
+// the recorder is closed, e is dropped and counted.
 func (r *Recorder) Record(e Entry) {
 	r.mu.RLock()
 	closed := r.closed
 	if !closed {
-		select {
-		case r.queue <- e:
+		if r.held.Add(1) <= int64(cap(r.queue)) {
+			// held bounds what the queue holds, so the send never blocks.
+			r.queue <- e
 			r.mu.RUnlock()
 			return
-		default:
 		}
+		r.held.Add(-1)
 	}
 	r.mu.RUnlock()
 	r.drop(closed)
@@ -144,9 +173,19 @@ func (r *Recorder) drop(closed bool) {
 // Dropped returns how many entries Record has dropped.
 func (r *Recorder) Dropped() uint64 { return r.dropped.Load() }
 
-// Failed returns how many entries were lost because the sink's Write
-// failed.
+// Failed returns how many accepted entries were never written: the sink
+// still refused them when Close gave up.
 func (r *Recorder) Failed() uint64 { return r.failed.Load() }
+
+// Health returns how many entries wait for the sink and, while the sink is
+// failing (its last Write failed), that Write's error; nil once a Write
+// succeeds again.
+func (r *Recorder) Health() (waiting int, err error) {
+	if p := r.sinkErr.Load(); p != nil {
+		err = *p
+	}
+	return int(r.held.Load()), err
+}
 
 // Close stops accepting entries, writes those still queued and returns
 // when they are written or when ctx is done, whichever comes first (then
@@ -220,17 +259,45 @@ func (r *Recorder) run() {
 	}
 }
 
+// write hands batch to the sink until it takes it or Close gives up.
 func (r *Recorder) write(batch []Entry) {
-	if r.ctx.Err() != nil {
-		r.failed.Add(uint64(len(batch)))
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.ctx, r.timeout)
-	defer cancel()
-	if err := r.sink.Write(ctx, batch); err != nil {
-		r.failed.Add(uint64(len(batch)))
-		if r.log != nil {
-			r.log.Warn("audit: writing delivery entries failed", "entries", len(batch), "err", err)
+	pause := r.retryMin
+	for len(batch) > 0 {
+		if r.ctx.Err() != nil {
+			r.lost(len(batch))
+			return
 		}
+		ctx, cancel := context.WithTimeout(r.ctx, r.timeout)
+		err := r.sink.Write(ctx, batch)
+		cancel()
+		if err == nil {
+			r.held.Add(-int64(len(batch)))
+			if r.sinkErr.Swap(nil) != nil && r.log != nil {
+				r.log.Info("audit: the sink takes entries again", "waiting", r.held.Load())
+			}
+			return
+		}
+		var partial *PartialWriteError
+		if errors.As(err, &partial) && partial.Written > 0 && partial.Written <= len(batch) {
+			r.held.Add(-int64(partial.Written))
+			batch = batch[partial.Written:]
+		}
+		if r.sinkErr.Swap(&err) == nil && r.log != nil {
+			r.log.Warn("audit: the sink refuses entries; they wait and are retried in the background (beyond the queue size they are dropped)",
+				"entries", len(batch), "queue_size", cap(r.queue), "err", err)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-r.ctx.Done():
+			t.Stop()
+		}
+		pause = min(2*pause, r.retryMax)
 	}
+}
+
+// lost counts n accepted entries that will never be written.
+func (r *Recorder) lost(n int) {
+	r.held.Add(-int64(n))
+	r.failed.Add(uint64(n))
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook/audit"
+	"github.com/idemhook/idemhook/internal/syncbuf"
 )
 
 // memSink keeps what it is given. When gate is set, each Write first
@@ -125,11 +126,11 @@ func TestRecorderDropsWhenFull(t *testing.T) {
 		Logger:        slog.New(slog.NewTextHandler(&logs, nil)),
 		OnDrop:        func(n int) { onDrop.Add(int64(n)) },
 	})
-	// The first entry reaches the sink, which holds it: the queue is empty
-	// and nothing drains it.
+	// The first entry reaches the sink, which holds it: it counts against
+	// the queue size until written, and nothing drains the queue.
 	r.Record(entry(0))
 	<-sink.entered
-	for i := 1; i <= queue; i++ {
+	for i := 1; i < queue; i++ {
 		r.Record(entry(i))
 	}
 	if r.Dropped() != 0 {
@@ -155,8 +156,8 @@ func TestRecorderDropsWhenFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(sink.entered)
-	if got := len(sink.all()); got != 1+queue {
-		t.Fatalf("the sink got %d entries, want %d", got, 1+queue)
+	if got := len(sink.all()); got != queue {
+		t.Fatalf("the sink got %d entries, want %d", got, queue)
 	}
 	// After Close, Record drops.
 	r.Record(entry(999))
@@ -188,21 +189,153 @@ func TestRecorderCloseBounded(t *testing.T) {
 	}
 }
 
-func TestRecorderWriteError(t *testing.T) {
-	sink := &memSink{fail: errors.New("disk full")}
-	var logs bytes.Buffer
-	r := audit.NewRecorder(sink, audit.RecorderConfig{BatchSize: 4, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	for i := range 10 {
+// flakySink fails every Write while down is set, with the error down; a
+// Write may also store only the first partial entries and then fail.
+type flakySink struct {
+	mu      sync.Mutex
+	down    error
+	partial int
+	got     []audit.Entry
+	writes  int
+}
+
+func (f *flakySink) Write(ctx context.Context, entries []audit.Entry) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.writes++
+	if f.down != nil {
+		return f.down
+	}
+	if n := f.partial; n > 0 && n < len(entries) {
+		f.partial = 0
+		f.got = append(f.got, entries[:n]...)
+		return &audit.PartialWriteError{Written: n, Err: errors.New("connection reset")}
+	}
+	f.got = append(f.got, entries...)
+	return nil
+}
+
+func (f *flakySink) set(down error) {
+	f.mu.Lock()
+	f.down = down
+	f.mu.Unlock()
+}
+
+func (f *flakySink) entries() []audit.Entry {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.got)
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// A sink that is down at the start and comes back: the entries wait (up to
+// the queue size, the rest dropped and counted), Health says the sink
+// fails, and once it is back every accepted entry is written exactly once,
+// in order.
+func TestRecorderRetriesUntilTheSinkIsBack(t *testing.T) {
+	sink := &flakySink{down: errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")}
+	var logs syncbuf.Buffer
+	const queue = 10
+	r := audit.NewRecorder(sink, audit.RecorderConfig{
+		QueueSize: queue, BatchSize: 4, FlushInterval: time.Millisecond,
+		RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	defer r.Close(context.Background())
+	for i := range queue + 15 {
+		r.Record(entry(i))
+	}
+	if r.Dropped() != 15 {
+		t.Fatalf("Dropped() = %d with %d entries over a queue of %d, want 15", r.Dropped(), queue+15, queue)
+	}
+	eventually(t, "Health reports the failing sink", func() bool {
+		waiting, err := r.Health()
+		return waiting == queue && err != nil && strings.Contains(err.Error(), "connection refused")
+	})
+	eventually(t, "the batch is retried", func() bool {
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		return sink.writes >= 3
+	})
+	sink.set(nil)
+	eventually(t, "the waiting entries are written", func() bool { return len(sink.entries()) == queue })
+	eventually(t, "Health reports the sink recovered", func() bool {
+		waiting, err := r.Health()
+		return waiting == 0 && err == nil
+	})
+	for i, e := range sink.entries() {
+		if e.Key != fmt.Sprint(i) {
+			t.Fatalf("entry %d is %q: entries lost, repeated or reordered", i, e.Key)
+		}
+	}
+	// Down again, later: the same.
+	sink.set(errors.New("server closed the connection"))
+	r.Record(entry(100))
+	eventually(t, "Health reports the second outage", func() bool { _, err := r.Health(); return err != nil })
+	sink.set(nil)
+	eventually(t, "the entry of the second outage is written", func() bool { return len(sink.entries()) == queue+1 })
+	if err := r.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if r.Failed() != 0 || r.Dropped() != 15 {
+		t.Errorf("Failed() = %d, Dropped() = %d; want 0, 15", r.Failed(), r.Dropped())
+	}
+	if n := strings.Count(logs.String(), "the sink refuses entries"); n != 2 {
+		t.Errorf("%d WARNs for two outages, want 2:\n%s", n, logs.String())
+	}
+	if n := strings.Count(logs.String(), "the sink takes entries again"); n != 2 {
+		t.Errorf("%d INFOs for two recoveries, want 2:\n%s", n, logs.String())
+	}
+}
+
+// A Write that stored part of a batch before failing: only the rest is
+// retried, so no entry is stored twice.
+func TestRecorderPartialWrite(t *testing.T) {
+	sink := &flakySink{partial: 3}
+	r := audit.NewRecorder(sink, audit.RecorderConfig{BatchSize: 8, FlushInterval: time.Millisecond, RetryMin: time.Millisecond})
+	for i := range 8 {
 		r.Record(entry(i))
 	}
 	if err := r.Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if r.Failed() != 10 || r.Dropped() != 0 {
-		t.Errorf("Failed() = %d, Dropped() = %d; want 10, 0", r.Failed(), r.Dropped())
+	got := sink.entries()
+	if len(got) != 8 {
+		t.Fatalf("the sink holds %d entries, want 8", len(got))
 	}
-	if !strings.Contains(logs.String(), "disk full") {
-		t.Errorf("the write error was not logged: %q", logs.String())
+	for i, e := range got {
+		if e.Key != fmt.Sprint(i) {
+			t.Fatalf("entry %d is %q", i, e.Key)
+		}
+	}
+}
+
+// Close gives up on a sink that stays down when its context ends; what
+// waited is counted as failed.
+func TestRecorderCloseWhileTheSinkIsDown(t *testing.T) {
+	sink := &flakySink{down: errors.New("disk full")}
+	r := audit.NewRecorder(sink, audit.RecorderConfig{BatchSize: 4, RetryMin: time.Millisecond, RetryMax: time.Millisecond})
+	for i := range 10 {
+		r.Record(entry(i))
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if err := r.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Close with the sink down: %v, want DeadlineExceeded", err)
+	}
+	eventually(t, "the recorder stops", func() bool { return r.Failed() == 10 })
+	if r.Dropped() != 0 {
+		t.Errorf("Dropped() = %d, want 0", r.Dropped())
 	}
 }
 

@@ -17,19 +17,26 @@ import (
 	"github.com/idemhook/idemhook/internal/fakeclock"
 	"github.com/idemhook/idemhook/sqlitestore"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 )
 
-// trail is what both SQL sinks offer.
+// trail is what every queryable sink offers.
 type trail interface {
 	audit.Sink
 	audit.Querier
+}
+
+// pruner is what the SQL sinks add.
+type pruner interface {
 	Prune(ctx context.Context) (int64, error)
-	Close() error
 }
 
 type backend struct {
 	name string
 	new  func(t *testing.T, now func() time.Time) trail
+	// appendOrder: the sink returns entries newest appended first, not
+	// sorted by time (the Redis stream).
+	appendOrder bool
 }
 
 func newSQLite(t *testing.T, now func() time.Time) trail {
@@ -99,10 +106,66 @@ func newPostgres(t *testing.T, now func() time.Time) trail {
 	return p
 }
 
+func newRing(t *testing.T, _ func() time.Time) trail {
+	r, err := audit.NewRing(audit.RingConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// newStream returns a stream sink on the Redis of IDEMHOOK_REDIS_URL (the
+// test skips when it is unset, fails when it is unreachable), on a key of
+// its own deleted at the end.
+func newStream(t *testing.T, _ func() time.Time) trail {
+	t.Helper()
+	client := redisClient(t)
+	s, err := audit.NewRedisStream(client, audit.RedisStreamConfig{Key: "idemhook:audit:test:" + uniqueTable()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Del(context.Background(), s.Key()) })
+	return s
+}
+
+func redisClient(t *testing.T) *redis.Client {
+	t.Helper()
+	url := os.Getenv("IDEMHOOK_REDIS_URL")
+	if url == "" {
+		t.Skip("IDEMHOOK_REDIS_URL is unset; set it (e.g. redis://127.0.0.1:6379/0) to test the Redis stream sink")
+	}
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatalf("IDEMHOOK_REDIS_URL=%q: %v", url, err)
+	}
+	client := redis.NewClient(opts)
+	t.Cleanup(func() { client.Close() })
+	if err := client.Ping(t.Context()).Err(); err != nil {
+		t.Fatalf("IDEMHOOK_REDIS_URL=%q is set but the server is unreachable: %v", url, err)
+	}
+	return client
+}
+
 var backends = []backend{
-	{"SQLite", newSQLite},
-	{"SQLite with ReadDB", newSQLiteReader},
-	{"Postgres", newPostgres},
+	{name: "SQLite", new: newSQLite},
+	{name: "SQLite with ReadDB", new: newSQLiteReader},
+	{name: "Postgres", new: newPostgres},
+	{name: "Ring", new: newRing},
+	{name: "RedisStream", new: newStream, appendOrder: true},
+}
+
+// expectedFor is expected in the order of b.
+func expectedFor(b backend, written []audit.Entry, f audit.Filter) []audit.Entry {
+	if !b.appendOrder {
+		return expected(written, f)
+	}
+	var out []audit.Entry
+	for i := len(written) - 1; i >= 0; i-- {
+		if e := written[i]; len(expected([]audit.Entry{e}, f)) == 1 {
+			out = append(out, expected([]audit.Entry{e}, f)[0])
+		}
+	}
+	return out
 }
 
 var base = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -126,6 +189,8 @@ func dataset(n int) []audit.Entry {
 			Duration:      time.Duration(i+1) * 1234567 * time.Nanosecond,
 			RequestBytes:  int64(100 + i),
 			ResponseBytes: int64(i % 10),
+			Reason:        []string{"", "", "upstream answered 502", ""}[i%4],
+			Instance:      fmt.Sprintf("gw-%d", i%2),
 		}
 	}
 	return out
@@ -229,7 +294,7 @@ func TestQuery(t *testing.T) {
 			}
 			for _, tt := range tests {
 				t.Run(tt.name, func(t *testing.T) {
-					want := expected(written, tt.give)
+					want := expectedFor(b, written, tt.give)
 					p, err := s.Query(t.Context(), tt.give)
 					if err != nil {
 						t.Fatal(err)
@@ -265,7 +330,7 @@ func TestPaginationWhileWriting(t *testing.T) {
 			if err := s.Write(t.Context(), written); err != nil {
 				t.Fatal(err)
 			}
-			want := expected(written, audit.Filter{})
+			want := expectedFor(b, written, audit.Filter{})
 			var got []audit.Entry
 			f := audit.Filter{Limit: 6}
 			for i := 0; ; i++ {
@@ -356,13 +421,16 @@ func TestPrune(t *testing.T) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			clk := fakeclock.New(base)
-			s := b.new(t, clk.Now)
+			s, ok := b.new(t, clk.Now).(pruner)
+			if !ok {
+				t.Skip("keeps a bounded number of entries, not a retention")
+			}
 			ages := []time.Duration{8 * 24 * time.Hour, audit.DefaultRetention + time.Microsecond, audit.DefaultRetention, audit.DefaultRetention - time.Hour, time.Minute}
 			var written []audit.Entry
 			for i, age := range ages {
 				written = append(written, audit.Entry{Time: base.Add(-age), Source: "stone", Outcome: "processed", Status: 200, Key: fmt.Sprint(i)})
 			}
-			if err := s.Write(t.Context(), written); err != nil {
+			if err := s.(audit.Sink).Write(t.Context(), written); err != nil {
 				t.Fatal(err)
 			}
 			steps := []struct {
@@ -383,7 +451,7 @@ func TestPrune(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				p, err := s.Query(t.Context(), audit.Filter{})
+				p, err := s.(audit.Querier).Query(t.Context(), audit.Filter{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -459,5 +527,48 @@ func TestNewSQLiteErrors(t *testing.T) {
 	}
 	if _, err := audit.NewSQLite(db, audit.SQLiteConfig{}); err == nil {
 		t.Error("NewSQLite on a newer schema: got nil error")
+	}
+}
+
+// A file whose trail was made by schema version 1 (no reason, no instance)
+// is upgraded in place: its rows stay, with empty reason and instance.
+func TestSQLiteUpgradeFromVersion1(t *testing.T) {
+	db, err := sqlitestore.Open(filepath.Join(t.TempDir(), "v1.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, q := range []string{
+		`CREATE TABLE idemhook_schema (component TEXT PRIMARY KEY NOT NULL, version INTEGER NOT NULL)`,
+		`INSERT INTO idemhook_schema VALUES ('audit', 1)`,
+		`CREATE TABLE audit_deliveries (id INTEGER PRIMARY KEY, time_us INTEGER NOT NULL, route TEXT NOT NULL,
+			source TEXT NOT NULL, key TEXT NOT NULL, outcome TEXT NOT NULL, status INTEGER NOT NULL,
+			duration_ns INTEGER NOT NULL, request_bytes INTEGER NOT NULL, response_bytes INTEGER NOT NULL)`,
+		`INSERT INTO audit_deliveries VALUES (1, 1796000000000000, '/wh', 'stone', 'k1', 'processed', 200, 5, 1, 2)`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := audit.NewSQLite(db, audit.SQLiteConfig{PruneInterval: -1})
+	if err != nil {
+		t.Fatalf("NewSQLite on a version 1 file: %v", err)
+	}
+	defer s.Close()
+	if err := s.Write(t.Context(), []audit.Entry{{Time: time.UnixMicro(1796000000000001), Route: "/wh", Source: "stone",
+		Key: "k2", Outcome: "signature_invalid", Status: 401, Reason: "stripe: no valid signature", Instance: "gw-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Query(t.Context(), audit.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Entries) != 2 || p.Entries[0].Reason != "stripe: no valid signature" || p.Entries[0].Instance != "gw-1" ||
+		p.Entries[1].Key != "k1" || p.Entries[1].Reason != "" {
+		t.Fatalf("after the upgrade: %+v", p.Entries)
+	}
+	var version int
+	if err := db.QueryRow(`SELECT version FROM idemhook_schema WHERE component = 'audit'`).Scan(&version); err != nil || version != audit.SQLiteSchemaVersion {
+		t.Fatalf("recorded version %d, %v; want %d", version, err, audit.SQLiteSchemaVersion)
 	}
 }

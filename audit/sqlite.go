@@ -15,8 +15,10 @@ import (
 )
 
 // SQLiteSchemaVersion is the version of the audit_deliveries table, recorded
-// in the table idemhook_schema (shared with package sqlitestore).
-const SQLiteSchemaVersion = 1
+// in the table idemhook_schema (shared with package sqlitestore). Version 2
+// added the columns reason and instance, version 3 the column scope; older
+// files are upgraded.
+const SQLiteSchemaVersion = 3
 
 // SQLiteConfig configures a [SQLite] sink. The zero value means the
 // defaults.
@@ -77,7 +79,10 @@ var sqliteSchema = []string{
 		status         INTEGER NOT NULL,
 		duration_ns    INTEGER NOT NULL,
 		request_bytes  INTEGER NOT NULL,
-		response_bytes INTEGER NOT NULL
+		response_bytes INTEGER NOT NULL,
+		reason         TEXT NOT NULL DEFAULT '',
+		instance       TEXT NOT NULL DEFAULT '',
+		scope          TEXT NOT NULL DEFAULT ''
 	)`,
 	// An index on time_us holds the rowid (id) too, so it serves the
 	// newest-first order (time_us DESC, id DESC) and the cursor.
@@ -122,12 +127,12 @@ func NewSQLite(db *sql.DB, cfg SQLiteConfig) (*SQLite, error) {
 	if s.rdb == nil {
 		s.rdb = db
 	}
-	if err := sqlschema.Migrate(context.Background(), db, "audit", SQLiteSchemaVersion, sqliteSchema); err != nil {
+	if err := sqlschema.Upgrade(context.Background(), db, "audit", SQLiteSchemaVersion, sqliteSchema, upgradeSQLite); err != nil {
 		return nil, err
 	}
 	insert, err := db.Prepare(`INSERT INTO audit_deliveries
-		(time_us, route, source, key, outcome, status, duration_ns, request_bytes, response_bytes)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+		(time_us, route, source, key, outcome, status, duration_ns, request_bytes, response_bytes, reason, instance, scope)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	if err != nil {
 		return nil, fmt.Errorf("audit: prepare insert: %w", err)
 	}
@@ -173,14 +178,42 @@ func (s *SQLite) Close() error {
 const sqliteTxRows = 32
 
 // Write stores entries, in transactions of up to 32 entries: if one fails,
-// the entries before it stay written.
+// the entries before it stay written, and the error is a
+// *PartialWriteError saying how many.
 func (s *SQLite) Write(ctx context.Context, entries []Entry) error {
-	for len(entries) > 0 {
-		chunk := entries[:min(len(entries), sqliteTxRows)]
+	written := 0
+	for written < len(entries) {
+		chunk := entries[written:min(len(entries), written+sqliteTxRows)]
 		if err := s.writeTx(ctx, chunk); err != nil {
-			return fmt.Errorf("audit: write %d entries: %w", len(entries), err)
+			err = fmt.Errorf("audit: write %d entries: %w", len(entries)-written, err)
+			if written > 0 {
+				return &PartialWriteError{Written: written, Err: err}
+			}
+			return err
 		}
-		entries = entries[len(chunk):]
+		written += len(chunk)
+	}
+	return nil
+}
+
+// upgradeSQLite adds the columns of the later versions to an older table.
+func upgradeSQLite(ctx context.Context, tx *sql.Tx, from int) error {
+	var qs []string
+	switch from {
+	case 0:
+		return nil // new: the CREATE TABLE has them
+	case 1:
+		qs = append(qs,
+			`ALTER TABLE audit_deliveries ADD COLUMN reason TEXT NOT NULL DEFAULT ''`,
+			`ALTER TABLE audit_deliveries ADD COLUMN instance TEXT NOT NULL DEFAULT ''`)
+		fallthrough
+	case 2:
+		qs = append(qs, `ALTER TABLE audit_deliveries ADD COLUMN scope TEXT NOT NULL DEFAULT ''`)
+	}
+	for _, q := range qs {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -195,7 +228,7 @@ func (s *SQLite) writeTx(ctx context.Context, entries []Entry) error {
 	defer stmt.Close()
 	for _, e := range entries {
 		if _, err := stmt.ExecContext(ctx, e.Time.UnixMicro(), e.Route, e.Source, e.Key, e.Outcome,
-			e.Status, int64(e.Duration), e.RequestBytes, e.ResponseBytes); err != nil {
+			e.Status, int64(e.Duration), e.RequestBytes, e.ResponseBytes, e.Reason, e.Instance, e.Scope); err != nil {
 			return err
 		}
 	}
@@ -215,7 +248,7 @@ func (s *SQLite) Query(ctx context.Context, f Filter) (Page, error) {
 	defer rows.Close()
 	return readPage(rows, limit, func(e *Entry) error {
 		var us, dur int64
-		if err := rows.Scan(&e.ID, &us, &e.Route, &e.Source, &e.Key, &e.Outcome, &e.Status, &dur, &e.RequestBytes, &e.ResponseBytes); err != nil {
+		if err := rows.Scan(&e.ID, &us, &e.Route, &e.Source, &e.Key, &e.Outcome, &e.Status, &dur, &e.RequestBytes, &e.ResponseBytes, &e.Reason, &e.Instance, &e.Scope); err != nil {
 			return err
 		}
 		e.Time = time.UnixMicro(us).UTC()

@@ -14,7 +14,7 @@ import (
 
 // BenchmarkMemoryPerKey stores 100k typical small responses (key
 // "idem:stone:sha256:<64 hex>", status 200, Content-Type: application/json,
-// body {"ok":true}) and reports the heap they take per key. DESIGN's target
+// body {"ok":true}) and reports the heap they take per key. The target in docs/design.md
 // is 200 bytes.
 func BenchmarkMemoryPerKey(b *testing.B) {
 	const n = 100_000

@@ -201,11 +201,11 @@ func (m *Metrics) RegisterAudit(rec AuditCounts) error {
 	}
 	dropped := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "idemhook_audit_dropped_total",
-		Help: "Audit entries dropped because the recorder's queue was full (the sink is down or too slow).",
+		Help: "Audit entries dropped because the recorder's buffer was full (the sink is down or too slow; waiting entries are retried).",
 	}, func() float64 { return float64(rec.Dropped()) })
 	failed := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "idemhook_audit_failed_total",
-		Help: "Audit entries lost because the sink's write failed.",
+		Help: "Audit entries never written: the sink still refused them when the recorder closed.",
 	}, func() float64 { return float64(rec.Failed()) })
 	if err := m.reg.Register(dropped); err != nil {
 		return err

@@ -127,7 +127,7 @@ func BenchmarkStore(b *testing.B) {
 }
 
 // BenchmarkMemoryPerKey reports the server memory a completed record of a
-// typical small answer takes (DESIGN section 6: at most 200 bytes per key),
+// typical small answer takes (docs/design.md, Targets: at most 200 bytes per key),
 // on a private server: used_memory grows by this much per stored key.
 func BenchmarkMemoryPerKey(b *testing.B) {
 	srv := redistest.StartServer(b)
@@ -522,7 +522,7 @@ func (m *monitor) sent(t *testing.T, admin *redis.Client) []string {
 }
 
 // TestCommandCounts lists the commands each step sends, read from MONITOR
-// on a private server so that nothing else shows up (DESIGN section 6: a
+// on a private server so that nothing else shows up (docs/design.md, Targets: a
 // duplicate costs 1 command, a first delivery 2). INFO commandstats can't
 // tell: it also counts the commands a script runs.
 func TestCommandCounts(t *testing.T) {

@@ -52,7 +52,15 @@ type Config struct {
 	// Default: 1 minute.
 	SweepInterval time.Duration
 
-	// Logger receives a WARN when a background sweep fails. Default: none.
+	// FileCheckInterval is how often the store checks that the database's
+	// path still names the file it has open; when it doesn't, every call
+	// fails with ErrFileReplaced (see there why) and an ERROR is logged.
+	// A negative value disables the check. Default:
+	// DefaultFileCheckInterval (1s).
+	FileCheckInterval time.Duration
+
+	// Logger receives a WARN when a background sweep fails and an ERROR
+	// when the database file is lost. Default: none.
 	Logger *slog.Logger
 }
 
@@ -68,6 +76,8 @@ type Store struct {
 	w *writer // every write goes through it (see writer.go)
 
 	sweeping *periodic.Task
+	file     *fileCheck // nil for a database without a file
+	checking *periodic.Task
 	stopOnce sync.Once
 }
 
@@ -130,17 +140,37 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 		}
 		*st.p = p
 	}
-	s.w = startWriter(db)
 	interval := cfg.SweepInterval
 	if interval == 0 {
 		interval = time.Minute
 	}
+	if cfg.FileCheckInterval >= 0 {
+		fc, err := newFileCheck(ctx, db, s.log)
+		if err != nil {
+			s.closeStmts()
+			return nil, err
+		}
+		s.file = fc
+	}
+	s.w = startWriter(db)
 	s.sweeping = periodic.Start(interval, func(ctx context.Context) error {
 		_, err := s.Sweep(ctx)
 		return err
 	}, s.log, "sqlitestore: sweeping expired keys failed")
+	every := cfg.FileCheckInterval
+	switch {
+	case s.file == nil:
+		every = -1
+	case every == 0:
+		every = DefaultFileCheckInterval
+	}
+	s.checking = periodic.Start(every, s.file.check, s.log, "")
 	return s, nil
 }
+
+// Name is how the middleware's WARN messages name this store
+// ("WebhookIdempotencyGuard SQLite error for key=...").
+func (s *Store) Name() string { return "SQLite" }
 
 // Close stops the sweeper and releases the prepared statements. It does not
 // close the *sql.DB, which belongs to the caller. The store must not be used
@@ -148,6 +178,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 func (s *Store) Close() error {
 	s.stopOnce.Do(func() {
 		s.sweeping.Stop()
+		s.checking.Stop()
 		s.w.close()
 		s.closeStmts()
 	})
@@ -217,6 +248,9 @@ func checkLifetime(op string, d time.Duration) error {
 // exactly one of many concurrent claims of an absent key succeeds, in this
 // process or any other sharing the file.
 func (s *Store) Claim(ctx context.Context, key string, claim *idemhook.Record, lease time.Duration) (*idemhook.Record, error) {
+	if err := s.file.failure(); err != nil {
+		return nil, err
+	}
 	if err := checkLifetime("claim", lease); err != nil {
 		return nil, err
 	}
@@ -284,6 +318,9 @@ func (s *Store) exec(ctx context.Context, stmt *sql.Stmt, args func() []any) (in
 // It returns [idemhook.ErrNotOwner] unless key still holds exactly claim
 // and it hasn't expired.
 func (s *Store) Complete(ctx context.Context, key string, claim, done *idemhook.Record, ttl time.Duration) error {
+	if err := s.file.failure(); err != nil {
+		return err
+	}
 	if err := checkLifetime("complete", ttl); err != nil {
 		return err
 	}
@@ -303,6 +340,9 @@ func (s *Store) Complete(ctx context.Context, key string, claim, done *idemhook.
 // [idemhook.ErrNotOwner] unless key still holds exactly claim and it hasn't
 // expired.
 func (s *Store) Release(ctx context.Context, key string, claim *idemhook.Record) error {
+	if err := s.file.failure(); err != nil {
+		return err
+	}
 	old, err := encode("release", claim)
 	if err != nil {
 		return err
@@ -315,6 +355,9 @@ func (s *Store) Release(ctx context.Context, key string, claim *idemhook.Record)
 // It returns [idemhook.ErrNotOwner] unless key still holds exactly claim and
 // it hasn't expired.
 func (s *Store) Extend(ctx context.Context, key string, claim *idemhook.Record, lease time.Duration) error {
+	if err := s.file.failure(); err != nil {
+		return err
+	}
 	if err := checkLifetime("extend", lease); err != nil {
 		return err
 	}
@@ -339,6 +382,9 @@ func casResult(op, key string, n int64, err error) error {
 // Get returns the record under key, or nil when there is none or it has
 // expired.
 func (s *Store) Get(ctx context.Context, key string) (*idemhook.Record, error) {
+	if err := s.file.failure(); err != nil {
+		return nil, err
+	}
 	var value []byte
 	err := s.get.QueryRowContext(ctx, key, s.nowMillis()).Scan(&value)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -353,6 +399,9 @@ func (s *Store) Get(ctx context.Context, key string) (*idemhook.Record, error) {
 // Delete removes key whatever it holds and reports whether it held a record
 // that hadn't expired.
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
+	if err := s.file.failure(); err != nil {
+		return false, err
+	}
 	var expiresAt int64
 	n, err := s.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
 		err := tx.StmtContext(ctx, s.del).QueryRowContext(ctx, key).Scan(&expiresAt)

@@ -16,7 +16,7 @@ import (
 // adminHandler serves the admin listener:
 //
 //	GET    /healthz                       200 while the process runs
-//	GET    /readyz                        200 when the store answers, else 503
+//	GET    /readyz                        200 when the store takes a claim, else 503; names what is down
 //	GET    /metrics                       Prometheus metrics
 //	GET    /admin/deliveries              the audit trail (filters, pagination)
 //	GET    /admin/keys/{source}/{key...}  the record stored for a key
@@ -27,21 +27,14 @@ import (
 // With admin.token set, /metrics and /admin/ require
 // "Authorization: Bearer <token>"; the health probes never do, nor the
 // console's static files, which hold no data.
-func (g *gateway) adminHandler() http.Handler {
+func (g *gateway) adminHandler(token string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if err := storeReady(r.Context(), g.store, time.Second); err != nil {
-			writeProblem(w, http.StatusServiceUnavailable, "store unreachable", err.Error())
-			return
-		}
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Write([]byte("ok\n"))
-	})
-	auth := g.bearer
+	mux.HandleFunc("GET /readyz", g.serveReady)
+	auth := func(next http.Handler) http.Handler { return bearer(token, next) }
 	mux.Handle("GET /metrics", auth(g.metrics.handler()))
 	mux.Handle("GET /admin/deliveries", auth(http.HandlerFunc(g.audit.serveDeliveries)))
 	mux.Handle("GET /admin/keys/{source}/{key...}", auth(http.HandlerFunc(g.getKey)))
@@ -51,8 +44,7 @@ func (g *gateway) adminHandler() http.Handler {
 }
 
 // bearer requires the admin token, when one is configured.
-func (g *gateway) bearer(next http.Handler) http.Handler {
-	token := g.cfg.Admin.Token
+func bearer(token string, next http.Handler) http.Handler {
 	if token == "" {
 		return next
 	}

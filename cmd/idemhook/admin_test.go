@@ -2,20 +2,18 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemhook/idemhook"
-	"github.com/jackc/pgx/v5"
+	"github.com/idemhook/idemhook/internal/pgtest"
 )
 
 // sqliteConfig is a one-route configuration on SQLite (store and audit
@@ -86,10 +84,13 @@ func TestAdminAPI(t *testing.T) {
 	post(t, g.url("/webhooks/other"), `{"id":"x"}`, "Idempotency-Key", "k 1") // header key
 
 	t.Run("health", func(t *testing.T) {
-		for _, p := range []string{"/healthz", "/readyz"} {
-			if r := do(t, "GET", g.adminURL(p), ""); r.Status != 200 || r.Body != "ok\n" {
-				t.Errorf("GET %s = %d %q", p, r.Status, r.Body)
-			}
+		if r := do(t, "GET", g.adminURL("/healthz"), ""); r.Status != 200 || r.Body != "ok\n" {
+			t.Errorf("GET /healthz = %d %q", r.Status, r.Body)
+		}
+		r := do(t, "GET", g.adminURL("/readyz"), "")
+		if r.Status != 200 || !strings.HasPrefix(r.Body, "ok\n") || !strings.Contains(r.Body, "\nstore (sqlite ") ||
+			!strings.Contains(r.Body, "idemhook.db): ok\n") || !strings.Contains(r.Body, "\naudit (sqlite ") {
+			t.Errorf("GET /readyz = %d %q", r.Status, r.Body)
 		}
 	})
 
@@ -243,19 +244,10 @@ func TestAuditSinks(t *testing.T) {
 		}
 	})
 	t.Run("postgres", func(t *testing.T) {
-		raw := os.Getenv("IDEMHOOK_POSTGRES_URL")
-		if raw == "" {
-			t.Skip("IDEMHOOK_POSTGRES_URL is not set (e.g. postgres://postgres@127.0.0.1:5432/test): skipping the PostgreSQL audit sink test")
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, raw)
-		if err != nil {
-			t.Fatalf("IDEMHOOK_POSTGRES_URL is set but PostgreSQL is unreachable: %v", err)
-		}
-		defer conn.Close(context.Background())
-		table := fmt.Sprintf("idemhook_gwtest_%d", time.Now().UnixNano())
-		t.Cleanup(func() { conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+table) })
+		raw := pgtest.URL(t)
+		pool := pgtest.Pool(t)
+		table := pgtest.Table(t, pool, "idemhook_gwtest")
+		ctx := t.Context()
 
 		up := newUpstream(t)
 		cfg := strings.Replace(routeConfig(up.srv.URL), "audit: {sink: none}",
@@ -268,8 +260,81 @@ func TestAuditSinks(t *testing.T) {
 			t.Errorf("rows = %+v", page.Deliveries)
 		}
 		var n int
-		if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil || n != 2 {
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil || n != 2 {
 			t.Errorf("rows in %s = %d (%v), want 2", table, n, err)
 		}
 	})
+}
+
+// TestAdminKeysOddKeys stores deliveries under header keys an operator will
+// then look up through /admin/keys/{source}/{key}: a GitHub-style
+// "hookid:guid", keys holding "/" and "//" (sent percent-encoded), a key
+// longer than the middleware keeps as is (stored under its SHA-256), and a
+// quoted structured-field key (stored unquoted). GET must find each one and
+// DELETE must remove it, so the retry is forwarded again.
+func TestAdminKeysOddKeys(t *testing.T) {
+	up := newUpstream(t)
+	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.srv.URL, "header: x-key")), startOpts{})
+	long := strings.Repeat("k", 200)
+	tests := []struct {
+		name, key, path string
+	}{
+		{"colon", "12345:72d3162e-cc78-11e3-81ab-4c9367dc0958", "12345:72d3162e-cc78-11e3-81ab-4c9367dc0958"},
+		{"slash", "order/42", "order%2F42"},
+		{"slash raw", "order/43", "order/43"},
+		{"double slash", "a//b", "a%2F%2Fb"},
+		{"long", long, long},
+		{"quoted", `"sf-key"`, url.PathEscape(`"sf-key"`)},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := `{"n":` + string(rune('0'+i)) + `}`
+			if r := post(t, g.url("/webhooks/test"), body, "x-key", tt.key); r.Status != http.StatusOK {
+				t.Fatalf("POST = %d %s", r.Status, r.Body)
+			}
+			if r := do(t, "GET", g.adminURL("/admin/keys/test/"+tt.path), ""); r.Status != http.StatusOK {
+				t.Fatalf("GET /admin/keys/test/%s = %d %s", tt.path, r.Status, r.Body)
+			}
+			if r := do(t, "DELETE", g.adminURL("/admin/keys/test/"+tt.path), ""); r.Status != http.StatusNoContent {
+				t.Fatalf("DELETE /admin/keys/test/%s = %d %s", tt.path, r.Status, r.Body)
+			}
+			before := len(up.received())
+			if r := post(t, g.url("/webhooks/test"), body, "x-key", tt.key); r.Status != http.StatusOK {
+				t.Fatalf("retry POST = %d %s", r.Status, r.Body)
+			}
+			if got := len(up.received()); got != before+1 {
+				t.Fatalf("after DELETE the retry was not forwarded (upstream calls %d, want %d)", got, before+1)
+			}
+		})
+	}
+}
+
+// TestAdminTokenScheme: the auth scheme is case-insensitive (RFC 9110
+// section 11.1), so "bearer" and "BEARER" work; a token that is a prefix or
+// an extension of the configured one, an empty token and another scheme are
+// refused.
+func TestAdminTokenScheme(t *testing.T) {
+	up := newUpstream(t)
+	dir := t.TempDir()
+	g := startGateway(t, writeConfig(t, dir, sqliteConfig(dir, up.srv.URL, ", token: \"${TOKEN}\"")),
+		startOpts{getenv: envOf("TOKEN", "s3cret")})
+	tests := []struct {
+		auth string
+		want int
+	}{
+		{"Bearer s3cret", http.StatusOK},
+		{"bearer s3cret", http.StatusOK},
+		{"BEARER s3cret", http.StatusOK},
+		{"Bearer s3cre", http.StatusUnauthorized},
+		{"Bearer s3cret2", http.StatusUnauthorized},
+		{"Bearer ", http.StatusUnauthorized},
+		{"Bearer", http.StatusUnauthorized},
+		{"Basic s3cret", http.StatusUnauthorized},
+		{"Bearers3cret", http.StatusUnauthorized},
+	}
+	for _, tt := range tests {
+		if r := do(t, "GET", g.adminURL("/admin/deliveries"), "", "Authorization", tt.auth); r.Status != tt.want {
+			t.Errorf("Authorization %q = %d, want %d", tt.auth, r.Status, tt.want)
+		}
+	}
 }

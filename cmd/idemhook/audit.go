@@ -10,30 +10,67 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/audit"
 	"github.com/idemhook/idemhook/sqlitestore"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // auditTrail is the gateway's audit trail: a recorder fed by every
 // delivery, and the admin handler that reads the trail back.
 type auditTrail struct {
-	rec     *audit.Recorder // nil for sink none
-	querier audit.Querier   // nil when the sink can't be queried (log, none)
-	sink    string
+	rec      *audit.Recorder // nil for sink none
+	querier  audit.Querier   // nil when the sink can't be queried (log, none)
+	sink     string
+	desc     string // the sink as /readyz names it, e.g. "postgres postgres://x@db/audit"
+	instance string
+	decide   bool                                     // entries carry their decision (sink log at level debug)
+	routes   atomic.Pointer[map[string]routeSettings] // by path, for reasons and decisions
 }
 
-// openAudit opens the configured sink and starts its recorder.
-func openAudit(ctx context.Context, ac AuditConfig, files *sqliteFiles, logger *slog.Logger, m *metrics) (*auditTrail, error) {
-	t := &auditTrail{sink: ac.Sink}
+// setRoutes gives the trail the routes in service (at start, on reload).
+func (t *auditTrail) setRoutes(routes []routeSettings) {
+	m := make(map[string]routeSettings, len(routes))
+	for _, rc := range routes {
+		m[rc.Path] = rc
+	}
+	t.routes.Store(&m)
+}
+
+// openAudit opens the configured sink and starts its recorder. A sink on a
+// server (postgres) that can't be reached is not an error: its entries wait
+// in the recorder, which retries in the background.
+func openAudit(ctx context.Context, cfg *gatewayConfig, files *sqliteFiles, logger *slog.Logger, m *metrics) (*auditTrail, error) {
+	ac := cfg.Audit
+	t := &auditTrail{sink: ac.Sink, desc: ac.Sink, instance: ac.Instance}
+	t.setRoutes(cfg.Routes)
 	var sink audit.Sink
 	switch ac.Sink {
 	case "none":
 		return t, nil
 	case "log":
 		sink = audit.NewLog(logger)
+		t.decide = logger.Enabled(ctx, slog.LevelDebug)
+	case "memory":
+		r, err := audit.NewRing(audit.RingConfig{Size: ac.Size})
+		if err != nil {
+			return nil, fmt.Errorf("audit: %w", err)
+		}
+		sink, t.querier = r, r
+	case "redis":
+		if files.redis == nil {
+			return nil, errors.New("audit sink redis needs the redis store")
+		}
+		s, err := audit.NewRedisStream(files.redis, audit.RedisStreamConfig{Key: ac.Key, MaxLen: int64(ac.Size)})
+		if err != nil {
+			return nil, fmt.Errorf("audit: %w", err)
+		}
+		sink, t.querier = s, s
+		t.desc = "redis stream " + s.Key()
 	case "sqlite":
 		db, err := files.open(ac.Path)
 		if err != nil {
@@ -56,21 +93,27 @@ func openAudit(ctx context.Context, ac AuditConfig, files *sqliteFiles, logger *
 		}
 		files.rs.add(s.Close)
 		sink, t.querier = s, s
+		t.desc = "sqlite " + ac.Path
 	case "postgres":
-		pool, err := files.pgPool(ctx, ac.URL) // the store's pool when they share the database
+		pool, err := files.pgPool(ctx, ac.URL) // the store's pool when they share the database; connects lazily
 		if err != nil {
 			return nil, fmt.Errorf("audit postgres %s: %w", redactURL(ac.URL), err)
 		}
-		s, err := audit.NewPostgres(ctx, pool, audit.PostgresConfig{Retention: ac.Retention, Table: ac.Table, Logger: logger})
-		if err != nil {
-			return nil, fmt.Errorf("audit postgres %s: %w", redactURL(ac.URL), err)
-		}
-		files.rs.add(s.Close)
+		s := &lazyPostgres{pool: pool, cfg: audit.PostgresConfig{Retention: ac.Retention, Table: ac.Table, Logger: logger}}
+		files.rs.add(s.Close) // before the pool closes
 		sink, t.querier = s, s
+		t.desc = "postgres " + redactURL(ac.URL)
+		sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		_, err = s.open(sctx)
+		cancel()
+		if err != nil {
+			logger.Warn("idemhook audit sink unreachable at start; entries wait in memory (up to audit.buffer) and are written once it answers",
+				"sink", t.desc, "buffer", ac.Buffer, "err", err)
+		}
 	default:
 		return nil, fmt.Errorf("unknown audit sink %q", ac.Sink)
 	}
-	t.rec = audit.NewRecorder(sink, audit.RecorderConfig{Logger: logger})
+	t.rec = audit.NewRecorder(sink, audit.RecorderConfig{QueueSize: ac.Buffer, Logger: logger})
 	files.rs.add(func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -79,7 +122,33 @@ func openAudit(ctx context.Context, ac AuditConfig, files *sqliteFiles, logger *
 	if err := m.registerAudit(t.rec); err != nil {
 		return nil, err
 	}
+	m.gaugeFunc("idemhook_audit_waiting",
+		"Audit entries waiting for the sink.",
+		func() float64 { n, _ := t.rec.Health(); return float64(n) })
+	m.gaugeFunc("idemhook_audit_sink_up",
+		"1 while the audit sink takes entries, 0 while it refuses them (they wait and are retried).",
+		func() float64 {
+			if _, err := t.rec.Health(); err != nil {
+				return 0
+			}
+			return 1
+		})
 	return t, nil
+}
+
+// health says whether the sink takes entries, for /readyz.
+func (t *auditTrail) health() (string, bool) {
+	if t.rec == nil {
+		return "audit (none): off", true
+	}
+	waiting, err := t.rec.Health()
+	if l, ok := t.querier.(*lazyPostgres); ok && err == nil {
+		err = l.openErr() // down since the start, nothing written yet
+	}
+	if err != nil {
+		return fmt.Sprintf("audit (%s): down, %d entries waiting (retried in the background; deliveries are not affected): %v", t.desc, waiting, err), false
+	}
+	return fmt.Sprintf("audit (%s): ok", t.desc), true
 }
 
 // record adds one delivery to the trail; it never blocks.
@@ -87,17 +156,159 @@ func (t *auditTrail) record(route string, d idemhook.DeliveryInfo) {
 	if t.rec == nil {
 		return
 	}
-	t.rec.Record(audit.Entry{
+	rc := (*t.routes.Load())[route]
+	e := audit.Entry{
 		Time:          time.Now().Add(-d.Duration),
 		Route:         route,
 		Source:        d.Source,
 		Key:           d.Key,
+		Scope:         d.Scope,
 		Outcome:       string(d.Outcome),
 		Status:        d.Status,
 		Duration:      d.Duration,
 		RequestBytes:  d.RequestBytes,
 		ResponseBytes: d.ResponseBytes,
-	})
+		Reason:        reason(d, rc),
+		Instance:      t.instance,
+	}
+	if t.decide {
+		e.Decision = decision(d, rc, e.Reason)
+	}
+	t.rec.Record(e)
+}
+
+// reason says why a delivery was refused, or not protected, or why its
+// claim was released; "" for an ordinary one.
+func reason(d idemhook.DeliveryInfo, rc routeSettings) string {
+	switch d.Outcome {
+	case idemhook.OutcomeTooLarge:
+		return fmt.Sprintf("request body over max_body (%d bytes)", rc.Route.MaxBodyBytes)
+	case idemhook.OutcomeMismatch:
+		return "the idempotency key was used before with a different body"
+	case idemhook.OutcomeInFlightRejected:
+		if d.Err != nil {
+			return d.Err.Error()
+		}
+		return "a delivery of the same key is running (in_flight: reject)"
+	case idemhook.OutcomeFailedReleased:
+		if d.Err != nil {
+			return d.Err.Error()
+		}
+		return fmt.Sprintf("the upstream answered %d: claim released, the provider's retry is processed afresh", d.Status)
+	case idemhook.OutcomeReplayed, idemhook.OutcomeInFlightWaited, idemhook.OutcomeInFlightProceeded:
+		return ""
+	}
+	if d.Err != nil {
+		return d.Err.Error() // signature_invalid, key_error, store_error_*, processed with a failed write
+	}
+	return ""
+}
+
+// decision tells, in words, what decided a delivery: the log sink's
+// decision at debug level.
+func decision(d idemhook.DeliveryInfo, rc routeSettings, why string) string {
+	waited := ""
+	if d.Waited > 0 {
+		waited = fmt.Sprintf("waited %s for the running delivery of the key, then ", d.Waited.Round(time.Millisecond))
+	}
+	switch d.Outcome {
+	case idemhook.OutcomeProcessed:
+		if d.Err != nil {
+			return waited + "claimed the key and forwarded; storing the answer failed: " + d.Err.Error()
+		}
+		if d.Waited > 0 {
+			return waited + "took over the key (the running delivery released it), forwarded and stored the answer"
+		}
+		return "claimed the key, forwarded, stored the answer"
+	case idemhook.OutcomeReplayed:
+		return "found a stored answer: replayed it, not forwarded"
+	case idemhook.OutcomeInFlightWaited:
+		return waited + "replayed its stored answer"
+	case idemhook.OutcomeInFlightProceeded:
+		return waited + fmt.Sprintf("forwarded without a claim while another delivery of the key runs (in_flight: %s)", rc.Route.InFlight)
+	case idemhook.OutcomeInFlightRejected:
+		return waited + "refused with 409: " + why
+	case idemhook.OutcomeFailedReleased:
+		return "claimed the key, forwarded, released the claim: " + why
+	case idemhook.OutcomeMismatch:
+		return "refused with 422: " + why
+	case idemhook.OutcomeStoreErrorOpen:
+		return "the store failed; forwarded unprotected (on_store_error: open): " + why
+	case idemhook.OutcomeStoreErrorClosed:
+		return "the store failed; refused with 503 (on_store_error: closed): " + why
+	case idemhook.OutcomeKeyError:
+		return "no key could be resolved; nothing claimed: " + why
+	case idemhook.OutcomeSignatureInvalid:
+		return "signature check failed; refused with 401, nothing claimed: " + why
+	case idemhook.OutcomeTooLarge:
+		return "refused with 413, nothing claimed: " + why
+	}
+	return string(d.Outcome)
+}
+
+// lazyPostgres is the PostgreSQL sink, opened (its table made) on first use
+// and again after a failure, so that a server down at start or later
+// delays the trail instead of stopping the gateway. Its pool belongs to the
+// gateway's resources (the store may share it).
+type lazyPostgres struct {
+	cfg  audit.PostgresConfig
+	mu   sync.Mutex
+	pool *pgxpool.Pool
+	sink *audit.Postgres
+	fail error // why the last open failed, until one succeeds
+}
+
+// openErr is why the sink could not be opened, nil once it is open.
+func (l *lazyPostgres) openErr() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fail
+}
+
+var (
+	_ audit.Sink    = (*lazyPostgres)(nil)
+	_ audit.Querier = (*lazyPostgres)(nil)
+)
+
+func (l *lazyPostgres) open(ctx context.Context) (*audit.Postgres, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.sink != nil {
+		return l.sink, nil
+	}
+	s, err := audit.NewPostgres(ctx, l.pool, l.cfg)
+	if err != nil {
+		l.fail = err
+		return nil, err
+	}
+	l.sink, l.fail = s, nil
+	return s, nil
+}
+
+func (l *lazyPostgres) Write(ctx context.Context, entries []audit.Entry) error {
+	s, err := l.open(ctx)
+	if err != nil {
+		return err
+	}
+	return s.Write(ctx, entries)
+}
+
+func (l *lazyPostgres) Query(ctx context.Context, f audit.Filter) (audit.Page, error) {
+	s, err := l.open(ctx)
+	if err != nil {
+		return audit.Page{}, err
+	}
+	return s.Query(ctx, f)
+}
+
+// Close stops the sink's pruning.
+func (l *lazyPostgres) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.sink != nil {
+		l.sink.Close()
+	}
+	return nil
 }
 
 // deliveryJSON is an audit entry as GET /admin/deliveries shows it.
@@ -112,6 +323,9 @@ type deliveryJSON struct {
 	DurationMS    float64   `json:"duration_ms"`
 	RequestBytes  int64     `json:"request_bytes"`
 	ResponseBytes int64     `json:"response_bytes"`
+	Reason        string    `json:"reason,omitempty"`
+	Instance      string    `json:"instance,omitempty"`
+	Scope         string    `json:"scope,omitempty"` // give it as ?scope= to /admin/keys
 }
 
 type deliveriesJSON struct {
@@ -125,7 +339,7 @@ type deliveriesJSON struct {
 func (t *auditTrail) serveDeliveries(w http.ResponseWriter, r *http.Request) {
 	if t.querier == nil {
 		writeProblem(w, http.StatusNotImplemented, "audit trail not queryable",
-			fmt.Sprintf("the audit sink is %q; set audit.sink to sqlite or postgres to query deliveries here", t.sink))
+			fmt.Sprintf("the audit sink is %q; set audit.sink to sqlite, postgres, memory or redis to query deliveries here", t.sink))
 		return
 	}
 	f, err := parseFilter(r)
@@ -147,7 +361,8 @@ func (t *auditTrail) serveDeliveries(w http.ResponseWriter, r *http.Request) {
 		out.Deliveries = append(out.Deliveries, deliveryJSON{
 			ID: e.ID, Time: e.Time.UTC(), Route: e.Route, Source: e.Source, Key: e.Key,
 			Outcome: e.Outcome, Status: e.Status, DurationMS: float64(e.Duration.Microseconds()) / 1000,
-			RequestBytes: e.RequestBytes, ResponseBytes: e.ResponseBytes,
+			RequestBytes: e.RequestBytes, ResponseBytes: e.ResponseBytes, Reason: e.Reason, Instance: e.Instance,
+			Scope: e.Scope,
 		})
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -193,4 +408,16 @@ func parseFilter(r *http.Request) (audit.Filter, error) {
 		f.Limit = min(n, audit.MaxLimit)
 	}
 	return f, nil
+}
+
+var _ audit.Counter = (*lazyPostgres)(nil)
+
+// Counts counts the trail's entries per source and outcome (GET
+// /admin/stats).
+func (l *lazyPostgres) Counts(ctx context.Context, f audit.Filter) ([]audit.Count, error) {
+	s, err := l.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.Counts(ctx, f)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/audit"
 	"github.com/idemhook/idemhook/provider"
 	"github.com/redis/go-redis/v9"
 	"go.yaml.in/yaml/v3"
@@ -27,30 +29,29 @@ const (
 	defaultSQLitePath      = "idemhook.db"
 	defaultShutdownTimeout = 10 * time.Second
 	defaultUpstreamTimeout = 30 * time.Second
-	defaultAuditRetention  = 7 * 24 * time.Hour
-	defaultWaitTimeout     = 10 * time.Second
-	defaultMaxBody         = 5 << 20
 )
 
-// Config is a checked configuration file, with every default applied.
-type Config struct {
+// gatewayConfig is a checked configuration file, with every default applied.
+type gatewayConfig struct {
 	File            string // the file it was read from, as given
 	Listen          string
-	Store           StoreConfig
-	Admin           AdminConfig
-	Audit           AuditConfig
-	Log             LogConfig
+	Store           storeSettings
+	Admin           adminSettings
+	Audit           auditSettings
+	Log             logSettings
 	ShutdownTimeout time.Duration
-	Routes          []RouteConfig
+	Routes          []routeSettings
+	TLS             tlsSettings    // tls: {cert, key}; zero for plain HTTP
+	TrustedProxies  []netip.Prefix // trusted_proxies: peers whose X-Forwarded-* are kept
 
 	// Warnings are settings that are valid but likely wrong (a TTL
 	// shorter than the provider's retries); check prints them and serve
 	// logs them.
-	Warnings []ConfigError
+	Warnings []configError
 }
 
-// StoreConfig is the store: section.
-type StoreConfig struct {
+// storeSettings is the store: section.
+type storeSettings struct {
 	Driver     string        // sqlite | redis | postgres | memory
 	Timeout    time.Duration // bound of every call to a networked store; 0: idemhook.DefaultStoreTimeout
 	Path       string        // sqlite
@@ -63,29 +64,33 @@ type StoreConfig struct {
 	Prefix     string
 }
 
-// AdminConfig is the admin: section.
-type AdminConfig struct {
+// adminSettings is the admin: section.
+type adminSettings struct {
 	Listen string // "" when disabled (listen: off)
 	Token  string
 }
 
-// AuditConfig is the audit: section.
-type AuditConfig struct {
-	Sink      string // sqlite | postgres | log | none
+// auditSettings is the audit: section.
+type auditSettings struct {
+	Sink      string // sqlite | postgres | redis | memory | log | none
 	Path      string // sqlite, when the store is not sqlite
 	URL       string // postgres
 	Table     string // postgres
 	Retention time.Duration
+	Size      int    // memory: ring entries; redis: stream length (0: the sink's default)
+	Key       string // redis: the stream's key
+	Buffer    int    // entries waiting for the sink at most
+	Instance  string // names this gateway in the entries
 }
 
-// LogConfig is the log: section.
-type LogConfig struct {
+// logSettings is the log: section.
+type logSettings struct {
 	Format string // text | json
 	Level  string // debug | info | warn | error
 }
 
-// RouteConfig is one entry of routes:.
-type RouteConfig struct {
+// routeSettings is one entry of routes:.
+type routeSettings struct {
 	Line            int // line of the entry in the file
 	Path            string
 	Upstream        *url.URL
@@ -96,25 +101,25 @@ type RouteConfig struct {
 	at              string // "routes[i]", for errors
 }
 
-// ConfigError is one problem of a configuration file, at a line and a field.
-type ConfigError struct {
+// configError is one problem of a configuration file, at a line and a field.
+type configError struct {
 	File  string
 	Line  int
 	Field string // path of the field, e.g. "routes[1].ttl"
 	Msg   string
 }
 
-func (e ConfigError) Error() string {
+func (e configError) Error() string {
 	if e.Field == "" {
 		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
 	}
 	return fmt.Sprintf("%s:%d: %s: %s", e.File, e.Line, e.Field, e.Msg)
 }
 
-// ConfigErrors is every problem found in a configuration file, in file order.
-type ConfigErrors []ConfigError
+// configErrors is every problem found in a configuration file, in file order.
+type configErrors []configError
 
-func (es ConfigErrors) Error() string {
+func (es configErrors) Error() string {
 	if len(es) == 1 {
 		return es[0].Error()
 	}
@@ -128,7 +133,7 @@ func (es ConfigErrors) Error() string {
 }
 
 // loadConfig reads and checks the configuration file name.
-func loadConfig(name string, getenv func(string) string) (*Config, error) {
+func loadConfig(name string, getenv func(string) string) (*gatewayConfig, error) {
 	data, err := os.ReadFile(name)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -140,12 +145,12 @@ func loadConfig(name string, getenv func(string) string) (*Config, error) {
 }
 
 // parseConfig checks data, the text of the file name, and returns the
-// configuration or a ConfigErrors holding every problem found.
-func parseConfig(name string, data []byte, getenv func(string) string) (*Config, error) {
+// configuration or a configErrors holding every problem found.
+func parseConfig(name string, data []byte, getenv func(string) string) (*gatewayConfig, error) {
 	p := &parser{file: name, getenv: getenv}
 	cfg := p.parse(data)
 	if len(p.errs) > 0 {
-		slices.SortStableFunc(p.errs, func(a, b ConfigError) int { return a.Line - b.Line })
+		slices.SortStableFunc(p.errs, func(a, b configError) int { return a.Line - b.Line })
 		return nil, p.errs
 	}
 	return cfg, nil
@@ -154,16 +159,16 @@ func parseConfig(name string, data []byte, getenv func(string) string) (*Config,
 // parser walks the YAML node tree, collecting errors instead of stopping at
 // the first one.
 type parser struct {
-	warns []ConfigError
+	warns []configError
 
 	file   string
 	getenv func(string) string
-	errs   ConfigErrors
+	errs   configErrors
 }
 
 // warnf records a warning at n's line.
 func (p *parser) warnf(n *yaml.Node, field, format string, args ...any) {
-	p.warns = append(p.warns, ConfigError{File: p.file, Line: n.Line, Field: field, Msg: fmt.Sprintf(format, args...)})
+	p.warns = append(p.warns, configError{File: p.file, Line: n.Line, Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
 func (p *parser) errorf(n *yaml.Node, field, format string, args ...any) {
@@ -171,7 +176,7 @@ func (p *parser) errorf(n *yaml.Node, field, format string, args ...any) {
 	if n != nil && n.Line > 0 {
 		line = n.Line
 	}
-	p.errs = append(p.errs, ConfigError{File: p.file, Line: line, Field: field, Msg: fmt.Sprintf(format, args...)})
+	p.errs = append(p.errs, configError{File: p.file, Line: line, Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
 // field is one key of a mapping, with the node of its value.
@@ -360,11 +365,11 @@ func orList(vs []string) string {
 	return strings.Join(vs[:len(vs)-1], ", ") + " or " + vs[len(vs)-1]
 }
 
-func (p *parser) parse(data []byte) *Config {
-	cfg := &Config{File: p.file}
+func (p *parser) parse(data []byte) *gatewayConfig {
+	cfg := &gatewayConfig{File: p.file}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		p.errs = append(p.errs, yamlError(p.file, err))
+		p.errs = append(p.errs, yamlErrorAt(p.file, data, err))
 		return cfg
 	}
 	// Unmarshal reads the first document only: refuse a second one rather
@@ -386,7 +391,7 @@ func (p *parser) parse(data []byte) *Config {
 		return cfg
 	}
 	root := doc.Content[0]
-	fs := p.mapping(root, "", "listen", "store", "admin", "audit", "log", "shutdown_timeout", "routes")
+	fs := p.mapping(root, "", "listen", "store", "admin", "audit", "log", "shutdown_timeout", "routes", "tls", "trusted_proxies")
 	if fs == nil {
 		return cfg
 	}
@@ -404,13 +409,14 @@ func (p *parser) parse(data []byte) *Config {
 	cfg.Audit = p.audit(fs, cfg.Store)
 	cfg.Log = p.log(fs)
 	cfg.Routes = p.routes(fs, root)
+	p.listener(fs, cfg)
 	cfg.Warnings = p.warns
 	return cfg
 }
 
-// yamlError turns a YAML syntax or type error into a ConfigError, keeping the
+// yamlError turns a YAML syntax or type error into a configError, keeping the
 // line the YAML library names.
-func yamlError(file string, err error) ConfigError {
+func yamlError(file string, err error) configError {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
 	line := 1
 	if rest, ok := strings.CutPrefix(msg, "line "); ok {
@@ -420,11 +426,11 @@ func yamlError(file string, err error) ConfigError {
 			}
 		}
 	}
-	return ConfigError{File: file, Line: line, Msg: "invalid YAML: " + msg}
+	return configError{File: file, Line: line, Msg: "invalid YAML: " + msg}
 }
 
-func (p *parser) store(fs map[string]field) StoreConfig {
-	sc := StoreConfig{Driver: "sqlite", Path: defaultSQLitePath}
+func (p *parser) store(fs map[string]field) storeSettings {
+	sc := storeSettings{Driver: "sqlite", Path: defaultSQLitePath}
 	f, ok := fs["store"]
 	if !ok || isNull(f.value) {
 		return sc
@@ -514,8 +520,8 @@ func (p *parser) store(fs map[string]field) StoreConfig {
 	return sc
 }
 
-func (p *parser) admin(fs map[string]field, listen string) AdminConfig {
-	ac := AdminConfig{Listen: defaultAdminListen}
+func (p *parser) admin(fs map[string]field, listen string) adminSettings {
+	ac := adminSettings{Listen: defaultAdminListen}
 	f, ok := fs["admin"]
 	if !ok || isNull(f.value) {
 		return ac
@@ -552,28 +558,58 @@ func (p *parser) admin(fs map[string]field, listen string) AdminConfig {
 	return ac
 }
 
-func (p *parser) audit(fs map[string]field, sc StoreConfig) AuditConfig {
-	ac := AuditConfig{Sink: "log", Retention: defaultAuditRetention}
-	if sc.Driver == "sqlite" {
+func (p *parser) audit(fs map[string]field, sc storeSettings) (ac auditSettings) {
+	ac = auditSettings{Retention: audit.DefaultRetention, Buffer: defaultAuditBuffer, Instance: defaultInstance()}
+	switch sc.Driver {
+	case "sqlite":
 		ac.Sink, ac.Path = "sqlite", sc.Path
+	default: // memory, redis: a sink of the same kind
+		ac.Sink = sc.Driver
 	}
 	if sc.Driver == "postgres" { // the trail in the store's database, by default
 		ac.Sink, ac.URL = "postgres", sc.URL
 	}
+	defer func() {
+		if ac.Sink == "redis" && ac.Key == "" {
+			ac.Key = sc.Prefix + audit.DefaultStreamKey
+		}
+	}()
 	f, ok := fs["audit"]
 	if !ok || isNull(f.value) {
 		return ac
 	}
 	const at = "audit"
-	af := p.mapping(f.value, at, "sink", "path", "url", "table", "retention")
+	af := p.mapping(f.value, at, "sink", "path", "url", "table", "retention", "size", "key", "buffer", "instance")
 	if af == nil {
 		return ac
 	}
-	ac.Sink = p.oneOf(af, at, "sink", ac.Sink, "sqlite", "postgres", "log", "none")
+	ac.Sink = p.oneOf(af, at, "sink", ac.Sink, "sqlite", "postgres", "redis", "memory", "log", "none")
 	if ac.Sink != "postgres" {
 		ac.URL = ""
 	}
-	ac.Retention = p.duration(af, at, "retention", defaultAuditRetention)
+	if s, ok := af["sink"]; ok && ac.Sink == "redis" && sc.Driver != "redis" {
+		p.errorf(s.value, join(at, "sink"), "sink redis writes a stream on the store's Redis: it needs store.driver redis (store is %s)", sc.Driver)
+	}
+	ac.Size = p.count(af, at, "size", 0)
+	if sf, ok := af["size"]; ok && ac.Sink != "memory" && ac.Sink != "redis" {
+		p.errorf(sf.key, join(at, "size"), "only used by sinks memory and redis (sink is %s)", ac.Sink)
+	}
+	if v, n, ok := p.str(af, at, "key"); ok {
+		if ac.Sink != "redis" {
+			p.errorf(n, join(at, "key"), "only used by sink redis (sink is %s)", ac.Sink)
+		} else if v == "" {
+			p.errorf(n, join(at, "key"), "empty key")
+		}
+		ac.Key = v
+	}
+	ac.Buffer = p.count(af, at, "buffer", defaultAuditBuffer)
+	if v, n, ok := p.str(af, at, "instance"); ok {
+		if v == "" {
+			p.errorf(n, join(at, "instance"), "empty instance name")
+		}
+		ac.Instance = v
+	}
+	ac.Retention = p.duration(af, at, "retention", audit.DefaultRetention)
 	if v, n, ok := p.str(af, at, "path"); ok {
 		if ac.Sink != "sqlite" {
 			p.errorf(n, join(at, "path"), "only used by sink sqlite (sink is %s)", ac.Sink)
@@ -607,8 +643,8 @@ func (p *parser) audit(fs map[string]field, sc StoreConfig) AuditConfig {
 	return ac
 }
 
-func (p *parser) log(fs map[string]field) LogConfig {
-	lc := LogConfig{Format: "text", Level: "info"}
+func (p *parser) log(fs map[string]field) logSettings {
+	lc := logSettings{Format: "text", Level: "info"}
 	f, ok := fs["log"]
 	if !ok || isNull(f.value) {
 		return lc
@@ -627,9 +663,10 @@ var routeFields = []string{
 	"path", "upstream", "source", "ttl", "header", "in_flight", "wait_timeout", "on_store_error",
 	"provider", "secret_env", "secrets", "provider_options", "tolerance", "max_body",
 	"upstream_timeout", "replay_headers", "store_statuses", "require_key", "share_keys",
+	"lease", "max_stored_body", "retry_after",
 }
 
-func (p *parser) routes(fs map[string]field, root *yaml.Node) []RouteConfig {
+func (p *parser) routes(fs map[string]field, root *yaml.Node) []routeSettings {
 	f, ok := fs["routes"]
 	if !ok || isNull(f.value) {
 		p.errorf(root, "routes", "missing: the gateway needs at least one route (path, upstream, source)")
@@ -644,7 +681,7 @@ func (p *parser) routes(fs map[string]field, root *yaml.Node) []RouteConfig {
 		p.errorf(seq, "routes", "empty: the gateway needs at least one route (path, upstream, source)")
 		return nil
 	}
-	var out []RouteConfig
+	var out []routeSettings
 	seen := map[string]string{} // path -> "routes[i], line n"
 	type sourceUse struct {
 		at   string
@@ -697,7 +734,7 @@ func (p *parser) routes(fs map[string]field, root *yaml.Node) []RouteConfig {
 }
 
 // routeAt returns the route parsed from the entry at ("routes[i]").
-func routeAt(routes []RouteConfig, at string) *RouteConfig {
+func routeAt(routes []routeSettings, at string) *routeSettings {
 	for i := range routes {
 		if routes[i].at == at {
 			return &routes[i]
@@ -717,12 +754,12 @@ func (p *parser) lineOf(n *yaml.Node, name string) *yaml.Node {
 	return n
 }
 
-func (p *parser) route(n *yaml.Node, at string) (RouteConfig, bool) {
+func (p *parser) route(n *yaml.Node, at string) (routeSettings, bool) {
 	rf := p.mapping(n, at, routeFields...)
 	if rf == nil {
-		return RouteConfig{}, false
+		return routeSettings{}, false
 	}
-	rc := RouteConfig{Line: resolve(n).Line, at: at}
+	rc := routeSettings{Line: resolve(n).Line, at: at}
 
 	if v, vn, ok := p.str(rf, at, "path"); ok {
 		if err := checkPath(v); err != nil {
@@ -754,7 +791,7 @@ func (p *parser) route(n *yaml.Node, at string) (RouteConfig, bool) {
 	}
 
 	r.TTL = p.duration(rf, at, "ttl", 0) // 0: the preset's default, after p.preset
-	r.WaitTimeout = p.duration(rf, at, "wait_timeout", defaultWaitTimeout)
+	r.WaitTimeout = p.duration(rf, at, "wait_timeout", idemhook.DefaultWaitTimeout)
 	rc.UpstreamTimeout = p.duration(rf, at, "upstream_timeout", defaultUpstreamTimeout)
 	r.InFlight = idemhook.InFlightPolicy(p.oneOf(rf, at, "in_flight", "wait", "proceed", "wait", "reject"))
 	r.RequireKey = p.boolean(rf, at, "require_key")
@@ -778,7 +815,7 @@ func (p *parser) route(n *yaml.Node, at string) (RouteConfig, bool) {
 		}
 		r.Header = v
 	}
-	r.MaxBodyBytes = defaultMaxBody
+	r.MaxBodyBytes = idemhook.DefaultMaxBodyBytes
 	if v, vn, ok := p.str(rf, at, "max_body"); ok {
 		size, err := parseSize(v)
 		if err != nil {
@@ -796,6 +833,7 @@ func (p *parser) route(n *yaml.Node, at string) (RouteConfig, bool) {
 		r.ReplayHeaders = hs
 	}
 	p.preset(rf, at, n, &rc)
+	p.routeLimits(rf, at, n, &rc)
 	if r.TTL == 0 {
 		r.TTL = r.Preset.DefaultTTL()
 	} else if r.Preset != nil && r.TTL < r.Preset.RetryWindow {
@@ -823,7 +861,7 @@ func (p *parser) boolean(fs map[string]field, at, name string) bool {
 
 // preset checks provider, secret_env, secrets, provider_options and
 // tolerance, and builds the route's preset.
-func (p *parser) preset(rf map[string]field, at string, n *yaml.Node, rc *RouteConfig) {
+func (p *parser) preset(rf map[string]field, at string, n *yaml.Node, rc *routeSettings) {
 	name, pn, hasProvider := p.str(rf, at, "provider")
 	var secrets []string
 	secretsOK := true
@@ -1156,4 +1194,14 @@ func expand(s string, getenv func(string) string) (string, error) {
 		}
 	}
 	return b.String(), nil
+}
+
+// longestLease is the longest claim lease of the routes (a route without
+// one has the library's default).
+func (c *gatewayConfig) longestLease() time.Duration {
+	longest := idemhook.DefaultLease
+	for _, rc := range c.Routes {
+		longest = max(longest, rc.Route.Lease)
+	}
+	return longest
 }

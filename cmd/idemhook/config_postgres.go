@@ -12,7 +12,7 @@ import (
 
 // postgresStore reads the fields of store: {driver: postgres}: url
 // (required) and table.
-func (p *parser) postgresStore(sf map[string]field, section *yaml.Node, sc *StoreConfig) {
+func (p *parser) postgresStore(sf map[string]field, section *yaml.Node, sc *storeSettings) {
 	const at = "store"
 	before := len(p.errs)
 	u, un, hasURL := p.str(sf, at, "url")

@@ -14,7 +14,7 @@ func TestConfigPostgresStore(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := StoreConfig{Driver: "postgres", URL: "postgres://gw:pw@db.internal:5432/shop", Table: "hooks.idemhook_keys"}
+		want := storeSettings{Driver: "postgres", URL: "postgres://gw:pw@db.internal:5432/shop", Table: "hooks.idemhook_keys"}
 		if fmt.Sprint(cfg.Store) != fmt.Sprint(want) {
 			t.Fatalf("store %+v, want %+v", cfg.Store, want)
 		}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -137,12 +139,12 @@ func TestConfigErrors(t *testing.T) {
 		{
 			name: "unknown top-level field",
 			give: "listne: 127.0.0.1:8080\n" + minimal,
-			want: []string{`idemhook.yaml:1: listne: unknown field "listne" (known: listen, store, admin, audit, log, shutdown_timeout, routes)`},
+			want: []string{`idemhook.yaml:1: listne: unknown field "listne" (known: listen, store, admin, audit, log, shutdown_timeout, routes, tls, trusted_proxies)`},
 		},
 		{
 			name: "unknown route field",
 			give: route("    tll: 1h\n"),
-			want: []string{`idemhook.yaml:5: routes[0].tll: unknown field "tll" (known: path, upstream, source, ttl, header, in_flight, wait_timeout, on_store_error, provider, secret_env, secrets, provider_options, tolerance, max_body, upstream_timeout, replay_headers, store_statuses, require_key, share_keys)`},
+			want: []string{`idemhook.yaml:5: routes[0].tll: unknown field "tll" (known: path, upstream, source, ttl, header, in_flight, wait_timeout, on_store_error, provider, secret_env, secrets, provider_options, tolerance, max_body, upstream_timeout, replay_headers, store_statuses, require_key, share_keys, lease, max_stored_body, retry_after)`},
 		},
 		{
 			name: "missing source",
@@ -329,7 +331,7 @@ func TestConfigErrors(t *testing.T) {
 		{
 			name: "YAML syntax",
 			give: "listen: a\n\tb: c\n",
-			want: []string{`idemhook.yaml:2: invalid YAML: found a tab character that violates indentation`},
+			want: []string{`idemhook.yaml:2: invalid YAML: a tab in the indentation (column 1): YAML indents with spaces only`},
 		},
 		{
 			name: "two routes with one source",
@@ -372,9 +374,9 @@ func TestConfigErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := parseConfig("idemhook.yaml", []byte(tt.give), envOf(tt.env...))
-			var errs ConfigErrors
+			var errs configErrors
 			if !errors.As(err, &errs) {
-				t.Fatalf("err = %v, want ConfigErrors", err)
+				t.Fatalf("err = %v, want configErrors", err)
 			}
 			var got []string
 			for _, e := range errs {
@@ -556,7 +558,7 @@ func FuzzConfig(f *testing.F) {
 		if err == nil && (cfg == nil || len(cfg.Routes) == 0) {
 			t.Fatalf("no error and no routes")
 		}
-		var errs ConfigErrors
+		var errs configErrors
 		if err != nil && !errors.As(err, &errs) {
 			t.Fatalf("error of type %T: %v", err, err)
 		}
@@ -618,5 +620,316 @@ func TestCheckPrintsEffectiveTTLsAndWarnsAboutShortOnes(t *testing.T) {
 	wantWarn := "warning: " + path + ":12: routes[1].ttl: 24h is shorter than stripe's retry window (3d): a retry after the TTL runs the event again; the preset's default is 4d\n"
 	if stderr.String() != wantWarn {
 		t.Errorf("check warnings:\n%s\nwant:\n%s", stderr.String(), wantWarn)
+	}
+}
+
+// TestExpandBareVariable: "$NAME" without braces is not expanded; taken
+// literally it would make, e.g., the admin token the public string
+// "$IDEMHOOK_ADMIN_TOKEN". It is an error that says how to write it, and
+// the message does not repeat the value (which may be a literal secret).
+func TestExpandBareVariable(t *testing.T) {
+	env := envOf("TOKEN", "s3cret")
+	for _, give := range []string{"$TOKEN", "Bearer-$_X", "abc$Token"} {
+		got, err := expand(give, env)
+		if err == nil {
+			t.Errorf("expand(%q) = %q, want an error", give, got)
+			continue
+		}
+		if !strings.Contains(err.Error(), "${NAME}") || strings.Contains(err.Error(), give) {
+			t.Errorf("expand(%q) error = %q, want advice on ${NAME} without the value", give, err)
+		}
+	}
+	// Still literal: $$, a $ before a digit, a space or the end.
+	for give, want := range map[string]string{"$$TOKEN": "$TOKEN", "costs $5": "costs $5", "a $ b": "a $ b", "end$": "end$"} {
+		if got, err := expand(give, env); err != nil || got != want {
+			t.Errorf("expand(%q) = %q, %v; want %q", give, got, err, want)
+		}
+	}
+	// Through the parser: the error names the file, line and field.
+	text := "admin: {listen: \"0.0.0.0:9090\", token: $TOKEN}\n" + minimal
+	_, err := parseConfig("f.yaml", []byte(text), env)
+	if err == nil || !strings.Contains(err.Error(), "f.yaml:1: admin.token:") {
+		t.Fatalf("parseConfig error = %v, want f.yaml:1: admin.token: ...", err)
+	}
+}
+
+// TestConfigSecondDocument: a "---" followed by more YAML starts a second
+// document, which a single Unmarshal drops without a word; a setting
+// written there (here listen) would be silently ignored and the gateway
+// would start with another configuration than the file shows.
+func TestConfigSecondDocument(t *testing.T) {
+	text := minimal + "---\nlisten: 0.0.0.0:9999\n"
+	_, err := parseConfig("f.yaml", []byte(text), envOf())
+	if err == nil {
+		t.Fatal("parseConfig accepted a file whose second YAML document is ignored")
+	}
+	if want := "f.yaml:6:"; !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %q does not name %s (the second document)", err, want)
+	}
+	// One document with --- before or after it stays valid.
+	for _, text := range []string{"---\n" + minimal, minimal + "---\n", minimal + "---\n# end\n", minimal + "...\n"} {
+		if _, err := parseConfig("f.yaml", []byte(text), envOf()); err != nil {
+			t.Fatalf("one document %q: %v", text, err)
+		}
+	}
+}
+
+// TestConfigMergeKeys: YAML merge keys ("<<: *anchor", "<<: [*a, *b]") are
+// the usual way to share settings between routes. The merged fields apply
+// unless the route sets them itself, merged fields are checked like written
+// ones (an unknown one names the line where it is written), and a merge of
+// something other than a mapping is an error naming its line.
+func TestConfigMergeKeys(t *testing.T) {
+	text := `routes:
+  - &stripe
+    path: /a
+    upstream: http://127.0.0.1:3000/a
+    source: a
+    ttl: 48h
+    in_flight: wait
+  - <<: *stripe
+    path: /b
+    source: b
+    ttl: 1h
+  - <<: [*stripe]
+    path: /c
+    source: c
+`
+	cfg, err := parseConfig("f.yaml", []byte(text), envOf())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name string
+		got  any
+		want any
+	}{
+		{"b upstream (merged)", cfg.Routes[1].Upstream.String(), "http://127.0.0.1:3000/a"},
+		{"b ttl (own)", cfg.Routes[1].Route.TTL, time.Hour},
+		{"b in_flight (merged)", string(cfg.Routes[1].Route.InFlight), "wait"},
+		{"b path (own)", cfg.Routes[1].Path, "/b"},
+		{"c ttl (merged)", cfg.Routes[2].Route.TTL, 48 * time.Hour},
+		{"c source (own)", cfg.Routes[2].Route.Source, "c"},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+
+	bad := []struct{ name, text, want string }{
+		{"unknown merged field", `routes:
+  - &r
+    path: /a
+    upstream: http://127.0.0.1:3000/a
+    source: a
+  - <<: {retries: 3}
+    path: /b
+    upstream: http://127.0.0.1:3000/a
+    source: b
+`, `f.yaml:6: routes[1].retries: unknown field "retries"`},
+		{"merge of a scalar", `routes:
+  - <<: nope
+    path: /b
+    upstream: http://127.0.0.1:3000/a
+    source: b
+`, `f.yaml:2: routes[0].<<: can only merge a mapping`},
+	}
+	for _, tt := range bad {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parseConfig("f.yaml", []byte(tt.text), envOf())
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error = %v, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestConfigProviderOptionsDuplicate: a provider option given twice is an
+// error naming the second line, as for every other mapping of the file,
+// instead of the last value silently winning (here the verify_token Meta's
+// challenge is checked against).
+func TestConfigProviderOptionsDuplicate(t *testing.T) {
+	text := `routes:
+  - path: /wa
+    upstream: http://127.0.0.1:3000/wa
+    source: wa
+    provider: whatsapp-cloud
+    secrets: [app-secret]
+    provider_options:
+      verify_token: first
+      verify_token: second
+`
+	_, err := parseConfig("f.yaml", []byte(text), envOf())
+	if err == nil {
+		t.Fatal("parseConfig accepted provider_options with verify_token twice")
+	}
+	if want := "f.yaml:9: routes[0].provider_options.verify_token: field given twice (first at line 8)"; !strings.Contains(err.Error(), want) {
+		t.Fatalf("error = %v, want it to contain %q", err, want)
+	}
+}
+
+// TestConfigToleranceWithoutTimestamp: tolerance on a route whose provider
+// signs no timestamp is an error at the tolerance line.
+func TestConfigToleranceWithoutTimestamp(t *testing.T) {
+	text := `routes:
+  - path: /gh
+    upstream: http://127.0.0.1:3000/gh
+    source: gh
+    provider: github
+    secrets: [s]
+    tolerance: 5m
+`
+	_, err := parseConfig("f.yaml", []byte(text), envOf())
+	if want := "f.yaml:7: routes[0].tolerance: provider github: tolerance 5m0s has no effect"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error = %v, want it to contain %q", err, want)
+	}
+}
+
+// TestConfigErrorsHideURLPasswords: a URL whose password comes from the
+// environment (${PW}) and that is wrong in some other way must be reported
+// without the password, whether or not the URL parses: configuration errors
+// are printed to terminals and CI logs.
+func TestConfigErrorsHideURLPasswords(t *testing.T) {
+	const pw = "hunter2-Secret"
+	route := func(upstream string) string {
+		return "routes:\n  - path: /a\n    upstream: " + upstream + "\n    source: a\n"
+	}
+	tests := []struct {
+		name, yaml, field string
+	}{
+		{"upstream with user info", route("http://user:${PW}@127.0.0.1/x"), "routes[0].upstream"},
+		{"upstream bad port", route("http://user:${PW}@127.0.0.1:nope/x"), "routes[0].upstream"},
+		{"upstream bad scheme", route("ftp://user:${PW}@127.0.0.1/x"), "routes[0].upstream"},
+		{"redis bad port", "store: {driver: redis, url: \"redis://:${PW}@127.0.0.1:nope/0\"}\n" + route("http://127.0.0.1/x"), "store.url"},
+		{"postgres bad port", "audit: {sink: postgres, url: \"postgres://u:${PW}@127.0.0.1:nope/db\"}\n" + route("http://127.0.0.1/x"), "audit.url"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parseConfig("f.yaml", []byte(tt.yaml), envOf("PW", pw))
+			if err == nil {
+				t.Fatal("parseConfig accepted the file")
+			}
+			if !strings.Contains(err.Error(), tt.field) {
+				t.Fatalf("error %q does not name %s", err, tt.field)
+			}
+			if strings.Contains(err.Error(), pw) {
+				t.Fatalf("error shows the password: %v", err)
+			}
+		})
+	}
+}
+
+// TestConfigWrongTypeOneError: a required field of the wrong type (a list
+// or a mapping where a single value belongs) is reported once, as a wrong
+// type, and not also as missing, which would send the user looking for a
+// field that is there.
+func TestConfigWrongTypeOneError(t *testing.T) {
+	text := `routes:
+  - path: [/a]
+    upstream: {url: http://127.0.0.1:3000/a}
+    source: [a, b]
+`
+	_, err := parseConfig("f.yaml", []byte(text), envOf())
+	if err == nil {
+		t.Fatal("parseConfig accepted wrong types")
+	}
+	msg := err.Error()
+	for _, want := range []string{
+		"f.yaml:2: routes[0].path: expected a single value, got a list",
+		"f.yaml:3: routes[0].upstream: expected a single value, got a mapping",
+		"f.yaml:4: routes[0].source: expected a single value, got a list",
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error lacks %q:\n%s", want, msg)
+		}
+	}
+	if strings.Contains(msg, "missing") {
+		t.Errorf("a field given with the wrong type is also reported missing:\n%s", msg)
+	}
+}
+
+// parserFields returns the fields the parser knows in each section, read
+// from its own refusal of an unknown field there ("known: a, b, c"), so
+// that the list can't drift from the parser.
+func parserFields(t *testing.T) []string {
+	t.Helper()
+	const route = "  - {path: /a, upstream: http://127.0.0.1:1/, source: s}\n"
+	sections := []struct{ prefix, give string }{
+		{"", "zz_unknown: 1\nroutes:\n" + route},
+		{"store.", "store: {zz_unknown: 1}\nroutes:\n" + route},
+		{"admin.", "admin: {zz_unknown: 1}\nroutes:\n" + route},
+		{"audit.", "audit: {zz_unknown: 1}\nroutes:\n" + route},
+		{"log.", "log: {zz_unknown: 1}\nroutes:\n" + route},
+		{"tls.", "tls: {zz_unknown: 1}\nroutes:\n" + route},
+		{"routes[].", "routes:\n  - {path: /a, upstream: http://127.0.0.1:1/, source: s, zz_unknown: 1}\n"},
+	}
+	known := regexp.MustCompile(`unknown field "zz_unknown" \(known: ([^)]*)\)`)
+	var out []string
+	for _, s := range sections {
+		_, err := parseConfig("x.yaml", []byte(s.give), envOf())
+		m := known.FindStringSubmatch(strings.ReplaceAll(err.Error(), "\n", " "))
+		if m == nil {
+			t.Fatalf("section %q: no list of known fields in %v", s.prefix, err)
+		}
+		for _, f := range strings.Split(m[1], ", ") {
+			out = append(out, s.prefix+f)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// exampleFields returns the fields examples/idemhook.yaml names, set or in
+// a comment ("# field: value"), by section: the example must show every
+// field, and may comment out those that don't go together (a second store
+// driver, tls).
+func exampleFields(t *testing.T, text string) []string {
+	t.Helper()
+	field := regexp.MustCompile(`^( *)(- )?([a-z_]+):( |$)`)
+	var out []string
+	top := ""
+	for _, l := range strings.Split(text, "\n") {
+		indent := len(l) - len(strings.TrimLeft(l, " "))
+		content := l[indent:]
+		if c, ok := strings.CutPrefix(content, "#"); ok { // a commented field keeps its place
+			content = strings.TrimPrefix(c, " ")
+		}
+		m := field.FindStringSubmatch(content)
+		if m == nil {
+			continue
+		}
+		indent += len(m[1])
+		switch name := m[3]; {
+		case indent == 0 && m[2] == "":
+			top = name
+			out = append(out, name)
+		case top == "routes":
+			out = append(out, "routes[]."+name)
+		default:
+			out = append(out, top+"."+name)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// examples/idemhook.yaml lists every field the parser knows, and no other.
+func TestExampleListsEveryField(t *testing.T) {
+	data, err := os.ReadFile("../../examples/idemhook.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := parserFields(t)
+	got := exampleFields(t, string(data))
+	for _, f := range want {
+		if !slices.Contains(got, f) {
+			t.Errorf("examples/idemhook.yaml does not show %s", f)
+		}
+	}
+	for _, f := range got {
+		if !slices.Contains(want, f) {
+			t.Errorf("examples/idemhook.yaml shows %s, which the parser does not know", f)
+		}
 	}
 }

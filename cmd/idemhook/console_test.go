@@ -2,19 +2,28 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/audit"
-	"github.com/jackc/pgx/v5"
+	"github.com/idemhook/idemhook/internal/pgtest"
 )
 
 // TestOutcomeClasses: every outcome is in exactly one class of the
@@ -196,19 +205,8 @@ func TestAdminStats(t *testing.T) {
 		run(t, startGateway(t, writeConfig(t, dir, sqliteConfig(dir, up.srv.URL, "")), startOpts{}))
 	})
 	t.Run("postgres", func(t *testing.T) {
-		raw := os.Getenv("IDEMHOOK_POSTGRES_URL")
-		if raw == "" {
-			t.Skip("IDEMHOOK_POSTGRES_URL is not set (e.g. postgres://postgres@127.0.0.1:5432/test): skipping the statistics on the PostgreSQL audit sink")
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, raw)
-		if err != nil {
-			t.Fatalf("IDEMHOOK_POSTGRES_URL is set but PostgreSQL is unreachable: %v", err)
-		}
-		defer conn.Close(context.Background())
-		table := fmt.Sprintf("idemhook_statstest_%d", time.Now().UnixNano())
-		t.Cleanup(func() { conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+table) })
+		raw := pgtest.URL(t)
+		table := pgtest.Table(t, pgtest.Pool(t), "idemhook_statstest")
 		up := newUpstream(t)
 		dir := t.TempDir()
 		cfg := sqliteConfig(dir, up.srv.URL, "") +
@@ -277,5 +275,443 @@ func TestConsoleFiles(t *testing.T) {
 	}
 	if r := do(t, "GET", g.adminURL("/admin/stats"), "", "Authorization", "Bearer s3cret"); r.Status != 200 {
 		t.Errorf("GET /admin/stats with the token = %d, want 200", r.Status)
+	}
+}
+
+// chromium returns the path of the browser the console test drives:
+// $IDEMHOOK_CHROMIUM, else chromium (Debian's package) on $PATH. Without
+// one the test skips, unless CI is set: .ci/run installs chromium, so
+// there a missing browser is a failure, not a skip.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{os.Getenv("IDEMHOOK_CHROMIUM"), "chromium", "chromium-browser"} {
+		if name == "" {
+			continue
+		}
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("CI is set but chromium is not installed (.ci/run installs it: apt-get install chromium)")
+	}
+	t.Skip("chromium is not installed (apt-get install chromium, or set IDEMHOOK_CHROMIUM): skipping the console's browser test")
+	return ""
+}
+
+// screenshotDirs returns where the browser test writes its screenshots: a
+// temporary folder, and also $IDEMHOOK_SCREENSHOTS when set (relative to
+// the repository root: IDEMHOOK_SCREENSHOTS=docs/img writes the README's
+// images).
+func screenshotDirs(t *testing.T) []string {
+	dirs := []string{t.TempDir()}
+	if d := os.Getenv("IDEMHOOK_SCREENSHOTS"); d != "" {
+		if !filepath.IsAbs(d) {
+			d = filepath.Join("..", "..", d) // the test runs in cmd/idemhook
+		}
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, d)
+	}
+	return dirs
+}
+
+// browser is one headless chromium tab, with what the page did.
+type browser struct {
+	t        *testing.T
+	ctx      context.Context
+	shots    []string
+	mu       sync.Mutex
+	requests []string // every URL the page requested
+	problems []string // exceptions and console errors
+}
+
+func newBrowser(t *testing.T) *browser {
+	t.Helper()
+	path := chromium(t)
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path),
+		chromedp.Headless,
+		chromedp.NoSandbox, // the tests run as root
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.UserDataDir(t.TempDir()), // a new profile
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.Flag("disable-default-apps", true),
+		chromedp.Flag("no-proxy-server", true),
+		chromedp.WindowSize(1280, 900),
+		chromedp.Env("TZ=UTC"),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelTab := chromedp.NewContext(actx)
+	ctx, cancelTime := context.WithTimeout(ctx, 2*time.Minute)
+	t.Cleanup(func() {
+		cancelTime()
+		cancelTab()
+		cancelAlloc() // stops chromium before its profile folder goes
+	})
+	b := &browser{t: t, ctx: ctx, shots: screenshotDirs(t)}
+	if err := chromedp.Listen(ctx, b.observe); err != nil {
+		t.Fatalf("starting chromium (%s): %v", path, err)
+	}
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 900)); err != nil {
+		t.Fatalf("chromium (%s): %v", path, err)
+	}
+	return b
+}
+
+// observe records the page's requests, exceptions and console errors. It
+// runs in chromedp's event loop: it must only record.
+func (b *browser) observe(ev any) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch ev := ev.(type) {
+	case *network.EventRequestWillBeSent:
+		b.requests = append(b.requests, ev.Request.URL)
+	case *runtime.EventExceptionThrown:
+		d := ev.ExceptionDetails
+		desc := ""
+		if d.Exception != nil {
+			desc = d.Exception.Description
+		}
+		b.problems = append(b.problems, fmt.Sprintf("exception at %s:%d: %s %s", d.URL, d.LineNumber+1, d.Text, desc))
+	case *runtime.EventConsoleAPICalled:
+		if ev.Type == runtime.ConsoleAPICalledTypeError {
+			b.problems = append(b.problems, "console.error")
+		}
+	case *log.EventEntryAdded:
+		// The page's first call is answered 401 until the token is
+		// entered: the browser logs that response, and only that one
+		// is expected.
+		if ev.Entry.Level == log.EntryLevelError && !(ev.Entry.Source == log.EntrySourceNetwork && strings.Contains(ev.Entry.Text, "status of 401")) {
+			b.problems = append(b.problems, fmt.Sprintf("%s: %s (%s)", ev.Entry.Source, ev.Entry.Text, ev.Entry.URL))
+		}
+	}
+}
+
+func (b *browser) do(what string, actions ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	if err := chromedp.Do(b.ctx, actions...); err != nil {
+		b.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// eval evaluates a JavaScript expression and decodes its value into T.
+func eval[T any](b *browser, expr string) T {
+	b.t.Helper()
+	v, err := chromedp.Run(b.ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		b.t.Fatalf("evaluating %s: %v", expr, err)
+	}
+	return v
+}
+
+// waitJS waits until the JavaScript predicate expr is true.
+func (b *browser) waitJS(what, expr string) {
+	b.t.Helper()
+	_, err := chromedp.Run(b.ctx, chromedp.Poll[bool](expr,
+		chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(20*time.Second)))
+	if err != nil {
+		b.t.Fatalf("waiting for %s (%s): %v", what, expr, err)
+	}
+}
+
+// shot writes a PNG of the viewport as name.png in every screenshot folder.
+func (b *browser) shot(name string) {
+	b.t.Helper()
+	b.write(name, chromedp.CaptureScreenshot())
+}
+
+// shotOf writes a PNG of the element with the given id.
+func (b *browser) shotOf(name, id string) {
+	b.t.Helper()
+	b.write(name, chromedp.Screenshot(chromedp.ID(id)))
+}
+
+func (b *browser) write(name string, capture chromedp.Action[[]byte]) {
+	b.t.Helper()
+	// Let the layout settle.
+	b.do("settle", chromedp.Sleep(300*time.Millisecond))
+	buf, err := chromedp.Run(b.ctx, capture)
+	if err != nil {
+		b.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	for _, d := range b.shots {
+		if err := os.WriteFile(filepath.Join(d, name+".png"), buf, 0o644); err != nil {
+			b.t.Fatal(err)
+		}
+	}
+}
+
+// js quotes s as a JavaScript string.
+func js(s string) string {
+	q, _ := json.Marshal(s)
+	return string(q)
+}
+
+// consoleConfig is the browser test's gateway: three sources on SQLite, the
+// admin API behind a token.
+func consoleConfig(dir, upstreamURL string) string {
+	return fmt.Sprintf(`listen: 127.0.0.1:0
+store: {driver: sqlite, path: %q}
+admin: {listen: 127.0.0.1:0, token: "${TOKEN}"}
+log: {level: warn}
+routes:
+  - path: /webhooks/stripe
+    upstream: %[2]s/stripe
+    source: stripe
+  - path: /webhooks/github
+    upstream: %[2]s/github
+    source: github
+    header: X-GitHub-Delivery
+  - path: /webhooks/shop
+    upstream: %[2]s/shop
+    source: shopify
+    header: X-Shopify-Webhook-Id
+`, filepath.Join(dir, "idemhook.db"), upstreamURL)
+}
+
+// adminDo calls the admin API with the token.
+func adminDo(t *testing.T, g *gw, method, path string) response {
+	t.Helper()
+	return do(t, method, g.adminURL(path), "", "Authorization", "Bearer s3cret")
+}
+
+// TestConsoleInBrowser drives the console in headless chromium against a
+// real gateway: sign in with the token, read the per-source table, filter
+// by source, outcome, route and time, page, see a new delivery appear
+// without a reload, open a key, delete it through the confirmation, and
+// check that the next delivery of that event reaches the upstream again.
+// Along the way: keys are shown as text (a key holding HTML stays text),
+// the page requests nothing from another origin, and nothing throws.
+func TestConsoleInBrowser(t *testing.T) {
+	b := newBrowser(t)
+	up := newUpstream(t)
+	up.handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.Header.Get("X-Fail") != "" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprint(w, `{"error":"backend busy"}`)
+			return
+		}
+		fmt.Fprintf(w, `{"ok":true,"call":%d}`, n)
+	}
+	dir := t.TempDir()
+	g := startGateway(t, writeConfig(t, dir, consoleConfig(dir, up.srv.URL)), startOpts{getenv: envOf("TOKEN", "s3cret")})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("gateway log:\n%s", g.stderr)
+		}
+	})
+	// callsWith counts the upstream's calls that carried body.
+	callsWith := func(body string) int {
+		n := 0
+		for _, r := range up.received() {
+			if string(r.Body) == body {
+				n++
+			}
+		}
+		return n
+	}
+
+	stripeEvent := func(i int) string {
+		return fmt.Sprintf(`{"id":"evt_3Q%04dXk","type":"payment_intent.succeeded","data":{"object":{"amount":%d}}}`, i, 1000+i*250)
+	}
+	const xssKey = `<img src=x onerror="window.__xss=1">`
+	guid := func(i int) string { return fmt.Sprintf("6f1c2a%02d-8e4b-11ef-9b1a-3c7d5e%06d", i, i) }
+	for i := 1; i <= 12; i++ {
+		post(t, g.url("/webhooks/stripe"), stripeEvent(i))
+	}
+	for _, i := range []int{1, 2, 3} { // provider retries: replayed
+		if r := post(t, g.url("/webhooks/stripe"), stripeEvent(i)); r.Header.Get(idemhook.ReplayedHeader) == "" {
+			t.Fatalf("stripe retry %d not replayed: %d %s", i, r.Status, r.Body)
+		}
+	}
+	for i := 1; i <= 4; i++ {
+		post(t, g.url("/webhooks/github"), fmt.Sprintf(`{"action":"opened","number":%d}`, i), "X-GitHub-Delivery", guid(i))
+	}
+	post(t, g.url("/webhooks/github"), `{"action":"opened","number":1}`, "X-GitHub-Delivery", guid(1)) // replayed
+	post(t, g.url("/webhooks/github"), `{"action":"opened","number":2}`, "X-GitHub-Delivery", guid(2)) // replayed
+	if r := post(t, g.url("/webhooks/github"), `{"action":"closed"}`, "X-GitHub-Delivery", guid(3)); r.Status != 422 {
+		t.Fatalf("a reused key with another body = %d, want 422 (mismatch)", r.Status)
+	}
+	if r := post(t, g.url("/webhooks/github"), `{"action":"edited"}`, "X-GitHub-Delivery", guid(9), "X-Fail", "1"); r.Status != 503 {
+		t.Fatalf("a failing upstream = %d, want 503 (failed_released)", r.Status)
+	}
+	post(t, g.url("/webhooks/shop"), `{"id":820982911946154500}`, "X-Shopify-Webhook-Id", "b54557e4-bdd9-4b37-8a5f-bf7d70bcd043")
+	post(t, g.url("/webhooks/shop"), `{"id":820982911946154501}`, "X-Shopify-Webhook-Id", "0cb8b3b2-34a4-4d02-a1e5-6a6bd25e3b7a")
+	const total = 15 + 8 + 2
+	waitFor(t, "the audit trail to hold every delivery", func() bool {
+		r := adminDo(t, g, "GET", "/admin/deliveries?limit=1000")
+		return r.Status == 200 && len(decodeJSON[deliveriesJSON](t, r).Deliveries) == total
+	})
+
+	// The page asks for the token.
+	b.do("open the console", chromedp.Navigate(g.adminURL("/admin/")), chromedp.WaitVisible(chromedp.ID("login")))
+	b.shotOf("console-login", "login")
+	b.do("sign in with a wrong token", chromedp.SendKeys(chromedp.ID("token"), "wrong"), chromedp.Click(chromedp.ID("signin")))
+	b.waitJS("the token refused", `!document.getElementById('login').hidden && document.getElementById('login-error').textContent === 'The gateway refused this token.'`)
+	if tok := eval[string](b, `sessionStorage.getItem('idemhook.admin.token') ?? ''`); tok != "" {
+		t.Errorf("a refused token is kept: %q", tok)
+	}
+	b.do("sign in", chromedp.SendKeys(chromedp.ID("token"), "s3cret"), chromedp.Click(chromedp.ID("signin")))
+	rows := `document.querySelectorAll('#deliveries tbody tr')`
+	b.waitJS("the first page of deliveries", rows+`.length === 25`)
+	b.waitJS("the per-source table", `document.querySelectorAll('#stats tbody tr').length === 3`)
+	if tok := eval[string](b, `sessionStorage.getItem('idemhook.admin.token')`); tok != "s3cret" {
+		t.Errorf("sessionStorage token = %q", tok)
+	}
+	if c := eval[string](b, `document.cookie`); c != "" {
+		t.Errorf("the console set cookies: %q", c)
+	}
+
+	// Per source: total, processed, replayed, refused, duplicate rate; the
+	// hour and the day hold the same deliveries here.
+	stats := eval[[][]string](b, `[...document.querySelectorAll('#stats tbody tr')].map(tr => [...tr.cells].map(c => c.textContent))`)
+	wantStats := [][]string{
+		{"github", "8", "4", "2", "1", "25.0 %", "8", "4", "2", "1", "25.0 %"},
+		{"shopify", "2", "2", "0", "0", "0.0 %", "2", "2", "0", "0", "0.0 %"},
+		{"stripe", "15", "12", "3", "0", "20.0 %", "15", "12", "3", "0", "20.0 %"},
+	}
+	if fmt.Sprint(stats) != fmt.Sprint(wantStats) {
+		t.Errorf("per-source table\n got %q\nwant %q", stats, wantStats)
+	}
+
+	b.shot("console")
+
+	// Filters.
+	cellsOf := func(class string) string {
+		return `[...document.querySelectorAll('#deliveries tbody td.` + class + `')].map(td => td.textContent)`
+	}
+	apply := func(what string, values map[string]string, wantRows int, check string) {
+		t.Helper()
+		steps := []chromedp.Action[chromedp.Void]{chromedp.Click(chromedp.ID("f-reset"))}
+		for id, v := range values {
+			steps = append(steps, chromedp.SetValue(chromedp.ID(id), v))
+		}
+		steps = append(steps, chromedp.Click(chromedp.ID("f-apply")))
+		b.do("filter "+what, steps...)
+		cond := fmt.Sprintf(`%s.length === %d`, rows, wantRows)
+		if check != "" {
+			cond += " && " + check
+		}
+		b.waitJS("the deliveries "+what, cond)
+	}
+	// A source's name in the table filters the list by it.
+	b.do("click a source", chromedp.Click(chromedp.CSS(`#stats tr[data-source="shopify"] button`)))
+	b.waitJS("the deliveries of the clicked source", rows+`.length === 2 && `+cellsOf("source")+`.every(s => s === 'shopify') && document.getElementById('f-source').value === 'shopify'`)
+	apply("of source github", map[string]string{"f-source": "github"}, 8, cellsOf("source")+`.every(s => s === 'github')`)
+	b.shot("console-filtered")
+	apply("replayed of source stripe", map[string]string{"f-source": "stripe", "f-outcome": "replayed"}, 3,
+		cellsOf("source")+`.every(s => s === 'stripe') && `+cellsOf("outcome")+`.every(s => s === 'replayed')`)
+	apply("of route /webhooks/shop", map[string]string{"f-route": "/webhooks/shop"}, 2, cellsOf("route")+`.every(s => s === '/webhooks/shop')`)
+	apply("refused", map[string]string{"f-outcome": "mismatch"}, 1, cellsOf("status")+`[0] === '422'`)
+	// datetime-local takes the browser's local time (UTC here), to the
+	// minute: the input drops ":00" seconds, and SetValue wants its value
+	// back as set.
+	local := func(t time.Time) string { return t.UTC().Format("2006-01-02T15:04") }
+	apply("until an hour ago", map[string]string{"f-until": local(time.Now().Add(-time.Hour))}, 0, `!document.getElementById('empty').hidden`)
+	apply("since an hour ago, 10 a page", map[string]string{"f-since": local(time.Now().Add(-time.Hour)), "f-limit": "10"}, 10, "")
+
+	// Paging: stripe's 15 deliveries, 10 then 5, each once.
+	ids := `[...document.querySelectorAll('#deliveries tbody tr')].map(tr => tr.dataset.id)`
+	apply("of source stripe, 10 a page", map[string]string{"f-source": "stripe", "f-limit": "10"}, 10, cellsOf("source")+`.every(s => s === 'stripe')`)
+	page1 := eval[[]string](b, ids)
+	b.do("older page", chromedp.Click(chromedp.ID("older")))
+	b.waitJS("the second page", rows+`.length === 5 && document.getElementById('older').disabled`)
+	page2 := eval[[]string](b, ids)
+	for _, id := range page2 {
+		if slices.Contains(page1, id) {
+			t.Errorf("delivery %s on both pages: %v, %v", id, page1, page2)
+		}
+	}
+	b.do("newer page", chromedp.Click(chromedp.ID("newer")))
+	b.waitJS("the first page again", rows+`.length === 10 && document.getElementById('newer').disabled`)
+	if again := eval[[]string](b, ids); !slices.Equal(again, page1) {
+		t.Errorf("first page again = %v, want %v", again, page1)
+	}
+
+	// Live: a new delivery shows up without a reload. Its key holds HTML,
+	// which the page shows as text, never as markup.
+	b.do("reset the filters", chromedp.Click(chromedp.ID("f-reset")))
+	b.waitJS("the unfiltered list", rows+`.length === 25`)
+	eval[bool](b, `window.__marker = true`)
+	post(t, g.url("/webhooks/shop"), `{"id":1}`, "X-Shopify-Webhook-Id", xssKey)
+	b.waitJS("the new delivery", fmt.Sprintf(`[...document.querySelectorAll('#deliveries button.link')].some(b => b.textContent === %s) && window.__marker === true`, js(xssKey)))
+	if n := eval[int](b, `document.querySelectorAll('#deliveries img').length`); n != 0 {
+		t.Errorf("a key holding HTML made %d img elements", n)
+	}
+	if eval[bool](b, `window.__xss !== undefined`) {
+		t.Errorf("a key holding HTML ran its script")
+	}
+
+	// One key: open it from its row.
+	body := stripeEvent(1)
+	key := idemhook.BodyKey([]byte(body))
+	b.do("open a key", chromedp.Click(chromedp.CSS(`#deliveries button.link[title="`+key+`"]`)))
+	b.waitJS("the key's record", `document.getElementById('key-dialog').open && document.getElementById('record-state')?.textContent === 'completed'`)
+	eval[bool](b, `window.scrollTo(0, 0), true`) // the screenshot shows the page's top behind the dialog
+	if got := eval[string](b, `document.getElementById('record-key').textContent`); got != "idem:stripe:"+key {
+		t.Errorf("record store key = %q, want %q", got, "idem:stripe:"+key)
+	}
+	if got := eval[string](b, `document.getElementById('record-body').textContent`); got != `{"ok":true,"call":1}` {
+		t.Errorf("record body = %q, want the first answer", got)
+	}
+	b.shot("console-key")
+
+	// Delete it, through the confirmation.
+	b.do("delete", chromedp.Click(chromedp.ID("delete")))
+	b.waitJS("the confirmation", `document.getElementById('confirm-dialog').open`)
+	if got := eval[string](b, `document.getElementById('confirm-key').textContent`); got != "idem:stripe:"+key {
+		t.Errorf("confirmation names %q", got)
+	}
+	b.shot("console-confirm")
+	if r := adminDo(t, g, "GET", "/admin/keys/stripe/"+key); r.Status != 200 {
+		t.Fatalf("the key is gone before the confirmation: %d", r.Status)
+	}
+	b.do("confirm", chromedp.Click(chromedp.ID("confirm-delete")))
+	b.waitJS("the deletion", `document.getElementById('record-state').textContent === 'deleted' && document.getElementById('record-note').textContent.startsWith('Deleted.')`)
+	if r := adminDo(t, g, "GET", "/admin/keys/stripe/"+key); r.Status != 404 {
+		t.Errorf("GET the deleted key = %d, want 404", r.Status)
+	}
+	before := callsWith(body)
+	r := post(t, g.url("/webhooks/stripe"), body)
+	if r.Status != 200 || r.Header.Get(idemhook.ReplayedHeader) != "" || callsWith(body) != before+1 {
+		t.Errorf("the next delivery after the delete: %d replayed=%q, upstream calls with its body %d -> %d, want one more",
+			r.Status, r.Header.Get(idemhook.ReplayedHeader), before, callsWith(body))
+	}
+	b.do("close the record", chromedp.Click(chromedp.ID("key-close")))
+
+	// One key: look it up by source and key.
+	b.do("look a key up", chromedp.SetValue(chromedp.ID("k-source"), "github"),
+		chromedp.SendKeys(chromedp.ID("k-key"), guid(2)), chromedp.Click(chromedp.ID("k-open")))
+	b.waitJS("the looked-up record", `document.getElementById('record-key')?.textContent === 'idem:github:`+guid(2)+`'`)
+	b.do("close the record", chromedp.Click(chromedp.ID("key-close")))
+
+	// Sign out forgets the token.
+	b.do("sign out", chromedp.Click(chromedp.ID("signout")), chromedp.WaitVisible(chromedp.ID("login")))
+	if tok := eval[string](b, `sessionStorage.getItem('idemhook.admin.token') ?? ''`); tok != "" {
+		t.Errorf("token kept after sign out: %q", tok)
+	}
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	origin := g.adminURL("/admin/")
+	for _, u := range b.requests {
+		// data: URLs are no fetch: chromium's own date picker icon.
+		if !strings.HasPrefix(u, origin) && !strings.HasPrefix(u, "data:") {
+			t.Errorf("the page requested %s, outside %s", u, origin)
+		}
+	}
+	if len(b.requests) < 10 {
+		t.Errorf("only %d requests seen: %v", len(b.requests), b.requests)
+	}
+	for _, p := range b.problems {
+		t.Errorf("page problem: %s", p)
 	}
 }

@@ -33,8 +33,12 @@ func main() {
 	// settings.
 	redis.SetLogger(quietRedisLogger{})
 
+	// SIGHUP reloads the configuration (serve); without this it would end
+	// the process at once, cutting every delivery short.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	err := runEnv(ctx, env{args: os.Args[1:], getenv: os.Getenv, stdout: os.Stdout, stderr: os.Stderr, reload: hup})
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "idemhook:", err)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -44,7 +45,7 @@ func newTransport(timeout time.Duration) *http.Transport {
 // headers within the route's upstream_timeout 504, both with a problem+json
 // body; either way the middleware releases the claim, so the provider's
 // retry is forwarded again.
-func newProxy(rc RouteConfig, rt http.RoundTripper, bufs httputil.BufferPool, logger *slog.Logger) *httputil.ReverseProxy {
+func newProxy(rc routeSettings, rt http.RoundTripper, bufs httputil.BufferPool, logger *slog.Logger, trusted []netip.Prefix) *httputil.ReverseProxy {
 	target := rc.Upstream
 	prefix := ""
 	if strings.HasSuffix(rc.Path, "/") {
@@ -58,7 +59,7 @@ func newProxy(rc RouteConfig, rt http.RoundTripper, bufs httputil.BufferPool, lo
 			out.Path, out.RawPath = upstreamPath(target, prefix, in), upstreamRawPath(target, prefix, in)
 			out.RawQuery = joinQuery(target.RawQuery, in.RawQuery)
 			pr.Out.Host = ""
-			pr.SetXForwarded()
+			setForwarded(pr, trusted)
 		},
 		Transport:  rt,
 		BufferPool: bufs,
@@ -179,7 +180,7 @@ func (t timedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // probeUpstreams dials every distinct upstream once and logs a WARN for
 // those that don't answer: backends restart, so a down upstream is not a
 // reason to refuse to start (its deliveries get 502 until it is back).
-func probeUpstreams(ctx context.Context, routes []RouteConfig, logger *slog.Logger) {
+func probeUpstreams(ctx context.Context, routes []routeSettings, logger *slog.Logger) {
 	seen := map[string]bool{}
 	done := make(chan struct{})
 	n := 0
@@ -197,7 +198,7 @@ func probeUpstreams(ctx context.Context, routes []RouteConfig, logger *slog.Logg
 		}
 		seen[host] = true
 		n++
-		go func(rc RouteConfig, host string) {
+		go func(rc routeSettings, host string) {
 			defer func() { done <- struct{}{} }()
 			d := net.Dialer{Timeout: 2 * time.Second}
 			conn, err := d.DialContext(ctx, "tcp", host)
@@ -224,3 +225,43 @@ func newBufferPool() *bufferPool {
 
 func (bp *bufferPool) Get() []byte  { return *bp.p.Get().(*[]byte) }
 func (bp *bufferPool) Put(b []byte) { bp.p.Put(&b) }
+
+// setForwarded sets X-Forwarded-For, -Host and -Proto. From a peer in
+// trusted (trusted_proxies: a load balancer in front of the gateway), the
+// incoming X-Forwarded-For is kept and the peer appended to it, and the
+// incoming -Host and -Proto are kept (the balancer terminated TLS); from
+// any other peer they are replaced, since anyone can send them.
+func setForwarded(pr *httputil.ProxyRequest, trusted []netip.Prefix) {
+	if !peerTrusted(pr.In.RemoteAddr, trusted) {
+		pr.SetXForwarded()
+		return
+	}
+	if prior := pr.In.Header.Values("X-Forwarded-For"); len(prior) > 0 {
+		pr.Out.Header["X-Forwarded-For"] = []string{strings.Join(prior, ", ")}
+	}
+	pr.SetXForwarded()
+	for _, h := range []string{"X-Forwarded-Host", "X-Forwarded-Proto"} {
+		if v := pr.In.Header.Get(h); v != "" {
+			pr.Out.Header.Set(h, v)
+		}
+	}
+}
+
+// peerTrusted reports whether the address remoteAddr (host:port) is in one
+// of the prefixes.
+func peerTrusted(remoteAddr string, trusted []netip.Prefix) bool {
+	if len(trusted) == 0 {
+		return false
+	}
+	ap, err := netip.ParseAddrPort(remoteAddr)
+	if err != nil {
+		return false
+	}
+	ip := ap.Addr().Unmap()
+	for _, p := range trusted {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}

@@ -6,7 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"runtime"
+	"os"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -49,6 +49,9 @@ type env struct {
 	ready func(addrs)
 	// now, if set, is the clock of the middleware and of the memory store.
 	now func() time.Time
+	// reload, if set, delivers SIGHUP: serve then reloads its
+	// configuration file.
+	reload <-chan os.Signal
 }
 
 // addrs are the bound addresses of a running gateway.
@@ -99,7 +102,8 @@ func runEnv(ctx context.Context, e env) error {
 		}
 		return demo(ctx, e)
 	case "version", "--version", "-version":
-		fmt.Fprintln(e.stdout, versionString())
+		bi, _ := debug.ReadBuildInfo()
+		fmt.Fprintln(e.stdout, versionString(bi))
 		return nil
 	case "help", "--help", "-help", "-h":
 		fmt.Fprint(e.stdout, usage)
@@ -149,13 +153,9 @@ func buildVersion() string {
 	return "(devel)"
 }
 
-func versionString() string {
-	return fmt.Sprintf("idemhook %s %s %s/%s", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
-}
-
 // printSummary is the output of check: what the file configures, defaults
 // included.
-func printSummary(w io.Writer, cfg *Config) {
+func printSummary(w io.Writer, cfg *gatewayConfig) {
 	fmt.Fprintf(w, "%s: OK\n", cfg.File)
 	fmt.Fprintf(w, "  listen   %s\n", cfg.Listen)
 	switch cfg.Store.Driver {

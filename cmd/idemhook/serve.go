@@ -2,21 +2,26 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"reflect"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemhook/idemhook"
 )
 
 // newLogger returns the logger of the gateway, writing to w.
-func newLogger(lc LogConfig, w io.Writer) *slog.Logger {
+func newLogger(lc logSettings, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(lc.Level)) // checked by the config parser
 	opts := &slog.HandlerOptions{Level: level}
@@ -28,16 +33,29 @@ func newLogger(lc LogConfig, w io.Writer) *slog.Logger {
 
 // gateway is a configured, not yet listening, gateway.
 type gateway struct {
-	cfg     *Config
+	cfg     *gatewayConfig
 	logger  *slog.Logger
 	store   idemhook.Store
 	mw      *idemhook.Middleware
 	metrics *metrics
 	audit   *auditTrail
 	tracing *tracing     // nil: off
-	handler http.Handler // the routes
-	admin   http.Handler
+	handler http.Handler // the routes: g.routes, counted in g.inflight
+	admin   http.Handler // the admin routes: g.adminRoutes
 	res     resources
+
+	// What a reload (SIGHUP) replaces: the routes and the admin handler
+	// (its token), the TLS certificate and the shutdown bound. The store,
+	// the audit sink and the listeners stay those of the start.
+	routes          atomic.Pointer[http.Handler]
+	adminRoutes     atomic.Pointer[http.Handler]
+	cert            atomic.Pointer[tls.Certificate]
+	shutdownTimeout atomic.Int64
+	idle            []func() // closes the idle upstream connections of the routes in use
+	bufs            httputil.BufferPool
+	// inflight counts the requests inside the routes, so that the audit
+	// recorder closes only after the last delivery recorded its entry.
+	inflight sync.WaitGroup
 
 	// base is the context deliveries and their upstream calls run under;
 	// cutShort cancels it after the shutdown bound.
@@ -47,7 +65,7 @@ type gateway struct {
 
 // newGateway opens the store and the audit sink and builds the handlers.
 // On error, everything opened so far is closed.
-func newGateway(ctx context.Context, cfg *Config, logger *slog.Logger, now func() time.Time, tr *tracing) (_ *gateway, err error) {
+func newGateway(ctx context.Context, cfg *gatewayConfig, logger *slog.Logger, now func() time.Time, tr *tracing) (_ *gateway, err error) {
 	g := &gateway{cfg: cfg, logger: logger, metrics: newMetrics(), tracing: tr}
 	g.base, g.cutShort = context.WithCancelCause(context.WithoutCancel(ctx))
 	g.res.add(tr.shutdown) // closed late: flushes the spans of the last deliveries
@@ -58,11 +76,11 @@ func newGateway(ctx context.Context, cfg *Config, logger *slog.Logger, now func(
 		}
 	}()
 	files := &sqliteFiles{rs: &g.res, logger: logger}
-	g.store, err = openStore(ctx, cfg.Store, files, now)
+	g.store, err = openStore(ctx, cfg.Store, files, now, cfg.longestLease())
 	if err != nil {
 		return nil, err
 	}
-	g.audit, err = openAudit(ctx, cfg.Audit, files, logger, g.metrics)
+	g.audit, err = openAudit(ctx, cfg, files, logger, g.metrics)
 	if err != nil {
 		return nil, err
 	}
@@ -86,31 +104,114 @@ func newGateway(ctx context.Context, cfg *Config, logger *slog.Logger, now func(
 	if err != nil {
 		return nil, err
 	}
+	g.bufs = newBufferPool()
+	if err := g.apply(cfg); err != nil {
+		return nil, err
+	}
+	g.res.add(func() error {
+		for _, f := range g.idle {
+			f()
+		}
+		return nil
+	})
+	g.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g.inflight.Add(1)
+		defer g.inflight.Done()
+		(*g.routes.Load()).ServeHTTP(w, r)
+	})
+	g.admin = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		(*g.adminRoutes.Load()).ServeHTTP(w, r)
+	})
+	return g, nil
+}
+
+// apply builds the routes and the admin handler of cfg and puts them in
+// service; requests already running finish on the ones they started with.
+func (g *gateway) apply(cfg *gatewayConfig) error {
 	mux := http.NewServeMux()
-	bufs := newBufferPool()
+	var idle []func()
 	for _, rc := range cfg.Routes {
 		wrap, err := g.mw.Route(rc.Route)
 		if err != nil {
-			return nil, fmt.Errorf("%s:%d: route %s: %w", cfg.File, rc.Line, rc.Path, err)
+			// check ran the same checks (routeLimits): not reached.
+			return configError{File: cfg.File, Line: rc.Line, Field: rc.at, Msg: err.Error()}
 		}
 		tr := newTransport(rc.UpstreamTimeout)
-		g.res.add(func() error { tr.CloseIdleConnections(); return nil })
+		idle = append(idle, tr.CloseIdleConnections)
 		rt := g.tracing.transport(timedTransport{next: tr, observe: g.metrics.upstreamObserver(rc.Path)})
-		mux.Handle(rc.Path, g.tracing.handler(wrap(detach(g.base, newProxy(rc, rt, bufs, logger)))))
+		mux.Handle(rc.Path, g.tracing.handler(wrap(detach(g.base, newProxy(rc, rt, g.bufs, g.logger, cfg.TrustedProxies)))))
 	}
-	if !slices.ContainsFunc(cfg.Routes, func(rc RouteConfig) bool { return rc.Path == "/" }) {
+	if !slices.ContainsFunc(cfg.Routes, func(rc routeSettings) bool { return rc.Path == "/" }) {
 		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 			// The configuration file's location is not for the internet.
 			writeProblem(w, http.StatusNotFound, "no route", fmt.Sprintf("no route for %s", r.URL.Path))
 		})
 	}
-	g.handler = mux
-	g.admin = g.adminHandler()
-	return g, nil
+	if cfg.TLS.Cert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLS.Cert, cfg.TLS.Key)
+		if err != nil {
+			return fmt.Errorf("tls: %w", err)
+		}
+		g.cert.Store(&cert)
+	}
+	var routes http.Handler = mux
+	admin := g.adminHandler(cfg.Admin.Token)
+	g.routes.Store(&routes)
+	g.adminRoutes.Store(&admin)
+	g.audit.setRoutes(cfg.Routes)
+	g.shutdownTimeout.Store(int64(cfg.ShutdownTimeout))
+	old := g.idle
+	g.idle = idle
+	for _, f := range old {
+		f() // connections in use are not idle: they finish first
+	}
+	return nil
+}
+
+// reload reads the configuration file again (SIGHUP). A valid file replaces
+// the routes, their secrets and limits, the admin token, the TLS
+// certificate and the shutdown bound, without closing a connection or
+// stopping a delivery; an invalid one is logged with its errors and the
+// running configuration keeps serving. Settings only a restart can change
+// are logged and kept.
+func (g *gateway) reload(getenv func(string) string) {
+	cfg, err := loadConfig(g.cfg.File, getenv)
+	if err != nil {
+		g.logger.Error("idemhook reload refused: the configuration is invalid; the running one keeps serving",
+			"file", g.cfg.File, "err", err.Error())
+		return
+	}
+	for _, w := range cfg.Warnings {
+		g.logger.Warn("idemhook configuration: " + w.Error())
+	}
+	var kept []string
+	for _, s := range []struct {
+		name string
+		same bool
+	}{
+		{"listen", cfg.Listen == g.cfg.Listen},
+		{"store", reflect.DeepEqual(cfg.Store, g.cfg.Store)},
+		{"admin.listen", cfg.Admin.Listen == g.cfg.Admin.Listen},
+		{"audit", cfg.Audit == g.cfg.Audit},
+		{"log", cfg.Log == g.cfg.Log},
+		{"tls (on or off)", (cfg.TLS.Cert == "") == (g.cfg.TLS.Cert == "")},
+	} {
+		if !s.same {
+			kept = append(kept, s.name)
+		}
+	}
+	if len(kept) > 0 {
+		g.logger.Warn("idemhook reload: these settings change only with a restart; the running ones are kept", "settings", strings.Join(kept, ", "))
+	}
+	if err := g.apply(cfg); err != nil {
+		g.logger.Error("idemhook reload refused; the running configuration keeps serving", "file", g.cfg.File, "err", err.Error())
+		return
+	}
+	g.logger.Info("idemhook configuration reloaded", "file", g.cfg.File, "routes", len(cfg.Routes))
 }
 
 // serve runs the gateway until ctx is done, then shuts down gracefully.
-func serve(ctx context.Context, cfg *Config, e env) error {
+func serve(ctx context.Context, cfg *gatewayConfig, e env) error {
 	logger := newLogger(cfg.Log, e.stderr)
 	for _, w := range cfg.Warnings {
 		logger.Warn("idemhook configuration: " + w.Error())
@@ -131,15 +232,23 @@ func serve(ctx context.Context, cfg *Config, e env) error {
 		}
 	}()
 
-	if err := storeReady(ctx, g.store, time.Second); err != nil {
+	if err := probeStore(ctx, g.store, time.Second); err != nil {
 		logger.Warn("idemhook store not reachable at start; deliveries fail open (or closed, per route) until it is back",
-			"driver", cfg.Store.Driver, "err", err)
+			"store", storeDesc(cfg.Store), "err", err)
 	}
 	probeUpstreams(ctx, cfg.Routes, logger)
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	if cfg.TLS.Cert != "" {
+		// The certificate is read at each handshake from g.cert, which a
+		// reload replaces: a renewed certificate needs no restart.
+		ln = tls.NewListener(ln, &tls.Config{
+			MinVersion:     tls.VersionTLS12,
+			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return g.cert.Load(), nil },
+		})
 	}
 	var adminLn net.Listener
 	if cfg.Admin.Listen != "" {
@@ -188,12 +297,23 @@ func serve(ctx context.Context, cfg *Config, e env) error {
 	}
 
 	var serveErr error
-	select {
-	case <-ctx.Done():
-	case serveErr = <-errc:
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			break wait
+		case serveErr = <-errc:
+			break wait
+		case <-e.reload:
+			g.reload(e.getenv)
+		}
 	}
-	logger.Info("idemhook shutting down", "timeout", cfg.ShutdownTimeout)
-	shutdown(srv, cfg.ShutdownTimeout, cutShort, logger)
+	timeout := time.Duration(g.shutdownTimeout.Load())
+	logger.Info("idemhook shutting down", "timeout", timeout)
+	shutdown(srv, timeout, cutShort, logger)
+	// Deliveries cut short may still be finishing: their audit entries
+	// must reach the recorder before it closes.
+	waitInflight(&g.inflight, 10*time.Second, logger)
 	if adminSrv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		if err := adminSrv.Shutdown(sctx); err != nil {
@@ -246,5 +366,19 @@ func shutdown(srv *http.Server, timeout time.Duration, cutShort context.CancelCa
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {
 		srv.Close()
+	}
+}
+
+// waitInflight waits, at most bound, until no request is inside the routes.
+func waitInflight(wg *sync.WaitGroup, bound time.Duration, logger *slog.Logger) {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(bound):
+		logger.Warn("idemhook shutdown: deliveries still running after the bound; their audit entries may be lost", "bound", bound)
 	}
 }

@@ -3,12 +3,20 @@ package main
 import (
 	"compress/gzip"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -17,10 +25,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/sqlitestore"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -564,6 +574,7 @@ func TestPrefixRouteScopesKeysByPath(t *testing.T) {
 	up := newUpstream(t)
 	cfg := strings.Replace(routeConfig(up.srv.URL), "path: /webhooks/test", "path: /t/", 1)
 	cfg = strings.Replace(cfg, "/hook\n", "/t/\n", 1)
+	cfg = strings.Replace(cfg, "audit: {sink: none}", "audit: {sink: memory}", 1)
 	g := startGateway(t, writeConfig(t, t.TempDir(), cfg), startOpts{})
 	for _, tt := range []struct {
 		path     string
@@ -583,6 +594,19 @@ func TestPrefixRouteScopesKeysByPath(t *testing.T) {
 	r := do(t, http.MethodGet, g.adminURL("/admin/keys/test/"+idemhook.BodyKey([]byte(`{"e":2}`))+"?scope=/t/acme"), "")
 	if r.Status != 200 || !strings.Contains(r.Body, key) {
 		t.Fatalf("GET the scoped key: %d %s", r.Status, r.Body)
+	}
+	// The audit trail records each delivery's scope, which the console
+	// passes back to delete the key: the next acme delivery is forwarded.
+	page := deliveries(t, g, "limit=10", 4)
+	if got := page.Deliveries[len(page.Deliveries)-1]; got.Scope != "/t/acme" || got.Key != idemhook.BodyKey([]byte(`{"e":2}`)) {
+		t.Fatalf("audit entry of the first delivery: %+v", got)
+	}
+	if r := do(t, http.MethodDelete, g.adminURL("/admin/keys/test/"+page.Deliveries[3].Key+"?scope="+page.Deliveries[3].Scope), ""); r.Status != http.StatusNoContent {
+		t.Fatalf("DELETE the scoped key: %d %s", r.Status, r.Body)
+	}
+	post(t, g.url("/t/acme"), `{"e":2}`)
+	if n := up.calls.Load(); n != 3 {
+		t.Fatalf("after deleting acme's key the upstream got %d calls, want 3", n)
 	}
 }
 
@@ -709,5 +733,431 @@ func TestConcurrentDuplicatesReachTheUpstreamOnce(t *testing.T) {
 		if b != `{"call":1}` {
 			t.Fatalf("copy %d got %q", i, b)
 		}
+	}
+}
+
+// TestNoRouteHidesConfigPath: anyone on the internet can request an
+// unknown path; the 404 must not tell them where the gateway's
+// configuration file is on disk.
+func TestNoRouteHidesConfigPath(t *testing.T) {
+	up := newUpstream(t)
+	path := writeConfig(t, t.TempDir(), routeConfig(up.srv.URL))
+	g := startGateway(t, path, startOpts{})
+	r := post(t, g.url("/elsewhere"), `{}`)
+	if r.Status != http.StatusNotFound {
+		t.Fatalf("status = %d, want 404", r.Status)
+	}
+	if strings.Contains(r.Body, path) || strings.Contains(r.Body, "idemhook.yaml") {
+		t.Errorf("404 body shows the config file: %s", r.Body)
+	}
+	if !strings.Contains(r.Body, "/elsewhere") {
+		t.Errorf("404 body does not name the path: %s", r.Body)
+	}
+}
+
+// TestForgedFirstClaimsNothing: forged deliveries carrying a real event's id
+// (wrong secret, stale and future timestamps, a v0-only header) arrive
+// before the real one. Each is refused 401 with a problem+json body and
+// audited as signature_invalid; none claims the key, so the genuine
+// delivery that follows is forwarded (not answered as a duplicate). The
+// secret appears neither in the answers nor in the log.
+func TestForgedFirstClaimsNothing(t *testing.T) {
+	up := newUpstream(t)
+	const secret = "whsec_gatewaySecretValue"
+	dir := t.TempDir()
+	cfg := fmt.Sprintf(`listen: 127.0.0.1:0
+store: {driver: sqlite, path: %q}
+admin: {listen: 127.0.0.1:0}
+log: {level: debug, format: json}
+routes:
+  - path: /webhooks/stripe
+    upstream: %s/hook
+    source: stripe
+    provider: stripe
+    secret_env: STRIPE_SECRET
+`, filepath.Join(dir, "idemhook.db"), up.srv.URL)
+	g := startGateway(t, writeConfig(t, dir, cfg), startOpts{getenv: envOf("STRIPE_SECRET", secret)})
+	body := `{"id":"evt_real","type":"charge.succeeded"}`
+	sign := func(key string, ts int64, scheme string) string {
+		mac := hmac.New(sha256.New, []byte(key))
+		fmt.Fprintf(mac, "%d.%s", ts, body)
+		return fmt.Sprintf("t=%d,%s=%s", ts, scheme, hex.EncodeToString(mac.Sum(nil)))
+	}
+	now := time.Now().Unix()
+	forged := []struct{ name, header string }{
+		{"wrong secret", sign("whsec_attacker", now, "v1")},
+		{"stale", sign(secret, now-int64(10*time.Minute/time.Second), "v1")},
+		{"future", sign(secret, now+int64(10*time.Minute/time.Second), "v1")},
+		{"v0 only", sign(secret, now, "v0")},
+		{"garbage", "t=abc,v1=zz"},
+	}
+	for _, f := range forged {
+		r := post(t, g.url("/webhooks/stripe"), body, "Stripe-Signature", f.header)
+		if r.Status != http.StatusUnauthorized || r.Header.Get("Content-Type") != "application/problem+json" {
+			t.Errorf("%s: %d %s %s, want 401 problem+json", f.name, r.Status, r.Header.Get("Content-Type"), r.Body)
+		}
+		if strings.Contains(r.Body, secret) {
+			t.Errorf("%s: the answer shows the secret: %s", f.name, r.Body)
+		}
+	}
+	r := post(t, g.url("/webhooks/stripe"), body, "Stripe-Signature", sign(secret, now, "v1"))
+	if r.Status != http.StatusOK || r.Header.Get(idemhook.ReplayedHeader) != "" {
+		t.Fatalf("genuine delivery after forgeries = %d replayed=%q %s, want 200 forwarded", r.Status, r.Header.Get(idemhook.ReplayedHeader), r.Body)
+	}
+	if n := up.calls.Load(); n != 1 {
+		t.Fatalf("upstream calls = %d, want 1", n)
+	}
+	deliveries(t, g, "outcome=signature_invalid", len(forged))
+	deliveries(t, g, "outcome=processed", 1)
+	if strings.Contains(g.stderr.String(), secret) {
+		t.Errorf("the log shows the secret:\n%s", g.stderr)
+	}
+}
+
+// trusted_proxies: from a listed peer (here the test, on 127.0.0.1) the
+// incoming X-Forwarded-For is kept and the peer appended, and -Host and
+// -Proto are kept; from a peer not listed they are replaced, as without
+// the setting.
+func TestTrustedProxies(t *testing.T) {
+	tests := []struct {
+		name, proxies        string
+		wantFor, wantProto   string
+		wantHostFromIncoming bool
+	}{
+		{"peer trusted", "trusted_proxies: [127.0.0.0/8]\n", "203.0.113.9, 127.0.0.1", "https", true},
+		{"peer trusted by address", "trusted_proxies: [127.0.0.1]\n", "203.0.113.9, 127.0.0.1", "https", true},
+		{"peer not trusted", "trusted_proxies: [10.0.0.0/8]\n", "127.0.0.1", "http", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			up := newUpstream(t)
+			g := startGateway(t, writeConfig(t, t.TempDir(), tt.proxies+routeConfig(up.srv.URL)), startOpts{})
+			if r := post(t, g.url("/webhooks/test"), `{"id":"xff"}`,
+				"X-Forwarded-For", "203.0.113.9", "X-Forwarded-Host", "hooks.example", "X-Forwarded-Proto", "https"); r.Status != 200 {
+				t.Fatalf("status %d", r.Status)
+			}
+			in := up.received()[0]
+			wantHost := g.Listen
+			if tt.wantHostFromIncoming {
+				wantHost = "hooks.example"
+			}
+			if got := in.Header.Get("X-Forwarded-For"); got != tt.wantFor {
+				t.Errorf("X-Forwarded-For = %q, want %q", got, tt.wantFor)
+			}
+			if got := in.Header.Get("X-Forwarded-Proto"); got != tt.wantProto {
+				t.Errorf("X-Forwarded-Proto = %q, want %q", got, tt.wantProto)
+			}
+			if got := in.Header.Get("X-Forwarded-Host"); got != wantHost {
+				t.Errorf("X-Forwarded-Host = %q, want %q", got, wantHost)
+			}
+		})
+	}
+}
+
+// lease, max_stored_body and retry_after per route reach the middleware.
+func TestRouteSettings(t *testing.T) {
+	t.Run("max_stored_body", func(t *testing.T) {
+		up := newUpstream(t)
+		up.handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+			w.Header().Set("Content-Type", "text/plain")
+			fmt.Fprint(w, strings.Repeat("a", 100))
+		}
+		g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.srv.URL, "max_stored_body: 10B")), startOpts{})
+		first := post(t, g.url("/webhooks/test"), `{"id":1}`)
+		replay := post(t, g.url("/webhooks/test"), `{"id":1}`)
+		if len(first.Body) != 100 || replay.Status != 200 || replay.Body != "" || replay.Header.Get("Idempotent-Replayed") != "true" {
+			t.Errorf("first %d bytes; replay %d %q replayed=%q; want 100 bytes, then 200 with an empty body",
+				len(first.Body), replay.Status, replay.Body, replay.Header.Get("Idempotent-Replayed"))
+		}
+		if n := up.calls.Load(); n != 1 {
+			t.Errorf("upstream ran %d times", n)
+		}
+	})
+	hold := func(t *testing.T, extra ...string) (*gw, chan struct{}) {
+		up, arrived, release := blockingUpstream(t)
+		g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.srv.URL, extra...)), startOpts{})
+		go post(t, g.url("/webhooks/test"), `{"id":"held"}`)
+		<-arrived
+		return g, release
+	}
+	t.Run("retry_after", func(t *testing.T) {
+		g, release := hold(t, "in_flight: reject", "retry_after: 9s")
+		defer close(release)
+		if r := post(t, g.url("/webhooks/test"), `{"id":"held"}`); r.Status != http.StatusConflict || r.Header.Get("Retry-After") != "9" {
+			t.Errorf("duplicate: %d Retry-After %q, want 409 and 9", r.Status, r.Header.Get("Retry-After"))
+		}
+	})
+	t.Run("lease", func(t *testing.T) {
+		g, release := hold(t, "in_flight: wait", "wait_timeout: 50ms", "lease: 7s")
+		defer close(release)
+		if r := post(t, g.url("/webhooks/test"), `{"id":"held"}`); r.Status != http.StatusConflict || r.Header.Get("Retry-After") != "7" {
+			t.Errorf("duplicate after wait_timeout: %d Retry-After %q, want 409 and 7 (the route's lease)", r.Status, r.Header.Get("Retry-After"))
+		}
+	})
+}
+
+// signalConfig is a gateway on a SQLite file (store and audit trail) with
+// the routes given.
+func signalConfig(db, routes string) string {
+	return fmt.Sprintf(`listen: 127.0.0.1:0
+store: {driver: sqlite, path: %s}
+admin: {listen: 127.0.0.1:0}
+shutdown_timeout: 20s
+routes:
+%s`, db, routes)
+}
+
+func routeYAML(path, upstream, extra string) string {
+	return fmt.Sprintf("  - path: %s\n    upstream: %s/hook\n    source: %s\n%s", path, upstream, strings.TrimPrefix(path, "/webhooks/"), extra)
+}
+
+// auditRows counts the audit trail's rows in the SQLite file of a stopped
+// gateway.
+func auditRows(t *testing.T, db string) int {
+	t.Helper()
+	d, err := sqlitestore.Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	var n int
+	if err := d.QueryRow("SELECT count(*) FROM audit_deliveries").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// traffic sends deliveries from workers, each on its own keep-alive
+// connection, until stop is closed or each worker sent max: every event
+// twice (the second is a replay). It counts the answers and the failures.
+type traffic struct {
+	answered, failed atomic.Int64
+	mu               sync.Mutex
+	errs             []string
+	wg               sync.WaitGroup
+}
+
+func (tr *traffic) run(url string, workers, max int, stop <-chan struct{}) {
+	for w := range workers {
+		tr.wg.Go(func() {
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}, Timeout: 30 * time.Second}
+			defer client.CloseIdleConnections()
+			for i := range max {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				body := fmt.Sprintf(`{"id":"w%d-%d"}`, w, i/2)
+				resp, err := client.Post(url, "application/json", strings.NewReader(body))
+				if err != nil {
+					tr.failed.Add(1)
+					tr.mu.Lock()
+					tr.errs = append(tr.errs, err.Error())
+					tr.mu.Unlock()
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					tr.failed.Add(1)
+					tr.mu.Lock()
+					tr.errs = append(tr.errs, resp.Status)
+					tr.mu.Unlock()
+				}
+				tr.answered.Add(1)
+			}
+		})
+	}
+}
+
+// SIGHUP under traffic, then SIGTERM under traffic, to a real gateway
+// process: a valid file replaces the routes without a failed request; an
+// invalid one is refused with its errors and the previous routes keep
+// serving; SIGTERM drains; every answered delivery is in the audit trail.
+func TestSignalsUnderTraffic(t *testing.T) {
+	up := newUpstream(t)
+	dir := t.TempDir()
+	db := filepath.Join(dir, "idemhook.db")
+	cfgPath := writeConfig(t, dir, signalConfig(db, routeYAML("/webhooks/a", up.srv.URL, "")))
+	c := startProc(t, cfgPath)
+
+	tr := &traffic{}
+	stop := make(chan struct{})
+	tr.run(c.url("/webhooks/a"), 4, 400, stop)
+	waitAnswered := func(n int64) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); tr.answered.Load() < n; {
+			if time.Now().After(deadline) {
+				t.Fatalf("only %d answers within 30s", tr.answered.Load())
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+
+	// A valid file: a second route, a smaller max_body on the first.
+	waitAnswered(100)
+	writeConfig(t, dir, signalConfig(db, routeYAML("/webhooks/a", up.srv.URL, "    max_body: 1KiB\n")+routeYAML("/webhooks/b", up.srv.URL, "")))
+	c.signal(t, syscall.SIGHUP)
+	c.waitLog(t, "idemhook configuration reloaded")
+	if r := post(t, c.url("/webhooks/b"), `{"id":"b1"}`); r.Status != 200 {
+		t.Errorf("the route added by the reload: %d %s", r.Status, r.Body)
+	}
+	if r := post(t, c.url("/webhooks/a"), strings.Repeat("x", 2000)); r.Status != http.StatusRequestEntityTooLarge {
+		t.Errorf("the reloaded max_body of 1KiB: a 2000-byte body got %d", r.Status)
+	}
+
+	// An invalid file: refused, the running routes keep serving.
+	waitAnswered(300)
+	writeConfig(t, dir, signalConfig(db, routeYAML("/webhooks/a", up.srv.URL, "    ttl: soon\n")))
+	c.signal(t, syscall.SIGHUP)
+	c.waitLog(t, "idemhook reload refused")
+	if !strings.Contains(c.stderr.String(), `routes[0].ttl: invalid duration \"soon\"`) {
+		t.Errorf("the refused reload does not log the file's error:\n%s", c.stderr)
+	}
+	if r := post(t, c.url("/webhooks/b"), `{"id":"b2"}`); r.Status != 200 {
+		t.Errorf("after a refused reload, the route of the last good file: %d", r.Status)
+	}
+	waitAnswered(500)
+	if n := tr.failed.Load(); n != 0 {
+		t.Fatalf("%d requests failed across the reloads: %v", n, tr.errs[:min(len(tr.errs), 5)])
+	}
+
+	// SIGTERM while the traffic goes on: what was answered is in the
+	// trail, and the process exits 0.
+	c.signal(t, syscall.SIGTERM)
+	if err := c.wait(t); err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, c.stderr)
+	}
+	close(stop)
+	tr.wg.Wait()
+	answered := tr.answered.Load() + 3 // and the three sent by hand
+	if rows := auditRows(t, db); int64(rows) != answered {
+		t.Errorf("%d audit rows for %d answered deliveries", rows, answered)
+	}
+	t.Logf("%d answered, %d failed (after the listener closed), %d upstream calls", tr.answered.Load(), tr.failed.Load(), up.calls.Load())
+}
+
+// SIGINT while deliveries are at the upstream: each is answered, the
+// process exits 0 once they are, and each is in the audit trail.
+func TestSIGINTDrains(t *testing.T) {
+	up := newUpstream(t)
+	arrived, release := make(chan struct{}, 100), make(chan struct{})
+	up.handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+		arrived <- struct{}{}
+		<-release
+		fmt.Fprintf(w, "call %d", n)
+	}
+	dir := t.TempDir()
+	db := filepath.Join(dir, "idemhook.db")
+	c := startProc(t, writeConfig(t, dir, signalConfig(db, routeYAML("/webhooks/a", up.srv.URL, ""))))
+	const n = 10
+	answers := make(chan int, n)
+	for i := range n {
+		go func() {
+			resp, err := http.Post(c.url("/webhooks/a"), "application/json", strings.NewReader(fmt.Sprintf(`{"id":%d}`, i)))
+			if err != nil {
+				t.Logf("delivery %d: %v", i, err)
+				answers <- 0
+				return
+			}
+			resp.Body.Close()
+			answers <- resp.StatusCode
+		}()
+	}
+	for range n {
+		<-arrived
+	}
+	c.signal(t, syscall.SIGINT)
+	c.waitLog(t, "idemhook shutting down")
+	close(release)
+	for range n {
+		if s := <-answers; s != 200 {
+			t.Errorf("a delivery running at SIGINT got %d", s)
+		}
+	}
+	if err := c.wait(t); err != nil {
+		t.Fatalf("exit after SIGINT: %v\n%s", err, c.stderr)
+	}
+	if rows := auditRows(t, db); rows != n {
+		t.Errorf("%d audit rows for %d answered deliveries", rows, n)
+	}
+}
+
+// writeCert writes a fresh self-signed certificate for 127.0.0.1 and its
+// key, and returns its serial number.
+func writeCert(t *testing.T, certPath, keyPath string) *big.Int {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
+	tmpl := &x509.Certificate{
+		SerialNumber: serial, Subject: pkix.Name{CommonName: "idemhook test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return serial
+}
+
+// The TLS listener serves the certificate of the files, and a SIGHUP after
+// they are renewed serves the new one to new connections, while an open
+// connection goes on.
+func TestTLSCertificateReloadedOnSIGHUP(t *testing.T) {
+	up := newUpstream(t)
+	dir := t.TempDir()
+	certPath, keyPath := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	first := writeCert(t, certPath, keyPath)
+	cfg := fmt.Sprintf("tls: {cert: %s, key: %s}\n", certPath, keyPath) +
+		signalConfig(filepath.Join(dir, "idemhook.db"), routeYAML("/webhooks/a", up.srv.URL, ""))
+	c := startProc(t, writeConfig(t, dir, cfg))
+
+	serialOf := func(client *http.Client, body string) *big.Int {
+		t.Helper()
+		resp, err := client.Post("https://"+c.Listen+"/webhooks/a", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != 200 || resp.TLS == nil {
+			t.Fatalf("HTTPS delivery: %d", resp.StatusCode)
+		}
+		return resp.TLS.PeerCertificates[0].SerialNumber
+	}
+	newClient := func() *http.Client {
+		return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // a test's self-signed certificate
+	}
+	kept := newClient()
+	if got := serialOf(kept, `{"id":1}`); got.Cmp(first) != 0 {
+		t.Fatalf("served certificate %v, want %v", got, first)
+	}
+	second := writeCert(t, certPath, keyPath)
+	c.signal(t, syscall.SIGHUP)
+	c.waitLog(t, "idemhook configuration reloaded")
+	if got := serialOf(newClient(), `{"id":2}`); got.Cmp(second) != 0 {
+		t.Errorf("after the reload a new connection got certificate %v, want the renewed %v", got, second)
+	}
+	if got := serialOf(kept, `{"id":3}`); got.Cmp(first) != 0 {
+		t.Errorf("the connection opened before the reload changed certificate: %v", got)
+	}
+	c.signal(t, syscall.SIGTERM)
+	if err := c.wait(t); err != nil {
+		t.Fatalf("exit: %v", err)
 	}
 }

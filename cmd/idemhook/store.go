@@ -47,6 +47,9 @@ type sqliteFiles struct {
 	dbs    map[string]*sql.DB
 	locked map[string]bool // files this process holds exclusively
 	pools  map[string]*pgxpool.Pool
+	// redis is the redis store's client, which the audit sink redis
+	// shares; nil with another store.
+	redis redis.UniversalClient
 }
 
 // pgPool returns the pool for url, made on first use. It connects lazily:
@@ -101,7 +104,9 @@ func (f *sqliteFiles) open(path string) (*sql.DB, error) {
 const postgresStartTimeout = 10 * time.Second
 
 // openStore opens the configured store.
-func openStore(ctx context.Context, sc StoreConfig, files *sqliteFiles, now func() time.Time) (idemhook.Store, error) {
+// lease is the longest lease of any route: a pending claim in a SQLite file
+// this process holds alone expires at most that long after its last write.
+func openStore(ctx context.Context, sc storeSettings, files *sqliteFiles, now func() time.Time, lease time.Duration) (idemhook.Store, error) {
 	switch sc.Driver {
 	case "memory":
 		s, err := memstore.New(memstore.Config{Now: now})
@@ -115,7 +120,7 @@ func openStore(ctx context.Context, sc StoreConfig, files *sqliteFiles, now func
 		if err != nil {
 			return nil, err
 		}
-		s, err := sqlitestore.New(db, sqlitestore.Config{Now: now})
+		s, err := sqlitestore.New(db, sqlitestore.Config{Now: now, Logger: files.logger})
 		if err != nil {
 			return nil, fmt.Errorf("sqlite store %s: %w", sc.Path, err)
 		}
@@ -125,7 +130,7 @@ func openStore(ctx context.Context, sc StoreConfig, files *sqliteFiles, now func
 			// is a delivery of a process that died mid-delivery. Freeing it
 			// lets the provider's retry be processed now rather than be
 			// refused until the dead claim's lease lapses.
-			n, err := s.FreePendingClaims(ctx, idemhook.DefaultLease)
+			n, err := s.FreePendingClaims(ctx, lease)
 			if err != nil {
 				return nil, fmt.Errorf("sqlite store %s: %w", sc.Path, err)
 			}
@@ -162,6 +167,7 @@ func openStore(ctx context.Context, sc StoreConfig, files *sqliteFiles, now func
 		}
 		client := redis.NewUniversalClient(opts)
 		files.rs.add(client.Close)
+		files.redis = client
 		// Batch: the commands of concurrent deliveries share pipelines
 		// (docs/benchmarks.md measures what that saves).
 		s, err := redisstore.New(client, redisstore.Config{Prefix: sc.Prefix, Batch: true})
@@ -188,12 +194,4 @@ func openStore(ctx context.Context, sc StoreConfig, files *sqliteFiles, now func
 		return s, nil
 	}
 	return nil, fmt.Errorf("unknown store driver %q", sc.Driver)
-}
-
-// storeReady checks that the store answers: a Get of a key nobody writes.
-func storeReady(ctx context.Context, s idemhook.Store, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	_, err := s.Get(ctx, idemhook.StoreKey("idemhook", "readyz"))
-	return err
 }

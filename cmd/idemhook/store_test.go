@@ -9,11 +9,13 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/internal/pgtest"
+	"github.com/idemhook/idemhook/internal/redistest"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -65,21 +67,20 @@ routes:
 			path := writeConfig(t, dir, cfg)
 
 			const events = 5
-			gw := startGatewayProcess(t, path)
+			gw := startProc(t, path)
 			for i := range events {
-				go http.Post("http://"+gw.listen+"/webhooks/test", "application/json", //nolint:errcheck,bodyclose // the gateway dies under it
+				go http.Post(gw.url("/webhooks/test"), "application/json", //nolint:errcheck,bodyclose // the gateway dies under it
 					strings.NewReader(fmt.Sprintf(`{"id":"evt_%d"}`, i)))
 			}
 			for up.calls.Load() < events {
 				time.Sleep(time.Millisecond)
 			}
-			gw.kill(t)
+			gw.signal(t, syscall.SIGKILL) // as a crash or an OOM kill would
+			gw.wait(t)                    //nolint:errcheck // killed
 
-			gw = startGatewayProcess(t, path)
-			if !strings.Contains(gw.log.String(), "freed_pending_claims="+fmt.Sprint(events)) {
-				t.Errorf("the restarted gateway did not report freeing %d claims; log:\n%s", events, gw.log)
-			}
-			url := "http://" + gw.listen + "/webhooks/test"
+			gw = startProc(t, path)
+			gw.waitLog(t, "freed_pending_claims="+fmt.Sprint(events))
+			url := gw.url("/webhooks/test")
 			for round, wantReplayed := range []string{"", "true"} {
 				for i := range events {
 					r := post(t, url, fmt.Sprintf(`{"id":"evt_%d"}`, i))
@@ -135,7 +136,7 @@ func TestPostgresTwoGateways(t *testing.T) {
 	cfg = strings.Replace(cfg, "audit: {sink: none}", "audit: {sink: postgres, table: "+trail+"}", 1)
 	cfg = strings.Replace(cfg, "log: {level: debug}", "log: {level: info}", 1)
 	path := writeConfig(t, t.TempDir(), cfg)
-	gws := []*gatewayProc{startGatewayProcess(t, path), startGatewayProcess(t, path)}
+	gws := []*proc{startProc(t, path), startProc(t, path)}
 
 	const events, copies = 5, 20
 	var wg sync.WaitGroup
@@ -145,7 +146,7 @@ func TestPostgresTwoGateways(t *testing.T) {
 		for c := range copies {
 			g := gws[c%2]
 			wg.Go(func() {
-				answers[e][c] = post(t, "http://"+g.listen+"/webhooks/test", fmt.Sprintf(`{"id":"evt_two_%d"}`, e))
+				answers[e][c] = post(t, g.url("/webhooks/test"), fmt.Sprintf(`{"id":"evt_two_%d"}`, e))
 			})
 		}
 	}
@@ -161,7 +162,7 @@ func TestPostgresTwoGateways(t *testing.T) {
 		}
 	}
 	for _, g := range gws {
-		if r := do(t, http.MethodGet, "http://"+g.admin+"/readyz", ""); r.Status != http.StatusOK {
+		if r := do(t, http.MethodGet, g.adminURL("/readyz"), ""); r.Status != http.StatusOK {
 			t.Fatalf("readyz = %d %s", r.Status, r.Body)
 		}
 	}
@@ -169,7 +170,7 @@ func TestPostgresTwoGateways(t *testing.T) {
 	if _, err := pool.Exec(t.Context(), `ALTER TABLE `+pgx.Identifier{keys}.Sanitize()+` RENAME TO `+pgx.Identifier{keys + "_away"}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
-	r := do(t, http.MethodGet, "http://"+gws[0].admin+"/readyz", "")
+	r := do(t, http.MethodGet, gws[0].adminURL("/readyz"), "")
 	if _, err := pool.Exec(t.Context(), `ALTER TABLE `+pgx.Identifier{keys + "_away"}.Sanitize()+` RENAME TO `+pgx.Identifier{keys}.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +179,10 @@ func TestPostgresTwoGateways(t *testing.T) {
 	}
 
 	for _, g := range gws {
-		g.stop(t)
+		g.signal(t, syscall.SIGTERM) // graceful: the audit trail is flushed
+		if err := g.wait(t); err != nil {
+			t.Fatalf("gateway process: %v\n%s", err, g.stderr)
+		}
 	}
 	var total, processed int
 	err := pool.QueryRow(context.Background(), `SELECT count(*), count(*) FILTER (WHERE outcome = $1) FROM `+pgx.Identifier{trail}.Sanitize(),
@@ -203,5 +207,47 @@ func TestPostgresStoreUnreachableAtStart(t *testing.T) {
 	err := runEnv(t.Context(), env{args: []string{"serve", "--config", path}, getenv: envOf(), stdout: &stderr, stderr: &stderr})
 	if err == nil || !strings.Contains(err.Error(), "postgres store postgres://postgres:xxxxx@127.0.0.1:1/none") {
 		t.Fatalf("serve: %v", err)
+	}
+}
+
+// TestRedisTopologies runs two gateways sharing a private Redis Cluster, and
+// one behind a Sentinel, configured with addrs (and master_name).
+func TestRedisTopologies(t *testing.T) {
+	tests := []struct {
+		name  string
+		store func(t *testing.T) string
+	}{
+		{"cluster", func(t *testing.T) string {
+			addrs := redistest.StartCluster(t, 3)
+			return fmt.Sprintf("store: {driver: redis, addrs: [%s]}", strings.Join(addrs, ", "))
+		}},
+		{"sentinel", func(t *testing.T) string {
+			master := redistest.StartServer(t)
+			sentinel := redistest.StartSentinel(t, "gwmaster", master.Addr())
+			return fmt.Sprintf("store: {driver: redis, addrs: [%s], master_name: gwmaster}", sentinel.Addr())
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			up := newUpstream(t)
+			cfg := strings.Replace(routeConfig(up.srv.URL), "store: {driver: memory}", tt.store(t), 1)
+			path := writeConfig(t, t.TempDir(), cfg)
+			g1 := startGateway(t, path, startOpts{})
+			g2 := startGateway(t, path, startOpts{})
+			for i := range 6 { // several events, so that a cluster spreads them over its nodes
+				body := fmt.Sprintf(`{"id":"evt_%s_%d"}`, tt.name, i)
+				first := post(t, g1.url("/webhooks/test"), body)
+				again := post(t, g2.url("/webhooks/test"), body)
+				if first.Status != 200 || again.Header.Get(idemhook.ReplayedHeader) != "true" || again.Body != first.Body {
+					t.Errorf("event %d on the second gateway: %d replayed=%q, want a replay of %q", i, again.Status, again.Header.Get(idemhook.ReplayedHeader), first.Body)
+				}
+			}
+			if n := up.calls.Load(); n != 6 {
+				t.Errorf("upstream calls = %d, want 6", n)
+			}
+			if r := do(t, "GET", g1.adminURL("/readyz"), ""); r.Status != 200 {
+				t.Errorf("readyz = %d %s", r.Status, r.Body)
+			}
+		})
 	}
 }

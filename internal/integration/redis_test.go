@@ -286,7 +286,7 @@ func (c *commandCounter) take() []string {
 }
 
 // TestRedisCommandsPerDelivery counts, on a private server, the commands a
-// first delivery and a duplicate send: DESIGN section 6 says 2 and 1. It
+// first delivery and a duplicate send: docs/design.md (Targets) says 2 and 1. It
 // counts on the client (round trips) and logs the server's commandstats,
 // which also count the commands a script runs inside Redis.
 func TestRedisCommandsPerDelivery(t *testing.T) {

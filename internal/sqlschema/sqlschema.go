@@ -18,6 +18,14 @@ import (
 // schema version of component. It refuses a database whose recorded version
 // for component is newer than version. Errors are prefixed with component.
 func Migrate(ctx context.Context, db *sql.DB, component string, version int, ddl []string) error {
+	return Upgrade(ctx, db, component, version, ddl, nil)
+}
+
+// Upgrade is Migrate with a step for older files: after the checks and
+// before ddl, upgrade (if not nil) runs in the same transaction with the
+// version recorded so far (0 for a component never recorded), to change
+// what ddl's idempotent statements can't, such as adding a column.
+func Upgrade(ctx context.Context, db *sql.DB, component string, version int, ddl []string, upgrade func(ctx context.Context, tx *sql.Tx, from int) error) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("%s: create schema: %w", component, err)
@@ -37,6 +45,11 @@ func Migrate(ctx context.Context, db *sql.DB, component string, version int, ddl
 		return fmt.Errorf("%s: read schema version: %w", component, err)
 	case have > version:
 		return fmt.Errorf("%s: the database has schema version %d, this build knows up to %d: upgrade idemhook or use another file", component, have, version)
+	}
+	if upgrade != nil && have < version {
+		if err := upgrade(ctx, tx, have); err != nil {
+			return fmt.Errorf("%s: upgrade schema from version %d: %w", component, have, err)
+		}
 	}
 	for _, q := range ddl {
 		if _, err := tx.ExecContext(ctx, q); err != nil {

@@ -261,7 +261,7 @@
         b.className = 'link';
         b.textContent = d.key;
         b.title = d.key;
-        b.addEventListener('click', () => openKey(d.source, d.key));
+        b.addEventListener('click', () => openKey(d.source, d.key, d.scope || ''));
         k.append(b);
       } else {
         k.textContent = '–';
@@ -306,9 +306,12 @@
 
   // --- one key -----------------------------------------------------------
 
-  async function openKey(source, key) {
-    const path = 'keys/' + encodeURIComponent(source) + '/' + encodeURIComponent(key);
-    state.record = { source, key, path };
+  // scope is the key's scope on a prefix route (the request's path), as the
+  // audit trail recorded it; '' for an unscoped key.
+  async function openKey(source, key, scope) {
+    let path = 'keys/' + encodeURIComponent(source) + '/' + encodeURIComponent(key);
+    if (scope) path += '?scope=' + encodeURIComponent(scope);
+    state.record = { source, key, scope, path };
     $('record').replaceChildren();
     $('record-body').hidden = true;
     setNote('loading…');
@@ -326,6 +329,7 @@
         return;
       }
       field('Source', source);
+      if (scope) field('Scope', scope);
       field('Key', key);
       setNote(e.status === 404 ? e.message + ' (never stored, expired or deleted)' : e.message);
     }
@@ -438,7 +442,7 @@
     });
     $('lookup').addEventListener('submit', (ev) => {
       ev.preventDefault();
-      openKey($('k-source').value, $('k-key').value.trim());
+      openKey($('k-source').value, $('k-key').value.trim(), $('k-scope').value.trim());
     });
     $('key-close').addEventListener('click', () => $('key-dialog').close());
     $('delete').addEventListener('click', askDelete);
