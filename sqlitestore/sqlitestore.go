@@ -17,6 +17,9 @@
 // replay (one read) about 20µs. Commits append to the WAL without fsync
 // (synchronous=NORMAL); their time goes mostly to the system calls of the
 // WAL write and of the file locks that let other processes share the file.
+// So the writes of concurrent deliveries are committed together: one writer
+// goroutine runs the writes waiting at that moment in one transaction (see
+// writer.go); each caller gets its result after that commit.
 package sqlitestore
 
 import (
