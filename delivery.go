@@ -177,7 +177,8 @@ func (x *Delivery) CompleteWith(status int, header http.Header, body []byte, wri
 // offerDelivery puts the claim's Delivery in the request's context for the
 // handler to find.
 func (d *delivery) offerDelivery(pending *Record) *Delivery {
-	x := &Delivery{d: d, claim: *pending}
+	x := &d.offered
+	x.d, x.claim = d, *pending
 	d.r = d.r.WithContext(context.WithValue(d.r.Context(), deliveryContextKey{}, x))
 	return x
 }

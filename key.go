@@ -217,7 +217,11 @@ func headerValue(h http.Header, name string) string {
 }
 
 func sortedHeaderNames(h http.Header) []string {
-	names := make([]string, 0, len(h))
+	return appendSortedHeaderNames(make([]string, 0, len(h)), h)
+}
+
+// appendSortedHeaderNames appends the names of h to names, sorted.
+func appendSortedHeaderNames(names []string, h http.Header) []string {
 	for k := range h {
 		names = append(names, k)
 	}

@@ -253,6 +253,8 @@ type delivery struct {
 	start time.Time
 	body  []byte
 
+	offered Delivery // what offerDelivery hands the handler: allocated with the delivery
+
 	key      string
 	scope    string // escaped, as in the store key
 	storeKey string
@@ -449,7 +451,11 @@ func (d *delivery) resolveKey() error {
 		// No fingerprint: the key is the body's hash already, so a
 		// body-hash record can't mismatch and is 16 bytes smaller.
 		sum := requestSum(d.body, d.r.URL.RawQuery)
-		b := make([]byte, 0, storeKeyLen(rt.Source, d.scope, len("sha256:")+hex.EncodedLen(len(sum))))
+		var buf [160]byte // fits the usual source and scope: the string below is then the one allocation
+		b := buf[:0]
+		if n := storeKeyLen(rt.Source, d.scope, len("sha256:")+hex.EncodedLen(len(sum))); n > len(buf) {
+			b = make([]byte, 0, n)
+		}
 		b = appendStoreKeyPrefix(b, rt.Source, d.scope)
 		prefix := len(b)
 		b = hex.AppendEncode(append(b, "sha256:"...), sum[:])

@@ -118,7 +118,8 @@ func (r *Record) AppendBinary(b []byte) ([]byte, error) {
 		return appendString(b, r.Token), nil
 	}
 	b = binary.AppendUvarint(b, uint64(r.Status))
-	names := sortedHeaderNames(r.Header)
+	var namesBuf [8]string // a typical stored answer has a few headers: no allocation
+	names := appendSortedHeaderNames(namesBuf[:0], r.Header)
 	var n int
 	for _, k := range names {
 		n += len(r.Header[k])

@@ -50,6 +50,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -66,12 +67,23 @@ type Config struct {
 	// Cluster, a prefix holding a hash tag ("{...}") sends every key to one
 	// slot. Default "".
 	Prefix string
+
+	// Batch sends the commands of concurrent calls together, as pipelines
+	// of whatever is waiting when the previous pipeline has gone out (see
+	// batch.go): fewer round trips and system calls per command, for Redis
+	// and for this process, at the price of a few goroutines and of
+	// [Store.Close]. A lone call is sent at once. The commands and what they
+	// do are the same. Default false; the gateway turns it on.
+	Batch bool
 }
 
 // Store is an [idemhook.Store] in Redis. It is safe for concurrent use.
 type Store struct {
 	client redis.UniversalClient
 	prefix string
+	batch  *batcher // nil unless Config.Batch
+
+	closeOnce sync.Once
 }
 
 var _ idemhook.Store = (*Store)(nil)
@@ -82,7 +94,31 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client: pass a redis.UniversalClient such as redis.NewClient(&redis.Options{Addr: \"127.0.0.1:6379\"})")
 	}
-	return &Store{client: client, prefix: cfg.Prefix}, nil
+	s := &Store{client: client, prefix: cfg.Prefix}
+	if cfg.Batch {
+		s.batch = startBatcher(client)
+	}
+	return s, nil
+}
+
+// Close stops the goroutines of [Config.Batch]; the store must not be used
+// afterwards. It doesn't close the client, which belongs to the caller.
+// Without Batch it does nothing. Close is safe to call more than once.
+func (s *Store) Close() error {
+	if s.batch != nil {
+		s.closeOnce.Do(s.batch.close)
+	}
+	return nil
+}
+
+// process runs cmd, through the batcher when there is one, and returns its
+// error (redis.Nil included). Read cmd's value only when it returns nil: a
+// batched command abandoned by its caller's context may still be running.
+func (s *Store) process(ctx context.Context, cmd redis.Cmder) error {
+	if s.batch != nil {
+		return s.batch.do(ctx, cmd)
+	}
+	return s.client.Process(ctx, cmd)
 }
 
 // Key returns the Redis key a store key is kept under: the configured
@@ -133,11 +169,12 @@ func (s *Store) Claim(ctx context.Context, key string, claim *idemhook.Record, l
 	if err != nil {
 		return nil, opError("claim", rkey, err)
 	}
-	old, err := s.client.SetArgs(ctx, rkey, val, redis.SetArgs{
-		Mode: "NX",
-		Get:  true,
-		TTL:  time.Duration(ms) * time.Millisecond,
-	}).Result()
+	cmd := redis.NewStringCmd(ctx, "set", rkey, val, "nx", "get", "px", ms)
+	var old string
+	err = s.process(ctx, cmd)
+	if err == nil {
+		old = cmd.Val()
+	}
 	if errors.Is(err, redis.Nil) {
 		return nil, nil // the key was absent and now holds the claim
 	}
@@ -204,7 +241,19 @@ func (s *Store) Extend(ctx context.Context, key string, claim *idemhook.Record, 
 // runCAS runs one of the compare-and-set scripts, which answer 1 when they
 // acted and 0 when the key no longer held the claim.
 func (s *Store) runCAS(ctx context.Context, op string, script *redis.Script, rkey string, args ...any) error {
-	n, err := script.Run(ctx, s.client, []string{rkey}, args...).Int64()
+	var n int64
+	var err error
+	if s.batch == nil {
+		n, err = script.Run(ctx, s.client, []string{rkey}, args...).Int64()
+	} else {
+		cmd := redis.NewCmd(ctx, append([]any{"evalsha", script.Hash(), 1, rkey}, args...)...)
+		if err = s.batch.do(ctx, cmd); err == nil {
+			n, err = cmd.Int64()
+		}
+		if isNoScript(err) { // not cached on this server yet: EVAL sends and caches it
+			n, err = script.Eval(ctx, s.client, []string{rkey}, args...).Int64()
+		}
+	}
 	if err != nil {
 		return opError(op, rkey, err)
 	}
@@ -217,7 +266,12 @@ func (s *Store) runCAS(ctx context.Context, op string, script *redis.Script, rke
 // Get returns the record under key, or nil when there is none.
 func (s *Store) Get(ctx context.Context, key string) (*idemhook.Record, error) {
 	rkey := s.prefix + key
-	val, err := s.client.Get(ctx, rkey).Bytes()
+	cmd := redis.NewStringCmd(ctx, "get", rkey)
+	var val []byte
+	err := s.process(ctx, cmd)
+	if err == nil {
+		val, err = cmd.Bytes()
+	}
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}
@@ -234,7 +288,12 @@ func (s *Store) Get(ctx context.Context, key string) (*idemhook.Record, error) {
 // Delete removes key whatever it holds and reports whether it existed.
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	rkey := s.prefix + key
-	n, err := s.client.Del(ctx, rkey).Result()
+	cmd := redis.NewIntCmd(ctx, "del", rkey)
+	var n int64
+	err := s.process(ctx, cmd)
+	if err == nil {
+		n = cmd.Val()
+	}
 	if err != nil {
 		return false, opError("delete", rkey, err)
 	}

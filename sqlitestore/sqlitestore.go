@@ -17,6 +17,9 @@
 // replay (one read) about 20µs. Commits append to the WAL without fsync
 // (synchronous=NORMAL); their time goes mostly to the system calls of the
 // WAL write and of the file locks that let other processes share the file.
+// So the writes of concurrent deliveries are committed together: one writer
+// goroutine runs the writes waiting at that moment in one transaction (see
+// writer.go); each caller gets its result after that commit.
 package sqlitestore
 
 import (
@@ -72,6 +75,8 @@ type Store struct {
 	log *slog.Logger
 
 	claim, get, complete, release, extend, del, sweep *sql.Stmt
+
+	w *writer // every write goes through it (see writer.go)
 
 	sweeping *periodic.Task
 	file     *fileCheck // nil for a database without a file
@@ -150,6 +155,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 		}
 		s.file = fc
 	}
+	s.w = startWriter(db)
 	s.sweeping = periodic.Start(interval, func(ctx context.Context) error {
 		_, err := s.Sweep(ctx)
 		return err
@@ -176,6 +182,7 @@ func (s *Store) Close() error {
 	s.stopOnce.Do(func() {
 		s.sweeping.Stop()
 		s.checking.Stop()
+		s.w.close()
 		s.closeStmts()
 	})
 	return nil
@@ -266,16 +273,48 @@ func (s *Store) Claim(ctx context.Context, key string, claim *idemhook.Record, l
 			return nil, fmt.Errorf("sqlitestore: claim %q: %w", key, err)
 		}
 		// Absent or expired: insert the claim, or take over the expired
-		// row. If another claim got in between, read again.
-		var one int
-		err = s.claim.QueryRowContext(ctx, key, value, s.expiry(lease), s.nowMillis()).Scan(&one)
-		if err == nil {
-			return nil, nil
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
+		// row; if another claim got in between, read what it stored, in
+		// the same transaction.
+		existing = nil
+		n, err := s.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+			existing = nil
+			var one int
+			err := tx.StmtContext(ctx, s.claim).QueryRowContext(ctx, key, value, s.expiry(lease), s.nowMillis()).Scan(&one)
+			if err == nil {
+				return 1, nil
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return 0, err
+			}
+			err = tx.StmtContext(ctx, s.get).QueryRowContext(ctx, key, s.nowMillis()).Scan(&existing)
+			if errors.Is(err, sql.ErrNoRows) {
+				return 0, nil // expired in between: try again
+			}
+			return 0, err
+		})
+		if err != nil {
 			return nil, fmt.Errorf("sqlitestore: claim %q: %w", key, err)
 		}
+		if n == 1 {
+			return nil, nil
+		}
+		if existing != nil {
+			return decode(key, existing)
+		}
 	}
+}
+
+// exec runs stmt with args through the writer and returns the rows it
+// affected. The arguments computed from the clock are computed by args, at
+// the time the statement runs.
+func (s *Store) exec(ctx context.Context, stmt *sql.Stmt, args func() []any) (int64, error) {
+	return s.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+		res, err := tx.StmtContext(ctx, stmt).ExecContext(ctx, args()...)
+		if err != nil {
+			return 0, err
+		}
+		return res.RowsAffected()
+	})
 }
 
 // Complete replaces the pending claim under key with done, kept for ttl.
@@ -296,8 +335,8 @@ func (s *Store) Complete(ctx context.Context, key string, claim, done *idemhook.
 	if err != nil {
 		return err
 	}
-	res, err := s.complete.ExecContext(ctx, key, old, value, s.expiry(ttl), s.nowMillis())
-	return s.casResult("complete", key, res, err)
+	n, err := s.exec(ctx, s.complete, func() []any { return []any{key, old, value, s.expiry(ttl), s.nowMillis()} })
+	return casResult("complete", key, n, err)
 }
 
 // Release deletes the pending claim under key. It returns
@@ -311,8 +350,8 @@ func (s *Store) Release(ctx context.Context, key string, claim *idemhook.Record)
 	if err != nil {
 		return err
 	}
-	res, err := s.release.ExecContext(ctx, key, old, s.nowMillis())
-	return s.casResult("release", key, res, err)
+	n, err := s.exec(ctx, s.release, func() []any { return []any{key, old, s.nowMillis()} })
+	return casResult("release", key, n, err)
 }
 
 // Extend renews the lease of the pending claim under key to lease from now.
@@ -329,15 +368,11 @@ func (s *Store) Extend(ctx context.Context, key string, claim *idemhook.Record, 
 	if err != nil {
 		return err
 	}
-	res, err := s.extend.ExecContext(ctx, key, old, s.expiry(lease), s.nowMillis())
-	return s.casResult("extend", key, res, err)
+	n, err := s.exec(ctx, s.extend, func() []any { return []any{key, old, s.expiry(lease), s.nowMillis()} })
+	return casResult("extend", key, n, err)
 }
 
-func (s *Store) casResult(op, key string, res sql.Result, err error) error {
-	if err != nil {
-		return fmt.Errorf("sqlitestore: %s %q: %w", op, key, err)
-	}
-	n, err := res.RowsAffected()
+func casResult(op, key string, n int64, err error) error {
 	if err != nil {
 		return fmt.Errorf("sqlitestore: %s %q: %w", op, key, err)
 	}
@@ -371,12 +406,18 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	var expiresAt int64
-	err := s.del.QueryRowContext(ctx, key).Scan(&expiresAt)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
+	n, err := s.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+		err := tx.StmtContext(ctx, s.del).QueryRowContext(ctx, key).Scan(&expiresAt)
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		return 1, nil
+	})
 	if err != nil {
 		return false, fmt.Errorf("sqlitestore: delete %q: %w", key, err)
 	}
-	return expiresAt > s.nowMillis(), nil
+	return n == 1 && expiresAt > s.nowMillis(), nil
 }

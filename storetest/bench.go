@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"net/http"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,7 +18,10 @@ import (
 //
 //   - FirstDelivery: Claim on a new key, then Complete (two store calls);
 //   - Replay: Claim on a key that holds a completed response (one call);
-//   - ReplayParallel: Replay from GOMAXPROCS goroutines at once.
+//   - ReplayParallel: Replay from GOMAXPROCS goroutines at once;
+//   - FirstDeliveryParallel: FirstDelivery from 32 goroutines at once, the
+//     concurrency of the load comparison (a store that batches concurrent
+//     writes shows it here).
 //
 // The records are those of a typical small webhook answer: status 200,
 // Content-Type: application/json, body {"ok":true}, keys shaped
@@ -47,6 +51,33 @@ func Bench(b *testing.B, h Harness) {
 				b.Fatalf("Complete(%q): %v", key, err)
 			}
 		}
+	})
+	b.Run("FirstDeliveryParallel", func(b *testing.B) {
+		st := h.New(b)
+		claim, done := benchRecords()
+		b.ReportAllocs()
+		b.SetParallelism(max(1, 32/runtime.GOMAXPROCS(0)))
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			keyBuf := []byte(benchKeyName()) // random per goroutine; the tail counts up
+			var i uint64
+			var n [8]byte
+			for pb.Next() {
+				i++
+				binary.BigEndian.PutUint64(n[:], i)
+				hex.Encode(keyBuf[len(keyBuf)-16:], n[:])
+				key := string(keyBuf)
+				existing, err := st.Claim(b.Context(), key, claim, time.Minute)
+				if err != nil || existing != nil {
+					b.Errorf("Claim(%q): got %s, %v; want nil, nil", key, Describe(existing), err)
+					return
+				}
+				if err := st.Complete(b.Context(), key, claim, done, time.Hour); err != nil {
+					b.Errorf("Complete(%q): %v", key, err)
+					return
+				}
+			}
+		})
 	})
 	b.Run("Replay", func(b *testing.B) {
 		st := h.New(b)

@@ -13,7 +13,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,27 +24,44 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/internal/pgtest"
+	"github.com/idemhook/idemhook/memstore"
+	"github.com/idemhook/idemhook/redisstore"
 )
 
-// The load comparison behind docs/benchmarks.md. It is off by default (it
-// takes about a minute and wants the machine to itself):
+// The one load command of the repository, behind docs/benchmarks.md. It is
+// off by default (it takes a minute or two and wants the machine to itself):
 //
 //	IDEMHOOK_REDIS_URL=redis://127.0.0.1:6379/0 IDEMHOOK_POSTGRES_URL=postgres://... \
 //	  go test ./cmd/idemhook -run TestLoadComparison -count=1 -v -load
+//
+// In one process, on loopback, it measures in interleaved rounds:
+//
+//   - the gateway: the upstream alone, a plain httputil.ReverseProxy with a
+//     pooled transport, and the gateway on each store (memory, SQLite,
+//     SQLite with its audit trail, Redis, PostgreSQL);
+//   - the library: a bare net/http handler, and the same handler behind the
+//     middleware on memory and on Redis;
+//
+// each for first deliveries (every body new) and replays (one body over and
+// over), and prints the ratios to the baseline measured in the same round
+// (the pooled proxy, the bare handler): their median and their spread over
+// the rounds. With -load.chart it draws them into a PNG.
 var (
-	loadRun      = flag.Bool("load", false, "run TestLoadComparison (the gateway's load comparison on loopback)")
-	loadDuration = flag.Duration("load.duration", 3*time.Second, "load comparison: time bound of each measurement")
+	loadRun      = flag.Bool("load", false, "run TestLoadComparison (the load comparison on loopback)")
+	loadDuration = flag.Duration("load.duration", 2*time.Second, "load comparison: time bound of each measurement")
 	loadRequests = flag.Int("load.requests", 200000, "load comparison: request bound of each measurement")
 	loadConc     = flag.Int("load.concurrency", 32, "load comparison: concurrent senders")
-	loadRounds   = flag.Int("load.rounds", 3, "load comparison: rounds per setup (the median round is reported)")
-	loadOnly     = flag.String("load.only", "", "load comparison: only the gateway rows whose name contains this")
+	loadRounds   = flag.Int("load.rounds", 3, "load comparison: interleaved rounds of every setup (medians and spreads are over them)")
+	loadOnly     = flag.String("load.only", "", "load comparison: only the rows (besides the baselines) whose name contains this")
 	loadPGParams = flag.String("load.pg", "", "load comparison: PostgreSQL gateway rows, as URL parameters added to IDEMHOOK_POSTGRES_URL, one row per ';'-separated set (e.g. \"pool_max_conns=16;pool_max_conns=16&synchronous_commit=off\"); the row with none always runs")
+	loadProfile  = flag.String("load.cpuprofile", "", "load comparison: write a CPU profile of each gateway and middleware row's last round into this directory (the senders run in the same process: focus on ServeHTTP)")
+	loadChart    = flag.String("load.chart", "", "load comparison: write the ratios as a PNG chart to this file (e.g. ../../docs/benchmarks-load.png)")
 )
 
 // loadResult is one measurement.
 type loadResult struct {
-	name     string
 	requests int
 	errors   int
 	elapsed  time.Duration
@@ -51,11 +70,18 @@ type loadResult struct {
 
 func (r loadResult) rps() float64 { return float64(r.requests) / r.elapsed.Seconds() }
 
+// loadBody is a 100-byte JSON event; every n gives a different one.
+func loadBody(n int64) string {
+	s := `{"id":"evt_` + strconv.FormatInt(n, 36) + `","type":"payment.succeeded","data":{"amount":1000,"currency":"BRL"}}`
+	return s + strings.Repeat(" ", max(0, 100-len(s)))
+}
+
+func sameBody(int64) string { return loadBody(-1) }
+
 // measure sends requests to target with *loadConc senders until
 // *loadRequests were sent or *loadDuration passed. body(base+n) is the body
 // of request n.
-func measure(t *testing.T, name, target string, base int64, body func(n int64) string) loadResult {
-	t.Helper()
+func measure(target string, base int64, body func(n int64) string) loadResult {
 	client := &http.Client{Transport: &http.Transport{
 		MaxIdleConns: *loadConc * 2, MaxIdleConnsPerHost: *loadConc * 2, DisableCompression: true,
 	}}
@@ -105,7 +131,7 @@ func measure(t *testing.T, name, target string, base int64, body func(n int64) s
 	wg.Wait()
 	elapsed := time.Since(start)
 	slices.Sort(all)
-	r := loadResult{name: name, requests: len(all), errors: int(errs.Load()), elapsed: elapsed}
+	r := loadResult{requests: len(all), errors: int(errs.Load()), elapsed: elapsed}
 	if len(all) > 0 {
 		r.p50 = all[len(all)*50/100]
 		r.p99 = all[len(all)*99/100]
@@ -113,93 +139,135 @@ func measure(t *testing.T, name, target string, base int64, body func(n int64) s
 	return r
 }
 
+// serveLoopback serves h on a free loopback port until the test ends and
+// returns its base URL.
+func serveLoopback(t *testing.T, h http.Handler) string {
+	t.Helper()
+	srv := &http.Server{Handler: h}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String()
+}
+
+// loadRow is one setup under one traffic, measured once per round.
+type loadRow struct {
+	group    string // "gateway" or "library"
+	name     string
+	replay   bool
+	url      string
+	baseline *loadRow // nil for a baseline
+	rounds   []loadResult
+}
+
+func (r *loadRow) traffic() string {
+	if r.replay {
+		return "replays"
+	}
+	return "first deliveries"
+}
+
+// ratios returns r's throughput over its baseline's, round by round.
+func (r *loadRow) ratios() []float64 {
+	out := make([]float64, len(r.rounds))
+	for i, m := range r.rounds {
+		out[i] = m.rps() / r.baseline.rounds[i].rps()
+	}
+	return out
+}
+
+func medianOf(xs []float64) float64 {
+	xs = slices.Clone(xs)
+	slices.Sort(xs)
+	if len(xs)%2 == 1 {
+		return xs[len(xs)/2]
+	}
+	return (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
+}
+
+// medianRound is the round with the median throughput.
+func (r *loadRow) medianRound() loadResult {
+	rs := slices.Clone(r.rounds)
+	slices.SortFunc(rs, func(a, b loadResult) int { return cmp.Compare(a.rps(), b.rps()) })
+	return rs[len(rs)/2]
+}
+
 func TestLoadComparison(t *testing.T) {
 	if !*loadRun {
 		t.Skip("the load comparison runs with -load (see docs/benchmarks.md)")
 	}
-	// The upstream: reads the body, answers a small JSON document.
-	upSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	if *loadRounds < 1 || *loadConc < 1 || *loadRequests < 1 || *loadDuration <= 0 {
+		t.Fatal("-load.rounds, -load.concurrency, -load.requests and -load.duration must be positive")
+	}
+	// The upstream, and the library's bare handler: read the body, answer a
+	// small JSON document.
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte(`{"ok":true}`))
-	})}
-	upLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go upSrv.Serve(upLn)
-	t.Cleanup(func() { upSrv.Close() })
-	upURL := "http://" + upLn.Addr().String()
+	})
+	upURL := serveLoopback(t, handler)
 
-	// Reverse proxies: one hop, no idempotency. "plain" is what the few
-	// lines of the httputil documentation give (http.DefaultTransport: two
-	// idle connections per host; a new 32 KiB copy buffer per response);
-	// "tuned" has the gateway's own transport and buffer pool, so the
-	// difference to the gateway is the idempotency layer alone.
+	// The reverse proxy: one hop, no idempotency, with the gateway's own
+	// pooled transport and buffer pool, so that the difference to the
+	// gateway is the idempotency layer alone.
 	target, _ := url.Parse(upURL)
-	startProxy := func(rt http.RoundTripper, bufs httputil.BufferPool) string {
-		srv := &http.Server{Handler: &httputil.ReverseProxy{
-			Rewrite: func(pr *httputil.ProxyRequest) {
-				pr.SetURL(target)
-				pr.SetXForwarded()
-			},
-			Transport:  rt,
-			BufferPool: bufs,
-		}}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		go srv.Serve(ln)
-		t.Cleanup(func() { srv.Close() })
-		return "http://" + ln.Addr().String() + "/hook"
-	}
-	plainURL := startProxy(http.DefaultTransport, nil)
-	tunedURL := startProxy(newTransport(30*time.Second), newBufferPool())
-
-	unique := func(n int64) string {
-		return fmt.Sprintf(`{"id":"evt_%d","type":"order.paid","amount":1234}`, n)
-	}
-	same := func(int64) string { return `{"id":"evt_replayed","type":"order.paid","amount":1234}` }
+	proxyURL := serveLoopback(t, &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.SetXForwarded()
+		},
+		Transport:  newTransport(30 * time.Second),
+		BufferPool: newBufferPool(),
+	}) + "/hook"
 
 	redisURL := os.Getenv("IDEMHOOK_REDIS_URL")
 	prefix := fmt.Sprintf("idemhook-load-%d:", time.Now().UnixNano())
-	dir := t.TempDir()
-	gateways := []struct{ name, store, audit string }{
-		{"gateway, memory", "{driver: memory}", "none"},
-		{"gateway, SQLite", fmt.Sprintf("{driver: sqlite, path: %q}", filepath.Join(dir, "a.db")), "none"},
-		{"gateway, SQLite + SQLite audit (default config)", fmt.Sprintf("{driver: sqlite, path: %q}", filepath.Join(dir, "b.db")), "sqlite"},
-		{"gateway, Redis", fmt.Sprintf("{driver: redis, url: %q, prefix: %q}", redisURL, prefix), "none"},
-	}
+	var rdb *redis.Client
 	if redisURL == "" {
-		t.Log("IDEMHOOK_REDIS_URL is not set: no Redis row")
-		gateways = gateways[:3]
+		t.Log("IDEMHOOK_REDIS_URL is not set: no Redis rows")
 	} else {
 		opts, err := redis.ParseURL(redisURL)
 		if err != nil {
 			t.Fatal(err)
 		}
-		client := redis.NewClient(opts)
-		t.Cleanup(func() {
-			ctx := context.Background()
-			iter := client.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-			var keys []string
-			for iter.Next(ctx) {
-				keys = append(keys, iter.Val())
-				if len(keys) == 1000 {
-					client.Del(ctx, keys...)
-					keys = keys[:0]
-				}
-			}
-			if len(keys) > 0 {
-				client.Del(ctx, keys...)
-			}
-			client.Close()
-		})
+		rdb = redis.NewClient(opts)
+		if err := rdb.Ping(t.Context()).Err(); err != nil {
+			t.Fatalf("IDEMHOOK_REDIS_URL=%s: %v", redisURL, err)
+		}
+		t.Cleanup(func() { deletePrefix(rdb, prefix); rdb.Close() })
 	}
 
+	var rows []*loadRow
+	pair := func(group, name, url string, base [2]*loadRow) [2]*loadRow {
+		first := &loadRow{group: group, name: name, url: url, baseline: base[0]}
+		again := &loadRow{group: group, name: name, url: url, replay: true, baseline: base[1]}
+		rows = append(rows, first, again)
+		return [2]*loadRow{first, again}
+	}
+	wanted := func(name string) bool { return strings.Contains(name, *loadOnly) }
+
+	// Gateway rows.
+	up := &loadRow{group: "gateway", name: "upstream alone", url: upURL + "/hook"}
+	rows = append(rows, up)
+	proxy := pair("gateway", "httputil.ReverseProxy, pooled transport", proxyURL, [2]*loadRow{})
+	proxy[0].baseline, proxy[1].baseline = nil, nil
+	up.baseline = proxy[0]
+	dir := t.TempDir()
+	gateways := []struct{ name, store, audit string }{
+		{"gateway, memory", "{driver: memory}", "none"},
+		{"gateway, SQLite", fmt.Sprintf("{driver: sqlite, path: %q}", filepath.Join(dir, "a.db")), "none"},
+		{"gateway, SQLite + SQLite audit (default)", fmt.Sprintf("{driver: sqlite, path: %q}", filepath.Join(dir, "b.db")), "sqlite"},
+	}
+	if rdb != nil {
+		gateways = append(gateways, struct{ name, store, audit string }{
+			"gateway, Redis", fmt.Sprintf("{driver: redis, url: %q, prefix: %q}", redisURL, prefix+"gw:"), "none"})
+	}
 	if pgURL := os.Getenv(pgtest.EnvVar); pgURL == "" {
-		t.Log(pgtest.EnvVar + " is not set: no PostgreSQL row")
+		t.Log(pgtest.EnvVar + " is not set: no PostgreSQL rows")
 	} else {
 		pool := pgtest.Pool(t)
 		variants := []string{""}
@@ -220,23 +288,8 @@ func TestLoadComparison(t *testing.T) {
 				name, fmt.Sprintf("{driver: postgres, url: %q, table: %s}", u, table), "none"})
 		}
 	}
-
-	// Every setup runs, round-robin, *loadRounds times; each row reports the
-	// round with the median throughput. Interleaving spreads the noise of a
-	// shared machine over every setup instead of penalizing whichever ran
-	// while something else was busy.
-	type setup struct {
-		name, url string
-		body      func(int64) string
-		replay    bool
-	}
-	setups := []setup{
-		{"upstream alone", upURL + "/hook", unique, false},
-		{"plain httputil.ReverseProxy (http.DefaultTransport)", plainURL, unique, false},
-		{"httputil.ReverseProxy, the gateway's transport and buffer pool", tunedURL, unique, false},
-	}
 	for _, gwc := range gateways {
-		if !strings.Contains(gwc.name, *loadOnly) {
+		if !wanted(gwc.name) {
 			continue
 		}
 		cfg := fmt.Sprintf(`listen: 127.0.0.1:0
@@ -251,46 +304,169 @@ routes:
     ttl: 10m
 `, gwc.store, gwc.audit, upURL)
 		g := startGateway(t, writeConfig(t, t.TempDir(), cfg), startOpts{})
-		setups = append(setups, setup{gwc.name, g.url("/hook"), unique, false}, setup{gwc.name, g.url("/hook"), same, true})
+		pair("gateway", gwc.name, g.url("/hook"), proxy)
 	}
-	rounds := make([][]loadResult, len(setups))
+
+	// Library rows.
+	bare := pair("library", "bare net/http handler", serveLoopback(t, handler), [2]*loadRow{})
+	bare[0].baseline, bare[1].baseline = nil, nil
+	protect := func(st idemhook.Store) http.Handler {
+		mw, err := idemhook.New(st, idemhook.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		route, err := mw.Route(idemhook.Route{Source: "load"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return route(handler)
+	}
+	if wanted("middleware, memory") {
+		mem, err := memstore.New(memstore.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { mem.Close() })
+		pair("library", "middleware, memory", serveLoopback(t, protect(mem)), bare)
+	}
+	for _, batch := range []bool{false, true} {
+		name := "middleware, Redis"
+		if batch {
+			name += " (Batch)"
+		}
+		if rdb == nil || !wanted(name) {
+			continue
+		}
+		opts, _ := redis.ParseURL(redisURL)
+		opts.MaxRetries, opts.DialerRetries = -1, 1 // redisstore's advice for a webhook path
+		client := redis.NewClient(opts)
+		t.Cleanup(func() { client.Close() })
+		st, err := redisstore.New(client, redisstore.Config{Prefix: fmt.Sprintf("%slib%t:", prefix, batch), Batch: batch})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		pair("library", name, serveLoopback(t, protect(st)), bare)
+	}
+
+	// Every row runs once per round, the rows interleaved, so that the noise
+	// of a shared machine (and whatever drifts during the run: the memory
+	// store's heap grows with every first delivery) weighs on every row
+	// alike, and each ratio compares two measurements of the same round.
+	start := time.Now()
 	for round := range *loadRounds {
-		for i, s := range setups {
-			rounds[i] = append(rounds[i], measure(t, s.name, s.url, int64(round)<<32, s.body))
+		for i, r := range rows {
+			body := loadBody
+			if r.replay {
+				body = sameBody
+			}
+			profiling := *loadProfile != "" && r.baseline != nil && round == *loadRounds-1
+			if profiling {
+				startProfile(t, filepath.Join(*loadProfile, profileName(r)))
+			}
+			r.rounds = append(r.rounds, measure(r.url, int64(round)<<40|int64(i)<<32, body))
+			if profiling {
+				pprof.StopCPUProfile()
+			}
 		}
 	}
-	median := func(rs []loadResult) loadResult {
-		rs = slices.Clone(rs)
-		slices.SortFunc(rs, func(a, b loadResult) int { return cmp.Compare(a.rps(), b.rps()) })
-		return rs[len(rs)/2]
-	}
-	var results, replays []loadResult
-	for i, s := range setups {
-		if s.replay {
-			replays = append(replays, median(rounds[i]))
-		} else {
-			results = append(results, median(rounds[i]))
-		}
-	}
-	plain, tuned := results[1], results[2]
 
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n%s %s/%s, GOMAXPROCS=%d, %d senders, each run bounded by %d requests or %s, median of %d interleaved rounds\n\n",
-		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), *loadConc, *loadRequests, *loadDuration, *loadRounds)
-	table := func(title string, rs []loadResult) {
-		fmt.Fprintf(&b, "%s\n\n| setup | requests | errors | req/s | p50 | p99 | vs plain proxy | vs tuned proxy |\n|---|---:|---:|---:|---:|---:|---:|---:|\n", title)
-		for _, r := range rs {
-			fmt.Fprintf(&b, "| %s | %d | %d | %.0f | %s | %s | %.2fx | %.2fx |\n", r.name, r.requests, r.errors, r.rps(),
-				r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.rps()/plain.rps(), r.rps()/tuned.rps())
+	fmt.Fprintf(&b, "\n%s %s/%s, GOMAXPROCS=%d, NumCPU=%d, %d senders, each measurement bounded by %d requests or %s, %d interleaved rounds, %s in all\n",
+		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), runtime.NumCPU(), *loadConc, *loadRequests, *loadDuration, *loadRounds, time.Since(start).Round(time.Second))
+	for _, group := range []string{"gateway", "library"} {
+		fmt.Fprintf(&b, "\n| %s | traffic | req/s (median round) | p50 | p99 | ratio, median | ratio, spread | errors |\n|---|---|---:|---:|---:|---:|---:|---:|\n", group)
+		for _, r := range rows {
+			if r.group != group {
+				continue
+			}
+			m := r.medianRound()
+			ratio, spread := "1.00x (baseline)", ""
+			if r.baseline != nil {
+				rs := r.ratios()
+				ratio = fmt.Sprintf("%.2fx", medianOf(rs))
+				spread = fmt.Sprintf("%.2f-%.2fx", slices.Min(rs), slices.Max(rs))
+			}
+			errs := 0
+			for _, x := range r.rounds {
+				errs += x.errors
+			}
+			fmt.Fprintf(&b, "| %s | %s | %.0f | %s | %s | %s | %s | %d |\n", r.name, r.traffic(), m.rps(),
+				m.p50.Round(time.Microsecond), m.p99.Round(time.Microsecond), ratio, spread, errs)
 		}
-		b.WriteString("\n")
 	}
-	table("First deliveries (every body new):", results)
-	table("Replays (one body, stored once, answered by the gateway):", append([]loadResult{plain, tuned}, replays...))
 	t.Log(b.String())
-	for _, r := range append(results, replays...) {
-		if r.errors > 0 {
-			t.Errorf("%s: %d requests did not get 200", r.name, r.errors)
+	for _, r := range rows {
+		for _, x := range r.rounds {
+			if x.errors > 0 {
+				t.Errorf("%s, %s: %d requests did not get 200", r.name, r.traffic(), x.errors)
+			}
 		}
+	}
+	if *loadChart != "" {
+		title := fmt.Sprintf("idemhook load comparison, %s, %d senders, median and spread of %d interleaved rounds", time.Now().UTC().Format("2006-01-02 15:04 UTC"), *loadConc, *loadRounds)
+		var bars []chartBar
+		for _, r := range rows {
+			if r.baseline == nil {
+				continue
+			}
+			rs := r.ratios()
+			label := r.name + ", " + r.traffic()
+			if r.group == "gateway" {
+				label += " (vs proxy)"
+			} else {
+				label += " (vs bare)"
+			}
+			bars = append(bars, chartBar{label: label, median: medianOf(rs), lo: slices.Min(rs), hi: slices.Max(rs), replay: r.replay})
+		}
+		if err := writeChart(*loadChart, title, bars); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("chart written to %s", *loadChart)
+	}
+}
+
+// profileName is the file name of r's CPU profile.
+func profileName(r *loadRow) string {
+	name := strings.Map(func(c rune) rune {
+		if c >= 'a' && c <= 'z' || c >= '0' && c <= '9' {
+			return c
+		}
+		if c >= 'A' && c <= 'Z' {
+			return c + 'a' - 'A'
+		}
+		return '-'
+	}, r.name+" "+r.traffic())
+	return name + ".pprof"
+}
+
+func startProfile(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	if err := pprof.StartCPUProfile(f); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// deletePrefix removes the keys under prefix (a load run's own, never the
+// whole database).
+func deletePrefix(client *redis.Client, prefix string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	iter := client.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+		if len(keys) == 1000 {
+			client.Unlink(ctx, keys...)
+			keys = keys[:0]
+		}
+	}
+	if len(keys) > 0 {
+		client.Unlink(ctx, keys...)
 	}
 }

@@ -168,10 +168,13 @@ func openStore(ctx context.Context, sc storeSettings, files *sqliteFiles, now fu
 		client := redis.NewUniversalClient(opts)
 		files.rs.add(client.Close)
 		files.redis = client
-		s, err := redisstore.New(client, redisstore.Config{Prefix: sc.Prefix})
+		// Batch: the commands of concurrent deliveries share pipelines
+		// (docs/benchmarks.md measures what that saves).
+		s, err := redisstore.New(client, redisstore.Config{Prefix: sc.Prefix, Batch: true})
 		if err != nil {
 			return nil, fmt.Errorf("redis store: %w", err)
 		}
+		files.rs.add(s.Close) // closed before the client
 		return s, nil
 	case "postgres":
 		pool, err := files.pgPool(ctx, sc.URL)

@@ -1,0 +1,125 @@
+//go:build unix
+
+package idemhook_test
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/memstore"
+	"github.com/idemhook/idemhook/redisstore"
+)
+
+// processCPU is the CPU time this process has used (user and system).
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkCPUPerDelivery reports the CPU time this process spends per
+// delivery ("cpu-µs/op", user plus system, from getrusage), calling
+// ServeHTTP from 32 goroutines: the bare handler, and the middleware on the
+// memory store and on Redis (IDEMHOOK_REDIS_URL; Redis's own CPU is not
+// counted), first deliveries and replays. The middleware's cost per
+// delivery is its row's figure minus the bare handler's.
+func BenchmarkCPUPerDelivery(b *testing.B) {
+	var seq atomic.Int64
+	fresh := func() []byte { return eventBody(seq.Add(1)) }
+	same := eventBody(-1)
+	one := func() []byte { return same }
+	run := func(b *testing.B, h http.Handler, next func() []byte) {
+		b.SetParallelism(16)
+		start := processCPU(b)
+		serveInProcess(b, h, next)
+		b.ReportMetric(float64((processCPU(b)-start).Microseconds())/float64(b.N), "cpu-µs/op")
+	}
+	protect := func(b *testing.B, st idemhook.Store) http.Handler {
+		mw, err := idemhook.New(st, idemhook.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		route, err := mw.Route(idemhook.Route{Source: "cpu" + time.Now().Format("150405.000000000")})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return route(webhookHandler)
+	}
+	b.Run("bare/first", func(b *testing.B) { run(b, webhookHandler, fresh) })
+	b.Run("bare/replay", func(b *testing.B) { run(b, webhookHandler, one) })
+	for _, replay := range []bool{false, true} {
+		name, next := "first", fresh
+		if replay {
+			name, next = "replay", one
+		}
+		b.Run("memory/"+name, func(b *testing.B) {
+			st, err := memstore.New(memstore.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Close()
+			run(b, protect(b, st), next)
+		})
+	}
+	url := os.Getenv("IDEMHOOK_REDIS_URL")
+	if url == "" {
+		b.Log("IDEMHOOK_REDIS_URL is not set: no Redis rows")
+		return
+	}
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	opts.MaxRetries, opts.DialerRetries = -1, 1
+	client := redis.NewClient(opts)
+	defer client.Close()
+	for _, batch := range []bool{false, true} {
+		for _, replay := range []bool{false, true} {
+			name, next := "redis", fresh
+			if batch {
+				name = "redis-batch"
+			}
+			if replay {
+				name, next = name+"/replay", one
+			} else {
+				name += "/first"
+			}
+			b.Run(name, func(b *testing.B) {
+				prefix := "idemhook-cpu-bench-" + time.Now().Format("150405.000000000") + ":"
+				st, err := redisstore.New(client, redisstore.Config{Prefix: prefix, Batch: batch})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer st.Close()
+				defer deleteRedisPrefix(client, prefix)
+				run(b, protect(b, st), next)
+			})
+		}
+	}
+}
+
+func deleteRedisPrefix(client *redis.Client, prefix string) {
+	ctx := context.Background()
+	iter := client.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+		if len(keys) == 1000 {
+			client.Unlink(ctx, keys...)
+			keys = keys[:0]
+		}
+	}
+	if len(keys) > 0 {
+		client.Unlink(ctx, keys...)
+	}
+}

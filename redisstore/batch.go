@@ -1,0 +1,138 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Batching ([Config.Batch]). Without it every store call is one command on
+// a connection of its own, so N concurrent deliveries cost Redis N reads and
+// N writes on N sockets. With it the store's commands go to a few worker
+// goroutines; each takes the commands waiting at that moment and sends them
+// as one pipeline, so Redis reads them with one system call and answers them
+// with one. A lone command is sent at once; commands only wait while an
+// earlier pipeline is on the wire. Each command keeps its own result and
+// error, and its caller gets them as before; a caller whose context ends
+// first returns its context's error (the command may still run, as with any
+// command whose reply is not awaited).
+
+const (
+	batchWorkers = 4   // pipelines on the wire at once
+	batchMax     = 256 // commands per pipeline
+)
+
+type call struct {
+	ctx  context.Context
+	cmd  redis.Cmder
+	done chan struct{}
+}
+
+type batcher struct {
+	client redis.UniversalClient
+	queue  chan *call
+	stop   chan struct{}
+	wg     sync.WaitGroup
+}
+
+var errClosed = errors.New("redisstore: the store is closed")
+
+func startBatcher(client redis.UniversalClient) *batcher {
+	b := &batcher{client: client, queue: make(chan *call), stop: make(chan struct{})}
+	for range batchWorkers {
+		b.wg.Go(b.loop)
+	}
+	return b
+}
+
+func (b *batcher) close() {
+	close(b.stop)
+	b.wg.Wait()
+}
+
+// do runs cmd in one of the next pipelines and returns its error.
+func (b *batcher) do(ctx context.Context, cmd redis.Cmder) error {
+	c := &call{ctx: ctx, cmd: cmd, done: make(chan struct{})}
+	select {
+	case b.queue <- c:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-b.stop:
+		return errClosed
+	}
+	select {
+	case <-c.done:
+		return cmd.Err()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (b *batcher) loop() {
+	batch := make([]*call, 0, batchMax)
+	for {
+		select {
+		case c := <-b.queue:
+			batch = append(batch[:0], c)
+		case <-b.stop:
+			return
+		}
+	more:
+		for len(batch) < batchMax {
+			select {
+			case c := <-b.queue:
+				batch = append(batch, c)
+			default:
+				break more
+			}
+		}
+		b.exec(batch)
+		clear(batch)
+	}
+}
+
+// exec sends batch as one pipeline. It runs until the latest deadline of
+// the batch's calls (a call with none: the client's own timeouts), so that
+// one caller's short deadline never fails the others' commands.
+func (b *batcher) exec(batch []*call) {
+	var latest time.Time
+	noDeadline := false
+	pipe := b.client.Pipeline()
+	var sent []*call
+	for _, c := range batch {
+		if err := c.ctx.Err(); err != nil {
+			c.cmd.SetErr(err)
+			close(c.done)
+			continue
+		}
+		if d, ok := c.ctx.Deadline(); !ok {
+			noDeadline = true
+		} else if d.After(latest) {
+			latest = d
+		}
+		pipe.Process(c.ctx, c.cmd) //nolint:errcheck // a pipeline's Process only queues
+		sent = append(sent, c)
+	}
+	if len(sent) == 0 {
+		return
+	}
+	ctx, cancel := context.Background(), context.CancelFunc(func() {})
+	if !noDeadline {
+		ctx, cancel = context.WithDeadline(ctx, latest)
+	}
+	pipe.Exec(ctx) //nolint:errcheck // every command carries its own error
+	cancel()
+	for _, c := range sent {
+		close(c.done)
+	}
+}
+
+// isNoScript reports whether err says the server doesn't have a script
+// cached (EVALSHA's NOSCRIPT).
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}

@@ -1,0 +1,152 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"sync"
+)
+
+// Group commit. Every write of the store (Claim's insert, Complete,
+// Release, Extend, Delete) goes to one writer goroutine. The writer takes
+// the first write that arrives and, without waiting, every other write
+// already waiting to be taken, runs them in one transaction and commits it
+// once: under load the cost of a commit (the WAL write and the file locks,
+// most of a write's time) is shared by the concurrent deliveries, and a
+// lone write is committed at once, as before. A write's caller gets its
+// result only after the commit, so a result means what it meant with one
+// commit per write: durable against a crash of the process
+// (synchronous=NORMAL), not against a power loss.
+//
+// If any write of a batch fails, the batch is rolled back and each of its
+// writes is run again in a transaction of its own, so that one failing
+// write never fails or undoes another's.
+
+// maxBatch bounds the writes committed together, so that one transaction
+// doesn't hold SQLite's write lock (and the connection) for long.
+const maxBatch = 128
+
+// write is one statement run by the writer: run executes it in tx and
+// returns its result (rows affected, or 1 when a RETURNING row came back).
+type write struct {
+	ctx  context.Context
+	run  func(ctx context.Context, tx *sql.Tx) (int64, error)
+	n    int64
+	err  error
+	done chan struct{}
+}
+
+var writePool = sync.Pool{New: func() any { return &write{done: make(chan struct{}, 1)} }}
+
+var errClosed = errors.New("sqlitestore: the store is closed")
+
+// writer runs the store's writes until stop is closed.
+type writer struct {
+	db    *sql.DB
+	queue chan *write
+	stop  chan struct{}
+	wg    sync.WaitGroup
+}
+
+func startWriter(db *sql.DB) *writer {
+	w := &writer{db: db, queue: make(chan *write), stop: make(chan struct{})}
+	w.wg.Go(w.loop)
+	return w
+}
+
+func (w *writer) close() {
+	close(w.stop)
+	w.wg.Wait()
+}
+
+// do runs one write through the writer and returns its result. Once the
+// writer has taken the write, do waits for its commit even if ctx ends
+// meanwhile (the transaction is short), so that a caller is never told
+// "failed" about a write that was committed.
+func (w *writer) do(ctx context.Context, run func(ctx context.Context, tx *sql.Tx) (int64, error)) (int64, error) {
+	op := writePool.Get().(*write)
+	op.ctx, op.run, op.n, op.err = ctx, run, 0, nil
+	select {
+	case w.queue <- op:
+	case <-ctx.Done():
+		writePool.Put(op)
+		return 0, ctx.Err()
+	case <-w.stop:
+		writePool.Put(op)
+		return 0, errClosed
+	}
+	<-op.done
+	n, err := op.n, op.err
+	op.ctx, op.run = nil, nil
+	writePool.Put(op)
+	return n, err
+}
+
+func (w *writer) loop() {
+	batch := make([]*write, 0, maxBatch)
+	for {
+		select {
+		case op := <-w.queue:
+			batch = append(batch[:0], op)
+		case <-w.stop:
+			return
+		}
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case op := <-w.queue:
+				batch = append(batch, op)
+			default:
+				break more
+			}
+		}
+		if !w.commit(batch) && len(batch) > 1 {
+			for _, op := range batch {
+				w.commit([]*write{op})
+			}
+		}
+		for _, op := range batch {
+			op.done <- struct{}{}
+		}
+		clear(batch)
+	}
+}
+
+// commit runs batch in one transaction and reports whether it committed.
+// When it didn't, every write of batch carries the error.
+func (w *writer) commit(batch []*write) bool {
+	ctx := context.Background() // each write checks its own context first
+	tx, err := w.db.BeginTx(ctx, nil)
+	if err != nil {
+		for _, op := range batch {
+			op.n, op.err = 0, err
+		}
+		return false
+	}
+	ok := true
+	for _, op := range batch {
+		if err := op.ctx.Err(); err != nil {
+			op.n, op.err = 0, err // given up before it ran: never run
+			continue
+		}
+		op.n, op.err = op.run(op.ctx, tx)
+		if op.err != nil {
+			ok = false
+			break
+		}
+	}
+	if ok {
+		err := tx.Commit()
+		if err == nil {
+			return true
+		}
+		for _, op := range batch {
+			if op.err == nil {
+				op.n, op.err = 0, err
+			}
+		}
+		return false
+	}
+	tx.Rollback() //nolint:errcheck // the failed write's error is the one to report
+	return false
+}
