@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -709,6 +710,9 @@ func TestQueryStringEventsAndRequireKey(t *testing.T) {
 func TestConcurrentDuplicatesReachTheUpstreamOnce(t *testing.T) {
 	up := newUpstream(t)
 	release := make(chan struct{})
+	var once sync.Once
+	releaseOnce := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(releaseOnce) // a failed test must not leave the upstream held
 	up.handle = func(w http.ResponseWriter, r *http.Request, n int64) {
 		<-release
 		fmt.Fprintf(w, `{"call":%d}`, n)
@@ -720,11 +724,20 @@ func TestConcurrentDuplicatesReachTheUpstreamOnce(t *testing.T) {
 	for i := range copies {
 		wg.Go(func() { bodies[i] = post(t, g.url("/webhooks/test"), `{"id":"evt_dup"}`).Body })
 	}
-	for up.calls.Load() == 0 {
-		time.Sleep(time.Millisecond) // until the first copy reached the upstream
-	}
-	time.Sleep(50 * time.Millisecond) // the other copies arrive while it runs
-	close(release)
+	// Hold the first copy at the upstream until every copy has made its
+	// claim (and found the first one's pending): then each of them met the
+	// running delivery, and under proceed they would all reach the upstream.
+	claimed := regexp.MustCompile(`(?m)^idemhook_store_operation_duration_seconds_count\{op="claim"\} (\d+)$`)
+	eventually(t, "every copy claimed", func() bool {
+		// Absent until the first claim is observed.
+		m := claimed.FindStringSubmatch(do(t, "GET", g.adminURL("/metrics"), "").Body)
+		n := 0
+		if m != nil {
+			n, _ = strconv.Atoi(m[1])
+		}
+		return n >= copies
+	})
+	releaseOnce()
 	wg.Wait()
 	if n := up.calls.Load(); n != 1 {
 		t.Fatalf("upstream ran the event %d times, want 1", n)
