@@ -87,18 +87,20 @@ func (c *fileCheck) check(context.Context) error {
 	case !os.SameFile(c.info, now):
 		problem = fmt.Errorf("%w: %s is now another file (replaced or re-mounted); refusing to go on with the old one (restart to open the new one)", ErrFileReplaced, c.path)
 	}
+	// Logged before the state changes, so that whoever sees the calls fail
+	// (or resume) finds the line that says why already written.
 	was := c.err.Load()
 	switch {
 	case problem != nil && was == nil:
-		c.err.Store(&problem)
 		if c.log != nil {
 			c.log.Error("sqlitestore: database file lost: every store call fails until the path names the open file again", "path", c.path, "err", problem)
 		}
+		c.err.Store(&problem)
 	case problem == nil && was != nil:
-		c.err.Store(nil)
 		if c.log != nil {
 			c.log.Info("sqlitestore: the database path names the open file again: store calls resume", "path", c.path)
 		}
+		c.err.Store(nil)
 	}
 	return nil
 }
