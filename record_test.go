@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/recordio"
 )
 
 func TestRecordRoundTrip(t *testing.T) {
@@ -34,7 +35,7 @@ func TestRecordRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := decodeRecord(b)
+			got, err := recordio.Decode("", "", b)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -66,7 +67,7 @@ func TestRecordDecodeRejectsCorruptValues(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := decodeRecord(tt.give)
+			_, err := recordio.Decode("", "", tt.give)
 			if !errors.Is(err, idemhook.ErrCorruptRecord) {
 				t.Fatalf("err = %v, want ErrCorruptRecord", err)
 			}
@@ -91,7 +92,7 @@ func FuzzDecodeRecord(f *testing.F) {
 	}
 	f.Add([]byte{1, 2, 0, 0, 0xc8, 0x01, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		rec, err := decodeRecord(data)
+		rec, err := recordio.Decode("", "", data)
 		if err != nil {
 			if !errors.Is(err, idemhook.ErrCorruptRecord) {
 				t.Fatalf("decode error does not wrap ErrCorruptRecord: %v", err)
@@ -102,7 +103,7 @@ func FuzzDecodeRecord(f *testing.F) {
 		if err != nil {
 			t.Fatalf("decoded record does not encode: %v", err)
 		}
-		back, err := decodeRecord(b)
+		back, err := recordio.Decode("", "", b)
 		if err != nil {
 			t.Fatalf("re-encoded record does not decode: %v", err)
 		}
@@ -110,12 +111,4 @@ func FuzzDecodeRecord(f *testing.F) {
 			t.Fatalf("decode(encode(decode(x))) != decode(x):\n%+v\n%+v", rec, back)
 		}
 	})
-}
-
-func decodeRecord(data []byte) (*idemhook.Record, error) {
-	r := new(idemhook.Record)
-	if err := r.UnmarshalBinary(data); err != nil {
-		return nil, err
-	}
-	return r, nil
 }

@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/recordio"
 )
 
 // An entry is one string: a 7-byte meta word (big endian: the completed
@@ -59,7 +60,7 @@ func expired(e string, now int64) bool { return now >= expiryOf(e) }
 // decode returns the record of e, whose compact key has length klen. The
 // record is freshly allocated: it shares nothing with the store.
 func decode(e string, klen int) (*idemhook.Record, error) {
-	return decodeRecord([]byte(e[entryHeader+klen:]))
+	return recordio.Decode("", "", []byte(e[entryHeader+klen:]))
 }
 
 // Compact keys: a key that ends in 64 lowercase hex digits (a SHA-256, as in
@@ -102,13 +103,4 @@ func unhex(c byte) byte {
 		return c - '0'
 	}
 	return c - 'a' + 10
-}
-
-// decodeRecord decodes a stored value into a new record.
-func decodeRecord(data []byte) (*idemhook.Record, error) {
-	r := new(idemhook.Record)
-	if err := r.UnmarshalBinary(data); err != nil {
-		return nil, err
-	}
-	return r, nil
 }

@@ -74,6 +74,7 @@ import (
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/internal/periodic"
+	"github.com/idemhook/idemhook/internal/recordio"
 	"github.com/idemhook/idemhook/internal/sqlbatch"
 )
 
@@ -328,23 +329,10 @@ func micros(op string, d time.Duration) (int64, error) {
 	return int64((d + time.Microsecond - 1) / time.Microsecond), nil
 }
 
-func encode(op string, r *idemhook.Record) ([]byte, error) {
-	if r == nil {
-		return nil, fmt.Errorf("pgstore: %s: nil record", op)
-	}
-	b, err := r.MarshalBinary()
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: %s: %w", op, err)
-	}
-	return b, nil
-}
+func encode(op string, r *idemhook.Record) ([]byte, error) { return recordio.Encode("pgstore", op, r) }
 
 func decode(key string, value []byte) (*idemhook.Record, error) {
-	r := new(idemhook.Record)
-	if err := r.UnmarshalBinary(value); err != nil {
-		return nil, fmt.Errorf("pgstore: key %q: %w", key, err)
-	}
-	return r, nil
+	return recordio.Decode("pgstore", key, value)
 }
 
 func opError(op, key string, err error) error {

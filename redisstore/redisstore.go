@@ -56,6 +56,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/recordio"
 )
 
 // Config configures a [Store]. The zero value is valid.
@@ -185,7 +186,7 @@ func (s *Store) Claim(ctx context.Context, key string, claim *idemhook.Record, l
 		}
 		return nil, opError("claim", rkey, err)
 	}
-	rec, err := decodeRecord([]byte(old))
+	rec, err := recordio.Decode("", "", []byte(old))
 	if err != nil {
 		return nil, opError("claim", rkey, err)
 	}
@@ -278,7 +279,7 @@ func (s *Store) Get(ctx context.Context, key string) (*idemhook.Record, error) {
 	if err != nil {
 		return nil, opError("get", rkey, err)
 	}
-	rec, err := decodeRecord(val)
+	rec, err := recordio.Decode("", "", val)
 	if err != nil {
 		return nil, opError("get", rkey, err)
 	}
@@ -311,13 +312,4 @@ func millis(what string, d time.Duration) (int64, error) {
 
 func opError(op, rkey string, err error) error {
 	return fmt.Errorf("redisstore: %s %s: %w", op, rkey, err)
-}
-
-// decodeRecord decodes a stored value into a new record.
-func decodeRecord(data []byte) (*idemhook.Record, error) {
-	r := new(idemhook.Record)
-	if err := r.UnmarshalBinary(data); err != nil {
-		return nil, err
-	}
-	return r, nil
 }

@@ -33,6 +33,7 @@ import (
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/internal/periodic"
+	"github.com/idemhook/idemhook/internal/recordio"
 	"github.com/idemhook/idemhook/internal/sqlbatch"
 	"github.com/idemhook/idemhook/internal/sqlschema"
 )
@@ -221,22 +222,11 @@ func (s *Store) nowMillis() int64 { return s.now().UnixMilli() }
 func (s *Store) expiry(d time.Duration) int64 { return s.now().Add(d).UnixMilli() }
 
 func encode(op string, r *idemhook.Record) ([]byte, error) {
-	if r == nil {
-		return nil, fmt.Errorf("sqlitestore: %s: nil record", op)
-	}
-	b, err := r.MarshalBinary()
-	if err != nil {
-		return nil, fmt.Errorf("sqlitestore: %s: %w", op, err)
-	}
-	return b, nil
+	return recordio.Encode("sqlitestore", op, r)
 }
 
 func decode(key string, value []byte) (*idemhook.Record, error) {
-	r := new(idemhook.Record)
-	if err := r.UnmarshalBinary(value); err != nil {
-		return nil, fmt.Errorf("sqlitestore: key %q: %w", key, err)
-	}
-	return r, nil
+	return recordio.Decode("sqlitestore", key, value)
 }
 
 func checkLifetime(op string, d time.Duration) error {
