@@ -12,6 +12,7 @@ import (
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/memstore"
 	"github.com/idemhook/idemhook/otelhook"
+	"github.com/idemhook/idemhook/storetest"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -199,26 +200,10 @@ func TestFailedDeliveryIsAnError(t *testing.T) {
 	t.Fatal("no delivery span")
 }
 
-// downStore fails every call, as a store whose server is gone does.
-type downStore struct{}
-
 var errDown = errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
 
-func (downStore) Claim(context.Context, string, *idemhook.Record, time.Duration) (*idemhook.Record, error) {
-	return nil, errDown
-}
-func (downStore) Complete(context.Context, string, *idemhook.Record, *idemhook.Record, time.Duration) error {
-	return errDown
-}
-func (downStore) Release(context.Context, string, *idemhook.Record) error { return errDown }
-func (downStore) Extend(context.Context, string, *idemhook.Record, time.Duration) error {
-	return errDown
-}
-func (downStore) Get(context.Context, string) (*idemhook.Record, error) { return nil, errDown }
-func (downStore) Delete(context.Context, string) (bool, error)          { return false, errDown }
-
 func TestStoreDownSpansAndMetrics(t *testing.T) {
-	h := newHarness(t, downStore{}, http.StatusOK, true)
+	h := newHarness(t, storetest.Unreachable(errDown), http.StatusOK, true)
 	for _, key := range []string{"a", "b", "c"} {
 		if code := h.deliver(t, key); code != http.StatusOK {
 			t.Fatalf("status %d, want 200 (fail-open)", code)

@@ -1,7 +1,6 @@
 package promhook_test
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -13,26 +12,11 @@ import (
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/memstore"
 	"github.com/idemhook/idemhook/promhook"
+	"github.com/idemhook/idemhook/storetest"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// downStore fails every call, as a store whose server is gone does.
-type downStore struct{}
-
 var errDown = errors.New("connection refused")
-
-func (downStore) Claim(context.Context, string, *idemhook.Record, time.Duration) (*idemhook.Record, error) {
-	return nil, errDown
-}
-func (downStore) Complete(context.Context, string, *idemhook.Record, *idemhook.Record, time.Duration) error {
-	return errDown
-}
-func (downStore) Release(context.Context, string, *idemhook.Record) error { return errDown }
-func (downStore) Extend(context.Context, string, *idemhook.Record, time.Duration) error {
-	return errDown
-}
-func (downStore) Get(context.Context, string) (*idemhook.Record, error) { return nil, errDown }
-func (downStore) Delete(context.Context, string) (bool, error)          { return false, errDown }
 
 func deliver(t *testing.T, h http.Handler, body string) int {
 	t.Helper()
@@ -100,7 +84,7 @@ func TestRegisterStoreDownOpensBreaker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := idemhook.New(downStore{}, opts)
+	mw, err := idemhook.New(storetest.Unreachable(errDown), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

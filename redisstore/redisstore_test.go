@@ -138,24 +138,6 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := b.Context()
-	usedMemory := func() int64 {
-		b.Helper()
-		info, err := client.Info(ctx, "memory").Result()
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, line := range strings.Split(info, "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
-				n, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					b.Fatal(err)
-				}
-				return n
-			}
-		}
-		b.Fatal("INFO memory has no used_memory")
-		return 0
-	}
 	var sum [32]byte
 	done := func(claim *idemhook.Record) *idemhook.Record {
 		// What the middleware stores for a body-hash route: no
@@ -181,13 +163,13 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 		}
 	}
 	store() // scripts cached, connection open
-	before := usedMemory()
+	before := redistest.UsedMemory(b, client)
 	n := 0
 	for b.Loop() {
 		store()
 		n++
 	}
-	b.ReportMetric(float64(usedMemory()-before)/float64(n), "bytes/key")
+	b.ReportMetric(float64(redistest.UsedMemory(b, client)-before)/float64(n), "bytes/key")
 }
 
 func pendingRecord() *idemhook.Record {

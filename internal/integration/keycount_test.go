@@ -197,13 +197,13 @@ func TestKeyCount(t *testing.T) {
 		ctx := context.Background()
 		var pts []curvePoint
 		var have int64
-		base := usedMemory(t, client)
+		base := redistest.UsedMemory(t, client)
 		for _, c := range counts {
 			start := time.Now()
 			bulkRedis(t, client, c-have, done)
 			p := curvePoint{keys: c, loadDur: time.Since(start)}
 			if c > 0 {
-				p.perKey = float64(usedMemory(t, client)-base) / float64(c)
+				p.perKey = float64(redistest.UsedMemory(t, client)-base) / float64(c)
 			}
 			for range *keysRounds {
 				p.rates = append(p.rates, firstDeliveries(t, st))
@@ -311,23 +311,4 @@ func bulkRedis(t *testing.T, client *redis.Client, n int64, value []byte) {
 	if err := failed.Load(); err != nil {
 		t.Fatalf("bulk load of %d keys: %v", n, err)
 	}
-}
-
-func usedMemory(t *testing.T, client *redis.Client) int64 {
-	t.Helper()
-	info, err := client.Info(context.Background(), "memory").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	t.Fatal("INFO memory has no used_memory")
-	return 0
 }

@@ -337,3 +337,24 @@ func waitClusterOK(ctx context.Context, addr string) error {
 		}
 	}
 }
+
+// UsedMemory returns the used_memory of the server behind client, from
+// INFO memory.
+func UsedMemory(tb testing.TB, client *redis.Client) int64 {
+	tb.Helper()
+	info, err := client.Info(context.Background(), "memory").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			return n
+		}
+	}
+	tb.Fatal("INFO memory has no used_memory")
+	return 0
+}
