@@ -240,6 +240,18 @@ func readPage(rs resultSet, limit int, scan func(*Entry) error) (Page, error) {
 	return page(out, limit), nil
 }
 
+// window returns f's Since and Until in Unix microseconds (see ceilMicros),
+// 0 for a bound that is not set.
+func (f Filter) window() (since, until int64) {
+	if !f.Since.IsZero() {
+		since = ceilMicros(f.Since)
+	}
+	if !f.Until.IsZero() {
+		until = ceilMicros(f.Until)
+	}
+	return since, until
+}
+
 // ceilMicros is t in Unix microseconds, rounded up. Filters apply to the
 // stored times, which are whole microseconds: stored >= 10.5µs holds exactly
 // when stored >= 11µs, and likewise for <.

@@ -121,13 +121,7 @@ func (s *RedisStream) Query(ctx context.Context, f Filter) (Page, error) {
 		}
 		end = "(" + id
 	}
-	var since, until int64
-	if !f.Since.IsZero() {
-		since = ceilMicros(f.Since)
-	}
-	if !f.Until.IsZero() {
-		until = ceilMicros(f.Until)
-	}
+	since, until := f.window()
 	limit := f.limit()
 	var out []Entry
 	var ids []string
@@ -232,13 +226,7 @@ var _ Counter = (*RedisStream)(nil)
 // ordered by source then outcome, reading the stream (at most MaxLen
 // entries). f.Limit and f.Cursor are ignored.
 func (s *RedisStream) Counts(ctx context.Context, f Filter) ([]Count, error) {
-	var since, until int64
-	if !f.Since.IsZero() {
-		since = ceilMicros(f.Since)
-	}
-	if !f.Until.IsZero() {
-		until = ceilMicros(f.Until)
-	}
+	since, until := f.window()
 	c := counter{}
 	end := "+"
 	for {

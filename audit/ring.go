@@ -90,18 +90,9 @@ func (r *Ring) Query(ctx context.Context, f Filter) (Page, error) {
 		}
 		after = &p
 	}
-	var since, until int64
-	if !f.Since.IsZero() {
-		since = ceilMicros(f.Since)
-	}
-	if !f.Until.IsZero() {
-		until = ceilMicros(f.Until)
-	}
+	since, until := f.window()
 	r.mu.RLock()
-	held := r.buf[:r.next]
-	if r.full {
-		held = r.buf
-	}
+	held := r.held()
 	var out []Entry
 	for _, e := range held {
 		us := e.Time.UnixMicro()
@@ -140,18 +131,9 @@ var _ Counter = (*Ring)(nil)
 func (r *Ring) Counts(ctx context.Context, f Filter) ([]Count, error) {
 	f.Cursor, f.Limit = "", MaxLimit
 	c := counter{}
-	var since, until int64
-	if !f.Since.IsZero() {
-		since = ceilMicros(f.Since)
-	}
-	if !f.Until.IsZero() {
-		until = ceilMicros(f.Until)
-	}
+	since, until := f.window()
 	r.mu.RLock()
-	held := r.buf[:r.next]
-	if r.full {
-		held = r.buf
-	}
+	held := r.held()
 	for _, e := range held {
 		if matches(e, f, since, until) {
 			c.add(e)
@@ -183,4 +165,13 @@ func (c counter) counts() []Count {
 		return cmp.Or(cmp.Compare(a.Source, b.Source), cmp.Compare(a.Outcome, b.Outcome))
 	})
 	return out
+}
+
+// held returns the entries the ring holds, in buffer order (once the ring
+// is full, the oldest is at r.next); the caller holds r.mu.
+func (r *Ring) held() []Entry {
+	if r.full {
+		return r.buf
+	}
+	return r.buf[:r.next]
 }
