@@ -40,6 +40,7 @@ package idemhook
 import (
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 )
 
@@ -273,6 +274,23 @@ type Route struct {
 	// Preset adds a provider's key strategy, signature check, retry window
 	// and duplicate answer (see package provider). Default: nil, none.
 	Preset *Preset
+}
+
+// A RouteError is a [Route] that [Middleware.Route] refuses. Field names
+// the Route field at fault, so that a configuration file can point at the
+// line that set it.
+type RouteError struct {
+	Source string // the route's Source; "" when it has none
+	Field  string // e.g. "TTL", "ReplayHeaders"
+	Index  int    // the element at fault of a list field (ReplayHeaders, StoreStatuses); 0 otherwise
+	Reason string // what is wrong, naming the field, e.g. "TTL -1s is negative"
+}
+
+func (e *RouteError) Error() string {
+	if e.Source == "" {
+		return "idemhook: Route: " + e.Reason
+	}
+	return "idemhook: Route " + strconv.Quote(e.Source) + ": " + e.Reason
 }
 
 // RepresentationHeaders are the response headers that describe the body's

@@ -112,7 +112,7 @@ func New(store Store, opts Options) (*Middleware, error) {
 }
 
 // Route checks rt, applies its defaults and returns the middleware for one
-// webhook route.
+// webhook route. A Route it refuses is reported as a [*RouteError].
 func (m *Middleware) Route(rt Route) (func(http.Handler) http.Handler, error) {
 	if err := rt.applyDefaults(); err != nil {
 		return nil, err
@@ -144,56 +144,58 @@ func seconds(d time.Duration) string {
 }
 
 func (rt *Route) applyDefaults() error {
-	where := "idemhook: Route"
-	if rt.Source != "" {
-		where += " " + strconv.Quote(rt.Source)
+	fail := func(field string, index int, format string, args ...any) error {
+		return &RouteError{Source: rt.Source, Field: field, Index: index, Reason: fmt.Sprintf(format, args...)}
 	}
 	if strings.ContainsAny(rt.Source, ":@\x00") {
-		return fmt.Errorf("%s: Source must not contain ':' or '@'", where)
+		return fail("Source", 0, "Source must not contain ':' or '@'")
 	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
 	}{{"TTL", rt.TTL}, {"WaitTimeout", rt.WaitTimeout}, {"RetryAfter", rt.RetryAfter}, {"Lease", rt.Lease}} {
 		if d.v < 0 {
-			return fmt.Errorf("%s: %s %v is negative", where, d.name, d.v)
+			return fail(d.name, 0, "%s %v is negative", d.name, d.v)
 		}
 	}
 	if rt.Lease > 0 && rt.Lease < minLease {
-		return fmt.Errorf("%s: Lease %v is under the minimum of %v", where, rt.Lease, minLease)
+		return fail("Lease", 0, "Lease %v is under the minimum of %v", rt.Lease, minLease)
 	}
-	if rt.MaxBodyBytes < 0 || rt.MaxStoredBodyBytes < 0 {
-		return fmt.Errorf("%s: MaxBodyBytes and MaxStoredBodyBytes must not be negative", where)
+	if rt.MaxBodyBytes < 0 {
+		return fail("MaxBodyBytes", 0, "MaxBodyBytes and MaxStoredBodyBytes must not be negative")
+	}
+	if rt.MaxStoredBodyBytes < 0 {
+		return fail("MaxStoredBodyBytes", 0, "MaxBodyBytes and MaxStoredBodyBytes must not be negative")
 	}
 	switch rt.InFlight {
 	case "":
 		rt.InFlight = InFlightWait
 	case InFlightProceed, InFlightWait, InFlightReject:
 	default:
-		return fmt.Errorf("%s: InFlight %q is not one of proceed, wait, reject", where, rt.InFlight)
+		return fail("InFlight", 0, "InFlight %q is not one of proceed, wait, reject", rt.InFlight)
 	}
 	switch rt.OnStoreError {
 	case "":
 		rt.OnStoreError = StoreErrorOpen
 	case StoreErrorOpen, StoreErrorClosed:
 	default:
-		return fmt.Errorf("%s: OnStoreError %q is not one of open, closed", where, rt.OnStoreError)
+		return fail("OnStoreError", 0, "OnStoreError %q is not one of open, closed", rt.OnStoreError)
 	}
-	for _, name := range rt.ReplayHeaders {
+	for i, name := range rt.ReplayHeaders {
 		if neverReplayed[http.CanonicalHeaderKey(name)] {
-			return fmt.Errorf("%s: ReplayHeaders: %s is never stored or replayed", where, http.CanonicalHeaderKey(name))
+			return fail("ReplayHeaders", i, "ReplayHeaders: %s is never stored or replayed", http.CanonicalHeaderKey(name))
 		}
 	}
-	for _, st := range rt.StoreStatuses {
+	for i, st := range rt.StoreStatuses {
 		if st < 300 || st > 499 {
-			return fmt.Errorf("%s: StoreStatuses: %d is not a status from 300 to 499 (2xx is always stored; 1xx and 5xx never are)", where, st)
+			return fail("StoreStatuses", i, "StoreStatuses: %d is not a status from 300 to 499 (2xx is always stored; 1xx and 5xx never are)", st)
 		}
 	}
 	if rt.Preset != nil && rt.Preset.RetryWindow < 0 {
-		return fmt.Errorf("%s: Preset %q: RetryWindow %v is negative", where, rt.Preset.Name, rt.Preset.RetryWindow)
+		return fail("Preset", 0, "Preset %q: RetryWindow %v is negative", rt.Preset.Name, rt.Preset.RetryWindow)
 	}
 	if rt.Preset != nil && rt.Preset.DuplicateStatus != 0 && (rt.Preset.DuplicateStatus < 200 || rt.Preset.DuplicateStatus > 299) {
-		return fmt.Errorf("%s: Preset %q: DuplicateStatus %d is not a 2xx status", where, rt.Preset.Name, rt.Preset.DuplicateStatus)
+		return fail("Preset", 0, "Preset %q: DuplicateStatus %d is not a 2xx status", rt.Preset.Name, rt.Preset.DuplicateStatus)
 	}
 	if rt.TTL == 0 {
 		rt.TTL = rt.Preset.DefaultTTL()

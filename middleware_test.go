@@ -339,26 +339,38 @@ func TestRouteRejectsHeadersThatAreNeverReplayed(t *testing.T) {
 func TestRouteValidation(t *testing.T) {
 	e := newMemEnv(t, idemhook.Options{})
 	tests := []struct {
-		give idemhook.Route
-		want string
+		give  idemhook.Route
+		want  string
+		field string // RouteError.Field
+		index int    // RouteError.Index
 	}{
-		{idemhook.Route{Source: "s", InFlight: "queue"}, `InFlight "queue" is not one of proceed, wait, reject`},
-		{idemhook.Route{Source: "s", OnStoreError: "maybe"}, `OnStoreError "maybe" is not one of open, closed`},
-		{idemhook.Route{Source: "s", TTL: -time.Second}, "TTL -1s is negative"},
-		{idemhook.Route{Source: "a:b"}, "must not contain ':'"},
-		{idemhook.Route{Source: "a@b"}, "must not contain ':' or '@'"},
-		{idemhook.Route{Source: "s", StoreStatuses: []int{500}}, "StoreStatuses: 500 is not a status from 300 to 499"},
-		{idemhook.Route{Source: "s", StoreStatuses: []int{200}}, "StoreStatuses: 200 is not a status from 300 to 499"},
-		{idemhook.Route{Source: "s", ReplayHeaders: []string{"set-cookie"}}, "ReplayHeaders: Set-Cookie is never stored or replayed"},
-		{idemhook.Route{Source: "s", Preset: &idemhook.Preset{Name: "p", RetryWindow: -time.Hour}}, "RetryWindow -1h0m0s is negative"},
-		{idemhook.Route{Source: "s", MaxBodyBytes: -1}, "must not be negative"},
-		{idemhook.Route{Source: "s", Preset: &idemhook.Preset{Name: "p", DuplicateStatus: 500}}, "DuplicateStatus 500 is not a 2xx status"},
+		{idemhook.Route{Source: "s", InFlight: "queue"}, `InFlight "queue" is not one of proceed, wait, reject`, "InFlight", 0},
+		{idemhook.Route{Source: "s", OnStoreError: "maybe"}, `OnStoreError "maybe" is not one of open, closed`, "OnStoreError", 0},
+		{idemhook.Route{Source: "s", TTL: -time.Second}, "TTL -1s is negative", "TTL", 0},
+		{idemhook.Route{Source: "a:b"}, "must not contain ':'", "Source", 0},
+		{idemhook.Route{Source: "a@b"}, "must not contain ':' or '@'", "Source", 0},
+		{idemhook.Route{Source: "s", StoreStatuses: []int{500}}, "StoreStatuses: 500 is not a status from 300 to 499", "StoreStatuses", 0},
+		{idemhook.Route{Source: "s", StoreStatuses: []int{410, 200}}, "StoreStatuses: 200 is not a status from 300 to 499", "StoreStatuses", 1},
+		{idemhook.Route{Source: "s", ReplayHeaders: []string{"X-Id", "set-cookie"}}, "ReplayHeaders: Set-Cookie is never stored or replayed", "ReplayHeaders", 1},
+		{idemhook.Route{Source: "s", Preset: &idemhook.Preset{Name: "p", RetryWindow: -time.Hour}}, "RetryWindow -1h0m0s is negative", "Preset", 0},
+		{idemhook.Route{Source: "s", MaxBodyBytes: -1}, "must not be negative", "MaxBodyBytes", 0},
+		{idemhook.Route{Source: "s", MaxStoredBodyBytes: -1}, "must not be negative", "MaxStoredBodyBytes", 0},
+		{idemhook.Route{Source: "s", Lease: time.Microsecond}, "Lease 1µs is under the minimum of 1ms", "Lease", 0},
+		{idemhook.Route{Source: "s", Preset: &idemhook.Preset{Name: "p", DuplicateStatus: 500}}, "DuplicateStatus 500 is not a 2xx status", "Preset", 0},
 	}
 	for _, tt := range tests {
 		_, err := e.mw.Route(tt.give)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("Route(%+v) error = %v, want it to contain %q", tt.give, err, tt.want)
+			continue
 		}
+		var re *idemhook.RouteError
+		if !errors.As(err, &re) || re.Field != tt.field || re.Index != tt.index || re.Source != tt.give.Source {
+			t.Errorf("Route(%+v) error = %#v, want a *RouteError for field %s[%d] of source %q", tt.give, err, tt.field, tt.index, tt.give.Source)
+		}
+	}
+	if _, err := e.mw.Route(idemhook.Route{TTL: -time.Second}); err == nil || err.Error() != "idemhook: Route: TTL -1s is negative" {
+		t.Errorf("Route without a source: error = %v", err)
 	}
 	if _, err := idemhook.New(nil, idemhook.Options{}); err == nil {
 		t.Error("New(nil store) accepted")
