@@ -1,10 +1,11 @@
 package main
 
 import (
+	"net/url"
 	"os"
-	"strconv"
 
 	"github.com/idemhook/idemhook/audit"
+	"go.yaml.in/yaml/v3"
 )
 
 // defaultAuditBuffer is audit.buffer by default: how many entries wait for
@@ -21,17 +22,81 @@ func defaultInstance() string {
 	return "idemhook"
 }
 
-// count returns the value of f, a positive whole number, or def when
-// absent.
-func (p *parser) count(fs map[string]field, at, name string, def int) int {
-	v, n, ok := p.str(fs, at, name)
-	if !ok {
-		return def
+// audit checks the audit: section, n. By default the trail goes where the
+// store is: a table in the SQLite file or the PostgreSQL database, a
+// stream on the Redis, a ring in memory.
+func (c *checker) audit(a *auditFile, n *yaml.Node, sc storeSettings) (ac auditSettings) {
+	ac = auditSettings{Sink: sc.Driver, Retention: audit.DefaultRetention, Buffer: defaultAuditBuffer, Instance: defaultInstance()}
+	switch sc.Driver {
+	case "sqlite":
+		ac.Path = sc.Path
+	case "postgres":
+		ac.URL = sc.URL
 	}
-	c, err := strconv.Atoi(v)
-	if err != nil || c <= 0 || c > 100_000_000 {
-		p.errorf(n, join(at, name), "want a whole number from 1 to 100000000, got %q", v)
-		return def
+	defer func() {
+		if ac.Sink == "redis" && ac.Key == "" {
+			ac.Key = sc.Prefix + audit.DefaultStreamKey
+		}
+	}()
+	if n == nil {
+		return ac
 	}
-	return c
+	ac.Sink = c.oneOf(a.Sink, "audit.sink", ac.Sink, "sqlite", "postgres", "redis", "memory", "log", "none")
+	if ac.Sink != "postgres" {
+		ac.URL = ""
+	}
+	if a.Sink.Node != nil && ac.Sink == "redis" && sc.Driver != "redis" {
+		c.errorf(a.Sink.Node, "audit.sink", "sink redis writes a stream on the store's Redis: it needs store.driver redis (store is %s)", sc.Driver)
+	}
+	ac.Size = c.count(a.Size, "audit.size", 0)
+	if a.Size.Node != nil && ac.Sink != "memory" && ac.Sink != "redis" {
+		c.errorf(c.key(a.Size), "audit.size", "only used by sinks memory and redis (sink is %s)", ac.Sink)
+	}
+	if v, ok := c.str(a.Key, "audit.key"); ok {
+		if ac.Sink != "redis" {
+			c.errorf(a.Key.Node, "audit.key", "only used by sink redis (sink is %s)", ac.Sink)
+		} else if v == "" {
+			c.errorf(a.Key.Node, "audit.key", "empty key")
+		}
+		ac.Key = v
+	}
+	ac.Buffer = c.count(a.Buffer, "audit.buffer", defaultAuditBuffer)
+	if v, ok := c.str(a.Instance, "audit.instance"); ok {
+		if v == "" {
+			c.errorf(a.Instance.Node, "audit.instance", "empty instance name")
+		}
+		ac.Instance = v
+	}
+	ac.Retention = c.duration(a.Retention, "audit.retention", audit.DefaultRetention)
+	if v, ok := c.str(a.Path, "audit.path"); ok {
+		if ac.Sink != "sqlite" {
+			c.errorf(a.Path.Node, "audit.path", "only used by sink sqlite (sink is %s)", ac.Sink)
+		}
+		ac.Path = v
+	} else if ac.Sink == "sqlite" && ac.Path == "" {
+		ac.Path = defaultSQLitePath
+	}
+	ac.Table, _ = c.str(a.Table, "audit.table")
+	if a.Table.Node != nil && ac.Sink != "postgres" {
+		c.errorf(c.key(a.Table), "audit.table", "only used by sink postgres (sink is %s)", ac.Sink)
+	}
+	v, hasURL := c.str(a.URL, "audit.url")
+	switch {
+	case ac.Sink == "postgres" && !hasURL && sc.Driver == "postgres":
+		ac.URL = sc.URL
+	case ac.Sink == "postgres" && !hasURL:
+		at := n
+		if a.Sink.Node != nil {
+			at = a.Sink.Node
+		}
+		c.errorf(at, "audit.url", "sink postgres needs url (postgres://user:password@host:5432/db), unless the store is PostgreSQL too")
+	case ac.Sink == "postgres":
+		if u, err := url.Parse(v); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+			c.errorf(a.URL.Node, "audit.url", "invalid PostgreSQL URL %q (want postgres://user:password@host:5432/db)", redactURL(v))
+		}
+		ac.URL = v
+	case hasURL:
+		c.errorf(a.URL.Node, "audit.url", "only used by sink postgres (sink is %s)", ac.Sink)
+	}
+	return ac
 }

@@ -1,9 +1,10 @@
 package main
 
 import (
-	"github.com/idemhook/idemhook/audit"
 	"strings"
 	"testing"
+
+	"github.com/idemhook/idemhook/audit"
 )
 
 func TestConfigAudit(t *testing.T) {

@@ -1,16 +1,24 @@
 package main
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
+	"path"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/pgstore"
+	"github.com/idemhook/idemhook/provider"
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -19,165 +27,881 @@ import (
 // much memory each.
 const maxBodyWarn = 64 << 20
 
-// tlsSettings is the tls: section: the listener serves HTTPS with this
-// certificate and key, read again on SIGHUP.
-type tlsSettings struct {
-	Cert, Key string // PEM files; both or neither
+// check is the second phase of parseConfig: it checks every value of f
+// and returns the configuration with the defaults applied.
+func (c *checker) check(f *configFile) *gatewayConfig {
+	cfg := &gatewayConfig{File: c.file, Listen: defaultListen}
+	if v, ok := c.str(f.Listen, "listen"); ok {
+		if err := checkListen(v); err != nil {
+			c.errorf(f.Listen.Node, "listen", "%v", err)
+		}
+		cfg.Listen = v
+	}
+	cfg.ShutdownTimeout = c.duration(f.ShutdownTimeout, "shutdown_timeout", defaultShutdownTimeout)
+	cfg.Store = c.store(&f.Store, section(f.root, "store"))
+	cfg.Admin = c.admin(&f.Admin, section(f.root, "admin"), cfg.Listen)
+	cfg.Audit = c.audit(&f.Audit, section(f.root, "audit"), cfg.Store)
+	cfg.Log = logSettings{
+		Format: c.oneOf(f.Log.Format, "log.format", "text", "text", "json"),
+		Level:  c.oneOf(f.Log.Level, "log.level", "info", "debug", "info", "warn", "error"),
+	}
+	cfg.Routes = c.checkRoutes(f)
+	if n := section(f.root, "tls"); n != nil {
+		cfg.TLS = c.tls(&f.TLS, n)
+	}
+	cfg.TrustedProxies = c.trustedProxies(f.TrustedProxies)
+	return cfg
 }
 
-// routeLimits reads lease, max_stored_body and retry_after, warns about
-// settings that do nothing, and runs the library's own checks of the route
-// (Middleware.Route), reporting their refusals at the field's line: check
-// refuses exactly what serve would.
-func (p *parser) routeLimits(rf map[string]field, at string, n *yaml.Node, rc *routeSettings) {
-	r := &rc.Route
-	r.Lease = p.duration(rf, at, "lease", 0)
-	if v, vn, ok := p.str(rf, at, "max_stored_body"); ok {
-		size, err := parseSize(v)
-		if err != nil {
-			p.errorf(vn, join(at, "max_stored_body"), "%v", err)
-		} else if size > 1<<30 {
-			p.errorf(vn, join(at, "max_stored_body"), "%s is over 1GiB: a stored answer that large would be replayed from the store on every duplicate", v)
-		} else {
-			r.MaxStoredBodyBytes = int(size)
+// section returns the value of the section name of the mapping root, or
+// nil when it is absent or null.
+func section(root *yaml.Node, name string) *yaml.Node {
+	if n := valueOf(root, name); n != nil && !isNull(n) {
+		return n
+	}
+	return nil
+}
+
+// valueOf returns the value of the field name of the mapping n, or nil.
+func valueOf(n *yaml.Node, name string) *yaml.Node {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == name {
+			return n.Content[i+1]
 		}
 	}
-	r.RetryAfter = p.duration(rf, at, "retry_after", 0)
-
-	if f, ok := rf["wait_timeout"]; ok && r.InFlight != idemhook.InFlightWait {
-		p.warnf(f.key, join(at, "wait_timeout"), "does nothing with in_flight: %s (only in_flight: wait waits)", r.InFlight)
-	}
-	if f, ok := rf["retry_after"]; ok && r.InFlight != idemhook.InFlightReject && r.OnStoreError != idemhook.StoreErrorClosed {
-		p.warnf(f.key, join(at, "retry_after"), "does nothing here: it is the Retry-After of in_flight: reject and of on_store_error: closed")
-	}
-	if r.MaxBodyBytes > maxBodyWarn {
-		p.warnf(p.lineOf(n, "max_body"), join(at, "max_body"), "%d bytes: each delivery buffers its whole body, so 10 concurrent deliveries of that size take %d MiB",
-			r.MaxBodyBytes, 10*r.MaxBodyBytes>>20)
-	}
-
-	if _, err := validator.Route(*r); err != nil {
-		p.routeError(rf, at, n, err)
-	}
+	return nil
 }
 
-// validator is a Middleware used only to run Middleware.Route's checks at
-// parse time; its store is never called.
-var validator = func() *idemhook.Middleware {
-	m, err := idemhook.New(unusedStore{}, idemhook.Options{})
+// key returns the node of l's field name, where "only used by" errors
+// point, or l's own node when it has no key.
+func (c *checker) key(l leaf) *yaml.Node {
+	if k := c.keys[l.Node]; k != nil {
+		return k
+	}
+	return l.Node
+}
+
+// str returns the value of l, with ${VAR} expanded, and whether it is set
+// and usable. A value that is not a single one, or names an unset
+// variable, is reported at its field, at.
+func (c *checker) str(l leaf, at string) (string, bool) {
+	if l.Node == nil {
+		return "", false
+	}
+	if l.Kind != yaml.ScalarNode {
+		c.errorf(l.Node, at, "expected a single value, got %s", describe(l.Node))
+		return "", false
+	}
+	v, err := expand(l.Value, c.getenv)
 	if err != nil {
-		panic(err) // a zero Options is valid
+		c.errorf(l.Node, at, "%v", err)
+		return "", false
 	}
-	return m
-}()
-
-// routeError reports an error of Middleware.Route at the field it is
-// about.
-func (p *parser) routeError(rf map[string]field, at string, n *yaml.Node, err error) {
-	msg := err.Error() // idemhook: Route "stone": ReplayHeaders: ...
-	if rest, ok := strings.CutPrefix(msg, "idemhook: Route"); ok {
-		if _, after, ok := strings.Cut(rest, ": "); ok {
-			msg = after
-		}
-	}
-	fields := []struct{ prefix, field string }{
-		{"Source", "source"}, {"TTL", "ttl"}, {"WaitTimeout", "wait_timeout"}, {"RetryAfter", "retry_after"},
-		{"Lease", "lease"}, {"MaxBodyBytes", "max_body"}, {"InFlight", "in_flight"}, {"OnStoreError", "on_store_error"},
-		{"StoreStatuses", "store_statuses"}, {"Preset", "provider"},
-	}
-	if name, ok := strings.CutPrefix(msg, "ReplayHeaders: "); ok {
-		header, _, _ := strings.Cut(name, " ")
-		if f, ok := rf["replay_headers"]; ok {
-			list := resolve(f.value)
-			for i, e := range list.Content {
-				if http.CanonicalHeaderKey(resolve(e).Value) == header {
-					p.errorf(e, fmt.Sprintf("%s[%d]", join(at, "replay_headers"), i),
-						"%s is never stored or replayed (Set-Cookie, Authorization, hop-by-hop headers and Content-Length never are): remove it", header)
-					return
-				}
-			}
-		}
-	}
-	for _, fl := range fields {
-		if strings.HasPrefix(msg, fl.prefix) {
-			p.errorf(p.lineOf(n, fl.field), join(at, fl.field), "%s", msg)
-			return
-		}
-	}
-	p.errorf(n, at, "%s", msg)
+	return v, true
 }
 
-// listener reads tls and trusted_proxies.
-func (p *parser) listener(fs map[string]field, cfg *gatewayConfig) {
-	if f, ok := fs["tls"]; ok && !isNull(f.value) {
-		tf := p.mapping(f.value, "tls", "cert", "key")
-		if tf != nil {
-			cert, cn, hasCert := p.str(tf, "tls", "cert")
-			key, kn, hasKey := p.str(tf, "tls", "key")
-			switch {
-			case !hasCert && cn == nil:
-				p.errorf(f.value, "tls.cert", "missing: the certificate file (PEM), with key: the private key file")
-			case !hasKey && kn == nil:
-				p.errorf(f.value, "tls.key", "missing: the private key file (PEM), with cert: the certificate file")
-			case hasCert && hasKey:
-				if _, err := tls.LoadX509KeyPair(cert, key); err != nil {
-					p.errorf(cn, "tls.cert", "cannot load the certificate and key: %v", err)
-				}
-				cfg.TLS = tlsSettings{Cert: cert, Key: key}
-			}
+// strList returns the list value of l, each element expanded, and whether
+// it is set and every element usable.
+func (c *checker) strList(l leaf, at string) ([]string, bool) {
+	if l.Node == nil {
+		return nil, false
+	}
+	if l.Kind != yaml.SequenceNode {
+		c.errorf(l.Node, at, "expected a list ([a, b] or - lines), got %s", describe(l.Node))
+		return nil, false
+	}
+	out := make([]string, 0, len(l.Content))
+	good := true
+	for i, e := range l.Content {
+		if v, ok := c.str(leaf{resolve(e)}, fmt.Sprintf("%s[%d]", at, i)); ok {
+			out = append(out, v)
+		} else {
+			good = false
 		}
 	}
-	list, ln, ok := p.strList(fs, "", "trusted_proxies")
+	return out, good
+}
+
+// duration returns the duration value of l, or def when absent. It must be
+// positive.
+func (c *checker) duration(l leaf, at string, def time.Duration) time.Duration {
+	v, ok := c.str(l, at)
 	if !ok {
-		return
+		return def
 	}
+	d, err := parseDuration(v)
+	if err != nil {
+		c.errorf(l.Node, at, "%v", err)
+		return def
+	}
+	if d <= 0 {
+		c.errorf(l.Node, at, "must be positive, got %q", v)
+		return def
+	}
+	return d
+}
+
+// oneOf returns the value of l, which must be one of allowed, or def when
+// absent.
+func (c *checker) oneOf(l leaf, at, def string, allowed ...string) string {
+	v, ok := c.str(l, at)
+	if !ok {
+		return def
+	}
+	if !slices.Contains(allowed, v) {
+		_, name := cutLast(at)
+		c.errorf(l.Node, at, "invalid %s %q (want %s)", name, v, orList(allowed))
+		return def
+	}
+	return v
+}
+
+// boolean returns the true/false value of l; false when absent.
+func (c *checker) boolean(l leaf, at string) bool {
+	v, ok := c.str(l, at)
+	if !ok {
+		return false
+	}
+	switch v {
+	case "true":
+		return true
+	case "false":
+		return false
+	}
+	_, name := cutLast(at)
+	c.errorf(l.Node, at, "invalid %s %q (want true or false)", name, v)
+	return false
+}
+
+// count returns the value of l, a positive whole number, or def when
+// absent.
+func (c *checker) count(l leaf, at string, def int) int {
+	v, ok := c.str(l, at)
+	if !ok {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 || n > 100_000_000 {
+		c.errorf(l.Node, at, "want a whole number from 1 to 100000000, got %q", v)
+		return def
+	}
+	return n
+}
+
+// cutLast splits a field's path into its section and its name:
+// "routes[0].ttl" into "routes[0]" and "ttl".
+func cutLast(at string) (string, string) {
+	if i := strings.LastIndexByte(at, '.'); i >= 0 {
+		return at[:i], at[i+1:]
+	}
+	return "", at
+}
+
+func orList(vs []string) string {
+	if len(vs) == 1 {
+		return vs[0]
+	}
+	return strings.Join(vs[:len(vs)-1], ", ") + " or " + vs[len(vs)-1]
+}
+
+// store checks the store: section, n.
+func (c *checker) store(s *storeFile, n *yaml.Node) storeSettings {
+	sc := storeSettings{Driver: "sqlite", Path: defaultSQLitePath}
+	if n == nil {
+		return sc
+	}
+	sc.Driver = c.oneOf(s.Driver, "store.driver", "sqlite", "sqlite", "redis", "postgres", "memory")
+	sc.Timeout = c.duration(s.Timeout, "store.timeout", 0) // 0: the library's default
+	// The line of a "needs" error: the driver's, or the section's.
+	needs := n
+	if s.Driver.Node != nil {
+		needs = s.Driver.Node
+	}
+	switch sc.Driver {
+	case "sqlite":
+		if v, ok := c.str(s.Path, "store.path"); ok {
+			if v == "" {
+				c.errorf(s.Path.Node, "store.path", "empty path")
+			}
+			sc.Path = v
+		}
+	case "redis":
+		sc.Path = ""
+		before := len(c.errs)
+		u, hasURL := c.str(s.URL, "store.url")
+		addrs, hasAddrs := c.strList(s.Addrs, "store.addrs")
+		switch {
+		case hasURL && hasAddrs:
+			c.errorf(s.Addrs.Node, "store.addrs", "give either url or addrs, not both")
+		case hasURL:
+			if _, err := redis.ParseURL(u); err != nil {
+				c.errorf(s.URL.Node, "store.url", "invalid Redis URL %q: %v (want redis://[user:password@]host:port/db)", redactURL(u), unwrapURLError(err))
+			}
+			sc.URL = u
+		case hasAddrs:
+			if len(addrs) == 0 {
+				c.errorf(s.Addrs.Node, "store.addrs", "empty list: give at least one host:port")
+			}
+			for i, a := range addrs {
+				if _, _, err := net.SplitHostPort(a); err != nil {
+					c.errorf(s.Addrs.Content[i], fmt.Sprintf("store.addrs[%d]", i), "invalid address %q: want host:port", a)
+				}
+			}
+			sc.Addrs = addrs
+		case len(c.errs) == before: // neither given, and no error said why
+			c.errorf(needs, "store", "driver redis needs url (redis://host:port/db) or addrs (a list of host:port)")
+		}
+		sc.MasterName, _ = c.str(s.MasterName, "store.master_name")
+		sc.Username, _ = c.str(s.Username, "store.username")
+		sc.Password, _ = c.str(s.Password, "store.password")
+		if sc.MasterName != "" && !hasAddrs {
+			c.errorf(c.key(s.MasterName), "store.master_name", "Sentinel needs addrs (the Sentinels' host:port list)")
+		}
+	case "postgres":
+		sc.Path = ""
+		before := len(c.errs)
+		u, hasURL := c.str(s.URL, "store.url")
+		switch {
+		case !hasURL && len(c.errs) > before:
+			// The url was given but is unusable, and the error says why.
+		case !hasURL:
+			c.errorf(needs, "store.url", "driver postgres needs url (postgres://user:password@host:5432/db)")
+		default:
+			if err := checkPostgresURL(u); err != nil {
+				c.errorf(s.URL.Node, "store.url", "invalid PostgreSQL URL %q: %v (want postgres://user:password@host:5432/db)", redactURL(u), err)
+			}
+			sc.URL = u
+		}
+		sc.Table = pgstore.DefaultTable
+		if v, ok := c.str(s.Table, "store.table"); ok {
+			if err := pgstore.ValidateTable(v); err != nil {
+				c.errorf(s.Table.Node, "store.table", "%v", err)
+			}
+			sc.Table = v
+		}
+	case "memory":
+		sc.Path = ""
+	}
+	sc.Prefix, _ = c.str(s.Prefix, "store.prefix")
+	// Fields of another driver.
+	for _, f := range []struct {
+		name, driver string
+		l            leaf
+	}{
+		{"path", "sqlite", s.Path}, {"addrs", "redis", s.Addrs}, {"master_name", "redis", s.MasterName},
+		{"username", "redis", s.Username}, {"password", "redis", s.Password}, {"table", "postgres", s.Table},
+		{"prefix", "redis", s.Prefix},
+	} {
+		if f.l.Node != nil && sc.Driver != f.driver {
+			c.errorf(c.key(f.l), "store."+f.name, "only used by driver %s (driver is %s)", f.driver, sc.Driver)
+		}
+	}
+	if s.URL.Node != nil && sc.Driver != "redis" && sc.Driver != "postgres" {
+		c.errorf(c.key(s.URL), "store.url", "only used by drivers redis and postgres (driver is %s)", sc.Driver)
+	}
+	return sc
+}
+
+// checkPostgresURL checks a PostgreSQL URL the way pgx will read it, without
+// connecting. The error never holds the URL (nor its password).
+func checkPostgresURL(u string) error {
+	if !strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
+		return errors.New("the scheme must be postgres:// or postgresql://")
+	}
+	if _, err := pgx.ParseConfig(u); err != nil {
+		// pgx's message quotes the URL (password hidden) before the reason.
+		// Keep the reason only: the caller shows the URL.
+		msg := err.Error()
+		if _, reason, ok := strings.Cut(msg, "`: "); ok {
+			msg = reason
+		}
+		return errors.New(msg)
+	}
+	return nil
+}
+
+// admin checks the admin: section, n, against the main listener's address.
+func (c *checker) admin(a *adminFile, n *yaml.Node, listen string) adminSettings {
+	ac := adminSettings{Listen: defaultAdminListen}
+	if n == nil {
+		return ac
+	}
+	if v, ok := c.str(a.Listen, "admin.listen"); ok {
+		ac.Listen = v
+		switch {
+		case v == "off":
+			ac.Listen = ""
+		case checkListen(v) != nil:
+			c.errorf(a.Listen.Node, "admin.listen", "%v", checkListen(v))
+		case v == listen && !strings.HasSuffix(v, ":0"):
+			c.errorf(a.Listen.Node, "admin.listen", "same address as listen (%s): give the admin listener its own port", v)
+		}
+	}
+	tok, hasTok := c.str(a.Token, "admin.token")
+	if hasTok && tok == "" {
+		c.errorf(a.Token.Node, "admin.token", "empty token")
+	}
+	ac.Token = tok
+	if ac.Listen != "" && !hasTok && !isLoopback(ac.Listen) {
+		at := n
+		if a.Listen.Node != nil {
+			at = a.Listen.Node
+		}
+		c.errorf(at, "admin.token", "required when admin.listen (%s) is not a loopback address: the admin API can delete keys (use token: ${IDEMHOOK_ADMIN_TOKEN})", ac.Listen)
+	}
+	return ac
+}
+
+// tls checks the tls: section, n.
+func (c *checker) tls(t *tlsFile, n *yaml.Node) tlsSettings {
+	cert, hasCert := c.str(t.Cert, "tls.cert")
+	key, hasKey := c.str(t.Key, "tls.key")
+	switch {
+	case t.Cert.Node == nil:
+		c.errorf(n, "tls.cert", "missing: the certificate file (PEM), with key: the private key file")
+	case t.Key.Node == nil:
+		c.errorf(n, "tls.key", "missing: the private key file (PEM), with cert: the certificate file")
+	case hasCert && hasKey:
+		if _, err := tls.LoadX509KeyPair(cert, key); err != nil {
+			c.errorf(t.Cert.Node, "tls.cert", "cannot load the certificate and key: %v", err)
+		}
+		return tlsSettings{Cert: cert, Key: key}
+	}
+	return tlsSettings{}
+}
+
+// trustedProxies checks trusted_proxies: addresses or CIDR prefixes.
+func (c *checker) trustedProxies(l leaf) []netip.Prefix {
+	list, ok := c.strList(l, "trusted_proxies")
+	if !ok {
+		return nil
+	}
+	var out []netip.Prefix
 	for i, v := range list {
 		pf, err := netip.ParsePrefix(v)
 		if err != nil {
 			addr, aerr := netip.ParseAddr(v)
 			if aerr != nil {
-				p.errorf(ln.Content[i], fmt.Sprintf("trusted_proxies[%d]", i), "invalid address or CIDR %q (e.g. 10.0.0.0/8, 192.168.1.10, fd00::/8)", v)
+				c.errorf(l.Content[i], fmt.Sprintf("trusted_proxies[%d]", i), "invalid address or CIDR %q (e.g. 10.0.0.0/8, 192.168.1.10, fd00::/8)", v)
 				continue
 			}
 			pf = netip.PrefixFrom(addr, addr.BitLen())
 		}
-		cfg.TrustedProxies = append(cfg.TrustedProxies, pf.Masked())
+		out = append(out, pf.Masked())
 	}
+	return out
 }
 
-// yamlErrorAt is yamlError, made clear about tabs: YAML indents with spaces
-// only, and for a tab in the indentation the YAML parser says "found a tab
-// character that violates indentation" or "found character that cannot
-// start any token", sometimes at the line before. When the file has a tab
-// in a line's indentation, that line is named, and the message says "tab".
-func yamlErrorAt(file string, data []byte, err error) configError {
-	ce := yamlError(file, err)
-	if !strings.Contains(ce.Msg, "tab") && !strings.Contains(ce.Msg, "cannot start any token") {
-		return ce
+// routeInputs is what the build phase needs of a route the check phase
+// read: its entry, and its preset's settings once they are checked.
+type routeInputs struct {
+	f    *routeFile
+	at   string     // "routes[i]"
+	node *yaml.Node // the entry
+	i    int        // index in gatewayConfig.Routes
+
+	preset     bool            // provider, secrets and options are checked: build the preset
+	config     provider.Config // its settings
+	optionKeys map[string]*yaml.Node
+}
+
+// own returns the value of the entry's own field name, or the entry when
+// the field is absent or merged from another mapping: an error about a
+// merged value points at the route that merges it.
+func (in *routeInputs) own(name string) *yaml.Node {
+	if v := valueOf(in.node, name); v != nil {
+		return v
 	}
-	for i, line := range strings.Split(string(data), "\n") {
-		indent := line[:len(line)-len(strings.TrimLeft(line, " \t-"))]
-		if col := strings.IndexByte(indent, '\t'); col >= 0 {
-			return configError{File: file, Line: i + 1,
-				Msg: fmt.Sprintf("invalid YAML: a tab in the indentation (column %d): YAML indents with spaces only", col+1)}
+	return in.node
+}
+
+// checkRoutes checks the routes: list, each entry and what entries must
+// not share.
+func (c *checker) checkRoutes(f *configFile) []routeSettings {
+	seq := section(f.root, "routes")
+	switch {
+	case seq == nil && c.wrong[valueOf(f.root, "routes")]:
+		return nil // reported by shape
+	case seq == nil:
+		c.errorf(f.root, "routes", "missing: the gateway needs at least one route (path, upstream, source)")
+		return nil
+	case seq.Kind != yaml.SequenceNode:
+		return nil // reported by shape
+	case len(seq.Content) == 0:
+		c.errorf(seq, "routes", "empty: the gateway needs at least one route (path, upstream, source)")
+		return nil
+	}
+	var out []routeSettings
+	seen := map[string]string{} // path -> "routes[i], line n"
+	type sourceUse struct {
+		at   string
+		node *yaml.Node // the source value
+		i    int        // in out
+	}
+	sources := map[string][]sourceUse{}
+	var order []string
+	for i, n := range seq.Content {
+		if c.wrong[n] {
+			continue // reported by shape
+		}
+		in := routeInputs{f: &f.Routes[i], at: fmt.Sprintf("routes[%d]", i), node: n, i: len(out)}
+		rc := c.route(&in)
+		if rc.Path != "" {
+			if prev, dup := seen[rc.Path]; dup {
+				c.errorf(in.own("path"), join(in.at, "path"), "duplicate path %q (also %s)", rc.Path, prev)
+			} else {
+				seen[rc.Path] = fmt.Sprintf("%s, line %d", in.at, in.own("path").Line)
+			}
+		}
+		if src := rc.Route.Source; src != "" {
+			if _, ok := sources[src]; !ok {
+				order = append(order, src)
+			}
+			sources[src] = append(sources[src], sourceUse{at: in.at, node: in.own("source"), i: len(out)})
+		}
+		out = append(out, rc)
+		c.routes = append(c.routes, in)
+	}
+	// The source names the keys (idem:<source>:<key>). Two routes with one
+	// source answer each other's deliveries, so they must both say so.
+	for _, src := range order {
+		uses := sources[src]
+		if len(uses) < 2 {
+			continue
+		}
+		for i, u := range uses {
+			if out[u.i].ShareKeys {
+				continue
+			}
+			var others []string
+			for j, o := range uses {
+				if j != i {
+					others = append(others, fmt.Sprintf("%s, line %d", o.at, o.node.Line))
+				}
+			}
+			c.errorf(u.node, join(u.at, "source"), "source %q is also used by %s: routes with one source share keys and answer each other's deliveries; give each route its own source, or set share_keys: true on every route of the source", src, strings.Join(others, "; "))
 		}
 	}
-	return ce
+	return out
 }
 
-// unusedStore is the store of validator: Route's checks never call it.
-type unusedStore struct{}
+// route checks one entry of routes:.
+func (c *checker) route(in *routeInputs) routeSettings {
+	f, at := in.f, in.at
+	field := func(name string) string { return join(at, name) }
+	rc := routeSettings{Line: in.node.Line, at: at}
 
-var errUnused = errors.New("idemhook: the configuration checker's store is not a store")
+	if v, ok := c.str(f.Path, field("path")); ok {
+		if err := checkPath(v); err != nil {
+			c.errorf(f.Path.Node, field("path"), "%v", err)
+		}
+		rc.Path = v
+	} else if f.Path.Node == nil { // absent, not of the wrong type (reported by str)
+		c.errorf(in.node, field("path"), "missing: the path this route receives, e.g. /webhooks/stone")
+	}
 
-func (unusedStore) Claim(context.Context, string, *idemhook.Record, time.Duration) (*idemhook.Record, error) {
-	return nil, errUnused
+	if v, ok := c.str(f.Upstream, field("upstream")); ok {
+		u, err := checkUpstream(v)
+		if err != nil {
+			c.errorf(f.Upstream.Node, field("upstream"), "%v", err)
+		}
+		rc.Upstream = u
+	} else if f.Upstream.Node == nil {
+		c.errorf(in.node, field("upstream"), "missing: the URL deliveries are forwarded to, e.g. http://127.0.0.1:3000/webhook")
+	}
+
+	r := &rc.Route
+	if v, ok := c.str(f.Source, field("source")); ok {
+		if v == "" || strings.ContainsAny(v, ": \t") {
+			c.errorf(f.Source.Node, field("source"), "invalid source %q: a non-empty label without ':' or spaces, e.g. stone", v)
+		}
+		r.Source = v
+	} else if f.Source.Node == nil {
+		c.errorf(in.node, field("source"), "missing: the provider's label, e.g. source: stone (it names the keys: idem:<source>:<key>)")
+	}
+
+	r.TTL = c.duration(f.TTL, field("ttl"), 0) // 0: the preset's default, set by build
+	r.WaitTimeout = c.duration(f.WaitTimeout, field("wait_timeout"), idemhook.DefaultWaitTimeout)
+	rc.UpstreamTimeout = c.duration(f.UpstreamTimeout, field("upstream_timeout"), defaultUpstreamTimeout)
+	r.InFlight = idemhook.InFlightPolicy(c.oneOf(f.InFlight, field("in_flight"), "wait", "proceed", "wait", "reject"))
+	r.RequireKey = c.boolean(f.RequireKey, field("require_key"))
+	rc.ShareKeys = c.boolean(f.ShareKeys, field("share_keys"))
+	if vs, ok := c.strList(f.StoreStatuses, field("store_statuses")); ok {
+		for i, v := range vs {
+			st, err := strconv.Atoi(v)
+			if err != nil || st < 300 || st > 499 {
+				c.errorf(f.StoreStatuses.Content[i], fmt.Sprintf("%s[%d]", field("store_statuses"), i),
+					"invalid status %q: want a 3xx or 4xx status to store and replay like a success (2xx always is; 1xx and 5xx never are)", v)
+				continue
+			}
+			r.StoreStatuses = append(r.StoreStatuses, st)
+		}
+	}
+	r.OnStoreError = idemhook.StoreErrorPolicy(c.oneOf(f.OnStoreError, field("on_store_error"), "open", "open", "closed"))
+
+	if v, ok := c.str(f.Header, field("header")); ok {
+		if !validHeaderName(v) {
+			c.errorf(f.Header.Node, field("header"), "invalid header name %q", v)
+		}
+		r.Header = v
+	}
+	r.MaxBodyBytes = idemhook.DefaultMaxBodyBytes
+	if v, ok := c.str(f.MaxBody, field("max_body")); ok {
+		if size, err := parseSize(v); err != nil {
+			c.errorf(f.MaxBody.Node, field("max_body"), "%v", err)
+		} else {
+			r.MaxBodyBytes = size
+		}
+	}
+	if hs, ok := c.strList(f.ReplayHeaders, field("replay_headers")); ok {
+		for i, h := range hs {
+			if !validHeaderName(h) {
+				c.errorf(f.ReplayHeaders.Content[i], fmt.Sprintf("%s[%d]", field("replay_headers"), i), "invalid header name %q", h)
+			}
+		}
+		r.ReplayHeaders = hs
+	}
+	c.providerSettings(in, &rc)
+
+	r.Lease = c.duration(f.Lease, field("lease"), 0)
+	if v, ok := c.str(f.MaxStoredBody, field("max_stored_body")); ok {
+		size, err := parseSize(v)
+		switch {
+		case err != nil:
+			c.errorf(f.MaxStoredBody.Node, field("max_stored_body"), "%v", err)
+		case size > 1<<30:
+			c.errorf(f.MaxStoredBody.Node, field("max_stored_body"), "%s is over 1GiB: a stored answer that large would be replayed from the store on every duplicate", v)
+		default:
+			r.MaxStoredBodyBytes = int(size)
+		}
+	}
+	r.RetryAfter = c.duration(f.RetryAfter, field("retry_after"), 0)
+
+	// Settings that do nothing here are warned about.
+	if f.WaitTimeout.Node != nil && r.InFlight != idemhook.InFlightWait {
+		c.warnf(c.key(f.WaitTimeout), field("wait_timeout"), "does nothing with in_flight: %s (only in_flight: wait waits)", r.InFlight)
+	}
+	if f.RetryAfter.Node != nil && r.InFlight != idemhook.InFlightReject && r.OnStoreError != idemhook.StoreErrorClosed {
+		c.warnf(c.key(f.RetryAfter), field("retry_after"), "does nothing here: it is the Retry-After of in_flight: reject and of on_store_error: closed")
+	}
+	if r.MaxBodyBytes > maxBodyWarn {
+		c.warnf(in.own("max_body"), field("max_body"), "%d bytes: each delivery buffers its whole body, so 10 concurrent deliveries of that size take %d MiB",
+			r.MaxBodyBytes, 10*r.MaxBodyBytes>>20)
+	}
+	return rc
 }
-func (unusedStore) Complete(context.Context, string, *idemhook.Record, *idemhook.Record, time.Duration) error {
-	return errUnused
+
+// providerSettings checks provider, secret_env, secrets, provider_options
+// and tolerance. When they are usable, in holds the preset's settings for
+// the build phase.
+func (c *checker) providerSettings(in *routeInputs, rc *routeSettings) {
+	f, at := in.f, in.at
+	field := func(name string) string { return join(at, name) }
+	name, hasProvider := c.str(f.Provider, field("provider"))
+	var secrets []string
+	secretsOK := true
+	if v, ok := c.str(f.SecretEnv, field("secret_env")); ok {
+		switch {
+		case !validEnvName(v):
+			c.errorf(f.SecretEnv.Node, field("secret_env"), "invalid environment variable name %q", v)
+			secretsOK = false
+		case c.getenv(v) == "":
+			c.errorf(f.SecretEnv.Node, field("secret_env"), "environment variable %s is not set or empty (export it, or use secrets: [${%s}])", v, v)
+			secretsOK = false
+		default:
+			secrets = append(secrets, c.getenv(v))
+		}
+	}
+	if list, ok := c.strList(f.Secrets, field("secrets")); ok {
+		secrets = append(secrets, list...)
+	} else if f.Secrets.Node != nil {
+		secretsOK = false
+	}
+	type option struct {
+		key   *yaml.Node
+		value string
+	}
+	var opts []option // in file order
+	if on := f.ProviderOptions.Node; on != nil {
+		if on.Kind != yaml.MappingNode {
+			c.errorf(on, field("provider_options"), "expected a mapping (option: value lines), got %s", describe(on))
+			secretsOK = false
+		} else {
+			firstLine := map[string]int{}
+			for i := 0; i+1 < len(on.Content); i += 2 {
+				k, v := resolve(on.Content[i]), resolve(on.Content[i+1])
+				fp := join(field("provider_options"), k.Value)
+				if line, dup := firstLine[k.Value]; dup {
+					c.errorf(k, fp, "field given twice (first at line %d)", line)
+					secretsOK = false
+					continue
+				}
+				firstLine[k.Value] = k.Line
+				ev, ok := c.str(leaf{v}, fp)
+				if !ok {
+					secretsOK = false
+					continue
+				}
+				opts = append(opts, option{k, ev})
+			}
+		}
+	}
+	tolerance := c.duration(f.Tolerance, field("tolerance"), 0)
+
+	if !hasProvider {
+		for _, o := range []struct {
+			name string
+			l    leaf
+		}{{"secret_env", f.SecretEnv}, {"secrets", f.Secrets}, {"provider_options", f.ProviderOptions}, {"tolerance", f.Tolerance}} {
+			if o.l.Node != nil {
+				c.errorf(c.key(o.l), field(o.name), "only used with provider: (the signature check of a preset); set provider or remove %s", o.name)
+			}
+		}
+		return
+	}
+	rc.Provider = name
+	if !slices.Contains(provider.Names(), name) {
+		c.errorf(f.Provider.Node, field("provider"), "unknown provider %q (known: %s)", name, strings.Join(provider.Names(), ", "))
+		return
+	}
+	if !secretsOK {
+		return // the secret's own error was reported
+	}
+	if !slices.ContainsFunc(secrets, func(s string) bool { return s != "" }) {
+		node, name := f.Provider.Node, "provider"
+		if v := valueOf(in.node, "secrets"); v != nil { // also when null
+			node, name = v, "secrets"
+		}
+		c.errorf(node, field(name), "provider %s needs a secret: set secret_env: NAME_OF_VARIABLE (or secrets: [${VAR}] to accept several during a rotation)", rc.Provider)
+		return
+	}
+	in.config = provider.Config{Secrets: secrets, Tolerance: tolerance}
+	in.optionKeys = map[string]*yaml.Node{}
+	for _, o := range opts {
+		in.optionKeys[o.key.Value] = o.key
+		if err := in.config.SetOption(name, o.key.Value, o.value); err != nil {
+			c.errorf(o.key, join(field("provider_options"), o.key.Value), "%v", err)
+			return
+		}
+	}
+	in.preset = true
 }
-func (unusedStore) Release(context.Context, string, *idemhook.Record) error { return errUnused }
-func (unusedStore) Extend(context.Context, string, *idemhook.Record, time.Duration) error {
-	return errUnused
+
+// checkListen checks a host:port listen address.
+func checkListen(v string) error {
+	_, port, err := net.SplitHostPort(v)
+	if err != nil {
+		return fmt.Errorf("invalid address %q: want host:port, e.g. 127.0.0.1:8080 or :8080", v)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		if _, err := net.LookupPort("tcp", port); err != nil {
+			return fmt.Errorf("invalid address %q: bad port %q", v, port)
+		}
+	}
+	return nil
 }
-func (unusedStore) Get(context.Context, string) (*idemhook.Record, error) { return nil, errUnused }
-func (unusedStore) Delete(context.Context, string) (bool, error)          { return false, errUnused }
+
+// isLoopback reports whether a listen address only accepts local
+// connections.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// checkPath checks a route path: absolute, clean, usable as an exact
+// net/http.ServeMux pattern (or a prefix one when it ends in /).
+func checkPath(v string) error {
+	if !strings.HasPrefix(v, "/") {
+		return fmt.Errorf("invalid path %q: must start with /", v)
+	}
+	if strings.ContainsAny(v, "{}?# \t\r\n") {
+		return fmt.Errorf("invalid path %q: no spaces, braces, ? or # allowed", v)
+	}
+	clean := path.Clean(v)
+	if strings.HasSuffix(v, "/") && clean != "/" {
+		clean += "/"
+	}
+	if clean != v {
+		return fmt.Errorf("invalid path %q: not clean (did you mean %q?)", v, clean)
+	}
+	return muxAccepts(v)
+}
+
+// muxAccepts reports whether net/http.ServeMux takes v as a pattern (it
+// panics on the ones it refuses), so that serve never does.
+func muxAccepts(v string) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("invalid path %q: %v", v, r)
+		}
+	}()
+	http.NewServeMux().Handle(v, http.NotFoundHandler())
+	return nil
+}
+
+// checkUpstream parses an upstream URL: absolute http or https with a host.
+func checkUpstream(v string) (*url.URL, error) {
+	u, err := url.Parse(v)
+	if err != nil {
+		return nil, fmt.Errorf("malformed upstream URL %q: %v", redactURL(v), unwrapURLError(err))
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("malformed upstream URL %q: want http:// or https://", redactURL(v))
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("malformed upstream URL %q: no host", redactURL(v))
+	}
+	if u.Fragment != "" || u.User != nil {
+		return nil, fmt.Errorf("malformed upstream URL %q: no user info or #fragment allowed", redactURL(v))
+	}
+	if u.Path == "" {
+		u.Path = "/"
+	}
+	return u, nil
+}
+
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// redactURL hides the password of a URL in error messages, also when the
+// URL does not parse: everything between "://" and the last "@" of the
+// authority is then replaced, since it may hold a password.
+func redactURL(v string) string {
+	u, err := url.Parse(v)
+	if err == nil {
+		if u.User == nil {
+			return v
+		}
+		return u.Redacted()
+	}
+	scheme, rest, ok := strings.Cut(v, "://")
+	if !ok {
+		return v
+	}
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		return scheme + "://xxxxx@" + rest[at+1:]
+	}
+	return v
+}
+
+func validHeaderName(v string) bool {
+	if v == "" {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+func validEnvName(v string) bool {
+	if v == "" || v[0] >= '0' && v[0] <= '9' {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// parseDuration parses a Go duration (500ms, 30s, 1h30m) or a whole number
+// of days (7d).
+func parseDuration(v string) (time.Duration, error) {
+	if days, ok := strings.CutSuffix(v, "d"); ok {
+		if n, err := strconv.Atoi(days); err == nil && n >= 0 && n <= 36500 {
+			return time.Duration(n) * 24 * time.Hour, nil
+		}
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("invalid duration %q (examples: 500ms, 30s, 10m, 24h, 7d)", v)
+	}
+	return d, nil
+}
+
+// parseSize parses a byte size: a number with an optional unit B, KB, KiB,
+// MB, MiB, GB or GiB.
+func parseSize(v string) (int64, error) {
+	s := strings.TrimSpace(v)
+	i := 0
+	for i < len(s) && (s[i] >= '0' && s[i] <= '9') {
+		i++
+	}
+	num, unit := s[:i], strings.TrimSpace(s[i:])
+	mult := map[string]int64{
+		"": 1, "B": 1, "KB": 1000, "KIB": 1 << 10, "MB": 1000 * 1000, "MIB": 1 << 20,
+		"GB": 1000 * 1000 * 1000, "GIB": 1 << 30,
+	}[strings.ToUpper(unit)]
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || mult == 0 || n <= 0 || n > (1<<40)/mult {
+		return 0, fmt.Errorf("invalid size %q (examples: 5MiB, 512KiB, 1048576)", v)
+	}
+	return n * mult, nil
+}
+
+// expand replaces ${NAME} (and ${NAME:-default}) with environment values;
+// $$ is a literal $, and a bare $NAME is an error. A variable that is unset or empty, without a default,
+// is an error: a config silently holding an empty secret would be worse.
+func expand(s string, getenv func(string) string) (string, error) {
+	if !strings.Contains(s, "$") {
+		return s, nil
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c != '$' || i+1 == len(s) {
+			b.WriteByte(c)
+			continue
+		}
+		switch s[i+1] {
+		case '$':
+			b.WriteByte('$')
+			i++
+		case '{':
+			end := strings.IndexByte(s[i+2:], '}')
+			if end < 0 {
+				return "", fmt.Errorf("unclosed ${ in %q", s)
+			}
+			expr := s[i+2 : i+2+end]
+			name, def, hasDef := strings.Cut(expr, ":-")
+			if !validEnvName(name) {
+				return "", fmt.Errorf("invalid variable name %q in ${...}", name)
+			}
+			v := getenv(name)
+			if v == "" {
+				if !hasDef {
+					return "", fmt.Errorf("environment variable %s is not set or empty (used as ${%s})", name, name)
+				}
+				v = def
+			}
+			b.WriteString(v)
+			i += 2 + end
+		default:
+			if n := s[i+1]; n == '_' || (n|0x20 >= 'a' && n|0x20 <= 'z') {
+				// Taken literally, "$TOKEN" would silently become the
+				// secret. The value is not repeated: it may be one.
+				return "", fmt.Errorf("a $ before a name (at byte %d) is not expanded: write ${NAME} for an environment variable, or $$ for a literal $", i+1)
+			}
+			b.WriteByte(c)
+		}
+	}
+	return b.String(), nil
+}

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemhook/idemhook/internal/syncbuf"
 )
@@ -122,5 +124,147 @@ func TestConfigWarnsAboutSettingsThatDoNothing(t *testing.T) {
 				t.Errorf("serve's log lacks the warning %q:\n%s", tt.want, serveLog)
 			}
 		})
+	}
+}
+
+func TestConfigPostgresStore(t *testing.T) {
+	const routes = "routes:\n  - path: /a\n    upstream: http://127.0.0.1:3000\n    source: a\n"
+	t.Run("valid", func(t *testing.T) {
+		text := "store:\n  driver: postgres\n  url: ${PG}\n  table: hooks.idemhook_keys\n" + routes
+		cfg, err := parseConfig("f.yaml", []byte(text), envOf("PG", "postgres://gw:pw@db.internal:5432/shop"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := storeSettings{Driver: "postgres", URL: "postgres://gw:pw@db.internal:5432/shop", Table: "hooks.idemhook_keys"}
+		if fmt.Sprint(cfg.Store) != fmt.Sprint(want) {
+			t.Fatalf("store %+v, want %+v", cfg.Store, want)
+		}
+		// The audit trail goes to the same database by default.
+		if cfg.Audit.Sink != "postgres" || cfg.Audit.URL != want.URL || cfg.Audit.Table != "" {
+			t.Fatalf("audit %+v, want the postgres sink on the store's URL", cfg.Audit)
+		}
+	})
+	t.Run("defaults and audit overrides", func(t *testing.T) {
+		text := "store: {driver: postgres, url: \"postgresql://127.0.0.1/x\"}\naudit: {sink: log}\n" + routes
+		cfg, err := parseConfig("f.yaml", []byte(text), envOf())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Store.Table != "idemhook_keys" || cfg.Audit.Sink != "log" || cfg.Audit.URL != "" {
+			t.Fatalf("store %+v audit %+v", cfg.Store, cfg.Audit)
+		}
+		text = "store: {driver: postgres, url: \"postgresql://127.0.0.1/x\"}\naudit: {sink: postgres, table: trail}\n" + routes
+		if cfg, err = parseConfig("f.yaml", []byte(text), envOf()); err != nil || cfg.Audit.URL != "postgresql://127.0.0.1/x" || cfg.Audit.Table != "trail" {
+			t.Fatalf("audit postgres without url: %+v, %v", cfg.Audit, err)
+		}
+	})
+	for _, tt := range []struct{ name, store, want string }{
+		{"no url", "store:\n  driver: postgres\n", "f.yaml:2: store.url: driver postgres needs url"},
+		{"unset env", "store:\n  driver: postgres\n  url: ${NOPE}\n", "f.yaml:3: store.url: environment variable NOPE is not set"},
+		{"bad scheme", "store:\n  driver: postgres\n  url: mysql://x\n", "f.yaml:3: store.url: invalid PostgreSQL URL \"mysql://x\": the scheme must be postgres:// or postgresql://"},
+		{"bad port, password hidden", "store:\n  driver: postgres\n  url: postgres://u:s3cret@h:99999/db\n", "f.yaml:3: store.url: invalid PostgreSQL URL \"postgres://u:xxxxx@h:99999/db\": invalid port"},
+		{"bad table", "store:\n  driver: postgres\n  url: postgres://h/db\n  table: \"x; DROP TABLE y\"\n", "f.yaml:4: store.table: table \"x; DROP TABLE y\": want letters, digits and underscores"},
+		{"table for sqlite", "store:\n  driver: sqlite\n  table: keys\n", "f.yaml:3: store.table: only used by driver postgres (driver is sqlite)"},
+		{"url for memory", "store:\n  driver: memory\n  url: postgres://h/db\n", "f.yaml:3: store.url: only used by drivers redis and postgres (driver is memory)"},
+		{"prefix for postgres", "store:\n  driver: postgres\n  url: postgres://h/db\n  prefix: p\n", "f.yaml:4: store.prefix: only used by driver redis (driver is postgres)"},
+		{"unknown driver", "store:\n  driver: mysql\n", "f.yaml:2: store.driver: "},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parseConfig("f.yaml", []byte(tt.store+routes), envOf())
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v\nwant an error containing %q", err, tt.want)
+			}
+			if strings.Contains(fmt.Sprint(err), "s3cret") {
+				t.Fatalf("the error shows the password: %v", err)
+			}
+		})
+	}
+}
+
+func TestExpand(t *testing.T) {
+	env := envOf("A", "x", "B", "y z")
+	tests := []struct {
+		give, want, wantErr string
+	}{
+		{give: "plain", want: "plain"},
+		{give: "${A}", want: "x"},
+		{give: "pre-${A}-${B}", want: "pre-x-y z"},
+		{give: "$$A costs $5", want: "$A costs $5"},
+		{give: "${MISSING:-fallback}", want: "fallback"},
+		{give: "${A:-fallback}", want: "x"},
+		{give: "${MISSING}", wantErr: "environment variable MISSING is not set or empty (used as ${MISSING})"},
+		{give: "${A", wantErr: `unclosed ${ in "${A"`},
+		{give: "${1A}", wantErr: `invalid variable name "1A" in ${...}`},
+	}
+	for _, tt := range tests {
+		got, err := expand(tt.give, env)
+		if tt.wantErr != "" {
+			if err == nil || err.Error() != tt.wantErr {
+				t.Errorf("expand(%q) error = %v, want %q", tt.give, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("expand(%q) = %q, %v; want %q", tt.give, got, err, tt.want)
+		}
+	}
+}
+
+// TestExpandBareVariable: "$NAME" without braces is not expanded; taken
+// literally it would make, e.g., the admin token the public string
+// "$IDEMHOOK_ADMIN_TOKEN". It is an error that says how to write it, and
+// the message does not repeat the value (which may be a literal secret).
+func TestExpandBareVariable(t *testing.T) {
+	env := envOf("TOKEN", "s3cret")
+	for _, give := range []string{"$TOKEN", "Bearer-$_X", "abc$Token"} {
+		got, err := expand(give, env)
+		if err == nil {
+			t.Errorf("expand(%q) = %q, want an error", give, got)
+			continue
+		}
+		if !strings.Contains(err.Error(), "${NAME}") || strings.Contains(err.Error(), give) {
+			t.Errorf("expand(%q) error = %q, want advice on ${NAME} without the value", give, err)
+		}
+	}
+	// Still literal: $$, a $ before a digit, a space or the end.
+	for give, want := range map[string]string{"$$TOKEN": "$TOKEN", "costs $5": "costs $5", "a $ b": "a $ b", "end$": "end$"} {
+		if got, err := expand(give, env); err != nil || got != want {
+			t.Errorf("expand(%q) = %q, %v; want %q", give, got, err, want)
+		}
+	}
+	// Through the parser: the error names the file, line and field.
+	text := "admin: {listen: \"0.0.0.0:9090\", token: $TOKEN}\n" + minimal
+	_, err := parseConfig("f.yaml", []byte(text), env)
+	if err == nil || !strings.Contains(err.Error(), "f.yaml:1: admin.token:") {
+		t.Fatalf("parseConfig error = %v, want f.yaml:1: admin.token: ...", err)
+	}
+}
+
+func TestParseSizeAndDuration(t *testing.T) {
+	sizes := []struct {
+		give string
+		want int64
+	}{
+		{"1048576", 1 << 20}, {"5MiB", 5 << 20}, {"512KiB", 512 << 10}, {"1MB", 1000000}, {"2 gib", 2 << 30}, {"10B", 10},
+		{"0", 0}, {"-1", 0}, {"1.5MiB", 0}, {"MiB", 0}, {"5XB", 0},
+	}
+	for _, tt := range sizes {
+		got, err := parseSize(tt.give)
+		if (err != nil) != (tt.want == 0) || got != tt.want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", tt.give, got, err, tt.want)
+		}
+	}
+	durations := []struct {
+		give string
+		want time.Duration
+	}{
+		{"500ms", 500 * time.Millisecond}, {"24h", 24 * time.Hour}, {"7d", 7 * 24 * time.Hour}, {"1h30m", 90 * time.Minute},
+		{"1x", -1}, {"d", -1}, {"", -1},
+	}
+	for _, tt := range durations {
+		got, err := parseDuration(tt.give)
+		if (err != nil) != (tt.want == -1) || (err == nil && got != tt.want) {
+			t.Errorf("parseDuration(%q) = %v, %v; want %v", tt.give, got, err, tt.want)
+		}
 	}
 }

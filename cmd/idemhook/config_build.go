@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/provider"
+)
+
+// build is the last phase of parseConfig. For each route it creates the
+// provider's preset, runs the library's own checks of the route (the ones
+// Middleware.Route makes when serve starts, so that check refuses exactly
+// what serve would), and sets the TTL from the preset when the file sets
+// none. Problems are reported at the line of the field they are about,
+// read from the typed errors of the provider and the library.
+func (c *checker) build(cfg *gatewayConfig) {
+	for _, in := range c.routes {
+		rc := &cfg.Routes[in.i]
+		r := &rc.Route
+		if in.preset {
+			p, err := provider.New(rc.Provider, in.config)
+			if err != nil {
+				c.presetError(&in, err)
+			}
+			r.Preset = p
+		}
+		if _, err := validator.Route(*r); err != nil {
+			c.routeError(&in, r, err)
+		}
+		if r.TTL == 0 {
+			r.TTL = r.Preset.DefaultTTL()
+		} else if r.Preset != nil && r.TTL < r.Preset.RetryWindow {
+			c.warnf(in.own("ttl"), join(in.at, "ttl"), "%s is shorter than %s's retry window (%s): a retry after the TTL runs the event again; the preset's default is %s",
+				formatDuration(r.TTL), r.Preset.Name, formatDuration(r.Preset.RetryWindow), formatDuration(r.Preset.DefaultTTL()))
+		}
+	}
+}
+
+// presetError reports an error of provider.New at the setting it names.
+func (c *checker) presetError(in *routeInputs, err error) {
+	node, field := in.f.Provider.Node, join(in.at, "provider")
+	var oe *provider.OptionError
+	var te *provider.ToleranceError
+	switch {
+	case errors.As(err, &oe) && in.optionKeys[oe.Option] != nil:
+		node, field = in.optionKeys[oe.Option], join(join(in.at, "provider_options"), oe.Option)
+	case errors.As(err, &oe) && in.f.ProviderOptions.Node != nil:
+		node, field = in.f.ProviderOptions.Node, join(in.at, "provider_options")
+	case errors.As(err, &te) && in.f.Tolerance.Node != nil:
+		node, field = in.f.Tolerance.Node, join(in.at, "tolerance")
+	}
+	c.errorf(node, field, "%v", err)
+}
+
+// routeFieldNames maps the fields of idemhook.Route to those of a routes:
+// entry.
+var routeFieldNames = map[string]string{
+	"Source": "source", "TTL": "ttl", "WaitTimeout": "wait_timeout", "RetryAfter": "retry_after",
+	"Lease": "lease", "MaxBodyBytes": "max_body", "MaxStoredBodyBytes": "max_stored_body",
+	"InFlight": "in_flight", "OnStoreError": "on_store_error", "StoreStatuses": "store_statuses",
+	"Preset": "provider",
+}
+
+// routeError reports an error of Middleware.Route at the field it names.
+func (c *checker) routeError(in *routeInputs, r *idemhook.Route, err error) {
+	var re *idemhook.RouteError
+	if !errors.As(err, &re) {
+		c.errorf(in.node, in.at, "%v", err)
+		return
+	}
+	if l := in.f.ReplayHeaders; re.Field == "ReplayHeaders" && l.Node != nil && re.Index < len(l.Content) {
+		c.errorf(l.Content[re.Index], fmt.Sprintf("%s[%d]", join(in.at, "replay_headers"), re.Index),
+			"%s is never stored or replayed (Set-Cookie, Authorization, hop-by-hop headers and Content-Length never are): remove it",
+			http.CanonicalHeaderKey(r.ReplayHeaders[re.Index]))
+		return
+	}
+	name, ok := routeFieldNames[re.Field]
+	if !ok {
+		c.errorf(in.node, in.at, "%s", re.Reason)
+		return
+	}
+	c.errorf(in.own(name), join(in.at, name), "%s", re.Reason)
+}
+
+// validator is a Middleware used only to run Middleware.Route's checks
+// when a file is checked. Its store is never called.
+var validator = func() *idemhook.Middleware {
+	m, err := idemhook.New(unusedStore{}, idemhook.Options{})
+	if err != nil {
+		panic(err) // a zero Options is valid
+	}
+	return m
+}()
+
+// unusedStore is the store of validator: Route's checks never call it.
+type unusedStore struct{}
+
+var errUnused = errors.New("idemhook: the configuration checker's store is not a store")
+
+func (unusedStore) Claim(context.Context, string, *idemhook.Record, time.Duration) (*idemhook.Record, error) {
+	return nil, errUnused
+}
+func (unusedStore) Complete(context.Context, string, *idemhook.Record, *idemhook.Record, time.Duration) error {
+	return errUnused
+}
+func (unusedStore) Release(context.Context, string, *idemhook.Record) error { return errUnused }
+func (unusedStore) Extend(context.Context, string, *idemhook.Record, time.Duration) error {
+	return errUnused
+}
+func (unusedStore) Get(context.Context, string) (*idemhook.Record, error) { return nil, errUnused }
+func (unusedStore) Delete(context.Context, string) (bool, error)          { return false, errUnused }
