@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/audit"
+	"github.com/idemhook/idemhook/audit/redisaudit"
 	"github.com/idemhook/idemhook/provider"
 	"github.com/redis/go-redis/v9"
 	"go.yaml.in/yaml/v3"
@@ -571,7 +572,7 @@ func (p *parser) audit(fs map[string]field, sc storeSettings) (ac auditSettings)
 	}
 	defer func() {
 		if ac.Sink == "redis" && ac.Key == "" {
-			ac.Key = sc.Prefix + audit.DefaultStreamKey
+			ac.Key = sc.Prefix + redisaudit.DefaultKey
 		}
 	}()
 	f, ok := fs["audit"]
