@@ -205,16 +205,7 @@ func (p *Sink) Write(ctx context.Context, entries []audit.Entry) error {
 
 // Query returns a page of the entries matching f, newest first.
 func (p *Sink) Query(ctx context.Context, f audit.Filter) (audit.Page, error) {
-	stmt, args, limit, err := p.q.SelectPage(p.ident, f)
-	if err != nil {
-		return audit.Page{}, err
-	}
-	rows, err := p.pool.Query(ctx, stmt, args...)
-	if err != nil {
-		return audit.Page{}, fmt.Errorf("audit: query: %w", err)
-	}
-	defer rows.Close()
-	return auditsql.ReadPage(rows, limit, func(e *audit.Entry) error {
+	return p.q.Page(ctx, p.read, p.ident, f, func(rows auditsql.Rows, e *audit.Entry) error {
 		var status int32
 		var dur int64
 		if err := rows.Scan(&e.ID, &e.Time, &e.Route, &e.Source, &e.Key, &e.Outcome, &status, &dur, &e.RequestBytes, &e.ResponseBytes, &e.Reason, &e.Instance, &e.Scope); err != nil {
@@ -225,6 +216,15 @@ func (p *Sink) Query(ctx context.Context, f audit.Filter) (audit.Page, error) {
 		e.Duration = time.Duration(dur)
 		return nil
 	})
+}
+
+// read runs a statement of Query or Counts.
+func (p *Sink) read(ctx context.Context, stmt string, args []any) (auditsql.Rows, func(), error) {
+	rows, err := p.pool.Query(ctx, stmt, args...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return rows, rows.Close, nil
 }
 
 // Prune deletes the entries older than the retention and returns how many
@@ -240,14 +240,5 @@ func (p *Sink) Prune(ctx context.Context) (int64, error) {
 
 // Counts returns the number of entries matching f per source and outcome.
 func (p *Sink) Counts(ctx context.Context, f audit.Filter) ([]audit.Count, error) {
-	stmt, args, err := p.q.SelectCounts(p.ident, f)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := p.pool.Query(ctx, stmt, args...)
-	if err != nil {
-		return nil, fmt.Errorf("audit: counts: %w", err)
-	}
-	defer rows.Close()
-	return auditsql.ReadCounts(rows, func(c *audit.Count) error { return rows.Scan(&c.Source, &c.Outcome, &c.N) })
+	return p.q.Counts(ctx, p.read, p.ident, f)
 }

@@ -232,16 +232,7 @@ func (s *Sink) writeTx(ctx context.Context, entries []audit.Entry) error {
 
 // Query returns a page of the entries matching f, newest first.
 func (s *Sink) Query(ctx context.Context, f audit.Filter) (audit.Page, error) {
-	stmt, args, limit, err := s.q.SelectPage("audit_deliveries", f)
-	if err != nil {
-		return audit.Page{}, err
-	}
-	rows, err := s.rdb.QueryContext(ctx, stmt, args...)
-	if err != nil {
-		return audit.Page{}, fmt.Errorf("audit: query: %w", err)
-	}
-	defer rows.Close()
-	return auditsql.ReadPage(rows, limit, func(e *audit.Entry) error {
+	return s.q.Page(ctx, s.read, "audit_deliveries", f, func(rows auditsql.Rows, e *audit.Entry) error {
 		var us, dur int64
 		if err := rows.Scan(&e.ID, &us, &e.Route, &e.Source, &e.Key, &e.Outcome, &e.Status, &dur, &e.RequestBytes, &e.ResponseBytes, &e.Reason, &e.Instance, &e.Scope); err != nil {
 			return err
@@ -250,6 +241,15 @@ func (s *Sink) Query(ctx context.Context, f audit.Filter) (audit.Page, error) {
 		e.Duration = time.Duration(dur)
 		return nil
 	})
+}
+
+// read runs a statement of Query or Counts on the read database.
+func (s *Sink) read(ctx context.Context, stmt string, args []any) (auditsql.Rows, func(), error) {
+	rows, err := s.rdb.QueryContext(ctx, stmt, args...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return rows, func() { rows.Close() }, nil
 }
 
 // Prune deletes the entries older than the retention and returns how many
@@ -268,14 +268,5 @@ func (s *Sink) Prune(ctx context.Context) (int64, error) {
 
 // Counts returns the number of entries matching f per source and outcome.
 func (s *Sink) Counts(ctx context.Context, f audit.Filter) ([]audit.Count, error) {
-	stmt, args, err := s.q.SelectCounts("audit_deliveries", f)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := s.rdb.QueryContext(ctx, stmt, args...)
-	if err != nil {
-		return nil, fmt.Errorf("audit: counts: %w", err)
-	}
-	defer rows.Close()
-	return auditsql.ReadCounts(rows, func(c *audit.Count) error { return rows.Scan(&c.Source, &c.Outcome, &c.N) })
+	return s.q.Counts(ctx, s.read, "audit_deliveries", f)
 }

@@ -1,8 +1,9 @@
-// Package auditsql builds the queries that the SQL audit sinks
+// Package auditsql builds and reads the queries that the SQL audit sinks
 // (audit/sqliteaudit and audit/pgaudit) share: the filtered, newest-first
-// page and the counts per source and outcome, reading their rows back, and
-// the background pruning. It imports no driver: each sink passes what
-// differs (the time column, the placeholders, how a time is bound).
+// page and the counts per source and outcome. It also runs their
+// background pruning. It imports no driver: each sink passes what differs
+// (the time column, the placeholders, how a time is bound, how a statement
+// runs).
 package auditsql
 
 import (
@@ -68,7 +69,7 @@ func (q Query) where(f audit.Filter) (string, []any, error) {
 // SelectPage returns the SELECT of a page of the entries of table matching
 // f, newest first, its arguments, and the page size: the statement fetches
 // up to limit+1 rows, the extra one telling whether there is a next page
-// (see [ReadPage]).
+// (see [Query.Page]).
 func (q Query) SelectPage(table string, f audit.Filter) (stmt string, args []any, limit int, err error) {
 	where, args, err := q.where(f)
 	if err != nil {
@@ -92,25 +93,40 @@ func (q Query) SelectCounts(table string, f audit.Filter) (string, []any, error)
 		` GROUP BY source, outcome ORDER BY source, outcome`, args, nil
 }
 
-// ResultSet is what ReadPage and ReadCounts need of the rows of a query;
-// *sql.Rows and pgx.Rows both have it.
-type ResultSet interface {
+// Rows is what the helpers read of a query's rows; *sql.Rows and pgx.Rows
+// both have it.
+type Rows interface {
 	Next() bool
 	Err() error
+	Scan(dest ...any) error
 }
 
-// ReadPage reads the rows of a statement made by SelectPage, scanning each
-// into an Entry with scan, and makes the page.
-func ReadPage(rs ResultSet, limit int, scan func(*audit.Entry) error) (audit.Page, error) {
+// Run runs a statement of the sink's database and returns its rows and the
+// function that closes them.
+type Run func(ctx context.Context, stmt string, args []any) (rows Rows, close func(), err error)
+
+// Page returns a page of the entries of table matching f, newest first:
+// run runs the statement of SelectPage and scan reads one of its rows into
+// an Entry.
+func (q Query) Page(ctx context.Context, run Run, table string, f audit.Filter, scan func(Rows, *audit.Entry) error) (audit.Page, error) {
+	stmt, args, limit, err := q.SelectPage(table, f)
+	if err != nil {
+		return audit.Page{}, err
+	}
+	rows, closeRows, err := run(ctx, stmt, args)
+	if err != nil {
+		return audit.Page{}, fmt.Errorf("audit: query: %w", err)
+	}
+	defer closeRows()
 	out := make([]audit.Entry, 0, min(limit+1, 64))
-	for rs.Next() {
+	for rows.Next() {
 		var e audit.Entry
-		if err := scan(&e); err != nil {
+		if err := scan(rows, &e); err != nil {
 			return audit.Page{}, fmt.Errorf("audit: query: %w", err)
 		}
 		out = append(out, e)
 	}
-	if err := rs.Err(); err != nil {
+	if err := rows.Err(); err != nil {
 		return audit.Page{}, fmt.Errorf("audit: query: %w", err)
 	}
 	out, next := auditpage.Cut(out, limit, func(e *audit.Entry) auditpage.Position {
@@ -119,17 +135,28 @@ func ReadPage(rs ResultSet, limit int, scan func(*audit.Entry) error) (audit.Pag
 	return audit.Page{Entries: out, Next: next}, nil
 }
 
-// ReadCounts reads the rows of a statement made by SelectCounts.
-func ReadCounts(rs ResultSet, scan func(*audit.Count) error) ([]audit.Count, error) {
+// Counts returns the number of entries of table matching f per source and
+// outcome, ordered by source then outcome; run runs the statement of
+// SelectCounts.
+func (q Query) Counts(ctx context.Context, run Run, table string, f audit.Filter) ([]audit.Count, error) {
+	stmt, args, err := q.SelectCounts(table, f)
+	if err != nil {
+		return nil, err
+	}
+	rows, closeRows, err := run(ctx, stmt, args)
+	if err != nil {
+		return nil, fmt.Errorf("audit: counts: %w", err)
+	}
+	defer closeRows()
 	var out []audit.Count
-	for rs.Next() {
+	for rows.Next() {
 		var c audit.Count
-		if err := scan(&c); err != nil {
+		if err := rows.Scan(&c.Source, &c.Outcome, &c.N); err != nil {
 			return nil, fmt.Errorf("audit: counts: %w", err)
 		}
 		out = append(out, c)
 	}
-	if err := rs.Err(); err != nil {
+	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("audit: counts: %w", err)
 	}
 	return out, nil
