@@ -6,10 +6,9 @@
 // A [Recorder] takes entries on the request path without ever blocking it
 // and hands them in batches to a [Sink]. A sink that fails is retried in the
 // background while entries wait in the recorder's bounded buffer. Every sink
-// but Log is also a [Querier]: filtered, newest-first pages with an opaque
-// cursor, which the admin API serves as GET /admin/deliveries. Every sink
-// but Log is also a [Counter] (entries per source and outcome, GET
-// /admin/stats).
+// but Log is also a [Querier] (filtered, newest-first pages with an opaque
+// cursor, which the admin API serves as GET /admin/deliveries) and a
+// [Counter] (entries per source and outcome, GET /admin/stats).
 //
 // This package holds the sinks that need no driver: [Ring] (a bounded
 // in-process ring, with the memory store) and [Log] (one slog line per
