@@ -4,26 +4,37 @@
 // it was refused (if it was) and the gateway instance that answered it.
 //
 // A [Recorder] takes entries on the request path without ever blocking it
-// and hands them in batches to a [Sink]: [SQLite] (the gateway's default,
-// same file as the store), [Postgres] (one trail for several gateways),
-// [RedisStream] (a capped stream on the store's Redis, shared by every
-// gateway on it), [Ring] (a bounded in-process ring, with the memory store)
-// or [Log] (one slog line per delivery). A sink that fails is retried in the
+// and hands them in batches to a [Sink]. A sink that fails is retried in the
 // background while entries wait in the recorder's bounded buffer. Every sink
-// but Log is also a [Querier]: filtered, newest-first pages with an opaque
-// cursor, which the admin API serves as GET /admin/deliveries. The SQL sinks
-// are also a [Counter] (entries per source and outcome, GET /admin/stats),
-// and they delete rows older than their retention.
+// but Log is also a [Querier] (filtered, newest-first pages with an opaque
+// cursor, which the admin API serves as GET /admin/deliveries) and a
+// [Counter] (entries per source and outcome, GET /admin/stats).
+//
+// This package holds the sinks that need no driver: [Ring] (a bounded
+// in-process ring, with the memory store) and [Log] (one slog line per
+// delivery). It imports no database driver, so a program that records to
+// one of them, or only uses the types, compiles none. The sinks on a
+// database are one package each, as the stores are:
+//
+//   - [github.com/idemhook/idemhook/audit/sqliteaudit]: a table in a SQLite
+//     file, the gateway's default, same file as the store (a *sql.DB from
+//     sqlitestore.Open, which brings modernc.org/sqlite);
+//   - [github.com/idemhook/idemhook/audit/pgaudit]: a PostgreSQL table, one
+//     trail for several gateways (pgx);
+//   - [github.com/idemhook/idemhook/audit/redisaudit]: a capped stream on the
+//     store's Redis, shared by every gateway on it (go-redis).
+//
+// The SQL sinks delete rows older than their retention. Package
+// [github.com/idemhook/idemhook/audit/audittest] is the conformance suite
+// every queryable sink runs.
 package audit
 
 import (
 	"context"
-	"encoding/base64"
-	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/idemhook/idemhook/internal/auditpage"
 )
 
 // Entry is one delivery in the trail.
@@ -112,38 +123,11 @@ const DefaultRetention = 7 * 24 * time.Hour
 
 // ErrBadCursor is wrapped by the error of a query whose cursor is not one
 // returned in Page.Next.
-var ErrBadCursor = errors.New("audit: malformed cursor")
+var ErrBadCursor = auditpage.ErrBadCursor
 
-// position is a row's place in the newest-first order: its time in Unix
-// microseconds, then its ID.
-type position struct {
-	micros int64
-	id     int64
-}
-
-func (p position) encode() string {
-	return base64.RawURLEncoding.EncodeToString([]byte("v1:" + strconv.FormatInt(p.micros, 10) + ":" + strconv.FormatInt(p.id, 10)))
-}
-
-func decodeCursor(s string) (position, error) {
-	raw, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return position{}, fmt.Errorf("%w: %q", ErrBadCursor, s)
-	}
-	parts := strings.Split(string(raw), ":")
-	if len(parts) != 3 || parts[0] != "v1" {
-		return position{}, fmt.Errorf("%w: %q", ErrBadCursor, s)
-	}
-	micros, err1 := strconv.ParseInt(parts[1], 10, 64)
-	id, err2 := strconv.ParseInt(parts[2], 10, 64)
-	if err1 != nil || err2 != nil {
-		return position{}, fmt.Errorf("%w: %q", ErrBadCursor, s)
-	}
-	return position{micros, id}, nil
-}
-
-// limit returns the page size f asks for, within bounds.
-func (f Filter) limit() int {
+// PageSize returns the page size f asks for: f.Limit, DefaultLimit when
+// it is 0 or less, MaxLimit when it is more.
+func (f Filter) PageSize() int {
 	switch {
 	case f.Limit <= 0:
 		return DefaultLimit
@@ -153,122 +137,14 @@ func (f Filter) limit() int {
 	return f.Limit
 }
 
-// query is the SQL of a filtered page, shared by the SQL sinks: the column
-// of the time, how a placeholder is written and how a time is passed differ.
-type query struct {
-	timeCol     string
-	placeholder func(n int) string
-	timeArg     func(micros int64) any
-}
-
-// where returns the WHERE clause (with a leading " WHERE", or "") and its
-// arguments for f.
-func (q query) where(f Filter) (string, []any, error) {
-	var conds []string
-	var args []any
-	add := func(cond string, vals ...any) {
-		for _, v := range vals {
-			args = append(args, v)
-			cond = strings.Replace(cond, "?", q.placeholder(len(args)), 1)
-		}
-		conds = append(conds, cond)
-	}
-	if f.Source != "" {
-		add("source = ?", f.Source)
-	}
-	if f.Outcome != "" {
-		add("outcome = ?", f.Outcome)
-	}
-	if f.Route != "" {
-		add("route = ?", f.Route)
-	}
-	if !f.Since.IsZero() {
-		add(q.timeCol+" >= ?", q.timeArg(ceilMicros(f.Since)))
-	}
-	if !f.Until.IsZero() {
-		add(q.timeCol+" < ?", q.timeArg(ceilMicros(f.Until)))
-	}
-	if f.Cursor != "" {
-		p, err := decodeCursor(f.Cursor)
-		if err != nil {
-			return "", nil, err
-		}
-		add("("+q.timeCol+" < ? OR ("+q.timeCol+" = ? AND id < ?))", q.timeArg(p.micros), q.timeArg(p.micros), p.id)
-	}
-	if len(conds) == 0 {
-		return "", nil, nil
-	}
-	return " WHERE " + strings.Join(conds, " AND "), args, nil
-}
-
-// selectPage returns the SELECT of a page of the entries of table matching
-// f, newest first, its arguments, and the page size: the statement fetches
-// up to limit+1 rows, the extra one telling whether there is a next page
-// (see [page]).
-func (q query) selectPage(table string, f Filter) (stmt string, args []any, limit int, err error) {
-	where, args, err := q.where(f)
-	if err != nil {
-		return "", nil, 0, err
-	}
-	limit = f.limit()
-	stmt = `SELECT id, ` + q.timeCol + `, route, source, key, outcome, status, duration_ns, request_bytes, response_bytes, reason, instance, scope
-		FROM ` + table + where + ` ORDER BY ` + q.timeCol + ` DESC, id DESC LIMIT ` + fmt.Sprint(limit+1)
-	return stmt, args, limit, nil
-}
-
-// resultSet is what readPage needs of the rows of a query; *sql.Rows and
-// pgx.Rows both have it.
-type resultSet interface {
-	Next() bool
-	Err() error
-}
-
-// readPage reads the rows of a statement made by selectPage, scanning each
-// into an Entry with scan, and makes the page.
-func readPage(rs resultSet, limit int, scan func(*Entry) error) (Page, error) {
-	out := make([]Entry, 0, min(limit+1, 64))
-	for rs.Next() {
-		var e Entry
-		if err := scan(&e); err != nil {
-			return Page{}, fmt.Errorf("audit: query: %w", err)
-		}
-		out = append(out, e)
-	}
-	if err := rs.Err(); err != nil {
-		return Page{}, fmt.Errorf("audit: query: %w", err)
-	}
-	return page(out, limit), nil
-}
-
-// window returns f's Since and Until in Unix microseconds (see ceilMicros),
-// 0 for a bound that is not set.
-func (f Filter) window() (since, until int64) {
-	if !f.Since.IsZero() {
-		since = ceilMicros(f.Since)
-	}
-	if !f.Until.IsZero() {
-		until = ceilMicros(f.Until)
-	}
-	return since, until
-}
-
-// ceilMicros is t in Unix microseconds, rounded up. Filters apply to the
-// stored times, which are whole microseconds: stored >= 10.5µs holds exactly
-// when stored >= 11µs, and likewise for <.
-func ceilMicros(t time.Time) int64 {
-	us := t.UnixMicro()
-	if t.Sub(time.UnixMicro(us)) > 0 {
-		us++
-	}
-	return us
-}
-
-// page turns rows fetched with LIMIT limit+1 into a Page.
+// page turns rows fetched with LIMIT limit+1 into a Page whose cursor is
+// the position (time, then ID) of its last entry.
 func page(rows []Entry, limit int) Page {
-	if len(rows) <= limit {
-		return Page{Entries: rows}
-	}
-	rows = rows[:limit]
-	last := rows[len(rows)-1]
-	return Page{Entries: rows, Next: position{last.Time.UnixMicro(), last.ID}.encode()}
+	rows, next := auditpage.Cut(rows, limit, position)
+	return Page{Entries: rows, Next: next}
+}
+
+// position is e's place in the newest-first order.
+func position(e *Entry) auditpage.Position {
+	return auditpage.Position{Micros: e.Time.UnixMicro(), ID: e.ID}
 }

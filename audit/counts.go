@@ -1,8 +1,11 @@
 package audit
 
 import (
+	"cmp"
 	"context"
-	"fmt"
+	"slices"
+
+	"github.com/idemhook/idemhook/internal/auditpage"
 )
 
 // Count is the number of entries of the trail with one source and one
@@ -13,8 +16,9 @@ type Count struct {
 	N       int64
 }
 
-// Counter counts entries of the trail; the SQL sinks are one. The gateway's
-// GET /admin/stats (the console's per-source table) is built on it.
+// Counter counts entries of the trail; every sink but Log is one. The
+// gateway's GET /admin/stats (the console's per-source table) is built on
+// it.
 type Counter interface {
 	// Counts returns the number of entries matching f per source and
 	// outcome, ordered by source then outcome; pairs with no entry are
@@ -22,63 +26,48 @@ type Counter interface {
 	Counts(ctx context.Context, f Filter) ([]Count, error)
 }
 
-var (
-	_ Counter = (*SQLite)(nil)
-	_ Counter = (*Postgres)(nil)
-)
-
-// selectCounts returns the SELECT counting the entries of table matching f
-// per source and outcome, and its arguments.
-func (q query) selectCounts(table string, f Filter) (string, []any, error) {
-	f.Cursor, f.Limit = "", 0
-	where, args, err := q.where(f)
-	if err != nil {
-		return "", nil, err
-	}
-	return `SELECT source, outcome, count(*) FROM ` + table + where +
-		` GROUP BY source, outcome ORDER BY source, outcome`, args, nil
+// Tally counts entries per source and outcome for a [Counter] that reads
+// its entries one by one, as [Ring] and the Redis stream sink do. Create it
+// with [NewTally].
+type Tally struct {
+	f            Filter
+	since, until int64 // f's bounds in Unix microseconds, 0 when unset
+	n            map[[2]string]int64
 }
 
-// readCounts reads the rows of a statement made by selectCounts.
-func readCounts(rs resultSet, scan func(*Count) error) ([]Count, error) {
-	var out []Count
-	for rs.Next() {
-		var c Count
-		if err := scan(&c); err != nil {
-			return nil, fmt.Errorf("audit: counts: %w", err)
-		}
-		out = append(out, c)
-	}
-	if err := rs.Err(); err != nil {
-		return nil, fmt.Errorf("audit: counts: %w", err)
-	}
-	return out, nil
+// NewTally returns an empty tally of the entries matching f's field and
+// time filters. f.Limit and f.Cursor are ignored.
+func NewTally(f Filter) *Tally {
+	t := &Tally{f: f, n: map[[2]string]int64{}}
+	t.since, t.until = auditpage.Window(f.Since, f.Until)
+	return t
 }
 
-// Counts returns the number of entries matching f per source and outcome.
-func (s *SQLite) Counts(ctx context.Context, f Filter) ([]Count, error) {
-	stmt, args, err := s.q.selectCounts("audit_deliveries", f)
-	if err != nil {
-		return nil, err
+// Add counts e if it matches the tally's filter. Times are compared to the
+// microsecond, as the sinks store them.
+func (t *Tally) Add(e Entry) {
+	if matches(e, t.f, t.since, t.until) {
+		t.n[[2]string{e.Source, e.Outcome}]++
 	}
-	rows, err := s.rdb.QueryContext(ctx, stmt, args...)
-	if err != nil {
-		return nil, fmt.Errorf("audit: counts: %w", err)
-	}
-	defer rows.Close()
-	return readCounts(rows, func(c *Count) error { return rows.Scan(&c.Source, &c.Outcome, &c.N) })
 }
 
-// Counts returns the number of entries matching f per source and outcome.
-func (p *Postgres) Counts(ctx context.Context, f Filter) ([]Count, error) {
-	stmt, args, err := p.q.selectCounts(p.ident, f)
-	if err != nil {
-		return nil, err
+// Counts returns the counts of the entries added so far, ordered by source
+// then outcome.
+func (t *Tally) Counts() []Count {
+	out := make([]Count, 0, len(t.n))
+	for k, n := range t.n {
+		out = append(out, Count{Source: k[0], Outcome: k[1], N: n})
 	}
-	rows, err := p.pool.Query(ctx, stmt, args...)
-	if err != nil {
-		return nil, fmt.Errorf("audit: counts: %w", err)
-	}
-	defer rows.Close()
-	return readCounts(rows, func(c *Count) error { return rows.Scan(&c.Source, &c.Outcome, &c.N) })
+	slices.SortFunc(out, func(a, b Count) int {
+		return cmp.Or(cmp.Compare(a.Source, b.Source), cmp.Compare(a.Outcome, b.Outcome))
+	})
+	return out
+}
+
+// matches applies f's field and time filters (not its cursor) to e; since
+// and until are f's bounds in microseconds, 0 when unset.
+func matches(e Entry, f Filter, since, until int64) bool {
+	us := e.Time.UnixMicro()
+	return (f.Source == "" || e.Source == f.Source) && (f.Outcome == "" || e.Outcome == f.Outcome) &&
+		(f.Route == "" || e.Route == f.Route) && (since == 0 || us >= since) && (until == 0 || us < until)
 }

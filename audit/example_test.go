@@ -6,83 +6,10 @@ import (
 	"log"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/idemhook/idemhook/audit"
-	"github.com/idemhook/idemhook/sqlitestore"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
-
-func ExampleNewSQLite() {
-	dir, err := os.MkdirTemp("", "idemhook-example")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	db, err := sqlitestore.Open(filepath.Join(dir, "idemhook.db"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer db.Close()
-
-	trail, err := audit.NewSQLite(db, audit.SQLiteConfig{Retention: 7 * 24 * time.Hour})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer trail.Close()
-
-	ctx := context.Background()
-	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	err = trail.Write(ctx, []audit.Entry{
-		{Time: t0, Route: "/webhooks/stone", Source: "stone", Key: "sha256:9f86d0", Outcome: "processed", Status: 200},
-		{Time: t0.Add(time.Second), Route: "/webhooks/stone", Source: "stone", Key: "sha256:9f86d0", Outcome: "replayed", Status: 200},
-		{Time: t0.Add(2 * time.Second), Route: "/webhooks/stripe", Source: "stripe", Key: "evt_1", Outcome: "processed", Status: 200},
-	})
-	if err != nil {
-		log.Fatal(err)
-	}
-
-	// Newest first, one entry per page.
-	f := audit.Filter{Source: "stone", Limit: 1}
-	for {
-		page, err := trail.Query(ctx, f)
-		if err != nil {
-			log.Fatal(err)
-		}
-		for _, e := range page.Entries {
-			fmt.Println(e.Time.Format(time.TimeOnly), e.Source, e.Key, e.Outcome)
-		}
-		if page.Next == "" {
-			break
-		}
-		f.Cursor = page.Next
-	}
-	// Output:
-	// 12:00:01 stone sha256:9f86d0 replayed
-	// 12:00:00 stone sha256:9f86d0 processed
-}
-
-// ExampleNewPostgres needs a PostgreSQL server, so it is compiled but not
-// run; the tests run the same code when IDEMHOOK_POSTGRES_URL is set.
-func ExampleNewPostgres() {
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer pool.Close()
-	trail, err := audit.NewPostgres(ctx, pool, audit.PostgresConfig{}) // table idemhook_audit_deliveries
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer trail.Close()
-	recorder := audit.NewRecorder(trail, audit.RecorderConfig{})
-	recorder.Record(audit.Entry{Time: time.Now(), Source: "stone", Outcome: "processed", Status: 200})
-	if err := recorder.Close(ctx); err != nil {
-		log.Fatal(err)
-	}
-}
 
 func ExampleNewLog() {
 	// A handler without the time, so that the output is stable.
@@ -127,4 +54,27 @@ func ExampleNewRecorder() {
 	// Output:
 	// level=INFO msg="webhook delivery" route=/webhooks/stone source=stone key=evt_1 outcome=processed status=200 duration=0s request_bytes=0 response_bytes=0
 	// dropped: 0
+}
+
+func ExampleNewTally() {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	entries := []audit.Entry{
+		{Time: t0, Source: "stone", Outcome: "processed"},
+		{Time: t0.Add(time.Second), Source: "stone", Outcome: "replayed"},
+		{Time: t0.Add(2 * time.Second), Source: "stripe", Outcome: "processed"},
+		{Time: t0.Add(3 * time.Second), Source: "stone", Outcome: "processed"},
+	}
+	// A Counter reading its entries one by one adds them all: the tally
+	// keeps those its filter matches.
+	tally := audit.NewTally(audit.Filter{Since: t0.Add(time.Second)})
+	for _, e := range entries {
+		tally.Add(e)
+	}
+	for _, c := range tally.Counts() {
+		fmt.Println(c.Source, c.Outcome, c.N)
+	}
+	// Output:
+	// stone processed 1
+	// stone replayed 1
+	// stripe processed 1
 }

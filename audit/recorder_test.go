@@ -339,21 +339,6 @@ func TestRecorderCloseWhileTheSinkIsDown(t *testing.T) {
 	}
 }
 
-// TestRecorderSQLite runs the recorder into the real SQLite sink.
-func TestRecorderSQLite(t *testing.T) {
-	s := newSQLite(t, time.Now)
-	r := audit.NewRecorder(s, audit.RecorderConfig{BatchSize: 64})
-	written := dataset(500)
-	for _, e := range written {
-		r.Record(e)
-	}
-	if err := r.Close(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	got, _ := queryAll(t, s, audit.Filter{Limit: audit.MaxLimit})
-	sameEntries(t, "recorded", got, expected(written, audit.Filter{}))
-}
-
 // An entry recorded after Close (a delivery finishing during shutdown) is
 // dropped and counted; the WARN says why. It said "queue full ... the sink
 // is down or too slow", sending whoever read it after a clean shutdown to

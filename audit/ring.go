@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/idemhook/idemhook/internal/auditpage"
 )
 
 // DefaultRingSize is how many entries a [Ring] keeps by default.
@@ -82,15 +84,15 @@ func (r *Ring) Len() int {
 // Query returns a page of the entries matching f, newest first (by time,
 // then by ID), with the SQL sinks' cursor.
 func (r *Ring) Query(ctx context.Context, f Filter) (Page, error) {
-	var after *position
+	var after *auditpage.Position
 	if f.Cursor != "" {
-		p, err := decodeCursor(f.Cursor)
+		p, err := auditpage.Decode(f.Cursor)
 		if err != nil {
 			return Page{}, err
 		}
 		after = &p
 	}
-	since, until := f.window()
+	since, until := auditpage.Window(f.Since, f.Until)
 	r.mu.RLock()
 	held := r.held()
 	var out []Entry
@@ -102,7 +104,7 @@ func (r *Ring) Query(ctx context.Context, f Filter) (Page, error) {
 			f.Route != "" && e.Route != f.Route,
 			since != 0 && us < since,
 			until != 0 && us >= until,
-			after != nil && (us > after.micros || us == after.micros && e.ID >= after.id):
+			after != nil && (us > after.Micros || us == after.Micros && e.ID >= after.ID):
 			continue
 		}
 		out = append(out, e)
@@ -117,7 +119,7 @@ func (r *Ring) Query(ctx context.Context, f Filter) (Page, error) {
 		}
 		return cmp.Compare(b.ID, a.ID)
 	})
-	limit := f.limit()
+	limit := f.PageSize()
 	if len(out) > limit+1 {
 		out = out[:limit+1]
 	}
@@ -129,42 +131,14 @@ var _ Counter = (*Ring)(nil)
 // Counts returns the number of entries matching f per source and outcome,
 // ordered by source then outcome. f.Limit and f.Cursor are ignored.
 func (r *Ring) Counts(ctx context.Context, f Filter) ([]Count, error) {
-	f.Cursor, f.Limit = "", MaxLimit
-	c := counter{}
-	since, until := f.window()
+	t := NewTally(f)
 	r.mu.RLock()
 	held := r.held()
 	for _, e := range held {
-		if matches(e, f, since, until) {
-			c.add(e)
-		}
+		t.Add(e)
 	}
 	r.mu.RUnlock()
-	return c.counts(), ctx.Err()
-}
-
-// matches applies f's field and time filters (not its cursor) to e; since
-// and until are f's bounds in microseconds, 0 when unset.
-func matches(e Entry, f Filter, since, until int64) bool {
-	us := e.Time.UnixMicro()
-	return (f.Source == "" || e.Source == f.Source) && (f.Outcome == "" || e.Outcome == f.Outcome) &&
-		(f.Route == "" || e.Route == f.Route) && (since == 0 || us >= since) && (until == 0 || us < until)
-}
-
-// counter counts entries per source and outcome.
-type counter map[[2]string]int64
-
-func (c counter) add(e Entry) { c[[2]string{e.Source, e.Outcome}]++ }
-
-func (c counter) counts() []Count {
-	out := make([]Count, 0, len(c))
-	for k, n := range c {
-		out = append(out, Count{Source: k[0], Outcome: k[1], N: n})
-	}
-	slices.SortFunc(out, func(a, b Count) int {
-		return cmp.Or(cmp.Compare(a.Source, b.Source), cmp.Compare(a.Outcome, b.Outcome))
-	})
-	return out
+	return t.Counts(), ctx.Err()
 }
 
 // held returns the entries the ring holds, in buffer order (once the ring

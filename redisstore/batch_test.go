@@ -34,7 +34,7 @@ func newBatchStore(tb testing.TB, client *redis.Client) *redisstore.Store {
 
 // TestConformanceBatch runs the suite with Config.Batch: the same contract.
 func TestConformanceBatch(t *testing.T) {
-	client := sharedClient(t)
+	client := redistest.Client(t)
 	storetest.Run(t, storetest.Harness{
 		New: func(tb testing.TB) idemhook.Store { return newBatchStore(tb, client) },
 	})
@@ -62,7 +62,7 @@ func TestConformanceClusterBatch(t *testing.T) {
 // through one batching store; for each key exactly one claim is stored and
 // every other one gets that claim back.
 func TestBatchConcurrentClaims(t *testing.T) {
-	st := newBatchStore(t, sharedClient(t))
+	st := newBatchStore(t, redistest.Client(t))
 	const keys, claimers = 50, 20
 	var won [keys]atomic.Int32
 	var wg sync.WaitGroup
@@ -94,7 +94,7 @@ func TestBatchConcurrentClaims(t *testing.T) {
 // TestBatchDeadline: a call whose context has ended returns its context's
 // error; the others of the same moment are unaffected.
 func TestBatchDeadline(t *testing.T) {
-	st := newBatchStore(t, sharedClient(t))
+	st := newBatchStore(t, redistest.Client(t))
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	claim := &idemhook.Record{State: idemhook.StatePending, Token: rand.Text(), CreatedAt: time.Now()}
@@ -122,7 +122,7 @@ func prefixKey(k int) string { return idemhook.StoreKey("batch", "key-"+itoa(k))
 
 // BenchmarkStoreBatch is BenchmarkStore with Config.Batch.
 func BenchmarkStoreBatch(b *testing.B) {
-	client := sharedClient(b)
+	client := redistest.Client(b)
 	storetest.Bench(b, storetest.Harness{
 		New: func(tb testing.TB) idemhook.Store { return newBatchStore(tb, client) },
 	})

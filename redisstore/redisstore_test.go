@@ -21,19 +21,6 @@ import (
 	"github.com/idemhook/idemhook/storetest"
 )
 
-// sharedClient returns a client of the Redis in IDEMHOOK_REDIS_URL (skipping
-// the test when it is unset), closed when the test ends.
-func sharedClient(tb testing.TB) *redis.Client {
-	tb.Helper()
-	opts, err := redis.ParseURL(redistest.URL(tb))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	c := redis.NewClient(opts)
-	tb.Cleanup(func() { c.Close() })
-	return c
-}
-
 // newStore returns a store on the shared server with a fresh random prefix;
 // its keys are deleted when tb ends, so the shared database is left as it
 // was without flushing anything.
@@ -78,7 +65,7 @@ func deletePrefix(client *redis.Client, prefix string) error {
 }
 
 func TestConformance(t *testing.T) {
-	client := sharedClient(t)
+	client := redistest.Client(t)
 	storetest.Run(t, storetest.Harness{
 		New: func(tb testing.TB) idemhook.Store { return newStore(tb, client) },
 	})
@@ -120,7 +107,7 @@ func TestConformanceSentinel(t *testing.T) {
 }
 
 func BenchmarkStore(b *testing.B) {
-	client := sharedClient(b)
+	client := redistest.Client(b)
 	storetest.Bench(b, storetest.Harness{
 		New: func(tb testing.TB) idemhook.Store { return newStore(tb, client) },
 	})
@@ -192,7 +179,7 @@ func completedRecord(claim *idemhook.Record) *idemhook.Record {
 // ms, which Claim relies on: redis.Nil when the key was absent (and is now
 // set, with the TTL), the old value with the key untouched otherwise.
 func TestSetNXGetReply(t *testing.T) {
-	client := sharedClient(t)
+	client := redistest.Client(t)
 	ctx := t.Context()
 	key := "test:" + rand.Text() + ":setnxget"
 	t.Cleanup(func() { client.Del(context.Background(), key) })
@@ -221,7 +208,7 @@ func TestSetNXGetReply(t *testing.T) {
 // TestKeys checks where records land in Redis: under the middleware's key
 // unchanged by default (the NestJS guard's keys), under Prefix+key otherwise.
 func TestKeys(t *testing.T) {
-	client := sharedClient(t)
+	client := redistest.Client(t)
 	random := rand.Text()
 	tests := []struct {
 		name    string
@@ -262,7 +249,7 @@ func TestKeys(t *testing.T) {
 // TestLifetimes checks the expiry Redis holds after each step (bounds only,
 // no timing): the lease after Claim and Extend, the TTL after Complete.
 func TestLifetimes(t *testing.T) {
-	client := sharedClient(t)
+	client := redistest.Client(t)
 	st := newStore(t, client)
 	ctx := t.Context()
 	key := "idem:test:lifetimes"
@@ -303,7 +290,7 @@ func TestLifetimes(t *testing.T) {
 // TestCorruptValue checks that a value that isn't a Record is reported as
 // ErrCorruptRecord by Claim and Get, and that Claim leaves it in place.
 func TestCorruptValue(t *testing.T) {
-	client := sharedClient(t)
+	client := redistest.Client(t)
 	st := newStore(t, client)
 	ctx := t.Context()
 	tests := []struct {
@@ -377,7 +364,7 @@ func TestErrors(t *testing.T) {
 // TestNotOwnerError checks that a lost claim is reported as ErrNotOwner with
 // the step and key in the message.
 func TestNotOwnerError(t *testing.T) {
-	client := sharedClient(t)
+	client := redistest.Client(t)
 	st := newStore(t, client)
 	err := st.Complete(t.Context(), "idem:test:nobody", pendingRecord(), completedRecord(pendingRecord()), time.Hour)
 	if !errors.Is(err, idemhook.ErrNotOwner) {

@@ -16,6 +16,9 @@ import (
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/audit"
+	"github.com/idemhook/idemhook/audit/pgaudit"
+	"github.com/idemhook/idemhook/audit/redisaudit"
+	"github.com/idemhook/idemhook/audit/sqliteaudit"
 	"github.com/idemhook/idemhook/sqlitestore"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -65,7 +68,7 @@ func openAudit(ctx context.Context, cfg *gatewayConfig, files *sqliteFiles, logg
 		if files.redis == nil {
 			return nil, errors.New("audit sink redis needs the redis store")
 		}
-		s, err := audit.NewRedisStream(files.redis, audit.RedisStreamConfig{Key: ac.Key, MaxLen: int64(ac.Size)})
+		s, err := redisaudit.New(files.redis, redisaudit.Config{Key: ac.Key, MaxLen: int64(ac.Size)})
 		if err != nil {
 			return nil, fmt.Errorf("audit: %w", err)
 		}
@@ -87,7 +90,7 @@ func openAudit(ctx context.Context, cfg *gatewayConfig, files *sqliteFiles, logg
 			}
 			files.rs.add(rdb.Close)
 		}
-		s, err := audit.NewSQLite(db, audit.SQLiteConfig{Retention: ac.Retention, Logger: logger, ReadDB: rdb})
+		s, err := sqliteaudit.New(db, sqliteaudit.Config{Retention: ac.Retention, Logger: logger, ReadDB: rdb})
 		if err != nil {
 			return nil, fmt.Errorf("audit sqlite %s: %w", ac.Path, err)
 		}
@@ -99,7 +102,7 @@ func openAudit(ctx context.Context, cfg *gatewayConfig, files *sqliteFiles, logg
 		if err != nil {
 			return nil, fmt.Errorf("audit postgres %s: %w", redactURL(ac.URL), err)
 		}
-		s := &lazyPostgres{pool: pool, cfg: audit.PostgresConfig{Retention: ac.Retention, Table: ac.Table, Logger: logger}}
+		s := &lazyPostgres{pool: pool, cfg: pgaudit.Config{Retention: ac.Retention, Table: ac.Table, Logger: logger}}
 		files.rs.add(s.Close) // before the pool closes
 		sink, t.querier = s, s
 		t.desc = "postgres " + redactURL(ac.URL)
@@ -251,10 +254,10 @@ func decision(d idemhook.DeliveryInfo, rc routeSettings, why string) string {
 // delays the trail instead of stopping the gateway. Its pool belongs to the
 // gateway's resources (the store may share it).
 type lazyPostgres struct {
-	cfg  audit.PostgresConfig
+	cfg  pgaudit.Config
 	mu   sync.Mutex
 	pool *pgxpool.Pool
-	sink *audit.Postgres
+	sink *pgaudit.Sink
 	fail error // why the last open failed, until one succeeds
 }
 
@@ -270,13 +273,13 @@ var (
 	_ audit.Querier = (*lazyPostgres)(nil)
 )
 
-func (l *lazyPostgres) open(ctx context.Context) (*audit.Postgres, error) {
+func (l *lazyPostgres) open(ctx context.Context) (*pgaudit.Sink, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.sink != nil {
 		return l.sink, nil
 	}
-	s, err := audit.NewPostgres(ctx, l.pool, l.cfg)
+	s, err := pgaudit.New(ctx, l.pool, l.cfg)
 	if err != nil {
 		l.fail = err
 		return nil, err

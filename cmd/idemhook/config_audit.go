@@ -5,6 +5,7 @@ import (
 	"os"
 
 	"github.com/idemhook/idemhook/audit"
+	"github.com/idemhook/idemhook/audit/redisaudit"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -35,7 +36,7 @@ func (c *checker) audit(a *auditFile, n *yaml.Node, sc storeSettings) (ac auditS
 	}
 	defer func() {
 		if ac.Sink == "redis" && ac.Key == "" {
-			ac.Key = sc.Prefix + audit.DefaultStreamKey
+			ac.Key = sc.Prefix + redisaudit.DefaultKey
 		}
 	}()
 	if n == nil {

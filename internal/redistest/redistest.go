@@ -59,6 +59,19 @@ func URL(t testing.TB) string {
 	return u
 }
 
+// Client returns a client of the Redis in IDEMHOOK_REDIS_URL (see URL:
+// the test skips when it is unset), closed when the test ends.
+func Client(tb testing.TB) *redis.Client {
+	tb.Helper()
+	opts, err := redis.ParseURL(URL(tb))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c := redis.NewClient(opts)
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
 // requireBinaries skips or fails the test (see the package rule) when one of
 // the named programs is not on PATH.
 func requireBinaries(t testing.TB, names ...string) {

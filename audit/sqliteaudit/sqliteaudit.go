@@ -1,4 +1,11 @@
-package audit
+// Package sqliteaudit is the audit sink on SQLite: the trail is the table
+// audit_deliveries of a SQLite database, typically the gateway's store file
+// opened with sqlitestore.Open (the gateway's default). Entries older than
+// the retention (7 days by default) are deleted in the background.
+//
+// The sink is an [audit.Sink], [audit.Querier] and [audit.Counter]. It is
+// a package of its own so that package audit compiles no driver.
+package sqliteaudit
 
 import (
 	"context"
@@ -9,26 +16,28 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemhook/idemhook/audit"
+	"github.com/idemhook/idemhook/internal/auditpage"
+	"github.com/idemhook/idemhook/internal/auditsql"
 	"github.com/idemhook/idemhook/internal/periodic"
 	"github.com/idemhook/idemhook/internal/sqlbatch"
 	"github.com/idemhook/idemhook/internal/sqlschema"
 )
 
-// SQLiteSchemaVersion is the version of the audit_deliveries table, recorded
-// in the table idemhook_schema (shared with package sqlitestore). Version 2
+// SchemaVersion is the version of the audit_deliveries table, recorded in
+// the table idemhook_schema (shared with package sqlitestore). Version 2
 // added the columns reason and instance, version 3 the column scope; older
 // files are upgraded.
-const SQLiteSchemaVersion = 3
+const SchemaVersion = 3
 
-// SQLiteConfig configures a [SQLite] sink. The zero value means the
-// defaults.
-type SQLiteConfig struct {
+// Config configures a [Sink]. The zero value means the defaults.
+type Config struct {
 	// Retention is how long entries are kept; older ones are deleted
-	// every PruneInterval. Default: DefaultRetention (7 days).
+	// every PruneInterval. Default: audit.DefaultRetention (7 days).
 	Retention time.Duration
 
 	// PruneInterval is how often old entries are deleted. A negative value
-	// disables the background pruning ([SQLite.Prune] still works).
+	// disables the background pruning ([Sink.Prune] still works).
 	// Default: 10 minutes.
 	PruneInterval time.Duration
 
@@ -44,28 +53,30 @@ type SQLiteConfig struct {
 	// has a single connection, shared with the store, and a long read
 	// (Counts over a day of deliveries) would hold it; in WAL mode a
 	// reader on its own connection neither waits for the writer nor
-	// blocks it. Default: the db given to NewSQLite.
+	// blocks it. Default: the db given to New.
 	ReadDB *sql.DB
 }
 
-// SQLite is a [Sink] and [Querier] keeping the trail in the table
-// audit_deliveries of a SQLite database, typically the gateway's store file
-// (open it with sqlitestore.Open). Create it with [NewSQLite].
-type SQLite struct {
+// Sink is an [audit.Sink], [audit.Querier] and [audit.Counter] keeping the
+// trail in the table audit_deliveries of a SQLite database, typically the
+// gateway's store file (open it with sqlitestore.Open). Create it with
+// [New].
+type Sink struct {
 	db        *sql.DB
 	rdb       *sql.DB // Query and Counts
 	retention time.Duration
 	now       func() time.Time
 	log       *slog.Logger
-	q         query
+	q         auditsql.Query
 	insert    *sql.Stmt
 	pruning   *periodic.Task
 	stopOnce  sync.Once
 }
 
 var (
-	_ Sink    = (*SQLite)(nil)
-	_ Querier = (*SQLite)(nil)
+	_ audit.Sink    = (*Sink)(nil)
+	_ audit.Querier = (*Sink)(nil)
+	_ audit.Counter = (*Sink)(nil)
 )
 
 var sqliteSchema = []string{
@@ -95,31 +106,31 @@ var sqliteSchema = []string{
 // backlog doesn't hold SQLite's write lock for long.
 const pruneBatch = 5000
 
-// NewSQLite returns a sink writing to db, creating the table
+// New returns a sink writing to db, creating the table
 // audit_deliveries and its indexes if they are missing, and starts the
 // pruning of entries older than cfg.Retention. The caller owns db (and
-// cfg.ReadDB) and closes it after [SQLite.Close].
-func NewSQLite(db *sql.DB, cfg SQLiteConfig) (*SQLite, error) {
+// cfg.ReadDB) and closes it after [Sink.Close].
+func New(db *sql.DB, cfg Config) (*Sink, error) {
 	if db == nil {
-		return nil, errors.New("audit: NewSQLite: nil *sql.DB")
+		return nil, errors.New("audit: sqliteaudit.New: nil *sql.DB")
 	}
 	if cfg.Retention < 0 {
-		return nil, fmt.Errorf("audit: NewSQLite: negative retention %v", cfg.Retention)
+		return nil, fmt.Errorf("audit: sqliteaudit.New: negative retention %v", cfg.Retention)
 	}
-	s := &SQLite{
+	s := &Sink{
 		db:        db,
 		rdb:       cfg.ReadDB,
 		retention: cfg.Retention,
 		now:       cfg.Now,
 		log:       cfg.Logger,
-		q: query{
-			timeCol:     "time_us",
-			placeholder: func(int) string { return "?" },
-			timeArg:     func(us int64) any { return us },
+		q: auditsql.Query{
+			TimeCol:     "time_us",
+			Placeholder: func(int) string { return "?" },
+			TimeArg:     func(us int64) any { return us },
 		},
 	}
 	if s.retention == 0 {
-		s.retention = DefaultRetention
+		s.retention = audit.DefaultRetention
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -127,7 +138,7 @@ func NewSQLite(db *sql.DB, cfg SQLiteConfig) (*SQLite, error) {
 	if s.rdb == nil {
 		s.rdb = db
 	}
-	if err := sqlschema.Upgrade(context.Background(), db, "audit", SQLiteSchemaVersion, sqliteSchema, upgradeSQLite); err != nil {
+	if err := sqlschema.Upgrade(context.Background(), db, "audit", SchemaVersion, sqliteSchema, upgradeSQLite); err != nil {
 		return nil, err
 	}
 	insert, err := db.Prepare(`INSERT INTO audit_deliveries
@@ -137,31 +148,15 @@ func NewSQLite(db *sql.DB, cfg SQLiteConfig) (*SQLite, error) {
 		return nil, fmt.Errorf("audit: prepare insert: %w", err)
 	}
 	s.insert = insert
-	s.pruning = startPruning(cfg.PruneInterval, s.Prune, s.log)
+	s.pruning = auditsql.StartPruning(cfg.PruneInterval, s.Prune, s.log)
 	return s, nil
-}
-
-// defaultPruneInterval is the PruneInterval of the SQL sinks by default.
-const defaultPruneInterval = 10 * time.Minute
-
-// startPruning calls prune every interval (defaultPruneInterval when it is
-// 0, never when it is negative) until the task is stopped, logging failures
-// to log.
-func startPruning(interval time.Duration, prune func(context.Context) (int64, error), log *slog.Logger) *periodic.Task {
-	if interval == 0 {
-		interval = defaultPruneInterval
-	}
-	return periodic.Start(interval, func(ctx context.Context) error {
-		_, err := prune(ctx)
-		return err
-	}, log, "audit: deleting old entries failed")
 }
 
 // Close stops the background pruning and releases the prepared statement.
 // It does not close the *sql.DB. The sink must not be used after Close
 // (close the Recorder writing to it first). It is safe to call more than
 // once.
-func (s *SQLite) Close() error {
+func (s *Sink) Close() error {
 	s.stopOnce.Do(func() {
 		s.pruning.Stop()
 		s.insert.Close()
@@ -179,15 +174,15 @@ const sqliteTxRows = 32
 
 // Write stores entries, in transactions of up to 32 entries: if one fails,
 // the entries before it stay written, and the error is a
-// *PartialWriteError saying how many.
-func (s *SQLite) Write(ctx context.Context, entries []Entry) error {
+// *audit.PartialWriteError saying how many.
+func (s *Sink) Write(ctx context.Context, entries []audit.Entry) error {
 	written := 0
 	for written < len(entries) {
 		chunk := entries[written:min(len(entries), written+sqliteTxRows)]
 		if err := s.writeTx(ctx, chunk); err != nil {
 			err = fmt.Errorf("audit: write %d entries: %w", len(entries)-written, err)
 			if written > 0 {
-				return &PartialWriteError{Written: written, Err: err}
+				return &audit.PartialWriteError{Written: written, Err: err}
 			}
 			return err
 		}
@@ -218,7 +213,7 @@ func upgradeSQLite(ctx context.Context, tx *sql.Tx, from int) error {
 	return nil
 }
 
-func (s *SQLite) writeTx(ctx context.Context, entries []Entry) error {
+func (s *Sink) writeTx(ctx context.Context, entries []audit.Entry) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -236,17 +231,8 @@ func (s *SQLite) writeTx(ctx context.Context, entries []Entry) error {
 }
 
 // Query returns a page of the entries matching f, newest first.
-func (s *SQLite) Query(ctx context.Context, f Filter) (Page, error) {
-	stmt, args, limit, err := s.q.selectPage("audit_deliveries", f)
-	if err != nil {
-		return Page{}, err
-	}
-	rows, err := s.rdb.QueryContext(ctx, stmt, args...)
-	if err != nil {
-		return Page{}, fmt.Errorf("audit: query: %w", err)
-	}
-	defer rows.Close()
-	return readPage(rows, limit, func(e *Entry) error {
+func (s *Sink) Query(ctx context.Context, f audit.Filter) (audit.Page, error) {
+	return s.q.Page(ctx, s.read, "audit_deliveries", f, func(rows auditsql.Rows, e *audit.Entry) error {
 		var us, dur int64
 		if err := rows.Scan(&e.ID, &us, &e.Route, &e.Source, &e.Key, &e.Outcome, &e.Status, &dur, &e.RequestBytes, &e.ResponseBytes, &e.Reason, &e.Instance, &e.Scope); err != nil {
 			return err
@@ -257,10 +243,19 @@ func (s *SQLite) Query(ctx context.Context, f Filter) (Page, error) {
 	})
 }
 
+// read runs a statement of Query or Counts on the read database.
+func (s *Sink) read(ctx context.Context, stmt string, args []any) (auditsql.Rows, func(), error) {
+	rows, err := s.rdb.QueryContext(ctx, stmt, args...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return rows, func() { rows.Close() }, nil
+}
+
 // Prune deletes the entries older than the retention and returns how many
 // it deleted. It works in batches, releasing the write lock between them.
-func (s *SQLite) Prune(ctx context.Context) (int64, error) {
-	cutoff := ceilMicros(s.now().Add(-s.retention))
+func (s *Sink) Prune(ctx context.Context) (int64, error) {
+	cutoff := auditpage.CeilMicros(s.now().Add(-s.retention))
 	n, err := sqlbatch.Delete(ctx, pruneBatch, func(ctx context.Context, limit int) (sql.Result, error) {
 		return s.db.ExecContext(ctx, `DELETE FROM audit_deliveries WHERE id IN
 			(SELECT id FROM audit_deliveries WHERE time_us < ? LIMIT ?)`, cutoff, limit)
@@ -269,4 +264,9 @@ func (s *SQLite) Prune(ctx context.Context) (int64, error) {
 		return n, fmt.Errorf("audit: prune: %w", err)
 	}
 	return n, nil
+}
+
+// Counts returns the number of entries matching f per source and outcome.
+func (s *Sink) Counts(ctx context.Context, f audit.Filter) ([]audit.Count, error) {
+	return s.q.Counts(ctx, s.read, "audit_deliveries", f)
 }

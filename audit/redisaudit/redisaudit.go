@@ -1,4 +1,11 @@
-package audit
+// Package redisaudit is the audit sink on Redis (through go-redis): the
+// trail is a capped stream, idemhook:audit by default, typically on the
+// Redis the gateways already share as their store, so that every gateway on
+// it writes and reads one trail.
+//
+// The sink is an [audit.Sink], [audit.Querier] and [audit.Counter]. It is
+// a package of its own so that package audit compiles no driver.
+package redisaudit
 
 import (
 	"context"
@@ -9,33 +16,34 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemhook/idemhook/audit"
+	"github.com/idemhook/idemhook/internal/auditpage"
 	"github.com/redis/go-redis/v9"
 )
 
-// Defaults of [RedisStreamConfig].
+// Defaults of [Config].
 const (
-	DefaultStreamKey    = "idemhook:audit"
-	DefaultStreamMaxLen = 100000
+	DefaultKey    = "idemhook:audit"
+	DefaultMaxLen = 100000
 )
 
-// RedisStreamConfig configures a [RedisStream]. The zero value means the
-// defaults.
-type RedisStreamConfig struct {
+// Config configures a [Sink]. The zero value means the defaults.
+type Config struct {
 	// Key is the stream's key. Every gateway writing the same key shares
-	// one trail. Default: DefaultStreamKey ("idemhook:audit").
+	// one trail. Default: DefaultKey ("idemhook:audit").
 	Key string
 
 	// MaxLen caps the stream: each write trims it to about MaxLen entries
 	// (XADD MAXLEN ~, which trims whole nodes, so a few more may stay).
 	// An entry takes about 200-300 bytes of Redis memory. Default:
-	// DefaultStreamMaxLen (100000).
+	// DefaultMaxLen (100000).
 	MaxLen int64
 }
 
-// RedisStream is a [Sink] and [Querier] keeping the trail in a capped Redis
-// stream, typically on the Redis the gateways already share as their store,
-// so that every gateway on it writes and reads one trail. Create it with
-// [NewRedisStream].
+// Sink is an [audit.Sink], [audit.Querier] and [audit.Counter] keeping the
+// trail in a capped Redis stream, typically on the Redis the gateways
+// already share as their store, so that every gateway on it writes and
+// reads one trail. Create it with [New].
 //
 // Query has the filters and the pagination of the SQL sinks, with one
 // difference in order: entries come newest first in the order they were
@@ -43,41 +51,42 @@ type RedisStreamConfig struct {
 // An entry's ID is derived from its stream ID. Queries with rare filters
 // scan the stream (at most MaxLen entries), which is what an admin query
 // may cost.
-type RedisStream struct {
+type Sink struct {
 	client redis.UniversalClient
 	key    string
 	maxLen int64
 }
 
 var (
-	_ Sink    = (*RedisStream)(nil)
-	_ Querier = (*RedisStream)(nil)
+	_ audit.Sink    = (*Sink)(nil)
+	_ audit.Querier = (*Sink)(nil)
+	_ audit.Counter = (*Sink)(nil)
 )
 
-// NewRedisStream returns a sink appending to the stream cfg.Key through
+// New returns a sink appending to the stream cfg.Key through
 // client. It sends nothing until the first Write or Query. The caller owns
 // client.
-func NewRedisStream(client redis.UniversalClient, cfg RedisStreamConfig) (*RedisStream, error) {
+func New(client redis.UniversalClient, cfg Config) (*Sink, error) {
 	if client == nil {
-		return nil, errors.New("audit: NewRedisStream: nil client")
+		return nil, errors.New("audit: redisaudit.New: nil client")
 	}
 	if cfg.MaxLen < 0 {
-		return nil, fmt.Errorf("audit: NewRedisStream: negative MaxLen %d", cfg.MaxLen)
+		return nil, fmt.Errorf("audit: redisaudit.New: negative MaxLen %d", cfg.MaxLen)
 	}
 	if cfg.Key == "" {
-		cfg.Key = DefaultStreamKey
+		cfg.Key = DefaultKey
 	}
 	if cfg.MaxLen == 0 {
-		cfg.MaxLen = DefaultStreamMaxLen
+		cfg.MaxLen = DefaultMaxLen
 	}
-	return &RedisStream{client: client, key: cfg.Key, maxLen: cfg.MaxLen}, nil
+	return &Sink{client: client, key: cfg.Key, maxLen: cfg.MaxLen}, nil
 }
 
 // Key returns the stream's key.
-func (s *RedisStream) Key() string { return s.key }
+func (s *Sink) Key() string { return s.key }
 
 // Write appends entries in one MULTI/EXEC transaction: all or none.
-func (s *RedisStream) Write(ctx context.Context, entries []Entry) error {
+func (s *Sink) Write(ctx context.Context, entries []audit.Entry) error {
 	if len(entries) == 0 {
 		return nil
 	}
@@ -112,28 +121,28 @@ const scanChunk = 500
 const clockSkew = time.Minute
 
 // Query returns a page of the entries matching f, newest appended first.
-func (s *RedisStream) Query(ctx context.Context, f Filter) (Page, error) {
+func (s *Sink) Query(ctx context.Context, f audit.Filter) (audit.Page, error) {
 	end := "+"
 	if f.Cursor != "" {
 		id, err := decodeStreamCursor(f.Cursor)
 		if err != nil {
-			return Page{}, err
+			return audit.Page{}, err
 		}
 		end = "(" + id
 	}
-	since, until := f.window()
-	limit := f.limit()
-	var out []Entry
+	since, until := auditpage.Window(f.Since, f.Until)
+	limit := f.PageSize()
+	var out []audit.Entry
 	var ids []string
 	for {
 		msgs, err := s.client.XRevRangeN(ctx, s.key, end, "-", scanChunk).Result()
 		if err != nil {
-			return Page{}, fmt.Errorf("audit: query stream %s: %w", s.key, err)
+			return audit.Page{}, fmt.Errorf("audit: query stream %s: %w", s.key, err)
 		}
 		for _, m := range msgs {
 			e, ms, err := streamEntry(m)
 			if err != nil {
-				return Page{}, fmt.Errorf("audit: query stream %s: %w", s.key, err)
+				return audit.Page{}, fmt.Errorf("audit: query stream %s: %w", s.key, err)
 			}
 			if since != 0 && ms*1000 < since-clockSkew.Microseconds() {
 				return streamPage(out, ids, limit), nil
@@ -157,24 +166,24 @@ func (s *RedisStream) Query(ctx context.Context, f Filter) (Page, error) {
 
 // streamPage makes the page of rows fetched up to limit+1, ids holding
 // their stream IDs.
-func streamPage(rows []Entry, ids []string, limit int) Page {
+func streamPage(rows []audit.Entry, ids []string, limit int) audit.Page {
 	if len(rows) <= limit {
-		return Page{Entries: rows}
+		return audit.Page{Entries: rows}
 	}
-	return Page{Entries: rows[:limit], Next: base64.RawURLEncoding.EncodeToString([]byte("s1:" + ids[limit-1]))}
+	return audit.Page{Entries: rows[:limit], Next: base64.RawURLEncoding.EncodeToString([]byte("s1:" + ids[limit-1]))}
 }
 
 func decodeStreamCursor(c string) (string, error) {
 	raw, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil {
-		return "", fmt.Errorf("%w: %q", ErrBadCursor, c)
+		return "", fmt.Errorf("%w: %q", audit.ErrBadCursor, c)
 	}
 	id, ok := strings.CutPrefix(string(raw), "s1:")
 	if !ok {
-		return "", fmt.Errorf("%w: %q", ErrBadCursor, c)
+		return "", fmt.Errorf("%w: %q", audit.ErrBadCursor, c)
 	}
 	if _, _, err := parseStreamID(id); err != nil {
-		return "", fmt.Errorf("%w: %q", ErrBadCursor, c)
+		return "", fmt.Errorf("%w: %q", audit.ErrBadCursor, c)
 	}
 	return id, nil
 }
@@ -195,14 +204,14 @@ func parseStreamID(id string) (ms, seq int64, err error) {
 // streamEntry decodes one stream message; its ID is the stream ID's
 // milliseconds shifted left 20 bits plus its sequence number, unique while
 // fewer than a million entries are appended in one millisecond.
-func streamEntry(m redis.XMessage) (Entry, int64, error) {
+func streamEntry(m redis.XMessage) (audit.Entry, int64, error) {
 	ms, seq, err := parseStreamID(m.ID)
 	if err != nil {
-		return Entry{}, 0, err
+		return audit.Entry{}, 0, err
 	}
 	str := func(name string) string { v, _ := m.Values[name].(string); return v }
 	num := func(name string) int64 { n, _ := strconv.ParseInt(str(name), 10, 64); return n }
-	e := Entry{
+	e := audit.Entry{
 		ID:            ms<<20 | seq&(1<<20-1),
 		Time:          time.UnixMicro(num("t")).UTC(),
 		Route:         str("route"),
@@ -220,14 +229,12 @@ func streamEntry(m redis.XMessage) (Entry, int64, error) {
 	return e, ms, nil
 }
 
-var _ Counter = (*RedisStream)(nil)
-
 // Counts returns the number of entries matching f per source and outcome,
 // ordered by source then outcome, reading the stream (at most MaxLen
 // entries). f.Limit and f.Cursor are ignored.
-func (s *RedisStream) Counts(ctx context.Context, f Filter) ([]Count, error) {
-	since, until := f.window()
-	c := counter{}
+func (s *Sink) Counts(ctx context.Context, f audit.Filter) ([]audit.Count, error) {
+	since, _ := auditpage.Window(f.Since, f.Until)
+	t := audit.NewTally(f)
 	end := "+"
 	for {
 		msgs, err := s.client.XRevRangeN(ctx, s.key, end, "-", scanChunk).Result()
@@ -240,14 +247,12 @@ func (s *RedisStream) Counts(ctx context.Context, f Filter) ([]Count, error) {
 				return nil, fmt.Errorf("audit: counts of stream %s: %w", s.key, err)
 			}
 			if since != 0 && ms*1000 < since-clockSkew.Microseconds() {
-				return c.counts(), nil
+				return t.Counts(), nil
 			}
-			if matches(e, f, since, until) {
-				c.add(e)
-			}
+			t.Add(e)
 		}
 		if len(msgs) < scanChunk {
-			return c.counts(), nil
+			return t.Counts(), nil
 		}
 		end = "(" + msgs[len(msgs)-1].ID
 	}

@@ -1,4 +1,11 @@
-package audit
+// Package pgaudit is the audit sink on PostgreSQL (through pgx): the trail
+// is a table, idemhook_audit_deliveries by default, that several gateways
+// share. Entries older than the retention (7 days by default) are deleted
+// in the background.
+//
+// The sink is an [audit.Sink], [audit.Querier] and [audit.Counter]. It is
+// a package of its own so that package audit compiles no driver.
+package pgaudit
 
 import (
 	"context"
@@ -10,28 +17,30 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemhook/idemhook/audit"
+	"github.com/idemhook/idemhook/internal/auditpage"
+	"github.com/idemhook/idemhook/internal/auditsql"
 	"github.com/idemhook/idemhook/internal/periodic"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// DefaultPostgresTable is the table a [Postgres] sink writes by default.
-const DefaultPostgresTable = "idemhook_audit_deliveries"
+// DefaultTable is the table a [Sink] writes by default.
+const DefaultTable = "idemhook_audit_deliveries"
 
-// PostgresConfig configures a [Postgres] sink. The zero value means the
-// defaults.
-type PostgresConfig struct {
+// Config configures a [Sink]. The zero value means the defaults.
+type Config struct {
 	// Table is the table name, optionally schema-qualified
 	// ("audit.deliveries"); letters, digits and underscores, starting
-	// with a letter or underscore. Default: DefaultPostgresTable.
+	// with a letter or underscore. Default: DefaultTable.
 	Table string
 
 	// Retention is how long entries are kept; older ones are deleted every
-	// PruneInterval. Default: DefaultRetention (7 days).
+	// PruneInterval. Default: audit.DefaultRetention (7 days).
 	Retention time.Duration
 
 	// PruneInterval is how often old entries are deleted. A negative value
-	// disables the background pruning ([Postgres.Prune] still works).
+	// disables the background pruning ([Sink.Prune] still works).
 	// Default: 10 minutes. Several gateways sharing the table may all
 	// prune; the deletes are idempotent.
 	PruneInterval time.Duration
@@ -44,61 +53,62 @@ type PostgresConfig struct {
 	Logger *slog.Logger
 }
 
-// Postgres is a [Sink] and [Querier] keeping the trail in a PostgreSQL
-// table, so that several gateways share one trail. Create it with
-// [NewPostgres].
-type Postgres struct {
+// Sink is an [audit.Sink], [audit.Querier] and [audit.Counter] keeping the
+// trail in a PostgreSQL table, so that several gateways share one trail.
+// Create it with [New].
+type Sink struct {
 	pool      *pgxpool.Pool
 	table     pgx.Identifier
 	ident     string // table, quoted for SQL
 	retention time.Duration
 	now       func() time.Time
 	log       *slog.Logger
-	q         query
+	q         auditsql.Query
 	pruning   *periodic.Task
 }
 
 var (
-	_ Sink    = (*Postgres)(nil)
-	_ Querier = (*Postgres)(nil)
+	_ audit.Sink    = (*Sink)(nil)
+	_ audit.Querier = (*Sink)(nil)
+	_ audit.Counter = (*Sink)(nil)
 )
 
 var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
 
-var postgresColumns = []string{"time", "route", "source", "key", "outcome", "status", "duration_ns", "request_bytes", "response_bytes", "reason", "instance", "scope"}
+var columns = []string{"time", "route", "source", "key", "outcome", "status", "duration_ns", "request_bytes", "response_bytes", "reason", "instance", "scope"}
 
-// NewPostgres returns a sink writing to the table cfg.Table through pool,
+// New returns a sink writing to the table cfg.Table through pool,
 // creating the table and its indexes if they are missing, and starts the
 // pruning of entries older than cfg.Retention. The caller owns pool and
-// closes it after [Postgres.Close].
-func NewPostgres(ctx context.Context, pool *pgxpool.Pool, cfg PostgresConfig) (*Postgres, error) {
+// closes it after [Sink.Close].
+func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Sink, error) {
 	if pool == nil {
-		return nil, errors.New("audit: NewPostgres: nil *pgxpool.Pool")
+		return nil, errors.New("audit: pgaudit.New: nil *pgxpool.Pool")
 	}
 	if cfg.Table == "" {
-		cfg.Table = DefaultPostgresTable
+		cfg.Table = DefaultTable
 	}
 	if !tableName.MatchString(cfg.Table) {
-		return nil, fmt.Errorf("audit: NewPostgres: table %q: want letters, digits and underscores, optionally schema.table, each part at most 63 characters", cfg.Table)
+		return nil, fmt.Errorf("audit: pgaudit.New: table %q: want letters, digits and underscores, optionally schema.table, each part at most 63 characters", cfg.Table)
 	}
 	if cfg.Retention < 0 {
-		return nil, fmt.Errorf("audit: NewPostgres: negative retention %v", cfg.Retention)
+		return nil, fmt.Errorf("audit: pgaudit.New: negative retention %v", cfg.Retention)
 	}
-	p := &Postgres{
+	p := &Sink{
 		pool:      pool,
 		table:     pgx.Identifier(strings.Split(cfg.Table, ".")),
 		retention: cfg.Retention,
 		now:       cfg.Now,
 		log:       cfg.Logger,
-		q: query{
-			timeCol:     "time",
-			placeholder: func(n int) string { return fmt.Sprintf("$%d", n) },
-			timeArg:     func(us int64) any { return time.UnixMicro(us).UTC() },
+		q: auditsql.Query{
+			TimeCol:     "time",
+			Placeholder: func(n int) string { return fmt.Sprintf("$%d", n) },
+			TimeArg:     func(us int64) any { return time.UnixMicro(us).UTC() },
 		},
 	}
 	p.ident = p.table.Sanitize()
 	if p.retention == 0 {
-		p.retention = DefaultRetention
+		p.retention = audit.DefaultRetention
 	}
 	if p.now == nil {
 		p.now = time.Now
@@ -106,7 +116,7 @@ func NewPostgres(ctx context.Context, pool *pgxpool.Pool, cfg PostgresConfig) (*
 	if err := p.createTable(ctx); err != nil {
 		return nil, err
 	}
-	p.pruning = startPruning(cfg.PruneInterval, p.Prune, p.log)
+	p.pruning = auditsql.StartPruning(cfg.PruneInterval, p.Prune, p.log)
 	return p, nil
 }
 
@@ -114,7 +124,7 @@ func NewPostgres(ctx context.Context, pool *pgxpool.Pool, cfg PostgresConfig) (*
 // together would race on CREATE TABLE IF NOT EXISTS (it is not atomic in
 // PostgreSQL), so the DDL runs under a transaction-level advisory lock
 // derived from the table name.
-func (p *Postgres) createTable(ctx context.Context) error {
+func (p *Sink) createTable(ctx context.Context) error {
 	base := p.table[len(p.table)-1]
 	h := fnv.New64a()
 	h.Write([]byte("idemhook audit " + strings.Join(p.table, ".")))
@@ -172,17 +182,17 @@ func indexName(table, what string) string {
 
 // Close stops the background pruning. It does not close the pool. It is
 // safe to call more than once.
-func (p *Postgres) Close() error {
+func (p *Sink) Close() error {
 	p.pruning.Stop()
 	return nil
 }
 
 // Write stores entries with one COPY.
-func (p *Postgres) Write(ctx context.Context, entries []Entry) error {
+func (p *Sink) Write(ctx context.Context, entries []audit.Entry) error {
 	if len(entries) == 0 {
 		return nil
 	}
-	_, err := p.pool.CopyFrom(ctx, p.table, postgresColumns, pgx.CopyFromSlice(len(entries), func(i int) ([]any, error) {
+	_, err := p.pool.CopyFrom(ctx, p.table, columns, pgx.CopyFromSlice(len(entries), func(i int) ([]any, error) {
 		e := &entries[i]
 		return []any{time.UnixMicro(e.Time.UnixMicro()).UTC(), e.Route, e.Source, e.Key, e.Outcome, int32(e.Status),
 			int64(e.Duration), e.RequestBytes, e.ResponseBytes, e.Reason, e.Instance, e.Scope}, nil
@@ -194,17 +204,8 @@ func (p *Postgres) Write(ctx context.Context, entries []Entry) error {
 }
 
 // Query returns a page of the entries matching f, newest first.
-func (p *Postgres) Query(ctx context.Context, f Filter) (Page, error) {
-	stmt, args, limit, err := p.q.selectPage(p.ident, f)
-	if err != nil {
-		return Page{}, err
-	}
-	rows, err := p.pool.Query(ctx, stmt, args...)
-	if err != nil {
-		return Page{}, fmt.Errorf("audit: query: %w", err)
-	}
-	defer rows.Close()
-	return readPage(rows, limit, func(e *Entry) error {
+func (p *Sink) Query(ctx context.Context, f audit.Filter) (audit.Page, error) {
+	return p.q.Page(ctx, p.read, p.ident, f, func(rows auditsql.Rows, e *audit.Entry) error {
 		var status int32
 		var dur int64
 		if err := rows.Scan(&e.ID, &e.Time, &e.Route, &e.Source, &e.Key, &e.Outcome, &status, &dur, &e.RequestBytes, &e.ResponseBytes, &e.Reason, &e.Instance, &e.Scope); err != nil {
@@ -217,13 +218,27 @@ func (p *Postgres) Query(ctx context.Context, f Filter) (Page, error) {
 	})
 }
 
+// read runs a statement of Query or Counts.
+func (p *Sink) read(ctx context.Context, stmt string, args []any) (auditsql.Rows, func(), error) {
+	rows, err := p.pool.Query(ctx, stmt, args...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return rows, rows.Close, nil
+}
+
 // Prune deletes the entries older than the retention and returns how many
 // it deleted.
-func (p *Postgres) Prune(ctx context.Context) (int64, error) {
-	cutoff := time.UnixMicro(ceilMicros(p.now().Add(-p.retention))).UTC()
+func (p *Sink) Prune(ctx context.Context) (int64, error) {
+	cutoff := time.UnixMicro(auditpage.CeilMicros(p.now().Add(-p.retention))).UTC()
 	tag, err := p.pool.Exec(ctx, `DELETE FROM `+p.ident+` WHERE time < $1`, cutoff)
 	if err != nil {
 		return 0, fmt.Errorf("audit: prune: %w", err)
 	}
 	return tag.RowsAffected(), nil
+}
+
+// Counts returns the number of entries matching f per source and outcome.
+func (p *Sink) Counts(ctx context.Context, f audit.Filter) ([]audit.Count, error) {
+	return p.q.Counts(ctx, p.read, p.ident, f)
 }

@@ -1,4 +1,4 @@
-package audit
+package auditpage
 
 import (
 	"errors"
@@ -6,11 +6,11 @@ import (
 )
 
 func TestCursorRoundTrip(t *testing.T) {
-	tests := []position{{0, 0}, {1, 1}, {-1, 5}, {1_796_040_000_123_456, 42}, {1<<63 - 1, 1<<63 - 1}}
+	tests := []Position{{0, 0}, {1, 1}, {-1, 5}, {1_796_040_000_123_456, 42}, {1<<63 - 1, 1<<63 - 1}}
 	for _, tt := range tests {
-		got, err := decodeCursor(tt.encode())
+		got, err := Decode(tt.Encode())
 		if err != nil || got != tt {
-			t.Errorf("decodeCursor(%v.encode()) = %v, %v", tt, got, err)
+			t.Errorf("Decode(%v.Encode()) = %v, %v", tt, got, err)
 		}
 	}
 }
@@ -19,19 +19,19 @@ func TestCursorRoundTrip(t *testing.T) {
 // decodes to the same position) or an error wrapping ErrBadCursor; it never
 // panics.
 func FuzzCursor(f *testing.F) {
-	f.Add(position{1_796_040_000_123_456, 42}.encode())
+	f.Add(Position{1_796_040_000_123_456, 42}.Encode())
 	f.Add("")
 	f.Add("djE6MTp4")
 	f.Add("%%%")
 	f.Fuzz(func(t *testing.T, s string) {
-		p, err := decodeCursor(s)
+		p, err := Decode(s)
 		if err != nil {
 			if !errors.Is(err, ErrBadCursor) {
-				t.Fatalf("decodeCursor(%q): %v does not wrap ErrBadCursor", s, err)
+				t.Fatalf("Decode(%q): %v does not wrap ErrBadCursor", s, err)
 			}
 			return
 		}
-		again, err := decodeCursor(p.encode())
+		again, err := Decode(p.Encode())
 		if err != nil || again != p {
 			t.Fatalf("round trip of %v: %v, %v", p, again, err)
 		}
