@@ -1,14 +1,16 @@
 // Package audit is idemhook's audit trail, the successor of the NestJS guard's
-// webhook-audit.service: every delivery the gateway sees is recorded with
-// its time, route, source, key, outcome, status, duration, sizes, the reason
-// it was refused (if it was) and the gateway instance that answered it.
+// webhook-audit.service. Every delivery the gateway sees is recorded with
+// its time, route, source, key, outcome, status, duration and sizes. The
+// entry also holds the reason it was refused (if it was) and the gateway
+// instance that answered it.
 //
 // A [Recorder] takes entries on the request path without ever blocking it
 // and hands them in batches to a [Sink]. A sink that fails is retried in the
 // background while entries wait in the recorder's bounded buffer. Every sink
-// but Log is also a [Querier] (filtered, newest-first pages with an opaque
-// cursor, which the admin API serves as GET /admin/deliveries) and a
-// [Counter] (entries per source and outcome, GET /admin/stats).
+// but Log is also a [Querier] and a [Counter]. A Querier returns filtered,
+// newest-first pages with an opaque cursor, which the admin API serves as
+// GET /admin/deliveries. A Counter counts entries per source and outcome,
+// for GET /admin/stats.
 //
 // This package holds the sinks that need no driver: [Ring] (a bounded
 // in-process ring, with the memory store) and [Log] (one slog line per
@@ -16,13 +18,13 @@
 // one of them, or only uses the types, compiles none. The sinks on a
 // database are one package each, as the stores are:
 //
-//   - [github.com/idemhook/idemhook/audit/sqliteaudit]: a table in a SQLite
-//     file, the gateway's default, same file as the store (a *sql.DB from
-//     sqlitestore.Open, which brings modernc.org/sqlite);
-//   - [github.com/idemhook/idemhook/audit/pgaudit]: a PostgreSQL table, one
-//     trail for several gateways (pgx);
-//   - [github.com/idemhook/idemhook/audit/redisaudit]: a capped stream on the
-//     store's Redis, shared by every gateway on it (go-redis).
+//   - [github.com/idemhook/idemhook/audit/sqliteaudit] writes to a table in
+//     a SQLite file. It is the gateway's default and uses the store's file
+//     (a *sql.DB from sqlitestore.Open, which brings modernc.org/sqlite).
+//   - [github.com/idemhook/idemhook/audit/pgaudit] writes to a PostgreSQL
+//     table, one trail for several gateways (pgx).
+//   - [github.com/idemhook/idemhook/audit/redisaudit] writes to a capped
+//     stream on the store's Redis, shared by every gateway on it (go-redis).
 //
 // The SQL sinks delete rows older than their retention. Package
 // [github.com/idemhook/idemhook/audit/audittest] is the conformance suite

@@ -52,11 +52,11 @@ type RecorderConfig struct {
 // the queue to the sink in batches.
 //
 // A batch the sink refuses (it is down, at start or later) is retried in
-// the background, with a growing pause, until the sink takes it; meanwhile
+// the background, with a growing pause, until the sink takes it. Meanwhile
 // new entries wait in the queue. When QueueSize entries wait (the sink is
 // down, or slower than the traffic), Record drops the entry and counts it
 // ([Recorder.Dropped], OnDrop, a WARN at most once per second) rather than
-// wait: the audit trail observes the webhooks, it must never slow one down
+// wait. The audit trail observes the webhooks and must never slow one down
 // or make one fail. [Recorder.Health] says whether the sink is failing and
 // how many entries wait. Entries still unwritten when Close gives up are
 // counted in [Recorder.Failed]. A sink may store a batch more than once if
@@ -188,9 +188,9 @@ func (r *Recorder) Health() (waiting int, err error) {
 }
 
 // Close stops accepting entries, writes those still queued and returns
-// when they are written or when ctx is done, whichever comes first (then
-// with ctx's error; the entries not written by then are lost). It is safe
-// to call more than once.
+// when they are written or when ctx is done, whichever comes first. In the
+// second case it returns ctx's error, and the entries not written by then
+// are lost. It is safe to call more than once.
 func (r *Recorder) Close(ctx context.Context) error {
 	r.closeOnce.Do(func() {
 		// Once closed is set under the lock, no Record can enqueue, so

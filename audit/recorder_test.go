@@ -238,10 +238,10 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// A sink that is down at the start and comes back: the entries wait (up to
-// the queue size, the rest dropped and counted), Health says the sink
-// fails, and once it is back every accepted entry is written exactly once,
-// in order.
+// A sink that is down at the start and comes back. The entries wait up to
+// the queue size, and the rest are dropped and counted. Health says the
+// sink fails. Once it is back, every accepted entry is written exactly
+// once, in order.
 func TestRecorderRetriesUntilTheSinkIsBack(t *testing.T) {
 	sink := &flakySink{down: errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")}
 	var logs syncbuf.Buffer

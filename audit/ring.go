@@ -24,9 +24,9 @@ type RingConfig struct {
 }
 
 // Ring is a [Sink] and [Querier] keeping the last entries in memory, for a
-// gateway on the memory store (one process, nothing to install): its trail
+// gateway on the memory store (one process, nothing to install). Its trail
 // is queryable like the SQL sinks', with the same filters, order and
-// cursor, and lost when the process ends. Create it with [NewRing].
+// cursor. It is lost when the process ends. Create it with [NewRing].
 type Ring struct {
 	mu     sync.RWMutex
 	buf    []Entry // circular; buf[next] is the oldest once full

@@ -64,9 +64,9 @@ func (h Harness) testQuery(t *testing.T) {
 	}
 }
 
-// testPaginationWhileWriting: entries written between pages are newer than
-// the cursor and don't disturb it: every entry present at the first page is
-// returned exactly once.
+// testPaginationWhileWriting checks that entries written between pages
+// don't disturb the cursor, because they are newer than it. Every entry
+// present at the first page is returned exactly once.
 func (h Harness) testPaginationWhileWriting(t *testing.T) {
 	s := h.New(t, time.Now)
 	written := Dataset(40)

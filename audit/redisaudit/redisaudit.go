@@ -1,7 +1,7 @@
-// Package redisaudit is the audit sink on Redis (through go-redis): the
-// trail is a capped stream, idemhook:audit by default, typically on the
-// Redis the gateways already share as their store, so that every gateway on
-// it writes and reads one trail.
+// Package redisaudit is the audit sink on Redis (through go-redis). The
+// trail is a capped stream, idemhook:audit by default. It is typically on
+// the Redis the gateways already share as their store, so that every
+// gateway on it writes and reads one trail.
 //
 // The sink is an [audit.Sink], [audit.Querier] and [audit.Counter]. It is
 // a package of its own so that package audit compiles no driver.
@@ -201,9 +201,10 @@ func parseStreamID(id string) (ms, seq int64, err error) {
 	return ms, seq, nil
 }
 
-// streamEntry decodes one stream message; its ID is the stream ID's
-// milliseconds shifted left 20 bits plus its sequence number, unique while
-// fewer than a million entries are appended in one millisecond.
+// streamEntry decodes one stream message. Its ID is the stream ID's
+// milliseconds shifted left 20 bits plus its sequence number. The ID is
+// unique while fewer than a million entries are appended in one
+// millisecond.
 func streamEntry(m redis.XMessage) (audit.Entry, int64, error) {
 	ms, seq, err := parseStreamID(m.ID)
 	if err != nil {

@@ -1,4 +1,4 @@
-// Package sqliteaudit is the audit sink on SQLite: the trail is the table
+// Package sqliteaudit is the audit sink on SQLite. The trail is the table
 // audit_deliveries of a SQLite database, typically the gateway's store file
 // opened with sqlitestore.Open (the gateway's default). Entries older than
 // the retention (7 days by default) are deleted in the background.
@@ -51,7 +51,7 @@ type Config struct {
 	// ReadDB, when set, is the database Query and Counts read from: a
 	// second sqlitestore.Open of the same file. The file's main *sql.DB
 	// has a single connection, shared with the store, and a long read
-	// (Counts over a day of deliveries) would hold it; in WAL mode a
+	// (Counts over a day of deliveries) would hold it. In WAL mode a
 	// reader on its own connection neither waits for the writer nor
 	// blocks it. Default: the db given to New.
 	ReadDB *sql.DB
@@ -166,13 +166,13 @@ func (s *Sink) Close() error {
 
 // sqliteTxRows is the most entries one transaction of Write inserts. The
 // database has a single connection, shared with the store (see
-// sqlitestore.Open), and a transaction holds it: short transactions let the
+// sqlitestore.Open), and a transaction holds it. Short transactions let the
 // store's calls interleave with a large batch instead of waiting for all of
 // it. A commit in WAL mode with synchronous=NORMAL doesn't fsync, so the
 // extra commits cost little.
 const sqliteTxRows = 32
 
-// Write stores entries, in transactions of up to 32 entries: if one fails,
+// Write stores entries, in transactions of up to 32 entries. If one fails,
 // the entries before it stay written, and the error is a
 // *audit.PartialWriteError saying how many.
 func (s *Sink) Write(ctx context.Context, entries []audit.Entry) error {
