@@ -14,7 +14,7 @@ const AsaasTokenHeader = "asaas-access-token"
 // Key: the event's "id" (evt_...), which Asaas recommends for idempotency.
 //
 // Verify: Asaas signs nothing. It sends the authToken configured on the
-// webhook in the asaas-access-token header; the header must equal one of
+// webhook in the asaas-access-token header. The header must equal one of
 // cfg.Secrets (compared in constant time). Anyone who learns the token can
 // forge deliveries, so keep it long and random, and serve the route over
 // HTTPS only.

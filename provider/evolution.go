@@ -11,19 +11,21 @@ import (
 // Evolution returns the preset for Evolution API (self-hosted WhatsApp)
 // webhooks (the NestJS guard's "whatsapp" source).
 //
-// Key: Evolution has no delivery id. For messages.upsert,
-// "<event>:<data.key.id>" (the WhatsApp message id); for messages.update,
-// "<event>:<data.keyId>:<data.status>" (one message goes through several
-// statuses); for any other event, or a body that is not such JSON, the body
-// hash (Evolution re-posts the same bytes on its retries).
+// Key: Evolution has no delivery id, so the key depends on the event. For
+// messages.upsert it is "<event>:<data.key.id>" (the WhatsApp message id).
+// For messages.update it is "<event>:<data.keyId>:<data.status>", because
+// one message goes through several statuses. Any other event, or a body
+// that is not such JSON, is keyed by the body hash (Evolution re-posts the
+// same bytes on its retries).
 //
 // Verify: Evolution signs nothing. Configure a static header on the
-// instance's webhook (its "headers" setting), e.g. {"apikey": "<secret>"};
-// the header named by EvolutionOptions.Header (default "apikey") must equal one of
-// cfg.Secrets, compared in constant time. With "header": "authorization", a
-// "Bearer " prefix is removed first. Evolution's jwt_key mode (a 10-minute
-// JWT that binds no body and expires during Evolution's own retries) is not
-// supported: use a static header. The global webhook (WEBHOOK_GLOBAL_URL) is
+// instance's webhook (its "headers" setting), e.g. {"apikey": "<secret>"}.
+// The header named by EvolutionOptions.Header (default "apikey") must
+// equal one of cfg.Secrets, compared in constant time. With "header":
+// "authorization", a "Bearer " prefix is removed first. Evolution's jwt_key
+// mode (a 10-minute JWT that binds no body and expires during Evolution's
+// own retries) is not supported. Use a static header instead. The global
+// webhook (WEBHOOK_GLOBAL_URL) is
 // sent without instance headers, so it cannot pass this check.
 //
 // Duplicates: the stored status (any 2xx).

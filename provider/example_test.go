@@ -232,7 +232,7 @@ func ExampleIFood() {
 	// ifood: header X-IFood-Signature: no matching signature
 }
 
-// Asaas: a static token header; duplicates are answered exactly 200.
+// Asaas checks a static token header. Duplicates are answered exactly 200.
 func ExampleAsaas() {
 	p, _ := provider.Asaas(provider.Config{Secrets: []string{"asaas-token"}})
 	body := []byte(`{"id":"evt_05b708f961d739ea7eba7e4db318f621&368604920","event":"PAYMENT_RECEIVED"}`)
@@ -258,7 +258,7 @@ func ExampleEvolution() {
 	// Output: <nil> messages.update:3EB0C431C26A1916E07E:READ
 }
 
-// Shopify: base64 HMAC; the key is the per-delivery webhook id.
+// Shopify signs with a base64 HMAC. The key is the per-delivery webhook id.
 func ExampleShopify() {
 	p, _ := provider.Shopify(provider.Config{Secrets: []string{"shpss_secret"}})
 	body := []byte(`{"id":820982911946154508,"name":"#1001"}`)
@@ -272,7 +272,8 @@ func ExampleShopify() {
 	// Output: <nil> b54557e4-bdd9-4b37-8a5f-bf7d70bcd043
 }
 
-// Paddle: several h1 signatures during a rotation; duplicates answered 200.
+// Paddle sends several h1 signatures during a rotation. Duplicates are
+// answered 200.
 func ExamplePaddle() {
 	now := time.Unix(1_780_000_000, 0)
 	p, _ := provider.Paddle(provider.Config{Secrets: []string{"pdl_ntfset_new"}, Now: func() time.Time { return now }})
@@ -284,8 +285,8 @@ func ExamplePaddle() {
 	// Output: <nil> evt_01h8bzakzx3hm2fmen703n5q45 200
 }
 
-// Mercado Pago: the manifest signs data.id from the query string, the
-// request id and ts; the key is the notification id.
+// Mercado Pago's manifest signs data.id from the query string, the request
+// id and ts. The key is the notification id.
 func ExampleMercadoPago() {
 	p, _ := provider.MercadoPago(provider.Config{Secrets: []string{"mp-secret"}})
 	body := []byte(`{"id":12345,"type":"payment","action":"payment.updated","data":{"id":"999999999"}}`)
@@ -298,7 +299,7 @@ func ExampleMercadoPago() {
 }
 
 // Stone needs your application's private key (to open the JWE) and Stone's
-// public signing keys (to check the JWS inside); without the latter the
+// public signing keys (to check the JWS inside). Without the latter the
 // route is refused at start.
 func ExampleStone() {
 	_, err := provider.Stone(provider.Config{Secrets: []string{"-----BEGIN PRIVATE KEY-----\n..."}})

@@ -42,7 +42,8 @@ type fixture struct {
 	bodySigned  bool            // the signature covers the body (not for token headers, Mercado Pago)
 	timestamped bool            // the scheme signs a timestamp (retries are re-signed)
 	// sigHeader is the header "missing header" deletes and "malformed
-	// header" replaces with malformed; "" when the scheme has none (stone).
+	// header" replaces with malformed. It is "" when the scheme has none
+	// (stone).
 	sigHeader string
 	malformed string
 	// badReason is what a delivery signed with wrongSecret fails with.

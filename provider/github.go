@@ -15,18 +15,18 @@ const HubSignatureHeader = "X-Hub-Signature-256"
 //
 // Key: "<X-GitHub-Hook-ID>:<X-GitHub-Delivery>". The delivery GUID is kept on
 // redelivery but is the same for every hook that receives the event, so it is
-// scoped by the hook id; without a hook id header the GUID alone; without a
-// GUID, the body hash.
+// scoped by the hook id. Without a hook id header the key is the GUID alone.
+// Without a GUID it is the body hash.
 //
 // Verify: X-Hub-Signature-256 "sha256=<hex>" = HMAC-SHA256(secret, raw body).
-// GitHub signs no timestamp, so there is no tolerance, and it signs the body
-// only: the delivery GUID and hook id headers are not covered. The key thus
-// deduplicates GitHub's own redeliveries, but it is no replay defence: a
-// captured delivery re-sent with a new X-GitHub-Delivery passes Verify and
+// GitHub signs no timestamp, so there is no tolerance. It signs the body
+// only, so the delivery GUID and hook id headers are not covered. The key
+// thus deduplicates GitHub's own redeliveries, but it is no replay defence.
+// A captured delivery re-sent with a new X-GitHub-Delivery passes Verify and
 // gets a new key. The legacy SHA-1 X-Hub-Signature is not accepted.
 //
-// Duplicates: the stored status. No options. GitHub never retries on its own;
-// redeliveries are manual.
+// Duplicates: the stored status. No options. GitHub never retries on its
+// own. Redeliveries are manual.
 func GitHub(cfg Config) (*idemhook.Preset, error) {
 	s, err := cfg.check("github")
 	if err != nil {

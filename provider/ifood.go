@@ -17,8 +17,8 @@ const IFoodSignatureHeader = "X-IFood-Signature"
 //
 // Verify: X-IFood-Signature = hex(HMAC-SHA256(client_secret, raw body)), the
 // app's OAuth client secret. No timestamp is signed. iFood sends deliberately
-// invalid signatures during homologation and expects them refused: they are
-// (401).
+// invalid signatures during homologation and expects them refused, and they
+// are (401).
 //
 // Duplicates: 202 Accepted, the answer iFood expects. No options.
 func IFood(cfg Config) (*idemhook.Preset, error) {

@@ -10,7 +10,7 @@ import (
 // "".
 type jsonID string
 
-// UnmarshalJSON accepts a string, a number or null; anything else gives "".
+// UnmarshalJSON accepts a string, a number or null. Anything else gives "".
 func (id *jsonID) UnmarshalJSON(b []byte) error {
 	b = bytes.TrimSpace(b)
 	switch {
@@ -31,7 +31,7 @@ func (id *jsonID) UnmarshalJSON(b []byte) error {
 }
 
 // decodeEvent decodes body into v and reports whether it was a JSON object
-// of the expected shape. Keys are best-effort: a body that is not one gives
+// of the expected shape. Keys are best-effort. A body that is not one gives
 // no key, and the middleware falls back to the body hash.
 func decodeEvent(body []byte, v any) bool {
 	return json.Unmarshal(body, v) == nil

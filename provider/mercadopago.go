@@ -35,16 +35,16 @@ var mercadoPagoSignature = timestampedHeader{
 // falls back to the body hash.
 //
 // Verify: x-signature "ts=<ts>,v1=<hex>", v1 being hex HMAC-SHA256(secret
-// signature, manifest) where manifest is
-// "id:<data.id>;request-id:<x-request-id>;ts:<ts>;", data.id taken from the
-// query string (lowercased) and any absent part left out, as Mercado Pago
-// documents. The manifest does not cover the body: only the data.id of the
-// query string, the request id and ts are authenticated.
+// signature, manifest). The manifest is
+// "id:<data.id>;request-id:<x-request-id>;ts:<ts>;", as Mercado Pago
+// documents. Its data.id is taken from the query string (lowercased), and
+// any absent part is left out. The manifest does not cover the body. Only
+// the data.id of the query string, the request id and ts are authenticated.
 //
-// Tolerance: none unless cfg.Tolerance is set, because Mercado Pago documents
-// no tolerance and its docs disagree on ts's unit (milliseconds in the text,
-// seconds in the example); when set, ts is read as milliseconds if it is too
-// large to be seconds.
+// Tolerance: none unless cfg.Tolerance is set. Mercado Pago documents no
+// tolerance, and its docs disagree on ts's unit (milliseconds in the text,
+// seconds in the example). When a tolerance is set, ts is read as
+// milliseconds if it is too large to be seconds.
 //
 // Duplicates: the stored status (Mercado Pago accepts 200 or 201). No
 // options.

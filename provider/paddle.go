@@ -24,12 +24,13 @@ var paddleSignature = timestampedHeader{
 // key. Not notification_id, which differs per destination.
 //
 // Verify: Paddle-Signature "ts=<unix>;h1=<hex>[;h1=<hex>...]", each h1 being
-// hex HMAC-SHA256(endpoint secret key, "<ts>:<raw body>"); several h1 appear
-// during a secret rotation. ts must be within cfg.Tolerance of now. Default
-// tolerance: 5 minutes, not the ~5 seconds of Paddle's SDKs: ts is when the
-// attempt was sent, and 5 seconds refuses genuine deliveries under ordinary
-// clock skew or queueing, while replays of a valid delivery are stopped by the
-// key store anyway. Set Tolerance to tighten it.
+// hex HMAC-SHA256(endpoint secret key, "<ts>:<raw body>"). Several h1 appear
+// during a secret rotation. ts must be within cfg.Tolerance of now.
+//
+// The default tolerance is 5 minutes, not the ~5 seconds of Paddle's SDKs.
+// ts is when the attempt was sent, and 5 seconds refuses genuine deliveries
+// under ordinary clock skew or queueing. Replays of a valid delivery are
+// stopped by the key store anyway. Set Tolerance to tighten it.
 //
 // Duplicates: 200, the only answer Paddle documents as success. No options.
 func Paddle(cfg Config) (*idemhook.Preset, error) {

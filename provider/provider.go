@@ -1,21 +1,21 @@
 // Package provider has ready-made [idemhook.Preset] values for common webhook
-// providers: for each one a key that stays the same across the provider's
-// retries and differs between events, the provider's signature check (run
-// before anything is claimed, so that a forged request cannot claim a real
-// event's key), and the status the provider expects when a duplicate is
-// answered.
+// providers. Each one has a key that stays the same across the provider's
+// retries and differs between events. It has the provider's signature
+// check, run before anything is claimed so that a forged request cannot
+// claim a real event's key. And it has the status the provider expects when
+// a duplicate is answered.
 //
 // Every preset is built only from the exported fields of [idemhook.Preset]
 // (Name, Verify, Handshake, Key, DuplicateStatus), so a custom preset is
 // written the same way (see Example_customPreset).
 //
-// Keys are the key part only: the middleware stores them under
+// Keys are the key part only. The middleware stores them under
 // "idem:<source>:<key>" after [idemhook.NormalizeKey]. An empty key means
 // "fall back to the body hash".
 //
 // Verify errors are [*VerifyError] values that wrap one of the Err* sentinels
-// below; their text names the header and the reason (missing, malformed,
-// timestamp outside tolerance, no matching signature) and never contains a
+// below. Their text names the header and the reason (missing, malformed,
+// timestamp outside tolerance, no matching signature). It never contains a
 // secret or an expected MAC.
 //
 // The package imports only the standard library and package idemhook.
@@ -33,16 +33,17 @@ import (
 // (secret_env, the list of rotated secrets, tolerance and provider options).
 type Config struct {
 	// Secrets are the signing secrets or tokens. Several are accepted during a
-	// rotation: a request passes if it matches any of them. Empty strings are
+	// rotation, and a request passes if it matches any of them. Empty strings are
 	// ignored. Required: at least one non-empty secret.
 	Secrets []string
 
 	// Tolerance is how far a signed timestamp may be from Now, in either
-	// direction, for providers whose scheme signs one (stripe, standardwebhooks,
-	// svix, slack, paddle; mercadopago and stone only when set). Default (0):
-	// the provider's default, 5 minutes for all of them; see each constructor.
-	// Set for a provider that signs no timestamp (asaas, evolution, github,
-	// ifood, shopify, whatsapp-cloud), it is an error.
+	// direction, for providers whose scheme signs one. These are stripe,
+	// standardwebhooks, svix, slack and paddle, and also mercadopago and
+	// stone when it is set. Default (0): the provider's default, 5 minutes
+	// for all of them (see each constructor). Set for a provider that signs
+	// no timestamp (asaas, evolution, github, ifood, shopify,
+	// whatsapp-cloud), it is an error.
 	Tolerance time.Duration
 
 	// WhatsAppCloud, Evolution and Stone are the settings of the presets
@@ -63,12 +64,12 @@ type Config struct {
 const (
 	day = 24 * time.Hour
 
-	// 15 attempts over about 17 hours, then the queue pauses; events are
+	// 15 attempts over about 17 hours, then the queue pauses. Events are
 	// kept 14 days and are resent when the queue is re-enabled.
 	asaasRetryWindow = 14 * day
 	// 10 attempts, 5s doubling up to 300s, 20% jitter: about 20 minutes.
 	evolutionRetryWindow = 25 * time.Minute
-	// No automatic retry; deliveries of the past 3 days can be redelivered
+	// No automatic retry. Deliveries of the past 3 days can be redelivered
 	// by hand or through the REST API (7 days on GitHub Enterprise Server).
 	githubRetryWindow = 3 * day
 	// Retries for up to 15 minutes, then the event is discarded.
@@ -112,7 +113,7 @@ type EvolutionOptions struct {
 	Header string
 }
 
-// StoneOptions are the settings of the stone preset; one of them is
+// StoneOptions are the settings of the stone preset. One of them is
 // required.
 type StoneOptions struct {
 	// JWKS is the JSON document of Stone's key discovery URL (option jwks).

@@ -316,7 +316,7 @@ func TestSeveralSignatures(t *testing.T) {
 }
 
 // retentionRoute is a route with preset name (configured by cfg) and no TTL,
-// over a memory store, everything on clk; it counts handler runs.
+// over a memory store, everything on clk. It counts handler runs.
 func retentionRoute(t *testing.T, name string, cfg provider.Config, clk *fakeclock.Clock) (http.Handler, *atomic.Int64) {
 	t.Helper()
 	st, err := memstore.New(memstore.Config{Now: clk.Now})
@@ -344,9 +344,9 @@ func retentionRoute(t *testing.T, name string, cfg provider.Config, clk *fakeclo
 	})), runs
 }
 
-// Every preset's default TTL covers its provider's retry window: an attempt
-// at the very end of the window, re-signed as the provider does, is replayed;
-// once the default TTL has passed the key is free again.
+// Every preset's default TTL covers its provider's retry window. An attempt
+// at the very end of the window, re-signed as the provider does, is
+// replayed. Once the default TTL has passed, the key is free again.
 func TestPresetDefaultTTLCoversTheRetryWindow(t *testing.T) {
 	for _, f := range fixtures(t) {
 		t.Run(f.name, func(t *testing.T) {
@@ -441,8 +441,8 @@ func parseDays(s string) (time.Duration, error) {
 	return days + d, err
 }
 
-// SetOption sets a preset's typed option by its configuration name; errors
-// are typed and name the option, and Names, New and OptionNames read one
+// SetOption sets a preset's typed option by its configuration name. Errors
+// are typed and name the option. Names, New and OptionNames read one
 // registry.
 func TestSetOptionAndTypedErrors(t *testing.T) {
 	var cfg provider.Config
@@ -480,7 +480,7 @@ func TestSetOptionAndTypedErrors(t *testing.T) {
 
 // TestToleranceWithoutTimestamp: a tolerance set for a provider that signs
 // no timestamp would do nothing while the configuration suggests replays
-// are bounded; like an unknown option, it is an error that says so. The
+// are bounded. Like an unknown option, it is an error that says so. The
 // providers that sign one accept it.
 func TestToleranceWithoutTimestamp(t *testing.T) {
 	for _, name := range []string{"asaas", "evolution", "github", "ifood", "shopify", "whatsapp-cloud"} {
@@ -583,11 +583,12 @@ func (s *server) lastOutcome() idemhook.Outcome {
 	return s.outcomes[len(s.outcomes)-1]
 }
 
-// TestEndToEnd: for every preset, through idemhook.New(memstore) and a Route
-// with the preset, a first delivery runs the handler once, the provider's
-// retry is replayed with the preset's duplicate status, another event runs
-// it again, and a bad or stale signature is refused 401 without claiming
-// anything (the valid delivery of that event is then processed first time).
+// TestEndToEnd runs every preset through idemhook.New(memstore) and a Route
+// with the preset. A first delivery runs the handler once. The provider's
+// retry is replayed with the preset's duplicate status. Another event runs
+// it again. A bad or stale signature is refused 401 without claiming
+// anything, so the valid delivery of that event is then processed first
+// time.
 func TestEndToEnd(t *testing.T) {
 	for _, f := range fixtures(t) {
 		t.Run(f.name, func(t *testing.T) {
@@ -608,8 +609,9 @@ func TestEndToEnd(t *testing.T) {
 				t.Fatalf("first delivery body %q", got.body)
 			}
 
-			// The provider's retry: same event; re-signed with a new
-			// timestamp where the scheme signs one (Stone re-encrypts).
+			// The provider's retry carries the same event. It is re-signed
+			// with a new timestamp where the scheme signs one (Stone
+			// re-encrypts).
 			dup := f.dupStatus
 			if dup == 0 {
 				dup = 201

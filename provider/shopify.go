@@ -14,9 +14,10 @@ const ShopifySignatureHeader = "X-Shopify-Hmac-Sha256"
 // Shopify returns the preset for Shopify webhooks (HTTPS deliveries).
 //
 // Key: X-Shopify-Webhook-Id, documented as unique per delivery and kept on
-// retries (Shopify resends the original payload). Without it,
-// "<X-Shopify-Event-Id>:<X-Shopify-Topic>" (the event id alone is shared by
-// every delivery of one merchant action); without either, the body hash.
+// retries (Shopify resends the original payload). Without it the key is
+// "<X-Shopify-Event-Id>:<X-Shopify-Topic>", because the event id alone is
+// shared by every delivery of one merchant action. Without either, the key
+// is the body hash.
 //
 // Verify: X-Shopify-Hmac-Sha256 = base64(HMAC-SHA256(app client secret, raw
 // body)). No timestamp is signed. During a secret rotation Shopify may sign

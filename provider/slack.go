@@ -20,7 +20,7 @@ const (
 // back to the body hash.
 //
 // Verify: X-Slack-Signature "v0=<hex>" = HMAC-SHA256(signing secret,
-// "v0:<X-Slack-Request-Timestamp>:<raw body>"); the timestamp must be within
+// "v0:<X-Slack-Request-Timestamp>:<raw body>"). The timestamp must be within
 // cfg.Tolerance of now (default 5 minutes, as Slack's SDKs, both
 // directions). Each attempt carries its own timestamp.
 //
@@ -28,7 +28,7 @@ const (
 // text/plain with its challenge.
 //
 // Duplicates: the stored status. No options. Slack retries after 3 s even
-// while the first attempt is still running: consider the route's in-flight
+// while the first attempt is still running. Consider the route's in-flight
 // policy "wait" or "reject".
 func Slack(cfg Config) (*idemhook.Preset, error) {
 	s, err := cfg.check("slack")

@@ -26,7 +26,7 @@ const (
 // where key is the base64-decoded part of a "whsec_<base64>" secret (the
 // prefix is optional). A request passes if any v1 entry matches any secret;
 // other versions (v1a, ed25519) are ignored. webhook-timestamp must be within
-// cfg.Tolerance of now (default 5 minutes, both directions); senders re-sign
+// cfg.Tolerance of now (default 5 minutes, both directions). Senders re-sign
 // every retry with a fresh timestamp, which is why the signature can never be
 // the key.
 //
@@ -39,7 +39,7 @@ func StandardWebhooks(cfg Config) (*idemhook.Preset, error) {
 type swHeaders struct{ id, timestamp, signature string }
 
 // standardWebhooks builds a Standard Webhooks preset reading the given
-// headers; Svix falls back from svix-* to webhook-* (see Svix).
+// headers. Svix falls back from svix-* to webhook-* (see Svix).
 func standardWebhooks(cfg Config, name string, headerSets ...string) (*idemhook.Preset, error) {
 	s, err := cfg.check(name)
 	if err != nil {
@@ -105,7 +105,7 @@ func standardWebhooks(cfg Config, name string, headerSets ...string) (*idemhook.
 }
 
 // parseStandardSignature decodes the v1 entries of a webhook-signature value.
-// Entries of other versions are skipped; a value without any v1 entry is
+// Entries of other versions are skipped. A value without any v1 entry is
 // malformed.
 func parseStandardSignature(v string) ([][]byte, error) {
 	if strings.TrimSpace(v) == "" {

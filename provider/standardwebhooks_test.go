@@ -41,10 +41,10 @@ func TestStandardWebhooksHeaders(t *testing.T) {
 }
 
 // TestStandardWebhooksSignatureList: the secret works with and without its
-// whsec_ prefix; webhook-signature may hold several space-separated entries
-// (a rotation, other versions) and passes when any v1 entry matches; an
+// whsec_ prefix. webhook-signature may hold several space-separated entries
+// (a rotation, other versions) and passes when any v1 entry matches. An
 // entry that is not "version,signature" or a v1 that isn't base64 makes the
-// header malformed; only other versions, or only wrong v1s, never pass.
+// header malformed. Only other versions, or only wrong v1s, never pass.
 func TestStandardWebhooksSignatureList(t *testing.T) {
 	const body = `{"type":"user.created"}`
 	ts := unix(baseTime)

@@ -26,28 +26,31 @@ const StoneEventIDHeader = "x-stone-webhook-event-id"
 
 // Stone returns the preset for Stone Openbank (Stone Conta API) webhooks.
 //
-// What Stone signs: no header. The body is {"encrypted_body": "<JWE>"}: a
-// compact JWE (alg RSA-OAEP-256, enc A256GCM) encrypted to the public key you
-// registered for your application, wrapping a compact JWS (RS256) signed with
-// a key from Stone's JWKS (https://api.openbank.stone.com.br/api/v1/discovery/keys,
-// sandbox host for sandbox). The signed content is the JWT claims: the event
+// What Stone signs: no header. The body is {"encrypted_body": "<JWE>"}. The
+// JWE is compact (alg RSA-OAEP-256, enc A256GCM) and encrypted to the public
+// key you registered for your application. It wraps a compact JWS (RS256)
+// signed with a key from Stone's JWKS
+// (https://api.openbank.stone.com.br/api/v1/discovery/keys, sandbox host for
+// sandbox). The signed content is the JWT claims, that is the event
 // (event_type, target_data, ...) with iat, nbf and jti.
 //
-// Verify decrypts and checks exactly that, with the standard library only:
+// Verify decrypts and checks exactly that, with the standard library only.
 // cfg.Secrets are your application's RSA private keys in PEM (PKCS#1 or
-// PKCS#8; several during a rotation), and Stone's public signing keys are
-// given as StoneOptions.JWKS (the JSON document of the discovery URL; RSA keys
-// with use "sig" or no use) or StoneOptions.PublicKey (one PEM public key). The
-// JWS "kid" selects the key when the JWKS has it. Nothing is fetched at
-// request time: refresh the option when Stone rotates its keys. Only when
+// PKCS#8), several during a rotation. Stone's public signing keys are given
+// as StoneOptions.JWKS or StoneOptions.PublicKey. StoneOptions.JWKS is the
+// JSON document of the discovery URL. Of its keys, the RSA keys with use
+// "sig" or no use are taken. StoneOptions.PublicKey is one PEM public key.
+// The JWS "kid"
+// selects the key when the JWKS has it. Nothing is fetched at request time,
+// so refresh the option when Stone rotates its keys. Only when
 // cfg.Tolerance is set is the JWT "iat" required within it of now, because
 // Stone retries for a whole day and does not say whether iat is renewed per
 // attempt.
 //
 // Key: the x-stone-webhook-event-id header when present, otherwise the body
-// hash (the NestJS guard's key). Caveat: that header is not covered by the JWS, and
-// the body hash is not stable if Stone re-encrypts the JWE per attempt (JWE
-// uses a random key and IV); Stone documents neither point.
+// hash (the NestJS guard's key). Caveat: that header is not covered by the
+// JWS. The body hash is not stable if Stone re-encrypts the JWE per attempt
+// (JWE uses a random key and IV). Stone documents neither point.
 //
 // Duplicates: the stored status (any 2xx). Options: StoneOptions (one of JWKS and
 // PublicKey is required).

@@ -9,7 +9,7 @@ import (
 // StripeSignatureHeader is the header Stripe signs every delivery attempt in.
 const StripeSignatureHeader = "Stripe-Signature"
 
-// stripeSignature is the shape of Stripe-Signature; a value with no t, a
+// stripeSignature is the shape of Stripe-Signature. A value with no t, a
 // non-numeric t, or no valid v1 is malformed.
 var stripeSignature = timestampedHeader{
 	name:   StripeSignatureHeader,
@@ -28,7 +28,7 @@ var stripeSignature = timestampedHeader{
 // Verify: Stripe-Signature "t=<unix>,v1=<hex>[,v1=<hex>...]", each v1 being
 // hex HMAC-SHA256(secret, "<t>.<raw body>"), with the endpoint secret
 // (whsec_..., used as is). The request passes if any v1 matches any of
-// cfg.Secrets; schemes other than v1 (v0, ...) are ignored, so a downgrade is
+// cfg.Secrets. Schemes other than v1 (v0, ...) are ignored, so a downgrade is
 // impossible. t must be within cfg.Tolerance of now (default 5 minutes, both
 // directions).
 //

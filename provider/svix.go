@@ -11,7 +11,7 @@ const (
 
 // Svix returns the preset for webhooks sent through Svix (Clerk, Resend and
 // many others). The scheme is Standard Webhooks' (see [StandardWebhooks])
-// with svix-id, svix-timestamp and svix-signature; a request without svix-id
+// with svix-id, svix-timestamp and svix-signature. A request without svix-id
 // is read from the webhook-* headers instead, as Svix's own libraries do.
 //
 // Key: svix-id (the same on every resend). Verify: v1 HMAC-SHA256 over

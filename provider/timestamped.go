@@ -7,8 +7,8 @@ import (
 )
 
 // timestampedHeader is the shape of a signature header made of key=value
-// items: one timestamp and one or more hex signatures, items of other
-// schemes being skipped, so that a downgrade to a weaker scheme is
+// items, one timestamp and one or more hex signatures. Items of other
+// schemes are skipped, so that a downgrade to a weaker scheme is
 // impossible. Stripe ("t=<unix>,v1=<hex>"), Paddle ("ts=<unix>;h1=<hex>")
 // and Mercado Pago ("ts=<ts>,v1=<hex>") sign this way.
 type timestampedHeader struct {
@@ -23,9 +23,9 @@ type timestampedHeader struct {
 }
 
 // parse splits a value of the header into its timestamp and its decoded
-// signatures. An empty value is ErrMissingHeader; an item without "=", a
-// repeated or non-numeric timestamp, a signature that isn't non-empty hex,
-// or a value with no timestamp or no signature is ErrMalformedHeader.
+// signatures. An empty value is ErrMissingHeader. ErrMalformedHeader is an
+// item without "=", a repeated or non-numeric timestamp, a signature that
+// isn't non-empty hex, or a value with no timestamp or no signature.
 func (h timestampedHeader) parse(v string) (ts string, sigs [][]byte, err error) {
 	if strings.TrimSpace(v) == "" {
 		return "", nil, ErrMissingHeader

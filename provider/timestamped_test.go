@@ -25,7 +25,8 @@ func TestToleranceOption(t *testing.T) {
 		t.Fatalf("Verify = %v, want a future timestamp refused", err)
 	}
 
-	// Mercado Pago: no tolerance unless set; ts in seconds or milliseconds.
+	// Mercado Pago has no tolerance unless one is set. Its ts may be in
+	// seconds or milliseconds.
 	mp := f[slices.IndexFunc(f, func(f fixture) bool { return f.name == "mercadopago" })]
 	old := baseTime.Add(-time.Hour)
 	if err := verify(t, newPreset(t, "mercadopago", mp.cfg, baseTime), mp.build(t, "1", old, mp.secret())); err != nil {

@@ -83,10 +83,10 @@ func hmacSHA256(key []byte, parts ...[]byte) []byte {
 }
 
 // parseHexMAC decodes a signature header "<prefix><hex>" carrying one
-// HMAC-SHA256 (hex in either case, spaces around the value allowed):
-// GitHub's "sha256=<hex>", Slack's "v0=<hex>", iFood's bare hex (prefix "").
-// An empty value is ErrMissingHeader; a value without the prefix, or whose
-// rest isn't the hex of 32 bytes, is ErrMalformedHeader.
+// HMAC-SHA256 (hex in either case, spaces around the value allowed). It
+// reads GitHub's "sha256=<hex>", Slack's "v0=<hex>" and iFood's bare hex
+// (prefix ""). An empty value is ErrMissingHeader. A value without the
+// prefix, or whose rest isn't the hex of 32 bytes, is ErrMalformedHeader.
 func parseHexMAC(v, prefix string) ([]byte, error) {
 	v = strings.TrimSpace(v)
 	if v == "" {
@@ -104,7 +104,7 @@ func parseHexMAC(v, prefix string) ([]byte, error) {
 }
 
 // anyMAC reports whether one of the candidate MACs equals mac(key) for one of
-// the keys. Comparisons are constant-time (hmac.Equal); only which pair
+// the keys. Comparisons are constant-time (hmac.Equal). Only which pair
 // matched, never the expected value, could leak through timing.
 func anyMAC(keys [][]byte, candidates [][]byte, mac func(key []byte) []byte) bool {
 	for _, k := range keys {
@@ -119,8 +119,8 @@ func anyMAC(keys [][]byte, candidates [][]byte, mac func(key []byte) []byte) boo
 }
 
 // anyToken reports whether got equals one of the tokens, in constant time
-// with respect to the tokens' contents and lengths: SHA-256 digests are
-// compared, because subtle.ConstantTimeCompare returns at once on a length
+// with respect to the tokens' contents and lengths. It compares SHA-256
+// digests, because subtle.ConstantTimeCompare returns at once on a length
 // mismatch and would tell a caller how long a token is.
 func anyToken(tokens []string, got string) bool {
 	sum := sha256.Sum256([]byte(got))
@@ -153,7 +153,7 @@ func parseUnix(v string) (time.Time, bool) {
 // checkAge returns an ErrTimestampOutOfTolerance error when signed is more
 // than s.tolerance away from now, in either direction.
 func (s settings) checkAge(header string, signed time.Time) error {
-	// Compare instants, not now.Sub(signed): Sub saturates at the minimum
+	// Compare instants, not now.Sub(signed). Sub saturates at the minimum
 	// Duration for a timestamp centuries ahead, and negating that overflows
 	// back to a negative value that would pass a "-age > tolerance" check.
 	now := s.now()

@@ -10,24 +10,25 @@ import (
 // webhooks).
 //
 // Key: when the POST holds exactly one item, the inbound message's id
-// (wamid...) or, for a status update, "<status id>:<status>:<recipient_id>"
-// (one wamid goes through sent, delivered and read, and a message sent to a
-// group gets each status once per recipient; without recipient_id,
-// "<status id>:<status>"). Meta batches up to 1000 updates per
-// request and does not guarantee the same batching on a retry, so a batch of
-// several items (or none) falls back to the body hash.
+// (wamid...). For a status update it is
+// "<status id>:<status>:<recipient_id>", because one wamid goes through
+// sent, delivered and read, and a message sent to a group gets each status
+// once per recipient. Without recipient_id it is "<status id>:<status>".
+// Meta batches up to 1000 updates per request and does not guarantee the
+// same batching on a retry, so a batch of several items (or none) falls
+// back to the body hash.
 //
 // Verify: X-Hub-Signature-256 "sha256=<hex>" = HMAC-SHA256(App Secret, raw
-// body). No timestamp is signed: the key store is the only replay defence.
-// A GET or HEAD carrying hub.mode (the subscription challenge, unsigned)
-// passes Verify so that it reaches Handshake; any other request, GET and
-// HEAD included, needs the signature, so nothing unsigned reaches the
-// handler.
+// body). No timestamp is signed, so the key store is the only replay
+// defence. A GET or HEAD carrying hub.mode (the subscription challenge,
+// unsigned) passes Verify so that it reaches Handshake. Any other request,
+// GET and HEAD included, needs the signature, so nothing unsigned reaches
+// the handler.
 //
 // Handshake: Meta's GET subscription challenge. hub.mode=subscribe with a
-// hub.verify_token equal (constant time) to WhatsAppCloudOptions.VerifyToken is
-// answered 200 text/plain with hub.challenge; any other GET carrying hub.mode
-// is answered 403. Without the verify_token option every challenge is
+// hub.verify_token equal (constant time) to WhatsAppCloudOptions.VerifyToken
+// is answered 200 text/plain with hub.challenge. Any other GET carrying
+// hub.mode is answered 403. Without the verify_token option every challenge is
 // refused. GETs without hub.mode are not handshakes (and fail Verify).
 //
 // Duplicates: the stored status (Meta wants 200). Options: WhatsAppCloudOptions.

@@ -31,7 +31,7 @@ func TestWhatsAppCloud(t *testing.T) {
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
 				r := httptest.NewRequest(http.MethodGet, "/wa?"+tt.query, nil)
-				// A challenge passes Verify so that it reaches Handshake; any
+				// A challenge passes Verify so that it reaches Handshake. Any
 				// other unsigned GET is refused.
 				if err := p.Verify(r, nil); (err == nil) != tt.wantDone {
 					t.Fatalf("Verify(GET) = %v, want nil only for a challenge (hub.mode)", err)
@@ -95,7 +95,7 @@ func TestWhatsAppCloud(t *testing.T) {
 // TestWhatsAppCloudUnsignedGET: Meta's subscription challenge is the only
 // request Meta sends unsigned. Any other GET or HEAD on the route (no
 // hub.mode) is refused like an unsigned POST, so that an unauthenticated
-// request never reaches the handler; through the middleware it gets 401
+// request never reaches the handler. Through the middleware it gets 401
 // and the outcome signature_invalid, and the handler does not run. The
 // challenge itself is still answered.
 func TestWhatsAppCloudUnsignedGET(t *testing.T) {
@@ -116,7 +116,7 @@ func TestWhatsAppCloudUnsignedGET(t *testing.T) {
 }
 
 // TestWhatsAppGroupStatusKey: a message sent to a group gets one status
-// update per recipient with the same wamid and status; only recipient_id
+// update per recipient with the same wamid and status. Only recipient_id
 // tells them apart (reference: "use wamid|status, plus recipient_id for
 // groups"). Keyed on wamid and status alone, the second recipient's "read"
 // would be dropped as a duplicate of the first. A retry (the same body) must
