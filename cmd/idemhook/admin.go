@@ -16,7 +16,7 @@ import (
 // adminHandler serves the admin listener:
 //
 //	GET    /healthz                       200 while the process runs
-//	GET    /readyz                        200 when the store takes a claim, else 503; names what is down
+//	GET    /readyz                        200 when the store takes a claim, else 503 naming what is down
 //	GET    /metrics                       Prometheus metrics
 //	GET    /admin/deliveries              the audit trail (filters, pagination)
 //	GET    /admin/keys/{source}/{key...}  the record stored for a key
@@ -25,7 +25,7 @@ import (
 //	GET    /admin/                        the web console (console.go)
 //
 // With admin.token set, /metrics and /admin/ require
-// "Authorization: Bearer <token>"; the health probes never do, nor the
+// "Authorization: Bearer <token>". The health probes never do, nor the
 // console's static files, which hold no data.
 func (g *gateway) adminHandler(token string) http.Handler {
 	mux := http.NewServeMux()
@@ -92,7 +92,7 @@ func newRecordJSON(key string, rec *idemhook.Record) recordJSON {
 
 // adminStoreKey returns the store key named by the request's {source} and
 // {key}, and the scope in ?scope= (on a prefix route, the request's path,
-// e.g. /t/acme): the key normalized as the middleware normalizes a
+// e.g. /t/acme). The key is normalized as the middleware normalizes a
 // delivery's key (a long or non-ASCII key stored under its SHA-256, a
 // quoted one unquoted), so that an operator can paste the key a provider
 // sent. The stored form (e.g. "sha256:...") normalizes to itself.

@@ -310,7 +310,7 @@ func TestAdminKeysOddKeys(t *testing.T) {
 }
 
 // TestAdminTokenScheme: the auth scheme is case-insensitive (RFC 9110
-// section 11.1), so "bearer" and "BEARER" work; a token that is a prefix or
+// section 11.1), so "bearer" and "BEARER" work. A token that is a prefix or
 // an extension of the configured one, an empty token and another scheme are
 // refused.
 func TestAdminTokenScheme(t *testing.T) {

@@ -81,7 +81,7 @@ func openAudit(ctx context.Context, cfg *gatewayConfig, files *sqliteFiles, logg
 		}
 		// The admin API's reads (the console's statistics scan a day of
 		// the trail) get their own connection, not the one the store
-		// shares with the sink's writes; an in-memory database is one
+		// shares with the sink's writes. An in-memory database is one
 		// connection's own, so it has none.
 		var rdb *sql.DB
 		if ac.Path != ":memory:" {
@@ -154,7 +154,7 @@ func (t *auditTrail) health() (string, bool) {
 	return fmt.Sprintf("audit (%s): ok", t.desc), true
 }
 
-// record adds one delivery to the trail; it never blocks.
+// record adds one delivery to the trail. It never blocks.
 func (t *auditTrail) record(route string, d idemhook.DeliveryInfo) {
 	if t.rec == nil {
 		return
@@ -337,8 +337,8 @@ type deliveriesJSON struct {
 }
 
 // serveDeliveries is GET /admin/deliveries?source=&outcome=&route=&since=&until=&limit=&cursor=
-// (since and until in RFC 3339): newest first, one page at a time; follow
-// "next" as cursor for the following page.
+// (since and until in RFC 3339). It answers newest first, one page at a
+// time. Follow "next" as cursor for the following page.
 func (t *auditTrail) serveDeliveries(w http.ResponseWriter, r *http.Request) {
 	if t.querier == nil {
 		writeProblem(w, http.StatusNotImplemented, "audit trail not queryable",

@@ -41,12 +41,12 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// PostgreSQL down when the gateway starts, then up, then down again while
-// it runs (a proxy in front of the real server cuts and restores it): the
-// gateway starts, every delivery is forwarded and answered as usual, the
-// entries wait up to audit.buffer and the rest are counted as dropped,
-// /readyz says the audit sink is down but stays 200, and once the server is
-// back every waiting entry is written exactly once.
+// PostgreSQL is down when the gateway starts, then up, then down again while
+// it runs (a proxy in front of the real server cuts and restores it). The
+// gateway starts, and every delivery is forwarded and answered as usual.
+// The entries wait up to audit.buffer, and the rest are counted as dropped.
+// /readyz says the audit sink is down but stays 200. Once the server is
+// back, every waiting entry is written exactly once.
 func TestAuditPostgresDownAtStartAndLater(t *testing.T) {
 	raw := os.Getenv("IDEMHOOK_POSTGRES_URL")
 	if raw == "" {
@@ -135,10 +135,11 @@ func TestAuditPostgresDownAtStartAndLater(t *testing.T) {
 	}
 }
 
-// With the memory store the trail is a ring in the process, with Redis a
-// stream on the store's Redis shared by every gateway on it: both answer
-// /admin/deliveries with the filters and the cursor of the SQL sinks, and
-// each entry says why a delivery was refused and which gateway answered.
+// With the memory store the trail is a ring in the process. With Redis it
+// is a stream on the store's Redis, shared by every gateway on it. Both
+// answer /admin/deliveries with the filters and the cursor of the SQL
+// sinks, and each entry says why a delivery was refused and which gateway
+// answered.
 func TestAuditOnEveryStore(t *testing.T) {
 	check := func(t *testing.T, gws []*gw) {
 		t.Helper()

@@ -12,16 +12,16 @@ import (
 var consoleFiles embed.FS
 
 // consoleCSP allows the console's own script, style sheet and API calls and
-// nothing else: no inline script or style, no eval, no other origin, no
-// frame, no form posting elsewhere.
+// nothing else. It forbids inline script or style, eval, other origins,
+// frames and forms posting elsewhere.
 const consoleCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; " +
 	"connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 // consoleHandler serves the console's files at GET /admin/ (the page),
 // /admin/console.js, /admin/console.css and /admin/favicon.svg.
 //
-// They are served without the admin token: a browser navigating to a page
-// cannot send an Authorization header, and the files hold no data. The page
+// They are served without the admin token, because a browser navigating to
+// a page cannot send an Authorization header, and the files hold no data. The page
 // asks for the token, keeps it in the tab's sessionStorage and sends it as
 // "Authorization: Bearer" on every call to the admin API, which checks it
 // as for any other client (see docs/gateway.md, "Web console", for why not
@@ -41,7 +41,7 @@ func consoleHandler(name string) http.Handler {
 }
 
 // handleConsole adds the console and its statistics endpoint to the admin
-// mux; auth guards the endpoint.
+// mux. The auth wrapper guards the endpoint.
 func (g *gateway) handleConsole(mux *http.ServeMux, auth func(http.Handler) http.Handler) {
 	mux.Handle("GET /admin/{$}", consoleHandler("index.html"))
 	mux.Handle("GET /admin/console.js", consoleHandler("console.js"))

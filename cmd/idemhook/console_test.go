@@ -223,10 +223,10 @@ func TestAdminStats(t *testing.T) {
 	})
 }
 
-// TestConsoleFiles: the console is served at /admin/ without the token
-// (a browser can't send one when navigating; the files hold no data), with
-// a Content-Security-Policy that forbids other origins, inline code and
-// framing; its data endpoint needs the token.
+// TestConsoleFiles: the console is served at /admin/ without the token,
+// because a browser can't send one when navigating and the files hold no
+// data. It comes with a Content-Security-Policy that forbids other
+// origins, inline code and framing. Its data endpoint needs the token.
 func TestConsoleFiles(t *testing.T) {
 	up := newUpstream(t)
 	dir := t.TempDir()
@@ -300,9 +300,9 @@ func chromium(t *testing.T) string {
 }
 
 // screenshotDirs returns where the browser test writes its screenshots: a
-// temporary folder, and also $IDEMHOOK_SCREENSHOTS when set (relative to
-// the repository root: IDEMHOOK_SCREENSHOTS=docs/img writes the README's
-// images).
+// temporary folder, and also $IDEMHOOK_SCREENSHOTS when set. That path is
+// relative to the repository root, so IDEMHOOK_SCREENSHOTS=docs/img writes
+// the README's images.
 func screenshotDirs(t *testing.T) []string {
 	dirs := []string{t.TempDir()}
 	if d := os.Getenv("IDEMHOOK_SCREENSHOTS"); d != "" {
@@ -483,12 +483,13 @@ func adminDo(t *testing.T, g *gw, method, path string) response {
 }
 
 // TestConsoleInBrowser drives the console in headless chromium against a
-// real gateway: sign in with the token, read the per-source table, filter
-// by source, outcome, route and time, page, see a new delivery appear
-// without a reload, open a key, delete it through the confirmation, and
-// check that the next delivery of that event reaches the upstream again.
-// Along the way: keys are shown as text (a key holding HTML stays text),
-// the page requests nothing from another origin, and nothing throws.
+// real gateway. It signs in with the token and reads the per-source table.
+// It filters by source, outcome, route and time, pages, and sees a new
+// delivery appear without a reload. It opens a key, deletes it through the
+// confirmation, and checks that the next delivery of that event reaches
+// the upstream again. Along the way it checks that keys are shown as text
+// (a key holding HTML stays text), that the page requests nothing from
+// another origin, and that nothing throws.
 func TestConsoleInBrowser(t *testing.T) {
 	b := newBrowser(t)
 	up := newUpstream(t)
@@ -570,7 +571,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("the console set cookies: %q", c)
 	}
 
-	// Per source: total, processed, replayed, refused, duplicate rate; the
+	// Per source: total, processed, replayed, refused, duplicate rate. The
 	// hour and the day hold the same deliveries here.
 	stats := eval[[][]string](b, `[...document.querySelectorAll('#stats tbody tr')].map(tr => [...tr.cells].map(c => c.textContent))`)
 	wantStats := [][]string{
@@ -703,7 +704,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	defer b.mu.Unlock()
 	origin := g.adminURL("/admin/")
 	for _, u := range b.requests {
-		// data: URLs are no fetch: chromium's own date picker icon.
+		// data: URLs are no fetch. They are chromium's own date picker icon.
 		if !strings.HasPrefix(u, origin) && !strings.HasPrefix(u, "data:") {
 			t.Errorf("the page requested %s, outside %s", u, origin)
 		}

@@ -21,8 +21,8 @@ import (
 	"github.com/idemhook/idemhook"
 )
 
-// demoConfig is the configuration the demo runs the gateway with; %s are
-// the SQLite file and the backend's address.
+// demoConfig is the configuration the demo runs the gateway with. Its %s
+// are the SQLite file and the backend's address.
 const demoConfig = `# written by idemhook demo
 listen: 127.0.0.1:0
 store: {driver: sqlite, path: %q}
@@ -36,7 +36,7 @@ routes:
     wait_timeout: 5s
 `
 
-// demoBackend is the demo's upstream: it counts the deliveries it
+// demoBackend is the demo's upstream. It counts the deliveries it
 // receives, holds those marked "slow" for a moment (so that duplicates
 // arrive while they run) and fails once those marked "fail_once".
 type demoBackend struct {

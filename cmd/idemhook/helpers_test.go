@@ -173,7 +173,7 @@ func post(t *testing.T, url, body string, header ...string) response {
 	return do(t, http.MethodPost, url, body, header...)
 }
 
-// do sends a request; header is name, value pairs.
+// do sends a request. header is name, value pairs.
 func do(t *testing.T, method, url, body string, header ...string) response {
 	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
@@ -196,7 +196,7 @@ func do(t *testing.T, method, url, body string, header ...string) response {
 }
 
 // routeConfig is a one-route configuration over the memory store with the
-// admin listener on a free port; extra lines are appended to the route.
+// admin listener on a free port. The extra lines are appended to the route.
 func routeConfig(upstreamURL string, extra ...string) string {
 	return fmt.Sprintf(`listen: 127.0.0.1:0
 store: {driver: memory}

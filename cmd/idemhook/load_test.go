@@ -36,18 +36,19 @@ import (
 //	IDEMHOOK_REDIS_URL=redis://127.0.0.1:6379/0 IDEMHOOK_POSTGRES_URL=postgres://... \
 //	  go test ./cmd/idemhook -run TestLoadComparison -count=1 -v -load
 //
-// In one process, on loopback, it measures in interleaved rounds:
+// In one process, on loopback, it measures two groups in interleaved rounds.
 //
-//   - the gateway: the upstream alone, a plain httputil.ReverseProxy with a
-//     pooled transport, and the gateway on each store (memory, SQLite,
-//     SQLite with its audit trail, Redis, PostgreSQL);
-//   - the library: a bare net/http handler, and the same handler behind the
-//     middleware on memory and on Redis;
+//   - The gateway rows are the upstream alone, a plain httputil.ReverseProxy
+//     with a pooled transport, and the gateway on each store (memory,
+//     SQLite, SQLite with its audit trail, Redis, PostgreSQL).
+//   - The library rows are a bare net/http handler, and the same handler
+//     behind the middleware on memory and on Redis.
 //
-// each for first deliveries (every body new) and replays (one body over and
-// over), and prints the ratios to the baseline measured in the same round
-// (the pooled proxy, the bare handler): their median and their spread over
-// the rounds. With -load.chart it draws them into a PNG.
+// Each row is measured for first deliveries (every body new) and for
+// replays (one body over and over). The test prints the ratios to the
+// baseline measured in the same round (the pooled proxy, the bare handler),
+// as their median and their spread over the rounds. With -load.chart it
+// draws them into a PNG.
 var (
 	loadRun      = flag.Bool("load", false, "run TestLoadComparison (the load comparison on loopback)")
 	loadDuration = flag.Duration("load.duration", 2*time.Second, "load comparison: time bound of each measurement")
@@ -70,7 +71,7 @@ type loadResult struct {
 
 func (r loadResult) rps() float64 { return float64(r.requests) / r.elapsed.Seconds() }
 
-// loadBody is a 100-byte JSON event; every n gives a different one.
+// loadBody is a 100-byte JSON event. Every n gives a different one.
 func loadBody(n int64) string {
 	s := `{"id":"evt_` + strconv.FormatInt(n, 36) + `","type":"payment.succeeded","data":{"amount":1000,"currency":"BRL"}}`
 	return s + strings.Repeat(" ", max(0, 100-len(s)))
@@ -349,10 +350,11 @@ routes:
 		pair("library", name, serveLoopback(t, protect(st)), bare)
 	}
 
-	// Every row runs once per round, the rows interleaved, so that the noise
-	// of a shared machine (and whatever drifts during the run: the memory
-	// store's heap grows with every first delivery) weighs on every row
-	// alike, and each ratio compares two measurements of the same round.
+	// Every row runs once per round, the rows interleaved. That way the
+	// noise of a shared machine weighs on every row alike, and so does
+	// whatever drifts during the run (the memory store's heap grows with
+	// every first delivery). Each ratio compares two measurements of the
+	// same round.
 	start := time.Now()
 	for round := range *loadRounds {
 		for i, r := range rows {

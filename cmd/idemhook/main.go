@@ -33,7 +33,7 @@ func main() {
 	// settings.
 	redis.SetLogger(quietRedisLogger{})
 
-	// SIGHUP reloads the configuration (serve); without this it would end
+	// SIGHUP reloads the configuration (serve). Without this it would end
 	// the process at once, cutting every delivery short.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)

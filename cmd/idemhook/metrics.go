@@ -12,8 +12,8 @@ import (
 )
 
 // metrics are the gateway's Prometheus collectors, on a registry of its own
-// (nothing global): the middleware's set from package promhook, which
-// library users register the same way, plus what only a proxy has.
+// (nothing global). They are the middleware's set from package promhook,
+// which library users register the same way, plus what only a proxy has.
 type metrics struct {
 	reg      *prometheus.Registry
 	hooks    *promhook.Metrics

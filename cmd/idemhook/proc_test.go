@@ -12,9 +12,10 @@ import (
 	"github.com/idemhook/idemhook/internal/syncbuf"
 )
 
-// The gateway as a real child process: the test binary itself, which runs
-// the gateway's main (signal handling included) when gatewayChildEnv is set
-// (see main_test.go), signalled like an operator would.
+// The gateway runs as a real child process, signalled like an operator
+// would. The child is the test binary itself, which runs the gateway's main
+// (signal handling included) when gatewayChildEnv is set (see
+// main_test.go).
 
 // proc is a running gateway process.
 type proc struct {

@@ -16,7 +16,7 @@ import (
 
 // TestPrefixRouteKeepsEscapes: on a prefix route the rest of the path is
 // forwarded as the sender escaped it. An escaped "/" (%2F) inside a segment
-// is data, e.g. an id; decoding it would forward another path than the one
+// is data, e.g. an id. Decoding it would forward another path than the one
 // received.
 func TestPrefixRouteKeepsEscapes(t *testing.T) {
 	up := newUpstream(t)
@@ -82,8 +82,8 @@ func wantForwardedPaths(t *testing.T, g *gw, up *upstream, raw *[]string, tests 
 
 // TestForwardChunkedAndLarge sends deliveries whose length is not announced
 // (chunked), one exactly at max_body and one a byte over it, with a
-// repeated header: the upstream must get every body byte for byte and every
-// header value in order, and the oversized one must not reach it.
+// repeated header. The upstream must get every body byte for byte and every
+// header value in order. The oversized one must not reach it.
 func TestForwardChunkedAndLarge(t *testing.T) {
 	up := newUpstream(t)
 	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.srv.URL, "max_body: 64KiB")), startOpts{})
@@ -156,9 +156,9 @@ func TestForwardChunkedAndLarge(t *testing.T) {
 }
 
 // TestUpstreamErrorHidesAddress: the 502 a sender gets when the upstream is
-// down says why (connection refused) but not where the upstream is: the
-// webhook listener faces the internet, and the backend's internal address
-// and port are for the operator's log, which has them.
+// down says why (connection refused) but not where the upstream is. The
+// webhook listener faces the internet. The backend's internal address and
+// port are for the operator's log, which has them.
 func TestUpstreamErrorHidesAddress(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -184,7 +184,7 @@ func TestUpstreamErrorHidesAddress(t *testing.T) {
 }
 
 // TestForwardedHeadersReplaced: X-Forwarded-* and Forwarded sent by the
-// caller are not trusted: the upstream gets the gateway's own values, as
+// caller are not trusted. The upstream gets the gateway's own values, as
 // docs/gateway.md says.
 func TestForwardedHeadersReplaced(t *testing.T) {
 	up := newUpstream(t)
@@ -212,10 +212,10 @@ func TestForwardedHeadersReplaced(t *testing.T) {
 // TestSenderDisconnectStillStores: providers give up on a slow answer
 // (iFood after 5 s, Slack after 3 s) and retry. The backend, like most
 // (NestJS included), keeps processing when the gateway's connection to it
-// closes, so the gateway must not abort its upstream call when the sender
-// hangs up: it lets the backend answer, stores the answer, and replays it
-// to the retry. Aborting released the claim and forwarded the retry again:
-// the event was processed twice.
+// closes. So the gateway must not abort its upstream call when the sender
+// hangs up. It lets the backend answer, stores the answer, and replays it
+// to the retry. Aborting released the claim and forwarded the retry again,
+// and the event was processed twice.
 func TestSenderDisconnectStillStores(t *testing.T) {
 	up := newUpstream(t)
 	arrived, release, finished := make(chan struct{}), make(chan struct{}), make(chan struct{})

@@ -13,13 +13,13 @@ import (
 	"github.com/idemhook/idemhook"
 )
 
-// probeLease is the lease of the probe's claim: were its release lost, the
+// probeLease is the lease of the probe's claim. Were its release lost, the
 // probe key would go away by itself this soon.
 const probeLease = 10 * time.Second
 
-// probeStore does to the store what a delivery does: it claims a fresh probe
-// key and releases it, each call bounded by timeout (the middleware's store
-// deadline), so that a store that answers reads but fails writes (a
+// probeStore does to the store what a delivery does. It claims a fresh
+// probe key and releases it, each call bounded by timeout (the middleware's
+// store deadline). That way a store that answers reads but fails writes (a
 // corrupt or lost SQLite file, a Redis replica that refuses writes) is seen
 // as down. It returns the failing step's error.
 func probeStore(ctx context.Context, s idemhook.Store, timeout time.Duration) error {
@@ -59,12 +59,12 @@ func storeDesc(sc storeSettings) string {
 }
 
 // serveReady is GET /readyz: one line per dependency, "ok" or what is
-// wrong. 200 while the store takes a claim and a release within the store
-// deadline; 503 otherwise, since deliveries then go unprotected (or are
-// refused). An audit sink that is down is reported but keeps 200: its
-// entries wait and are retried, the webhooks are not affected, and a load
-// balancer taking every gateway out during an audit database outage would
-// stop the webhooks the trail observes.
+// wrong. It answers 200 while the store takes a claim and a release within
+// the store deadline. Otherwise it answers 503, since deliveries then go
+// unprotected (or are refused). An audit sink that is down is reported but
+// keeps 200. Its entries wait and are retried, and the webhooks are not
+// affected. A load balancer taking every gateway out during an audit
+// database outage would stop the webhooks the trail observes.
 func (g *gateway) serveReady(w http.ResponseWriter, r *http.Request) {
 	status := http.StatusOK
 	var b strings.Builder

@@ -44,11 +44,12 @@ func waitReady(t *testing.T, adminURL string, want int) string {
 	}
 }
 
-// The SQLite file deleted under a running gateway process (a cleanup job):
-// the store notices within its check interval, logs an ERROR, /readyz turns
-// 503 naming the store, and deliveries are refused (on_store_error: closed)
-// rather than acknowledged into a file nothing will open again. The WARN
-// names the store: "WebhookIdempotencyGuard SQLite error".
+// The SQLite file is deleted under a running gateway process (a cleanup
+// job). The store notices within its check interval and logs an ERROR.
+// /readyz turns 503 naming the store. Deliveries are refused
+// (on_store_error: closed) rather than acknowledged into a file nothing
+// will open again. The WARN names the store: "WebhookIdempotencyGuard
+// SQLite error".
 func TestSQLiteFileDeletedUnderARunningGateway(t *testing.T) {
 	up := newUpstream(t)
 	dir := t.TempDir()
@@ -91,9 +92,9 @@ func TestSQLiteFileDeletedUnderARunningGateway(t *testing.T) {
 	}
 }
 
-// The file's pages overwritten under a running gateway (another program
-// writing the same file): once the gateway's connection re-reads them,
-// claims fail, and /readyz, whose probe claims as deliveries do, says the
+// The file's pages are overwritten under a running gateway (another program
+// writing the same file). Once the gateway's connection re-reads them,
+// claims fail. /readyz, whose probe claims as deliveries do, then says the
 // store is down rather than answering 200 from a read of an absent key.
 func TestSQLitePagesOverwrittenUnderARunningGateway(t *testing.T) {
 	up := newUpstream(t)
@@ -104,9 +105,9 @@ func TestSQLitePagesOverwrittenUnderARunningGateway(t *testing.T) {
 	}
 	waitReady(t, c.adminURL("/readyz"), 200)
 
-	// Another program: it moves every page into the file, overwrites all
-	// but the first, then writes a little, which makes the gateway's
-	// connection drop its cached pages.
+	// Another program moves every page into the file, overwrites all but
+	// the first, then writes a little. That makes the gateway's connection
+	// drop its cached pages.
 	other, err := sqlitestore.Open(db)
 	if err != nil {
 		t.Fatal(err)
@@ -140,10 +141,10 @@ func TestSQLitePagesOverwrittenUnderARunningGateway(t *testing.T) {
 	}
 }
 
-// A Redis that answers reads but refuses writes (a replica the store was
-// pointed at after a failover: READONLY): a probe that only read an absent
-// key answered 200 while every delivery failed open. The probe claims, as
-// deliveries do, so /readyz says the store is down and why.
+// A Redis that answers reads but refuses writes with READONLY (a replica
+// the store was pointed at after a failover). A probe that only read an
+// absent key answered 200 while every delivery failed open. The probe
+// claims, as deliveries do, so /readyz says the store is down and why.
 func TestReadyzRedisThatRefusesWrites(t *testing.T) {
 	// A replica of a master that doesn't exist: reads answer, writes get
 	// READONLY.

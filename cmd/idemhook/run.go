@@ -31,7 +31,7 @@ Start with "idemhook demo"; then copy examples/idemhook.yaml and run
 // errHelp ends a run that only printed help: not a failure.
 var errHelp = errors.New("help requested")
 
-// usageError is a command line mistake; main exits 2 on it.
+// usageError is a command line mistake. main exits 2 on it.
 type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg + " (run \"idemhook help\")" }
@@ -137,7 +137,7 @@ func configFlag(cmd string, args []string, stderr io.Writer) (string, error) {
 }
 
 // version, when set at link time (-ldflags "-X main.version=v1.2.3", as
-// deploy/Dockerfile does), is the gateway's version; otherwise the module
+// deploy/Dockerfile does), is the gateway's version. Otherwise the module
 // version in the build information is.
 var version string
 

@@ -57,7 +57,7 @@ type gateway struct {
 	// recorder closes only after the last delivery recorded its entry.
 	inflight sync.WaitGroup
 
-	// base is the context deliveries and their upstream calls run under;
+	// base is the context deliveries and their upstream calls run under.
 	// cutShort cancels it after the shutdown bound.
 	base     context.Context
 	cutShort context.CancelCauseFunc
@@ -126,7 +126,7 @@ func newGateway(ctx context.Context, cfg *gatewayConfig, logger *slog.Logger, no
 }
 
 // apply builds the routes and the admin handler of cfg and puts them in
-// service; requests already running finish on the ones they started with.
+// service. Requests already running finish on the ones they started with.
 func (g *gateway) apply(cfg *gatewayConfig) error {
 	mux := http.NewServeMux()
 	var idle []func()
@@ -171,7 +171,7 @@ func (g *gateway) apply(cfg *gatewayConfig) error {
 // reload reads the configuration file again (SIGHUP). A valid file replaces
 // the routes, their secrets and limits, the admin token, the TLS
 // certificate and the shutdown bound, without closing a connection or
-// stopping a delivery; an invalid one is logged with its errors and the
+// stopping a delivery. An invalid one is logged with its errors, and the
 // running configuration keeps serving. Settings only a restart can change
 // are logged and kept.
 func (g *gateway) reload(getenv func(string) string) {
@@ -244,7 +244,7 @@ func serve(ctx context.Context, cfg *gatewayConfig, e env) error {
 	}
 	if cfg.TLS.Cert != "" {
 		// The certificate is read at each handshake from g.cert, which a
-		// reload replaces: a renewed certificate needs no restart.
+		// reload replaces. A renewed certificate needs no restart.
 		ln = tls.NewListener(ln, &tls.Config{
 			MinVersion:     tls.VersionTLS12,
 			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return g.cert.Load(), nil },
@@ -266,8 +266,9 @@ func serve(ctx context.Context, cfg *gatewayConfig, e env) error {
 	srv := &http.Server{
 		Handler:           g.handler,
 		ReadHeaderTimeout: 10 * time.Second,
-		// A whole request, body included, within a minute: a sender can't
-		// hold a connection by trickling a body (5 MiB at ~90 KB/s fits).
+		// A whole request, body included, must arrive within a minute. A
+		// sender can't hold a connection by trickling a body (5 MiB at
+		// ~90 KB/s fits).
 		ReadTimeout: 60 * time.Second,
 		IdleTimeout: 120 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return base },
@@ -330,13 +331,13 @@ wait:
 }
 
 // detach runs next, the proxy to the upstream, under a context that the
-// sender hanging up does not cancel, only base (the shutdown's cut): a
-// provider that gives up on a slow answer retries, and aborting the upstream
-// call would release the claim while the backend, which usually keeps
-// working when its connection closes, may still process the event; the
-// retry would then be processed a second time. Running on, the answer is
-// stored and the retry gets it replayed (or waits for it, with in_flight:
-// wait). The upstream call stays bounded by upstream_timeout.
+// sender hanging up does not cancel. Only base (the shutdown's cut) cancels
+// it. A provider that gives up on a slow answer retries. Aborting the
+// upstream call would release the claim while the backend, which usually
+// keeps working when its connection closes, may still process the event.
+// The retry would then be processed a second time. Running on, the answer
+// is stored and the retry gets it replayed (or waits for it, with
+// in_flight: wait). The upstream call stays bounded by upstream_timeout.
 func detach(base context.Context, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))

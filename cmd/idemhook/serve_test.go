@@ -415,7 +415,7 @@ func TestProviderSignature(t *testing.T) {
 	if r := post(t, g.url("/webhooks/test"), body, "Stripe-Signature", sign(now)); r.Status != 200 {
 		t.Errorf("signed: status %d (%s), want 200", r.Status, r.Body)
 	}
-	// Stripe re-signs its retries with a new timestamp: the preset keys on
+	// Stripe re-signs its retries with a new timestamp. The preset keys on
 	// the event id, so the retry is still a duplicate.
 	if r := post(t, g.url("/webhooks/test"), body, "Stripe-Signature", sign(now+30)); r.Header.Get(idemhook.ReplayedHeader) != "true" {
 		t.Errorf("re-signed retry: status %d, not replayed", r.Status)
@@ -468,8 +468,8 @@ func TestGracefulShutdown(t *testing.T) {
 	})
 }
 
-// waitFor polls cond until it holds; the deadline only guards against a
-// hang, it asserts nothing about speed.
+// waitFor polls cond until it holds. The deadline only guards against a
+// hang and asserts nothing about speed.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -551,7 +551,8 @@ func TestStoreDown(t *testing.T) {
 			if r := do(t, "GET", g.adminURL("/readyz"), ""); r.Status != http.StatusServiceUnavailable {
 				t.Errorf("readyz with the store down = %d, want 503", r.Status)
 			}
-			// The seed's WARN, verbatim, in JSON lines.
+			// The NestJS guard's WARN prefix, verbatim, because alerts
+			// match it. The log is in JSON lines.
 			var found bool
 			for _, line := range strings.Split(strings.TrimSpace(g.stderr.String()), "\n") {
 				var rec map[string]any
@@ -569,7 +570,7 @@ func TestStoreDown(t *testing.T) {
 	}
 }
 
-// An answer never crosses paths: on a prefix route the keys are scoped by
+// An answer never crosses paths. On a prefix route the keys are scoped by
 // the path below the prefix, so acme's answer is not replayed to globex.
 func TestPrefixRouteScopesKeysByPath(t *testing.T) {
 	up := newUpstream(t)
@@ -597,7 +598,7 @@ func TestPrefixRouteScopesKeysByPath(t *testing.T) {
 		t.Fatalf("GET the scoped key: %d %s", r.Status, r.Body)
 	}
 	// The audit trail records each delivery's scope, which the console
-	// passes back to delete the key: the next acme delivery is forwarded.
+	// passes back to delete the key. The next acme delivery is forwarded.
 	page := deliveries(t, g, "limit=10", 4)
 	if got := page.Deliveries[len(page.Deliveries)-1]; got.Scope != "/t/acme" || got.Key != idemhook.BodyKey([]byte(`{"e":2}`)) {
 		t.Fatalf("audit entry of the first delivery: %+v", got)
@@ -611,8 +612,8 @@ func TestPrefixRouteScopesKeysByPath(t *testing.T) {
 	}
 }
 
-// A gzip-compressing upstream and Go's default client (which asks for gzip):
-// the decoded replay equals the decoded first answer byte for byte.
+// A gzip-compressing upstream and Go's default client (which asks for
+// gzip). The decoded replay equals the decoded first answer byte for byte.
 func TestCompressedUpstreamIsReplayedAsSent(t *testing.T) {
 	up := newUpstream(t)
 	body := strings.Repeat(`{"line":"compressible text"}`, 100)
@@ -649,8 +650,8 @@ func TestCompressedUpstreamIsReplayedAsSent(t *testing.T) {
 	}
 }
 
-// Only a success is final: a 404 during a deploy is not replayed, the
-// provider's retry reaches the upstream; store_statuses makes a 410 final.
+// Only a success is final. A 404 during a deploy is not replayed, and the
+// provider's retry reaches the upstream. store_statuses makes a 410 final.
 func TestOnlySuccessIsStoredByDefault(t *testing.T) {
 	up := newUpstream(t)
 	status := atomic.Int64{}
@@ -681,7 +682,7 @@ func TestOnlySuccessIsStoredByDefault(t *testing.T) {
 	}
 }
 
-// Deliveries that differ only in the query string are distinct events; a
+// Deliveries that differ only in the query string are distinct events. A
 // route with require_key refuses a delivery without a key.
 func TestQueryStringEventsAndRequireKey(t *testing.T) {
 	up := newUpstream(t)
@@ -706,7 +707,7 @@ func TestQueryStringEventsAndRequireKey(t *testing.T) {
 }
 
 // By default a duplicate that arrives while the first delivery is still at
-// the upstream waits for it: the upstream runs the event once.
+// the upstream waits for it. The upstream runs the event once.
 func TestConcurrentDuplicatesReachTheUpstreamOnce(t *testing.T) {
 	up := newUpstream(t)
 	release := make(chan struct{})
@@ -725,7 +726,7 @@ func TestConcurrentDuplicatesReachTheUpstreamOnce(t *testing.T) {
 		wg.Go(func() { bodies[i] = post(t, g.url("/webhooks/test"), `{"id":"evt_dup"}`).Body })
 	}
 	// Hold the first copy at the upstream until every copy has made its
-	// claim (and found the first one's pending): then each of them met the
+	// claim (and found the first one's pending). Then each of them met the
 	// running delivery, and under proceed they would all reach the upstream.
 	claimed := regexp.MustCompile(`(?m)^idemhook_store_operation_duration_seconds_count\{op="claim"\} (\d+)$`)
 	eventually(t, "every copy claimed", func() bool {
@@ -750,7 +751,7 @@ func TestConcurrentDuplicatesReachTheUpstreamOnce(t *testing.T) {
 }
 
 // TestNoRouteHidesConfigPath: anyone on the internet can request an
-// unknown path; the 404 must not tell them where the gateway's
+// unknown path. The 404 must not tell them where the gateway's
 // configuration file is on disk.
 func TestNoRouteHidesConfigPath(t *testing.T) {
 	up := newUpstream(t)
@@ -771,7 +772,7 @@ func TestNoRouteHidesConfigPath(t *testing.T) {
 // TestForgedFirstClaimsNothing: forged deliveries carrying a real event's id
 // (wrong secret, stale and future timestamps, a v0-only header) arrive
 // before the real one. Each is refused 401 with a problem+json body and
-// audited as signature_invalid; none claims the key, so the genuine
+// audited as signature_invalid. None claims the key, so the genuine
 // delivery that follows is forwarded (not answered as a duplicate). The
 // secret appears neither in the answers nor in the log.
 func TestForgedFirstClaimsNothing(t *testing.T) {
@@ -829,7 +830,7 @@ routes:
 
 // trusted_proxies: from a listed peer (here the test, on 127.0.0.1) the
 // incoming X-Forwarded-For is kept and the peer appended, and -Host and
-// -Proto are kept; from a peer not listed they are replaced, as without
+// -Proto are kept. From a peer not listed they are replaced, as without
 // the setting.
 func TestTrustedProxies(t *testing.T) {
 	tests := []struct {
@@ -941,8 +942,9 @@ func auditRows(t *testing.T, db string) int {
 }
 
 // traffic sends deliveries from workers, each on its own keep-alive
-// connection, until stop is closed or each worker sent max: every event
-// twice (the second is a replay). It counts the answers and the failures.
+// connection, until stop is closed or each worker sent max. It sends every
+// event twice (the second is a replay). It counts the answers and the
+// failures.
 type traffic struct {
 	answered, failed atomic.Int64
 	mu               sync.Mutex
@@ -985,9 +987,9 @@ func (tr *traffic) run(url string, workers, max int, stop <-chan struct{}) {
 }
 
 // SIGHUP under traffic, then SIGTERM under traffic, to a real gateway
-// process: a valid file replaces the routes without a failed request; an
-// invalid one is refused with its errors and the previous routes keep
-// serving; SIGTERM drains; every answered delivery is in the audit trail.
+// process. A valid file replaces the routes without a failed request. An
+// invalid one is refused with its errors, and the previous routes keep
+// serving. SIGTERM drains. Every answered delivery is in the audit trail.
 func TestSignalsUnderTraffic(t *testing.T) {
 	up := newUpstream(t)
 	dir := t.TempDir()
@@ -1051,7 +1053,7 @@ func TestSignalsUnderTraffic(t *testing.T) {
 	t.Logf("%d answered, %d failed (after the listener closed), %d upstream calls", tr.answered.Load(), tr.failed.Load(), up.calls.Load())
 }
 
-// SIGINT while deliveries are at the upstream: each is answered, the
+// SIGINT while deliveries are at the upstream. Each is answered, the
 // process exits 0 once they are, and each is in the audit trail.
 func TestSIGINTDrains(t *testing.T) {
 	up := newUpstream(t)

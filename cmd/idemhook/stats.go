@@ -12,25 +12,26 @@ import (
 	"github.com/idemhook/idemhook/audit"
 )
 
-// Every outcome falls in one class of the console's per-source table. A
-// delivery is
+// Every outcome falls in one class of the console's per-source table.
 //
-//   - processed: the first of its event; the upstream ran and its answer
-//     is stored (outcome processed);
-//   - replayed: a duplicate answered with the stored answer, the upstream
-//     not called (replayed, and in_flight_waited: it waited for the first
-//     delivery and got its answer);
-//   - refused: answered with an error by the gateway itself, the upstream
-//     not called: in_flight_rejected (409), mismatch (422), signature_invalid
-//     (401), too_large (413), store_error_closed (503);
+//   - processed: the first delivery of its event. The upstream ran and its
+//     answer is stored (outcome processed).
+//   - replayed: a duplicate answered with the stored answer, without
+//     calling the upstream. Its outcomes are replayed and in_flight_waited
+//     (it waited for the first delivery and got its answer).
+//   - refused: answered with an error by the gateway itself, without
+//     calling the upstream. Its outcomes are in_flight_rejected (409),
+//     mismatch (422), signature_invalid (401), too_large (413) and
+//     store_error_closed (503).
 //   - other: the upstream was called but no answer got stored, or the
-//     delivery ran unprotected: in_flight_proceeded, failed_released,
-//     store_error_open, key_error (which also covers a body that could
-//     not be read, answered 400: the outcome doesn't tell the two apart).
+//     delivery ran unprotected. Its outcomes are in_flight_proceeded,
+//     failed_released, store_error_open and key_error. key_error also
+//     covers a body that could not be read, answered 400, and the outcome
+//     doesn't tell the two apart.
 //
-// A duplicate is a delivery whose key was already claimed: replayed,
-// in_flight_waited, in_flight_proceeded and in_flight_rejected. The
-// duplicate rate is duplicates / all deliveries.
+// A duplicate is a delivery whose key was already claimed. Its outcomes are
+// replayed, in_flight_waited, in_flight_proceeded and in_flight_rejected.
+// The duplicate rate is duplicates / all deliveries.
 const (
 	classProcessed = "processed"
 	classReplayed  = "replayed"
@@ -65,7 +66,7 @@ type windowJSON struct {
 	Replayed  int64 `json:"replayed"`
 	Refused   int64 `json:"refused"`
 	Other     int64 `json:"other"`
-	// Duplicates / Total; null without deliveries.
+	// Duplicates / Total, or null without deliveries.
 	Duplicates    int64            `json:"duplicates"`
 	DuplicateRate *float64         `json:"duplicate_rate"`
 	Outcomes      map[string]int64 `json:"outcomes"`
@@ -117,14 +118,15 @@ type statsJSON struct {
 	Outcomes []outcomeJSON     `json:"outcomes"`
 }
 
-// statsMaxAge is how long an answer of GET /admin/stats is reused: however
+// statsMaxAge is how long an answer of GET /admin/stats is reused. However
 // many consoles are open, the trail is counted at most once per period.
 const statsMaxAge = 5 * time.Second
 
-// statsHandler serves GET /admin/stats: per source, the deliveries of the
-// last hour and of the last 24 hours by class and outcome, and the
-// duplicate rate; with the configured routes and the known outcomes, which
-// the console offers as filters. Every configured source is listed, with
+// statsHandler serves GET /admin/stats. Per source, it counts the
+// deliveries of the last hour and of the last 24 hours by class and
+// outcome, and gives the duplicate rate. The answer also holds the
+// configured routes and the known outcomes, which the console offers as
+// filters. Every configured source is listed, with
 // zeros when it had no delivery, and so is a source found only in the trail
 // (a removed route, or another gateway sharing a PostgreSQL trail). The
 // answer is up to statsMaxAge old ("now" says when it was counted).

@@ -38,7 +38,7 @@ func (rs *resources) close() error {
 
 // sqliteFiles shares one *sql.DB per SQLite file, and one PostgreSQL pool
 // per URL, between the store and the audit sink. A SQLite file is used by
-// one gateway process at a time: open takes its lock (sqlitestore.Lock),
+// one gateway process at a time. open takes its lock (sqlitestore.Lock),
 // so that claims found pending at start belong to a process that died and
 // can be freed at once.
 type sqliteFiles struct {
@@ -48,7 +48,7 @@ type sqliteFiles struct {
 	locked map[string]bool // files this process holds exclusively
 	pools  map[string]*pgxpool.Pool
 	// redis is the redis store's client, which the audit sink redis
-	// shares; nil with another store.
+	// shares. It is nil with another store.
 	redis redis.UniversalClient
 }
 
@@ -104,7 +104,7 @@ func (f *sqliteFiles) open(path string) (*sql.DB, error) {
 const postgresStartTimeout = 10 * time.Second
 
 // openStore opens the configured store.
-// lease is the longest lease of any route: a pending claim in a SQLite file
+// lease is the longest lease of any route. A pending claim in a SQLite file
 // this process holds alone expires at most that long after its last write.
 func openStore(ctx context.Context, sc storeSettings, files *sqliteFiles, now func() time.Time, lease time.Duration) (idemhook.Store, error) {
 	switch sc.Driver {
@@ -126,8 +126,8 @@ func openStore(ctx context.Context, sc storeSettings, files *sqliteFiles, now fu
 		}
 		files.rs.add(s.Close)
 		if files.locked[sc.Path] {
-			// The lock says no other process uses the file: a pending claim
-			// is a delivery of a process that died mid-delivery. Freeing it
+			// The lock says no other process uses the file, so a pending
+			// claim is a delivery of a process that died mid-delivery. Freeing it
 			// lets the provider's retry be processed now rather than be
 			// refused until the dead claim's lease lapses.
 			n, err := s.FreePendingClaims(ctx, lease)
@@ -144,7 +144,7 @@ func openStore(ctx context.Context, sc storeSettings, files *sqliteFiles, now fu
 			MasterName: sc.MasterName,
 			Username:   sc.Username,
 			Password:   sc.Password,
-			// Fail fast (redisstore's advice for a webhook path): a dead
+			// Fail fast, as redisstore advises for a webhook path. A dead
 			// Redis costs ~0.1ms per call instead of the 250ms store
 			// deadline, and the middleware fails open instead of retrying.
 			MaxRetries:    -1,
@@ -182,8 +182,8 @@ func openStore(ctx context.Context, sc storeSettings, files *sqliteFiles, now fu
 			return nil, fmt.Errorf("postgres store %s: %w", redactURL(sc.URL), err)
 		}
 		// The table is created (or checked) at start, so that a wrong URL
-		// or missing rights fail here rather than at the first delivery;
-		// bounded, so that an unreachable host doesn't hang the start.
+		// or missing rights fail here rather than at the first delivery.
+		// The start is bounded, so that an unreachable host doesn't hang it.
 		start, cancel := context.WithTimeout(ctx, postgresStartTimeout)
 		defer cancel()
 		s, err := pgstore.New(start, pool, pgstore.Config{Table: sc.Table})

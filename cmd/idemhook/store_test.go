@@ -21,10 +21,10 @@ import (
 
 // A gateway killed with SIGKILL while its deliveries are at the upstream
 // leaves their claims pending in the SQLite file. Restarted on the file, it
-// frees them at once (the file's lock says their owner is dead), so each
+// frees them at once (the file's lock says their owner is dead). So each
 // killed event runs exactly once more when the provider retries, and is
-// replayed after that; under wait the retry is not held for wait_timeout
-// and then refused, under reject it is not refused with 409.
+// replayed after that. Under wait the retry is not held for wait_timeout
+// and then refused. Under reject it is not refused with 409.
 func TestKilledGatewayRunsEachEventOnceMore(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts gateway processes")
@@ -117,7 +117,7 @@ func TestSecondGatewayOnOneSQLiteFileIsRefused(t *testing.T) {
 
 // TestPostgresTwoGateways runs two gateway processes on one PostgreSQL (the
 // store and the audit trail in the same database) and sends concurrent
-// copies of each event split across both: every event reaches the upstream
+// copies of each event split across both. Every event reaches the upstream
 // once, every copy gets its answer, and both gateways' trails land in the
 // one table.
 func TestPostgresTwoGateways(t *testing.T) {

@@ -7,11 +7,11 @@ import (
 	"testing"
 )
 
-// tcpProxy forwards a loopback port to a real server (PostgreSQL here), so
-// that a test can take the server away from the gateway and give it back
-// without stopping the server, which other tests and programs share: down
+// tcpProxy forwards a loopback port to a real server (PostgreSQL here). A
+// test can then take the server away from the gateway and give it back
+// without stopping the server, which other tests and programs share. down
 // closes the listening socket (new connections are refused, as by a stopped
-// server) and cuts every connection in progress; up listens again on the
+// server) and cuts every connection in progress. up listens again on the
 // same port.
 type tcpProxy struct {
 	t      *testing.T

@@ -36,12 +36,13 @@ type tracing struct {
 // OTEL_TRACES_EXPORTER=none. Without an endpoint tracing is off and it
 // returns nil. The exporter reads its other settings (headers, timeout,
 // compression, certificates) from the process environment as the
-// OpenTelemetry SDK documents them, and the sampler from OTEL_TRACES_SAMPLER
-// (default: sample what the sender sampled, everything without a parent).
-// A nil getenv (the demo's gateway) is tracing off.
+// OpenTelemetry SDK documents them. It reads the sampler from
+// OTEL_TRACES_SAMPLER. The default sampler samples what the sender sampled,
+// and everything without a parent. A nil getenv (the demo's gateway) is
+// tracing off.
 //
 // Export failures (a collector down) are logged to logger at WARN, once per
-// failed batch: the SDK reports them through its process-wide error
+// failed batch. The SDK reports them through its process-wide error
 // handler, which the gateway, one per process, points at its logger.
 func openTracing(ctx context.Context, getenv func(string) string, logger *slog.Logger) (*tracing, error) {
 	if getenv == nil || strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") || getenv("OTEL_TRACES_EXPORTER") == "none" {
