@@ -12,8 +12,9 @@ import (
 // answered (by the echo's HTTPErrorHandler) inside the idemhook
 // middleware, so that the middleware sees the error's status. With
 // echo.WrapMiddleware alone the error would be written after the middleware
-// returned: it would store an empty 200 for an event that failed, and the
-// provider's retry would be answered with it instead of running again.
+// returned. The middleware would then store an empty 200 for an event that
+// failed, and the provider's retry would be answered with it instead of
+// running again.
 func Idempotent(route func(http.Handler) http.Handler) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {

@@ -12,7 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// newServer returns the receiver; handle is the webhook's business logic.
+// newServer returns the receiver. handle is the webhook's business logic.
 func newServer(store idemhook.Store, handle echo.HandlerFunc) (*echo.Echo, error) {
 	mw, err := idemhook.New(store, idemhook.Options{Logger: slog.Default()})
 	if err != nil {

@@ -115,8 +115,9 @@ func TestConcurrentCopiesRunOnce(t *testing.T) {
 	}
 }
 
-// A returned error is answered inside the middleware: an echo.HTTPError's
-// status, and 500 for any other error; both release the claim.
+// A returned error is answered inside the middleware, with an
+// echo.HTTPError's status or 500 for any other error. Both release the
+// claim.
 func TestReturnedErrorReleasesTheClaim(t *testing.T) {
 	tests := []struct {
 		give       error

@@ -126,9 +126,9 @@ func (c *child) kill(t *testing.T) {
 
 // TestCrash kills the service at each point of a delivery where a crash
 // matters, several times each, and then sends the provider's retry to a
-// fresh process: the order table holds exactly one row for the event every
-// time, and when the order had been committed the retry is answered with
-// the committed response rather than run again.
+// fresh process. The order table holds exactly one row for the event every
+// time. When the order had been committed, the retry is answered with the
+// committed response rather than run again.
 func TestCrash(t *testing.T) {
 	points := []struct {
 		at        string

@@ -1,13 +1,13 @@
 // Command exactlyonce is a webhook receiver that records each order exactly
-// once, on PostgreSQL: the order row and the idempotency record commit in one
-// transaction (pgstore.Store.CompleteTx), so that no crash, at any point, can
+// once, on PostgreSQL. The order row and the idempotency record commit in one
+// transaction (pgstore.Store.CompleteTx). So no crash, at any point, can
 // record an order twice or answer a retry with anything but the committed
 // response.
 //
 //	DATABASE_URL=postgres://postgres@127.0.0.1:5432/shop go run ./examples/exactlyonce
 //	curl -i -X POST localhost:8080/webhooks/orders -H 'Idempotency-Key: evt_1' -d '{"sku":"book","qty":2}'
 //
-// Send the same request again: the answer is the same order, replayed
+// Send the same request again. The answer is the same order, replayed
 // (Idempotent-Replayed: true), and the orders table still holds one row.
 package main
 

@@ -30,7 +30,7 @@ type config struct {
 	// keysTable and ordersTable name the tables (tests use their own).
 	keysTable, ordersTable string
 	// hook, when set, is called at the points of a delivery where a crash
-	// matters (see service.at); the crash tests stop the process there.
+	// matters (see service.at). The crash tests stop the process there.
 	hook func(point string)
 }
 
@@ -98,7 +98,7 @@ func newService(ctx context.Context, pool *pgxpool.Pool, cfg config) (*service, 
 	}
 	mw, err := idemhook.New(store, idemhook.Options{
 		// A burst of concurrent deliveries queues for the pool's few
-		// connections; the default 250ms deadline, meant to spot a dead
+		// connections. The default 250ms deadline, meant to spot a dead
 		// store fast, would count that queue as an outage.
 		StoreTimeout: 2 * time.Second,
 		Lease:        cfg.lease,
@@ -180,8 +180,8 @@ func (s *service) recordOrder(w http.ResponseWriter, r *http.Request) {
 	}
 	body := []byte(`{"order":` + strconv.FormatInt(id, 10) + `}` + "\n")
 	if err := s.store.CompleteTx(ctx, tx, d, http.StatusCreated, http.Header{"Content-Type": {"application/json"}}, body); err != nil {
-		// ErrNotOwner: the lease lapsed and another delivery owns the
-		// event now; the deferred rollback undoes the insert.
+		// ErrNotOwner means the lease lapsed and another delivery owns
+		// the event now. The deferred rollback undoes the insert.
 		http.Error(w, "order not recorded", http.StatusInternalServerError)
 		return
 	}

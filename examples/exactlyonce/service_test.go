@@ -116,10 +116,10 @@ func TestRecordsAnOrderOnce(t *testing.T) {
 }
 
 // TestConcurrentDuplicates sends 100 copies of one event at once over real
-// HTTP while the first is still running, with each in-flight policy, the
-// first held either right after its claim or inside its transaction after
-// CompleteTx (the idempotency row locked): the order is recorded by one
-// execution, in one row, and every success answer carries that order.
+// HTTP while the first is still running, with each in-flight policy. The
+// first is held either right after its claim or inside its transaction
+// after CompleteTx (the idempotency row locked). The order is recorded by
+// one execution, in one row, and every success answer carries that order.
 func TestConcurrentDuplicates(t *testing.T) {
 	for _, tt := range []struct{ policy, holdAt string }{
 		{"wait", "claimed"}, {"reject", "claimed"}, {"wait", "written"}, {"reject", "written"},
@@ -131,8 +131,9 @@ func TestConcurrentDuplicates(t *testing.T) {
 			cfg.inFlight = policy
 			cfg.lease = 0 // the default 30s: the first delivery keeps its claim
 			// Hold the first delivery after its claim while the copies
-			// arrive: under reject until all the others have been
-			// answered, under wait (where they can't answer) for 300ms.
+			// arrive. Under reject, hold it until all the others have been
+			// answered. Under wait (where they can't answer), hold it for
+			// 300ms.
 			const copies = 100
 			release := make(chan struct{})
 			var answered atomic.Int32

@@ -12,8 +12,8 @@ import (
 // Idempotent turns an idemhook route (mw.Route(...)) into gin middleware.
 //
 // The handlers after it run inside the idemhook middleware and write
-// through it, so that it sees (and stores) the response; a re-delivery is
-// answered with the stored response and the chain is aborted without
+// through it, so that it sees (and stores) the response. A re-delivery is
+// answered with the stored response, and the chain is aborted without
 // running them. A handler that answers 5xx (c.AbortWithStatus(500),
 // c.JSON(503, ...)) releases the claim, so the provider's retry runs it
 // again.

@@ -12,7 +12,7 @@ import (
 	"github.com/idemhook/idemhook/memstore"
 )
 
-// newRouter returns the receiver; handle is the webhook's business logic.
+// newRouter returns the receiver. handle is the webhook's business logic.
 func newRouter(store idemhook.Store, handle gin.HandlerFunc) (*gin.Engine, error) {
 	mw, err := idemhook.New(store, idemhook.Options{Logger: slog.Default()})
 	if err != nil {

@@ -31,7 +31,7 @@ func main() {
 
 	mux := http.NewServeMux()
 	mux.Handle("POST /webhooks/stone", stone(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// Runs once per event; re-deliveries get this same answer back.
+		// Runs once per event. Re-deliveries get this same answer back.
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintln(w, `{"received":true}`)
 	})))
