@@ -15,9 +15,10 @@ import (
 )
 
 // BenchmarkReplay measures a replayed delivery (the common case under
-// retries) on the memory store: bare middleware, then traced by otelhook
-// with every span sampled, by a provider with no exporter (the cost of
-// recording, not of sending). The request is built in the loop for both.
+// retries) on the memory store. It runs the bare middleware, then the
+// middleware traced by otelhook with every span sampled. The provider has
+// no exporter, so it measures the cost of recording, not of sending. The
+// request is built in the loop for both.
 func BenchmarkReplay(b *testing.B) {
 	bare := func(opts idemhook.Options) (idemhook.Options, func(http.Handler) http.Handler) {
 		return opts, func(h http.Handler) http.Handler { return h }

@@ -1,8 +1,8 @@
 // Package otelhook turns the middleware's hooks into OpenTelemetry spans and
-// metrics: one span per delivery, carrying its source, outcome, status,
-// whether it was replayed and a hash of its key, with one child span per
-// store call; and counters and histograms of the same facts as package
-// promhook's Prometheus metrics.
+// metrics. It records one span per delivery, carrying its source, outcome,
+// status, whether it was replayed and a hash of its key. Each store call
+// gets a child span. The counters and histograms hold the same facts as
+// package promhook's Prometheus metrics.
 //
 //	h, err := otelhook.New(otelhook.Config{}) // the global providers
 //	mw, err := idemhook.New(store, h.Instrument(idemhook.Options{}))
@@ -17,7 +17,7 @@
 // instrumentation's, such as otelhttp's), or records a span of its own
 // covering the delivery.
 //
-// Spans never carry a key, a body or a header value: the key appears as
+// Spans never carry a key, a body or a header value. The key appears as
 // idemhook.key.hash, the hex SHA-256 of the store key
 // (printf %s 'idem:stone:evt_1' | sha256sum finds a known event's spans).
 //
@@ -165,9 +165,9 @@ func (h *Hooks) Handler(next http.Handler) http.Handler {
 	})
 }
 
-// OnDelivery records one finished delivery: it sets the attributes on the
-// span in the request's context or, when there is none, records a span of
-// its own covering the delivery, and counts it.
+// OnDelivery records one finished delivery and counts it. It sets the
+// attributes on the span in the request's context. When there is none, it
+// records a span of its own covering the delivery.
 func (h *Hooks) OnDelivery(d idemhook.DeliveryInfo) {
 	source, outcome := AttrSource.String(d.Source), AttrOutcome.String(string(d.Outcome))
 	set := attribute.NewSet(source, outcome)
@@ -204,16 +204,16 @@ func (h *Hooks) OnDelivery(d idemhook.DeliveryInfo) {
 	}
 	span.SetAttributes(attrs...)
 	if d.Status >= 500 {
-		// The outcome names what happened; an error's text may quote the
+		// The outcome names what happened. An error's text may quote the
 		// key or the sender's headers, so it is left out.
 		span.SetAttributes(attrErrorType.String(string(d.Outcome)))
 		span.SetStatus(codes.Error, string(d.Outcome))
 	}
 }
 
-// OnStoreCall records one store call: a child span of the delivery's span
-// (when the call's request carries one) from the call's start to its end,
-// and the store metrics.
+// OnStoreCall records one store call. It records a child span of the
+// delivery's span (when the call's request carries one) from the call's
+// start to its end, and the store metrics.
 func (h *Hooks) OnStoreCall(c idemhook.StoreCallInfo) {
 	ctx := context.Background()
 	if c.Request != nil {

@@ -37,7 +37,7 @@ type harness struct {
 }
 
 // newHarness builds a middleware instrumented by otelhook over store, with
-// one route at POST /hook whose handler answers status; wrap says whether
+// one route at POST /hook whose handler answers status. wrap says whether
 // the route is wrapped in Hooks.Handler.
 func newHarness(t *testing.T, store idemhook.Store, status int, wrap bool) *harness {
 	t.Helper()

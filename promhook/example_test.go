@@ -16,7 +16,7 @@ import (
 )
 
 // One call registers the gateway's metric set and wires the middleware's
-// hooks; the service serves the registry at /metrics as usual.
+// hooks. The service serves the registry at /metrics as usual.
 func ExampleRegister() {
 	reg := prometheus.NewRegistry()
 	opts, _, err := promhook.Register(reg, idemhook.Options{})

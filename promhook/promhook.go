@@ -1,6 +1,6 @@
 // Package promhook exports the middleware's deliveries, store calls and
-// circuit breaker as Prometheus metrics: the metric set of the idemhook
-// gateway, for a Go service that uses the middleware directly.
+// circuit breaker as Prometheus metrics. They are the metric set of the
+// idemhook gateway, for a Go service that uses the middleware directly.
 //
 // One call registers the collectors and returns the middleware's options
 // with the hooks wired in:
@@ -22,7 +22,7 @@
 // idemhook_audit_failed_total.
 //
 // The package lives in its own directory because it imports
-// github.com/prometheus/client_golang; package idemhook imports only the
+// github.com/prometheus/client_golang. Package idemhook imports only the
 // standard library.
 package promhook
 
@@ -54,10 +54,10 @@ type Metrics struct {
 }
 
 // Register creates the collectors, registers them on reg and returns opts
-// with OnDelivery, OnStoreCall and OnBreakerChange set to feed them; hooks
+// with OnDelivery, OnStoreCall and OnBreakerChange set to feed them. Hooks
 // already set in opts are kept and called first. A nil reg is
 // prometheus.DefaultRegisterer. It fails if reg already holds metrics of the
-// same names: a registry holds one middleware's set, unless each
+// same names. A registry holds one middleware's set, unless each
 // middleware registers through prometheus.WrapRegistererWith with the same
 // label name and its own value.
 func Register(reg prometheus.Registerer, opts idemhook.Options) (idemhook.Options, *Metrics, error) {
@@ -115,7 +115,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			Help: "1 while the store's circuit breaker is open (store calls skipped, deliveries fail open or closed per route), else 0.",
 		}),
 	}
-	// Every operation's error counter exists from the start, at 0: the
+	// Every operation's error counter exists from the start, at 0. The
 	// first failure is then an increase that rate() and the alert rules
 	// see, not the series' first sample.
 	for _, op := range storeOps {

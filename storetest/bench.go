@@ -14,18 +14,18 @@ import (
 )
 
 // Bench measures the store steps of the middleware's two common paths, so
-// every store reports comparable figures:
+// every store reports comparable figures.
 //
-//   - FirstDelivery: Claim on a new key, then Complete (two store calls);
-//   - Replay: Claim on a key that holds a completed response (one call);
-//   - ReplayParallel: Replay from GOMAXPROCS goroutines at once;
-//   - FirstDeliveryParallel: FirstDelivery from 32 goroutines at once, the
-//     concurrency of the load comparison (a store that batches concurrent
-//     writes shows it here).
+//   - FirstDelivery is Claim on a new key, then Complete (two store calls).
+//   - Replay is Claim on a key that holds a completed response (one call).
+//   - ReplayParallel is Replay from GOMAXPROCS goroutines at once.
+//   - FirstDeliveryParallel is FirstDelivery from 32 goroutines at once, the
+//     concurrency of the load comparison. A store that batches concurrent
+//     writes shows it here.
 //
-// The records are those of a typical small webhook answer: status 200,
-// Content-Type: application/json, body {"ok":true}, keys shaped
-// "idem:<source>:sha256:<64 hex>".
+// The records are those of a typical small webhook answer. They have status
+// 200, the header "Content-Type: application/json" and the body
+// {"ok":true}, and their keys are shaped "idem:<source>:sha256:<64 hex>".
 func Bench(b *testing.B, h Harness) {
 	if h.New == nil {
 		b.Fatal("storetest: Harness.New is nil")

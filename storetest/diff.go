@@ -10,8 +10,8 @@ import (
 	"github.com/idemhook/idemhook"
 )
 
-// Diff describes how got differs from want, one difference per line, or
-// returns "" when they are equal as a store must round-trip them: CreatedAt
+// Diff describes how got differs from want, one difference per line. It
+// returns "" when they are equal as a store must round-trip them. CreatedAt
 // is compared to the millisecond (the encoding's resolution), and a nil
 // Header or Body equals an empty one.
 func Diff(got, want *idemhook.Record) string {

@@ -1,6 +1,6 @@
 // Package storetest is the conformance suite of the [idemhook.Store]
 // contract. Every store in this module runs it from its tests, and a
-// third-party store should too:
+// third-party store should too, as in this example.
 //
 //	func TestConformance(t *testing.T) {
 //		storetest.Run(t, storetest.Harness{
@@ -8,8 +8,8 @@
 //		})
 //	}
 //
-// The suite checks, with random keys so stores may share a server: claim on
-// an absent and on a present key, exactly one winner among concurrent
+// The suite uses random keys, so stores may share a server. It checks claim
+// on an absent and on a present key, exactly one winner among concurrent
 // claims, the owner-only (compare-and-set) Complete, Release and Extend,
 // exact round trips of completed records, lease and TTL expiry, large bodies,
 // unusual keys, canceled contexts and races between the steps of one claim.
@@ -17,7 +17,7 @@
 // Contexts: a call made with a context that is already canceled must fail
 // with an error for which errors.Is(err, context.Canceled) holds, and must
 // change nothing. Every store can afford that check before it does any work
-// (database/sql and go-redis both make it), and a caller whose deadline has
+// (database/sql and go-redis both make it). A caller whose deadline has
 // passed must not be told that a step it gave up on was done.
 //
 // Expiry: with [Harness.Advance] the suite moves the store's clock and checks
@@ -43,13 +43,13 @@ import (
 // Harness tells the suite how to make and drive a store.
 type Harness struct {
 	// New returns an empty store for one subtest. Stores that share a
-	// server may hand out a fresh key prefix per call; the suite uses random
-	// keys anyway. New may register cleanup with tb.Cleanup. Required.
+	// server may hand out a fresh key prefix per call, though the suite uses
+	// random keys anyway. New may register cleanup with tb.Cleanup. Required.
 	New func(tb testing.TB) idemhook.Store
 
-	// Advance moves the clock of every store New returns forward by d. Nil
-	// when the store's time can't be injected (Redis, for example): the
-	// suite then checks expiry with short real lifetimes polled under a
+	// Advance moves the clock of every store New returns forward by d. It
+	// is nil when the store's time can't be injected (Redis, for example).
+	// The suite then checks expiry with short real lifetimes polled under a
 	// deadline. A Run never advances the clock while another of its
 	// subtests runs, so one clock may drive all the stores of a Run (but
 	// not those of two Runs that run in parallel).
@@ -682,7 +682,7 @@ func (s *suite) canceledContext(t *testing.T) {
 }
 
 // raceSteps runs Complete, Release and Extend of one claim at once, many
-// times: exactly one of Complete and Release wins, and the key ends up
+// times. Exactly one of Complete and Release wins, and the key ends up
 // holding what the winner left.
 func (s *suite) raceSteps(t *testing.T) {
 	st := s.store(t)
@@ -795,8 +795,8 @@ func (s *suite) fakeLease(t *testing.T) {
 }
 
 // wantLeaseOver checks a key whose only record, the pending claim, has
-// expired: the former owner can neither Extend (by extend), Complete nor
-// Release it, Delete reports no live record, and a new claim (with lease
+// expired. The former owner can neither Extend (by extend), Complete nor
+// Release it. Delete reports no live record. A new claim (with lease
 // nextLease) takes the key.
 func (s *suite) wantLeaseOver(t *testing.T, st idemhook.Store, key string, claim *idemhook.Record, extend, nextLease time.Duration) {
 	t.Helper()

@@ -38,7 +38,7 @@ func memHarness(wrap func(idemhook.Store) idemhook.Store) storetest.Harness {
 	}
 }
 
-// broken wraps a correct store; its nil fields call through.
+// broken wraps a correct store. Its nil fields call through.
 type broken struct {
 	idemhook.Store
 	claim   func(ctx context.Context, key string, claim *idemhook.Record, lease time.Duration) (*idemhook.Record, error)
@@ -93,7 +93,7 @@ func (b *broken) Delete(ctx context.Context, key string) (bool, error) {
 
 // mutants are stores broken in one way each, with the subtest that must
 // catch it.
-// Each mutant names the subtests meant to catch it; it must fail in at least
+// Each mutant names the subtests meant to catch it. It must fail in at least
 // one. A race (check-then-set) shows in whichever concurrent subtest the
 // scheduler happens to interleave, so it lists both.
 var mutants = map[string]struct {

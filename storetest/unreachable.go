@@ -8,8 +8,8 @@ import (
 )
 
 // Unreachable returns a store whose every call fails with err, as a store
-// whose server is gone does: for testing what a middleware, its hooks and
-// its metrics do when the store is down.
+// whose server is gone does. It is for testing what a middleware, its hooks
+// and its metrics do when the store is down.
 func Unreachable(err error) idemhook.Store { return unreachable{err} }
 
 type unreachable struct{ err error }

@@ -1,7 +1,8 @@
 // Package auditpage is the newest-first pagination shared by the audit
-// sinks ordered by time (audit.Ring, the SQLite and PostgreSQL sinks): an
-// entry's position, the cursor that encodes it, the cut of a fetched page
-// and the filters' time bounds in microseconds. It works on plain values so
+// sinks ordered by time (audit.Ring, the SQLite and PostgreSQL sinks). It
+// holds an entry's position, the cursor that encodes it, the cut of a
+// fetched page and the filters' time bounds in microseconds. It works on
+// plain values so
 // that package audit and its backends can both import it.
 package auditpage
 

@@ -16,7 +16,7 @@ func TestCursorRoundTrip(t *testing.T) {
 }
 
 // FuzzCursor: a cursor from a client is either one Next produced (and then
-// decodes to the same position) or an error wrapping ErrBadCursor; it never
+// decodes to the same position) or an error wrapping ErrBadCursor. It never
 // panics.
 func FuzzCursor(f *testing.F) {
 	f.Add(Position{1_796_040_000_123_456, 42}.Encode())

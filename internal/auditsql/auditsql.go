@@ -1,7 +1,7 @@
 // Package auditsql builds and reads the queries that the SQL audit sinks
 // (audit/sqliteaudit and audit/pgaudit) share: the filtered, newest-first
 // page and the counts per source and outcome. It also runs their
-// background pruning. It imports no driver: each sink passes what differs
+// background pruning. It imports no driver. Each sink passes what differs
 // (the time column, the placeholders, how a time is bound, how a statement
 // runs).
 package auditsql
@@ -18,8 +18,9 @@ import (
 	"github.com/idemhook/idemhook/internal/periodic"
 )
 
-// Query is the SQL of a filtered page, shared by the SQL sinks: the column
-// of the time, how a placeholder is written and how a time is passed differ.
+// Query is the SQL of a filtered page, shared by the SQL sinks. Its fields
+// hold what differs between them: the column of the time, how a placeholder
+// is written and how a time is passed.
 type Query struct {
 	TimeCol     string                 // the column holding the time
 	Placeholder func(n int) string     // the nth argument's placeholder, from 1
@@ -67,7 +68,7 @@ func (q Query) where(f audit.Filter) (string, []any, error) {
 }
 
 // SelectPage returns the SELECT of a page of the entries of table matching
-// f, newest first, its arguments, and the page size: the statement fetches
+// f, newest first, its arguments, and the page size. The statement fetches
 // up to limit+1 rows, the extra one telling whether there is a next page
 // (see [Query.Page]).
 func (q Query) SelectPage(table string, f audit.Filter) (stmt string, args []any, limit int, err error) {
@@ -105,8 +106,8 @@ type Rows interface {
 // function that closes them.
 type Run func(ctx context.Context, stmt string, args []any) (rows Rows, close func(), err error)
 
-// Page returns a page of the entries of table matching f, newest first:
-// run runs the statement of SelectPage and scan reads one of its rows into
+// Page returns a page of the entries of table matching f, newest first.
+// run runs the statement of SelectPage, and scan reads one of its rows into
 // an Entry.
 func (q Query) Page(ctx context.Context, run Run, table string, f audit.Filter, scan func(Rows, *audit.Entry) error) (audit.Page, error) {
 	stmt, args, limit, err := q.SelectPage(table, f)
@@ -136,7 +137,7 @@ func (q Query) Page(ctx context.Context, run Run, table string, f audit.Filter, 
 }
 
 // Counts returns the number of entries of table matching f per source and
-// outcome, ordered by source then outcome; run runs the statement of
+// outcome, ordered by source then outcome. run runs the statement of
 // SelectCounts.
 func (q Query) Counts(ctx context.Context, run Run, table string, f audit.Filter) ([]audit.Count, error) {
 	stmt, args, err := q.SelectCounts(table, f)

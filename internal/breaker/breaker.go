@@ -1,9 +1,10 @@
 // Package breaker is the circuit breaker that keeps a dead store from adding
 // its timeout to every request.
 //
-// It counts consecutive failures. At Threshold it opens: Allow reports false
-// until Cooldown has passed, then lets exactly one probe through (half-open).
-// A successful probe closes it; a failed one opens it for another Cooldown.
+// It counts consecutive failures, and at Threshold it opens. Allow then
+// reports false until Cooldown has passed. After that it lets exactly one
+// probe through (half-open). A successful probe closes the breaker. A
+// failed one opens it for another Cooldown.
 // The closed state, the common case, costs one atomic load per call.
 package breaker
 

@@ -1,6 +1,6 @@
 // Package periodic runs a background chore at a fixed interval until it is
-// stopped: the sweeping of expired rows of sqlitestore, the pruning of old
-// entries of the audit sinks.
+// stopped. The chores are the sweeping of expired rows of sqlitestore and
+// the pruning of old entries of the audit sinks.
 package periodic
 
 import (

@@ -4,6 +4,6 @@ package redistest
 
 import "syscall"
 
-// procAttr returns nil: only Linux can tie a child's life to its parent's;
-// elsewhere t.Cleanup alone stops the servers.
+// procAttr returns nil, because only Linux can tie a child's life to its
+// parent's. Elsewhere t.Cleanup alone stops the servers.
 func procAttr() *syscall.SysProcAttr { return nil }

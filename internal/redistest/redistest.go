@@ -1,10 +1,10 @@
-// Package redistest gives tests a Redis: the shared server named by
-// IDEMHOOK_REDIS_URL, or private redis-server processes (a standalone server
-// to kill and restart, a Sentinel, a Cluster) on free loopback ports, stopped
-// when the test ends.
+// Package redistest gives tests a Redis. It is either the shared server
+// named by IDEMHOOK_REDIS_URL, or private redis-server processes (a
+// standalone server to kill and restart, a Sentinel, a Cluster) on free
+// loopback ports, stopped when the test ends.
 //
-// The rule for every helper: when what it needs is missing (the variable,
-// the redis-server or redis-cli binary), the test is skipped if
+// Every helper follows one rule when what it needs is missing (the
+// variable, the redis-server or redis-cli binary). The test is skipped if
 // IDEMHOOK_REDIS_URL is unset and fails if it is set, since a run that asks
 // for Redis must not pass silently without it.
 package redistest

@@ -21,9 +21,9 @@ func Migrate(ctx context.Context, db *sql.DB, component string, version int, ddl
 	return Upgrade(ctx, db, component, version, ddl, nil)
 }
 
-// Upgrade is Migrate with a step for older files: after the checks and
+// Upgrade is Migrate with a step for older files. After the checks and
 // before ddl, upgrade (if not nil) runs in the same transaction with the
-// version recorded so far (0 for a component never recorded), to change
+// version recorded so far (0 for a component never recorded). It changes
 // what ddl's idempotent statements can't, such as adding a column.
 func Upgrade(ctx context.Context, db *sql.DB, component string, version int, ddl []string, upgrade func(ctx context.Context, tx *sql.Tx, from int) error) error {
 	tx, err := db.BeginTx(ctx, nil)

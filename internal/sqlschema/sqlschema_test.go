@@ -61,7 +61,7 @@ type step struct {
 func TestMigrate(t *testing.T) {
 	tests := []struct {
 		name string
-		// steps run in order on one database; each is a version and its DDL.
+		// steps run in order on one database. Each is a version and its DDL.
 		steps       []step
 		wantVersion int
 		wantTables  []string
