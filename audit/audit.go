@@ -57,17 +57,17 @@ type Entry struct {
 	// Empty for an ordinary delivery.
 	Reason string
 	// Instance names the gateway instance that answered, e.g. its host
-	// name; empty when not set.
+	// name. It is empty when not set.
 	Instance string
 	// Decision is the key decision of the delivery in words (claimed,
 	// replayed, waited, released and why). Only the Log sink writes it, at
-	// DEBUG; the other sinks don't store it.
+	// DEBUG. The other sinks don't store it.
 	Decision string
 	ID       int64 // assigned by the sink that stores it (0 on input)
 }
 
 // PartialWriteError is returned by a [Sink] whose Write stored the first
-// Written entries of a batch before it failed; the [Recorder] then retries
+// Written entries of a batch before it failed. The [Recorder] then retries
 // only the rest.
 type PartialWriteError struct {
 	Written int

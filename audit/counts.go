@@ -16,12 +16,12 @@ type Count struct {
 	N       int64
 }
 
-// Counter counts entries of the trail; every sink but Log is one. The
+// Counter counts entries of the trail. Every sink but Log is one. The
 // gateway's GET /admin/stats (the console's per-source table) is built on
 // it.
 type Counter interface {
 	// Counts returns the number of entries matching f per source and
-	// outcome, ordered by source then outcome; pairs with no entry are
+	// outcome, ordered by source then outcome. Pairs with no entry are
 	// left out. f.Limit and f.Cursor are ignored.
 	Counts(ctx context.Context, f Filter) ([]Count, error)
 }
@@ -64,7 +64,7 @@ func (t *Tally) Counts() []Count {
 	return out
 }
 
-// matches applies f's field and time filters (not its cursor) to e; since
+// matches applies f's field and time filters (not its cursor) to e. since
 // and until are f's bounds in microseconds, 0 when unset.
 func matches(e Entry, f Filter, since, until int64) bool {
 	us := e.Time.UnixMicro()

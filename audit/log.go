@@ -19,7 +19,7 @@ type Log struct {
 
 var _ Sink = (*Log)(nil)
 
-// NewLog returns a sink logging to logger; a nil logger discards the
+// NewLog returns a sink logging to logger. A nil logger discards the
 // entries.
 func NewLog(logger *slog.Logger) *Log {
 	return &Log{logger: logger}
@@ -60,7 +60,7 @@ func (l *Log) Write(ctx context.Context, entries []Entry) error {
 			r.AddAttrs(slog.String("decision", e.Decision))
 		}
 		// A handler's error (a full disk under the log file) is not the
-		// delivery's problem; the other entries are still tried.
+		// delivery's problem. The other entries are still tried.
 		_ = h.Handle(ctx, r)
 	}
 	return nil

@@ -68,7 +68,8 @@ func TestLogDisabled(t *testing.T) {
 	}
 }
 
-// Reason and instance when set; the decision only at DEBUG.
+// Reason and instance are logged when set. The decision is logged only at
+// DEBUG.
 func TestLogReasonInstanceDecision(t *testing.T) {
 	e := audit.Entry{Time: base, Route: "/wh", Source: "stripe", Outcome: "signature_invalid", Status: 401,
 		Reason: "stripe: no valid signature", Instance: "gw-1", Decision: "signature check failed; refused with 401, nothing claimed"}

@@ -16,7 +16,7 @@ const DefaultQueueSize = 10000
 // defaults.
 type RecorderConfig struct {
 	// QueueSize is how many entries wait for the sink at most, those of a
-	// batch being retried included; beyond, entries are dropped and
+	// batch being retried included. Beyond, entries are dropped and
 	// counted. Default: DefaultQueueSize (10000).
 	QueueSize int
 
@@ -178,8 +178,8 @@ func (r *Recorder) Dropped() uint64 { return r.dropped.Load() }
 func (r *Recorder) Failed() uint64 { return r.failed.Load() }
 
 // Health returns how many entries wait for the sink and, while the sink is
-// failing (its last Write failed), that Write's error; nil once a Write
-// succeeds again.
+// failing (its last Write failed), that Write's error. The error is nil
+// once a Write succeeds again.
 func (r *Recorder) Health() (waiting int, err error) {
 	if p := r.sinkErr.Load(); p != nil {
 		err = *p
@@ -242,7 +242,7 @@ func (r *Recorder) run() {
 			armed = false
 			flush()
 		case <-r.stop:
-			// Drain what is queued now; Record enqueues nothing more.
+			// Drain what is queued now. Record enqueues nothing more.
 			for {
 				select {
 				case e := <-r.queue:

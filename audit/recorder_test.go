@@ -180,7 +180,7 @@ func TestRecorderCloseBounded(t *testing.T) {
 		t.Fatalf("Close with a done context: got %v, want context.Canceled", err)
 	}
 	// The blocked Write returns once its context is canceled, and the
-	// recorder stops; a second Close then returns nil.
+	// recorder stops. A second Close then returns nil.
 	if err := r.Close(context.Background()); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
@@ -189,7 +189,7 @@ func TestRecorderCloseBounded(t *testing.T) {
 	}
 }
 
-// flakySink fails every Write while down is set, with the error down; a
+// flakySink fails every Write while down is set, with the error down. A
 // Write may also store only the first partial entries and then fail.
 type flakySink struct {
 	mu      sync.Mutex
@@ -320,7 +320,7 @@ func TestRecorderPartialWrite(t *testing.T) {
 	}
 }
 
-// Close gives up on a sink that stays down when its context ends; what
+// Close gives up on a sink that stays down when its context ends. What
 // waited is counted as failed.
 func TestRecorderCloseWhileTheSinkIsDown(t *testing.T) {
 	sink := &flakySink{down: errors.New("disk full")}
@@ -340,7 +340,7 @@ func TestRecorderCloseWhileTheSinkIsDown(t *testing.T) {
 }
 
 // An entry recorded after Close (a delivery finishing during shutdown) is
-// dropped and counted; the WARN says why. It said "queue full ... the sink
+// dropped and counted, and the WARN says why. It said "queue full ... the sink
 // is down or too slow", sending whoever read it after a clean shutdown to
 // look for a sink problem that did not exist.
 func TestRecorderDropAfterCloseSaysClosed(t *testing.T) {

@@ -142,7 +142,7 @@ func (r *Ring) Counts(ctx context.Context, f Filter) ([]Count, error) {
 }
 
 // held returns the entries the ring holds, in buffer order (once the ring
-// is full, the oldest is at r.next); the caller holds r.mu.
+// is full, the oldest is at r.next). The caller holds r.mu.
 func (r *Ring) held() []Entry {
 	if r.full {
 		return r.buf

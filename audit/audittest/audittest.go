@@ -46,7 +46,7 @@ type pruner interface {
 // Harness tells the suite how to make a sink.
 type Harness struct {
 	// New returns an empty trail for one subtest. A trail with a
-	// retention decides what is old with now; the suite moves that clock
+	// retention decides what is old with now. The suite moves that clock
 	// to check Prune. New may register cleanup with t.Cleanup. Required.
 	New func(t *testing.T, now func() time.Time) Trail
 
@@ -102,7 +102,7 @@ func Dataset(n int) []audit.Entry {
 	out := make([]audit.Entry, n)
 	for i := range out {
 		out[i] = audit.Entry{
-			// Times go forward, three entries per instant; a few go
+			// Times go forward, three entries per instant. A few go
 			// back, as entries from concurrent requests do.
 			Time:          Base.Add(time.Duration(i/3)*time.Second + time.Duration(i%5/4)*time.Microsecond - time.Duration(i%7/6)*time.Minute),
 			Route:         "/webhooks/" + sources[i%3],
@@ -141,7 +141,7 @@ func Expected(written []audit.Entry, f audit.Filter) []audit.Entry {
 }
 
 // SameEntries fails the test unless got and want hold the same entries in
-// the same order. Every entry of got must have an ID; IDs are not compared.
+// the same order. Every entry of got must have an ID, but IDs are not compared.
 func SameEntries(t testing.TB, what string, got, want []audit.Entry) {
 	t.Helper()
 	if len(got) != len(want) {

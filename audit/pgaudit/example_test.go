@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// ExampleNew needs a PostgreSQL server, so it is compiled but not run; the
+// ExampleNew needs a PostgreSQL server, so it is compiled but not run. The
 // tests run the same code when IDEMHOOK_POSTGRES_URL is set.
 func ExampleNew() {
 	ctx := context.Background()

@@ -31,18 +31,18 @@ const DefaultTable = "idemhook_audit_deliveries"
 // Config configures a [Sink]. The zero value means the defaults.
 type Config struct {
 	// Table is the table name, optionally schema-qualified
-	// ("audit.deliveries"); letters, digits and underscores, starting
-	// with a letter or underscore. Default: DefaultTable.
+	// ("audit.deliveries"). It holds letters, digits and underscores,
+	// starting with a letter or underscore. Default: DefaultTable.
 	Table string
 
-	// Retention is how long entries are kept; older ones are deleted every
+	// Retention is how long entries are kept. Older ones are deleted every
 	// PruneInterval. Default: audit.DefaultRetention (7 days).
 	Retention time.Duration
 
 	// PruneInterval is how often old entries are deleted. A negative value
 	// disables the background pruning ([Sink.Prune] still works).
 	// Default: 10 minutes. Several gateways sharing the table may all
-	// prune; the deletes are idempotent.
+	// prune, because the deletes are idempotent.
 	PruneInterval time.Duration
 
 	// Now is the clock deciding what is older than Retention. Default:

@@ -26,13 +26,13 @@ import (
 
 // SchemaVersion is the version of the audit_deliveries table, recorded in
 // the table idemhook_schema (shared with package sqlitestore). Version 2
-// added the columns reason and instance, version 3 the column scope; older
+// added the columns reason and instance, version 3 the column scope. Older
 // files are upgraded.
 const SchemaVersion = 3
 
 // Config configures a [Sink]. The zero value means the defaults.
 type Config struct {
-	// Retention is how long entries are kept; older ones are deleted
+	// Retention is how long entries are kept. Older ones are deleted
 	// every PruneInterval. Default: audit.DefaultRetention (7 days).
 	Retention time.Duration
 

@@ -181,7 +181,7 @@ func (t *auditTrail) record(route string, d idemhook.DeliveryInfo) {
 }
 
 // reason says why a delivery was refused, or not protected, or why its
-// claim was released; "" for an ordinary one.
+// claim was released. It is "" for an ordinary one.
 func reason(d idemhook.DeliveryInfo, rc routeSettings) string {
 	switch d.Outcome {
 	case idemhook.OutcomeTooLarge:

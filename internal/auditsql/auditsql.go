@@ -94,7 +94,7 @@ func (q Query) SelectCounts(table string, f audit.Filter) (string, []any, error)
 		` GROUP BY source, outcome ORDER BY source, outcome`, args, nil
 }
 
-// Rows is what the helpers read of a query's rows; *sql.Rows and pgx.Rows
+// Rows is what the helpers read of a query's rows. *sql.Rows and pgx.Rows
 // both have it.
 type Rows interface {
 	Next() bool

@@ -20,7 +20,7 @@ type Task struct {
 // Start calls fn every interval, from a new goroutine, until [Task.Stop].
 // When a call fails, other than because Stop canceled it, the error is
 // logged to log (if not nil) at WARN as msg, with the error under "err".
-// A non-positive interval starts nothing; Stop still works.
+// A non-positive interval starts nothing, and Stop still works.
 func Start(interval time.Duration, fn func(context.Context) error, log *slog.Logger, msg string) *Task {
 	t := &Task{stop: make(chan struct{}), done: make(chan struct{})}
 	if interval <= 0 {

@@ -1,7 +1,8 @@
 // The idemhook web console: a client of the admin API (GET /admin/stats,
 // GET /admin/deliveries, GET and DELETE /admin/keys/{source}/{key}), served
-// by the gateway's admin listener. No framework, no build step, no other
-// origin: the page's Content-Security-Policy forbids it.
+// by the gateway's admin listener. It uses no framework and no build step.
+// It loads nothing from another origin, which the page's
+// Content-Security-Policy forbids.
 //
 // Every value from the API is put in the page as text (textContent), never
 // as HTML: keys and routes come from webhook senders.
@@ -31,7 +32,7 @@
 
   const token = () => sessionStorage.getItem(TOKEN_KEY) || '';
 
-  // api calls the admin API; paths are relative to the page (/admin/).
+  // api calls the admin API. Paths are relative to the page (/admin/).
   async function api(method, path) {
     const headers = { Accept: 'application/json' };
     const t = token();
@@ -83,7 +84,7 @@
 
   async function start() {
     $('login').hidden = true;
-    // The first call tells whether the token is needed, or right: the
+    // The first call tells whether the token is needed, or right. The
     // app shows only then.
     let err = null;
     try {
@@ -307,7 +308,7 @@
   // --- one key -----------------------------------------------------------
 
   // scope is the key's scope on a prefix route (the request's path), as the
-  // audit trail recorded it; '' for an unscoped key.
+  // audit trail recorded it. It is '' for an unscoped key.
   async function openKey(source, key, scope) {
     let path = 'keys/' + encodeURIComponent(source) + '/' + encodeURIComponent(key);
     if (scope) path += '?scope=' + encodeURIComponent(scope);
