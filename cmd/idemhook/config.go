@@ -85,8 +85,8 @@ type logSettings struct {
 	Level  string // debug | info | warn | error
 }
 
-// tlsSettings is the tls: section: the listener serves HTTPS with this
-// certificate and key, read again on SIGHUP.
+// tlsSettings is the tls: section. The listener serves HTTPS with this
+// certificate and key, and reads them again on SIGHUP.
 type tlsSettings struct {
 	Cert, Key string // PEM files; both or neither
 }

@@ -30,10 +30,10 @@ func runCommand(t *testing.T, cmd, path string) (error, string) {
 }
 
 // Every refusal comes out of the same validation for check and serve, in
-// the file:line: field: message format: the cases cover each kind of check
-// (YAML syntax, unknown fields, field values, the listener, the library's
-// own route checks, which serve alone used to make, after check had passed
-// the file).
+// the "file:line: field: message" format. The cases cover each kind of
+// check: YAML syntax, unknown fields, field values, the listener, and the
+// library's own route checks (which serve alone used to make, after check
+// had passed the file).
 func TestCheckRefusesWhatServeRefuses(t *testing.T) {
 	const head = "listen: 127.0.0.1:0\nstore: {driver: memory}\nadmin: {listen: off}\naudit: {sink: none}\n"
 	const route = "routes:\n  - path: /wh\n    upstream: http://127.0.0.1:1/x\n    source: s\n"

@@ -527,8 +527,8 @@ func TestConfigShareKeys(t *testing.T) {
 }
 
 // TestConfigSecondDocument: a "---" followed by more YAML starts a second
-// document, which a single Unmarshal drops without a word; a setting
-// written there (here listen) would be silently ignored and the gateway
+// document, which a single Unmarshal drops without a word. A setting
+// written there (here listen) would be silently ignored, and the gateway
 // would start with another configuration than the file shows.
 func TestConfigSecondDocument(t *testing.T) {
 	text := minimal + "---\nlisten: 0.0.0.0:9999\n"
@@ -660,7 +660,7 @@ func TestConfigProviderOptionsDuplicate(t *testing.T) {
 
 // TestConfigErrorsHideURLPasswords: a URL whose password comes from the
 // environment (${PW}) and that is wrong in some other way must be reported
-// without the password, whether or not the URL parses: configuration errors
+// without the password, whether or not the URL parses. Configuration errors
 // are printed to terminals and CI logs.
 func TestConfigErrorsHideURLPasswords(t *testing.T) {
 	const pw = "hunter2-Secret"
