@@ -57,8 +57,8 @@ func post(t testing.TB, client *http.Client, url, b string) (int, string, http.H
 
 // TestRedisOutage kills the Redis the middleware uses while webhooks arrive:
 // every request must still get the handler's answer (fail-open), with the
-// seed's WARN messages, and the breaker must keep a dead Redis off the
-// request path. Restarted, Redis deduplicates again.
+// NestJS guard's WARN messages that alerts match. The breaker must keep a
+// dead Redis off the request path. Restarted, Redis deduplicates again.
 func TestRedisOutage(t *testing.T) {
 	redistest.URL(t) // the skip/fail rule: this test runs where Redis tests run
 	srv := redistest.StartServer(t)
@@ -195,7 +195,8 @@ func pct(d []time.Duration, p int) time.Duration {
 }
 
 // TestRedisCorruptValue: a value that isn't an idemhook record (say, left by
-// another writer) gives the seed's parse-error WARN and the handler runs.
+// another writer) gives the NestJS guard's parse-error WARN, and the
+// handler runs.
 func TestRedisCorruptValue(t *testing.T) {
 	store, client := newRedisStore(t, redistest.URL(t))
 	logs := &syncbuf.Buffer{}
