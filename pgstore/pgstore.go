@@ -53,8 +53,10 @@
 // loopback: a first delivery (two commits, each waiting for the WAL flush)
 // about 470µs, a replay (one read-only statement) about 60µs. Size the pool
 // (pool_max_conns) for the deliveries in flight: a store call waiting for a
-// connection waits inside the middleware's StoreTimeout. docs/stores.md
-// compares the stores.
+// connection waits inside the middleware's StoreTimeout. With [Config.Batch]
+// the claims and completes of concurrent deliveries share a commit: 284µs
+// instead of 1100µs per delivery with 32 concurrent ones, measured on a busy
+// machine. docs/stores.md compares the stores.
 package pgstore
 
 import (
