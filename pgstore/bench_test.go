@@ -26,6 +26,15 @@ func BenchmarkStore(b *testing.B) {
 	})
 }
 
+// BenchmarkStoreBatch is BenchmarkStore with Config.Batch, as the gateway
+// runs it.
+func BenchmarkStoreBatch(b *testing.B) {
+	pool := pgtest.Pool(b)
+	storetest.Bench(b, storetest.Harness{
+		New: func(tb testing.TB) idemhook.Store { return newStore(tb, pool, pgstore.Config{Batch: true}) },
+	})
+}
+
 // BenchmarkCompleteTx is a first delivery whose record commits in the
 // handler's transaction: Claim, then BEGIN, CompleteTx, COMMIT, then the Get
 // by which the middleware sees the commit. Its "plain" sibling is the same

@@ -48,6 +48,15 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestConformanceBatch runs the conformance suite with Config.Batch, whose
+// concurrent claims share a batch and a commit.
+func TestConformanceBatch(t *testing.T) {
+	pool := pgtest.Pool(t)
+	storetest.Run(t, storetest.Harness{
+		New: func(tb testing.TB) idemhook.Store { return newStore(tb, pool, pgstore.Config{Batch: true}) },
+	})
+}
+
 func TestName(t *testing.T) {
 	if got := (&pgstore.Store{}).Name(); got != "PostgreSQL" {
 		t.Fatalf("Name() = %q, want PostgreSQL", got)
@@ -387,5 +396,49 @@ func TestExpiryOnTheDatabaseClock(t *testing.T) {
 	}
 	if r := remaining("k"); r <= 59*time.Minute || r > time.Hour {
 		t.Fatalf("after a 1h TTL the row has %v left by the database's clock", r)
+	}
+}
+
+// TestBatchOneRejected checks that, with Config.Batch, a statement the
+// server rejects fails alone: the claims sent with it still succeed.
+func TestBatchOneRejected(t *testing.T) {
+	pool := pgtest.Pool(t)
+	table := pgtest.Table(t, pool, "idemhook_batch")
+	s := newStore(t, pool, pgstore.Config{Table: table, Batch: true})
+	if _, err := pool.Exec(t.Context(), `ALTER TABLE `+pgx.Identifier{table}.Sanitize()+
+		` ADD CONSTRAINT refuse_bad CHECK (key <> 'idem:test:bad'::bytea)`); err != nil {
+		t.Fatal(err)
+	}
+	const n = 32
+	errs := make([]error, n)
+	existing := make([]*idemhook.Record, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			key := fmt.Sprintf("idem:test:%02d", i)
+			if i == n/2 {
+				key = "idem:test:bad"
+			}
+			<-start
+			existing[i], errs[i] = s.Claim(t.Context(), key, &idemhook.Record{State: idemhook.StatePending, Token: key}, time.Minute)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i := range n {
+		if i == n/2 {
+			if errs[i] == nil {
+				t.Errorf("Claim of the refused key succeeded")
+			}
+			continue
+		}
+		if errs[i] != nil || existing[i] != nil {
+			t.Errorf("Claim %d: %v, %v; want nil, nil", i, existing[i], errs[i])
+		}
+	}
+	var rows int
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM `+pgx.Identifier{table}.Sanitize()).Scan(&rows); err != nil || rows != n-1 {
+		t.Fatalf("%d rows, %v; want %d", rows, err, n-1)
 	}
 }

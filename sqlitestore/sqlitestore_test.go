@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -174,6 +175,47 @@ func TestSweepBatches(t *testing.T) {
 	}
 }
 
+// TestSweepMixed sweeps expired rows spread among live ones, over several
+// batches, and keeps every live row.
+func TestSweepMixed(t *testing.T) {
+	ctx := t.Context()
+	clk := newClock()
+	db := openDB(t, filepath.Join(t.TempDir(), "idemhook.db"))
+	s := newStore(t, db, sqlitestore.Config{Now: clk.Now, SweepInterval: -1})
+	const n = 3500
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	value, _ := pending("x").MarshalBinary()
+	now := clk.Now().UnixMilli()
+	expired := 0
+	for i := range n {
+		exp := now + 60_000
+		if i%3 == 0 {
+			exp = now - int64(i)
+			expired++
+		}
+		if _, err := tx.Exec(`INSERT INTO idem_keys (key, value, expires_at) VALUES (?, ?, ?)`,
+			fmt.Sprintf("idem:mixed:%05d", i), value, exp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Sweep(ctx)
+	if err != nil || got != int64(expired) {
+		t.Fatalf("Sweep: %d, %v; want %d, nil", got, err, expired)
+	}
+	if rows := countRows(t, db); rows != n-expired {
+		t.Fatalf("%d rows left after Sweep, want %d", rows, n-expired)
+	}
+	if got, err := s.Sweep(ctx); err != nil || got != 0 {
+		t.Fatalf("second Sweep: %d, %v; want 0, nil", got, err)
+	}
+}
+
 // TestSweeper checks that the background sweeper runs, with the real clock
 // and a short interval: the test waits for the rows to go, it doesn't time
 // the sweeper.
@@ -337,7 +379,7 @@ func TestNewRejectsNewerSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := sqlitestore.New(db, sqlitestore.Config{SweepInterval: -1})
-	if err == nil || !strings.Contains(err.Error(), "schema version 2") {
+	if want := fmt.Sprintf("schema version %d", sqlitestore.SchemaVersion+1); err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("New on a newer schema: got %v, want a schema version error", err)
 	}
 }

@@ -186,7 +186,9 @@ func openStore(ctx context.Context, sc storeSettings, files *sqliteFiles, now fu
 		// The start is bounded, so that an unreachable host doesn't hang it.
 		start, cancel := context.WithTimeout(ctx, postgresStartTimeout)
 		defer cancel()
-		s, err := pgstore.New(start, pool, pgstore.Config{Table: sc.Table})
+		// Batch: the writes of concurrent deliveries share a commit
+		// (docs/benchmarks.md measures what that saves).
+		s, err := pgstore.New(start, pool, pgstore.Config{Table: sc.Table, Batch: true})
 		if err != nil {
 			return nil, fmt.Errorf("postgres store %s: %w", redactURL(sc.URL), err)
 		}

@@ -1,0 +1,197 @@
+package pgstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Group commit ([Config.Batch]). Without it every Claim and Complete is a
+// statement and a commit of its own, and a commit waits for its WAL record
+// to reach the disk: with a pool of a few connections, concurrent first
+// deliveries queue for them, one flush each. With it, Claim's and
+// Complete's statements go to a few worker goroutines. Each takes the
+// statements waiting at that moment and sends them as one pgx.Batch: one
+// round trip, and one implicit transaction, so one commit and one flush for
+// all of them. A lone statement is sent at once. The statements of a batch
+// run in key order, so that two batches lock the rows they share in the
+// same order and never deadlock. A caller gets its result after the commit.
+//
+// If the server rejects any statement of a batch (the whole batch is then
+// rolled back), each statement runs again on its own, so that one failing
+// write never fails or undoes another's. Any other error (the connection
+// broke, the batch's deadline passed) is every statement's error, as it
+// would have been for a statement of its own: its outcome is unknown.
+
+const (
+	batchWorkers = 2  // batches on the wire at once, each on a connection of the pool
+	batchMax     = 64 // statements per batch
+)
+
+// op is one statement run by the batcher: a query whose one value is read
+// (Claim), or a statement whose affected rows are counted (Complete).
+type op struct {
+	ctx   context.Context
+	key   []byte
+	sql   string
+	args  []any
+	query bool
+
+	value []byte
+	n     int64
+	err   error
+	done  chan struct{}
+}
+
+type batcher struct {
+	pool  *pgxpool.Pool
+	queue chan *op
+	stop  chan struct{}
+	wg    sync.WaitGroup
+}
+
+var errClosed = errors.New("pgstore: the store is closed")
+
+func startBatcher(pool *pgxpool.Pool) *batcher {
+	b := &batcher{pool: pool, queue: make(chan *op), stop: make(chan struct{})}
+	for range batchWorkers {
+		b.wg.Go(b.loop)
+	}
+	return b
+}
+
+func (b *batcher) close() {
+	close(b.stop)
+	b.wg.Wait()
+}
+
+// do runs o in one of the next batches. Once a worker has taken o, do
+// waits for the batch's end even if o's context ends meanwhile, so that a
+// caller is never told "failed" about a write that was committed.
+func (b *batcher) do(o *op) {
+	o.done = make(chan struct{})
+	select {
+	case b.queue <- o:
+	case <-o.ctx.Done():
+		o.err = o.ctx.Err()
+		return
+	case <-b.stop:
+		o.err = errClosed
+		return
+	}
+	<-o.done
+}
+
+func (b *batcher) loop() {
+	batch := make([]*op, 0, batchMax)
+	for {
+		select {
+		case o := <-b.queue:
+			batch = append(batch[:0], o)
+		case <-b.stop:
+			return
+		}
+	more:
+		for len(batch) < batchMax {
+			select {
+			case o := <-b.queue:
+				batch = append(batch, o)
+			default:
+				break more
+			}
+		}
+		b.exec(batch)
+		for _, o := range batch {
+			close(o.done)
+		}
+		clear(batch)
+	}
+}
+
+// exec runs batch as one pgx.Batch, or each of its statements on its own
+// when the server rejected one. It runs until the latest deadline of the
+// batch's statements (one without: the pool's own timeouts).
+func (b *batcher) exec(batch []*op) {
+	var latest time.Time
+	noDeadline := false
+	live := batch[:0:0]
+	for _, o := range batch {
+		if err := o.ctx.Err(); err != nil {
+			o.err = err // given up before it ran: never run
+			continue
+		}
+		if d, ok := o.ctx.Deadline(); !ok {
+			noDeadline = true
+		} else if d.After(latest) {
+			latest = d
+		}
+		live = append(live, o)
+	}
+	if len(live) == 0 {
+		return
+	}
+	ctx, cancel := context.Background(), context.CancelFunc(func() {})
+	if !noDeadline {
+		ctx, cancel = context.WithDeadline(ctx, latest)
+	}
+	defer cancel()
+	if len(live) == 1 {
+		b.run(ctx, live[0])
+		return
+	}
+	slices.SortStableFunc(live, func(x, y *op) int { return bytes.Compare(x.key, y.key) })
+	var pb pgx.Batch
+	for _, o := range live {
+		pb.Queue(o.sql, o.args...)
+	}
+	br := b.pool.SendBatch(ctx, &pb)
+	var failed error
+	for _, o := range live {
+		if o.query {
+			o.err = br.QueryRow().Scan(&o.value)
+		} else {
+			var tag pgconn.CommandTag
+			tag, o.err = br.Exec()
+			o.n = tag.RowsAffected()
+		}
+		if o.err != nil && failed == nil {
+			failed = o.err
+		}
+	}
+	if err := br.Close(); err != nil && failed == nil {
+		failed = err // the commit
+	}
+	if failed == nil {
+		return
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(failed, &pgErr) {
+		for _, o := range live {
+			o.value, o.n, o.err = nil, 0, failed
+		}
+		return
+	}
+	// The server rejected a statement, so it rolled the batch back: run
+	// each statement again, alone.
+	for _, o := range live {
+		o.value, o.n, o.err = nil, 0, nil
+		b.run(ctx, o)
+	}
+}
+
+// run runs o as a statement of its own.
+func (b *batcher) run(ctx context.Context, o *op) {
+	if o.query {
+		o.err = b.pool.QueryRow(ctx, o.sql, o.args...).Scan(&o.value)
+		return
+	}
+	tag, err := b.pool.Exec(ctx, o.sql, o.args...)
+	o.n, o.err = tag.RowsAffected(), err
+}
