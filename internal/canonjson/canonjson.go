@@ -1,7 +1,7 @@
-// Package canonjson computes the body hash of idemhook's keys: the SHA-256
-// of a JSON body in the compact form Node.js's
-// JSON.stringify(JSON.parse(body)) gives (member order, duplicate members,
-// number formatting and string escapes exactly as V8 does them), so that
+// Package canonjson computes the body hash of idemhook's keys. For a JSON
+// body it is the SHA-256 of the compact form Node.js's
+// JSON.stringify(JSON.parse(body)) gives. Member order, duplicate members,
+// number formatting and string escapes are exactly as V8 does them, so that
 // idemhook's keys equal the NestJS guard's. Any other body is hashed as its
 // raw bytes. testdata/seed-key-vectors.json at the repository root holds
 // vectors made with Node.js itself, and the tests check every one.
@@ -18,34 +18,35 @@ import (
 )
 
 // maxJSONDepth bounds the nesting of arrays and objects appendCanonicalJSON
-// accepts; a deeper body is treated as "not JSON" (hashed as raw bytes).
+// accepts. A deeper body is treated as "not JSON" (hashed as raw bytes).
 //
-// It is a safety bound, not a Node.js rule: Node 20 with its default stack
-// parses deeper bodies but its JSON.stringify throws RangeError from about
-// 4,185 levels on (measured with node v20.20.2), so the NestJS guard never
-// produced a key for such a body and any answer beyond that depth is
+// It is a safety bound, not a Node.js rule. Node 20 with its default stack
+// parses deeper bodies, but its JSON.stringify throws RangeError from about
+// 4,185 levels on (measured with node v20.20.2). So the NestJS guard never
+// produced a key for such a body, and any answer beyond that depth is
 // compatible. 10,000 is also encoding/json's own nesting limit.
 const maxJSONDepth = 10000
 
 // appendCanonicalJSON appends to dst the text Node.js's
-// JSON.stringify(JSON.parse(s)) gives for the body src, and reports true; if
-// src is not valid JSON (as JSON.parse judges it), it reports false (dst
-// returned unchanged).
+// JSON.stringify(JSON.parse(s)) gives for the body src, and reports true.
+// If src is not valid JSON (as JSON.parse judges it), it reports false and
+// returns dst unchanged.
 //
-// s is src decoded from UTF-8 the way Buffer.toString("utf8") does it: each
-// maximal invalid subpart becomes U+FFFD, and a leading byte order mark is
-// kept (JSON.parse then rejects it). Beyond JSON.parse's grammar, bodies
-// nested deeper than maxJSONDepth are rejected.
+// s is src decoded from UTF-8 the way Buffer.toString("utf8") does it. Each
+// maximal invalid subpart becomes U+FFFD. A leading byte order mark is kept,
+// so JSON.parse then rejects it. Beyond JSON.parse's grammar, bodies nested
+// deeper than maxJSONDepth are rejected.
 //
-// The output follows JSON.stringify: no insignificant whitespace; numbers
-// as Number.prototype.toString writes them (null when they overflow to
-// Infinity); strings with the well-formed escaping (\" \\ \b \f \n \r \t,
-// other controls and lone surrogates as lowercase \uxxxx, everything else
-// literal UTF-8); object members in the order V8 keeps them: array-index
-// keys ascending first, then the other keys in order of first appearance,
-// each with the value of its last occurrence.
+// The output follows JSON.stringify. It has no insignificant whitespace.
+// Numbers are written as Number.prototype.toString writes them, and as null
+// when they overflow to Infinity. Strings get the well-formed escaping:
+// \" \\ \b \f \n \r \t, other controls and lone surrogates as lowercase
+// \uxxxx, and everything else as literal UTF-8. Object members come in the
+// order V8 keeps them. Array-index keys come first, in ascending order. The
+// other keys follow in order of first appearance. Each key has the value of
+// its last occurrence.
 //
-// It makes one pass over src, writing straight into dst; an object is
+// It makes one pass over src, writing straight into dst. An object is
 // rewritten in place only when it has an index-like or duplicate key.
 func appendCanonicalJSON(dst, src []byte) ([]byte, bool) {
 	out, _, ok := appendCanonicalScratch(dst, src, nil)
@@ -68,7 +69,7 @@ func appendCanonicalScratch(dst, src []byte, ms []jsonMember) ([]byte, []jsonMem
 	return p.dst, ms, true
 }
 
-// canonScratch is the reusable memory of one body hash: the canonical text
+// canonScratch is the reusable memory of one body hash. The canonical text
 // is only hashed, so neither it nor the member stack outlives the call.
 type canonScratch struct {
 	text    []byte
@@ -98,8 +99,8 @@ func Sum(body []byte) [sha256.Size]byte {
 	return sum
 }
 
-// jsonMember locates one object member already written to the output: the
-// quoted key at dst[keyStart:keyEnd], the value at dst[valStart:valEnd].
+// jsonMember locates one object member already written to the output. The
+// quoted key is at dst[keyStart:keyEnd] and the value at dst[valStart:valEnd].
 type jsonMember struct {
 	keyStart, keyEnd int
 	valStart, valEnd int
@@ -209,8 +210,8 @@ func (p *canonParser) object(ms []jsonMember) ([]jsonMember, bool) {
 	body := len(p.dst)
 	if ms == nil {
 		// The first object allocates the member stack that every object
-		// of the call shares (a stack array would escape through the
-		// recursion anyway); Sum passes a pooled one.
+		// of the call shares. A stack array would escape through the
+		// recursion anyway. Sum passes a pooled one.
 		ms = make([]jsonMember, 0, 32)
 	}
 	base := len(ms)
@@ -314,9 +315,9 @@ func (p *canonParser) sortByKey(ms []jsonMember) {
 }
 
 // reorder rewrites the members ms of the object whose text starts at
-// dst[body:] (after the brace) in V8's order: duplicates folded into their
-// first occurrence with the last value, array-index keys first in numeric
-// order, then the others in order of first appearance.
+// dst[body:] (after the brace) in V8's order. Duplicates are folded into
+// their first occurrence with the last value. Array-index keys come first
+// in numeric order, then the others in order of first appearance.
 func (p *canonParser) reorder(body int, ms []jsonMember) {
 	const dead = -1
 	p.sortByKey(ms)

@@ -63,7 +63,7 @@ func TestCanonicalSeedVectors(t *testing.T) {
 }
 
 // Every want below was produced by Node 20's (v20.20.2)
-// JSON.stringify(JSON.parse(Buffer.from(give).toString("utf8"))); ok false
+// JSON.stringify(JSON.parse(Buffer.from(give).toString("utf8"))). ok false
 // means JSON.parse threw.
 var canonicalTests = []struct {
 	name string

@@ -7,10 +7,11 @@ import (
 	"unicode/utf8"
 )
 
-// FuzzCanonical checks appendCanonicalJSON's invariants on any input: no
-// panic, dst untouched on failure, JSON output that is its own canonical
-// form, and acceptance of every body encoding/json accepts (the grammars
-// agree on valid UTF-8; both nest at most 10,000 levels).
+// FuzzCanonical checks appendCanonicalJSON's invariants on any input. It
+// must not panic, and it must leave dst untouched on failure. Its JSON
+// output must be its own canonical form. It must accept every body that
+// encoding/json accepts, because the two grammars agree on valid UTF-8 and
+// both nest at most 10,000 levels.
 func FuzzCanonical(f *testing.F) {
 	for _, v := range loadSeedVectors(f) {
 		f.Add([]byte(v.Body))
