@@ -61,11 +61,11 @@ var stores = []struct {
 }
 
 // TestConcurrentDuplicatesOnEveryStore sends 100 copies of one event at once
-// through a real HTTP server; the handler is held until all 100 have made
+// through a real HTTP server. The handler is held until all 100 have made
 // their claim, so that every duplicate meets a running first delivery.
-// wait and reject must execute the handler exactly once; wait gives all 100
-// the same response; proceed (the NestJS guard's policy) runs it for every copy that
-// met the running delivery.
+// wait and reject must execute the handler exactly once. wait gives all 100
+// the same response. proceed (the NestJS guard's policy) runs the handler
+// for every copy that met the running delivery.
 func TestConcurrentDuplicatesOnEveryStore(t *testing.T) {
 	const n = 100
 	for _, st := range stores {
@@ -78,9 +78,9 @@ func TestConcurrentDuplicatesOnEveryStore(t *testing.T) {
 				outcomes := map[string]int{}
 				mw, err := idemhook.New(store, idemhook.Options{
 					// 100 claims at once queue for PostgreSQL's few pool
-					// connections; on a loaded machine that can pass the
-					// 250ms default, and a claim that fails open is not
-					// what this test counts.
+					// connections. On a loaded machine that can pass the
+					// 250ms default. A claim that fails open is not what
+					// this test counts.
 					StoreTimeout: 5 * time.Second,
 					OnStoreCall: func(c idemhook.StoreCallInfo) {
 						if c.Op == "claim" && claims.Add(1) == n {

@@ -27,16 +27,17 @@ import (
 	"github.com/idemhook/idemhook/sqlitestore"
 )
 
-// The key-count curve behind docs/benchmarks.md: first-delivery throughput
-// of a store (Claim then Complete on new keys, from -keys.concurrency
-// goroutines) with 0, 1M and 10M keys already stored, and the memory a
-// stored key takes (the SQLite file's bytes, Redis's used_memory). Off by
-// default; it needs a few GB of disk and memory and several minutes:
+// These flags drive the key-count curve behind docs/benchmarks.md. It
+// measures the first-delivery throughput of a store with 0, 1M and 10M keys
+// already stored. Each delivery is a Claim then a Complete on a new key,
+// from -keys.concurrency goroutines. It also measures the memory a stored
+// key takes (the SQLite file's bytes, Redis's used_memory). The run is off
+// by default. It needs a few GB of disk and memory and several minutes:
 //
 //	go test ./internal/integration -run TestKeyCount -count=1 -v -timeout 60m -keys
 //
-// Redis runs on a private redis-server on a free loopback port (never the
-// shared one: the run fills it with millions of keys).
+// Redis runs on a private redis-server on a free loopback port. It never
+// uses the shared one, because the run fills it with millions of keys.
 var (
 	keysRun      = flag.Bool("keys", false, "run TestKeyCount (the key-count curve)")
 	keysCounts   = flag.String("keys.counts", "0,1000000,10000000", "key-count curve: the numbers of stored keys to measure at, ascending")

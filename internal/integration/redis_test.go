@@ -1,6 +1,6 @@
 // Package integration holds tests that run the middleware against real
-// servers: Redis that is killed and restarted, Redis command counts, and the
-// concurrency tests on every store.
+// servers. They cover Redis that is killed and restarted, Redis command
+// counts, and the concurrency tests on every store.
 package integration
 
 import (
@@ -55,9 +55,9 @@ func post(t testing.TB, client *http.Client, url, b string) (int, string, http.H
 	return resp.StatusCode, string(out), resp.Header
 }
 
-// TestRedisOutage kills the Redis the middleware uses while webhooks arrive:
-// every request must still get the handler's answer (fail-open), with the
-// NestJS guard's WARN messages that alerts match. The breaker must keep a
+// TestRedisOutage kills the Redis the middleware uses while webhooks arrive.
+// Every request must still get the handler's answer (fail-open). The
+// middleware must log the NestJS guard's WARN messages that alerts match. The breaker must keep a
 // dead Redis off the request path. Restarted, Redis deduplicates again.
 func TestRedisOutage(t *testing.T) {
 	redistest.URL(t) // the skip/fail rule: this test runs where Redis tests run
@@ -168,8 +168,8 @@ func TestRedisOutage(t *testing.T) {
 		down, pct(downLatency, 50), pct(downLatency, 99), pct(downLatency, 100),
 		pct(bareLatency, 50), pct(bareLatency, 99), pct(bareLatency, 100), called.Load(), skipped.Load())
 
-	// Redis back (empty: it keeps nothing on disk): after the cooldown a
-	// probe closes the breaker and deduplication resumes.
+	// Redis comes back empty, because it keeps nothing on disk. After the
+	// cooldown a probe closes the breaker and deduplication resumes.
 	srv.Restart(t)
 	deadline := time.Now().Add(10 * time.Second)
 	for breakerOpen.Load() && time.Now().Before(deadline) {
@@ -194,9 +194,9 @@ func pct(d []time.Duration, p int) time.Duration {
 	return s[max(0, min(len(s)-1, i-1))]
 }
 
-// TestRedisCorruptValue: a value that isn't an idemhook record (say, left by
-// another writer) gives the NestJS guard's parse-error WARN, and the
-// handler runs.
+// TestRedisCorruptValue checks a value that isn't an idemhook record (say,
+// left by another writer). It gives the NestJS guard's parse-error WARN,
+// and the handler runs.
 func TestRedisCorruptValue(t *testing.T) {
 	store, client := newRedisStore(t, redistest.URL(t))
 	logs := &syncbuf.Buffer{}
@@ -287,7 +287,7 @@ func (c *commandCounter) take() []string {
 }
 
 // TestRedisCommandsPerDelivery counts, on a private server, the commands a
-// first delivery and a duplicate send: docs/design.md (Targets) says 2 and 1. It
+// first delivery and a duplicate send. docs/design.md (Targets) says 2 and 1. It
 // counts on the client (round trips) and logs the server's commandstats,
 // which also count the commands a script runs inside Redis.
 func TestRedisCommandsPerDelivery(t *testing.T) {
