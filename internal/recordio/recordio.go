@@ -1,4 +1,4 @@
-// Package recordio is the stores' shared handling of encoded records: the
+// Package recordio is the stores' shared handling of encoded records. Its
 // errors name the store and the operation or key, so that each store's
 // messages say where they come from.
 package recordio
