@@ -13,13 +13,13 @@ import (
 // Batching ([Config.Batch]). Without it every store call is one command on
 // a connection of its own, so N concurrent deliveries cost Redis N reads and
 // N writes on N sockets. With it the store's commands go to a few worker
-// goroutines; each takes the commands waiting at that moment and sends them
+// goroutines. Each takes the commands waiting at that moment and sends them
 // as one pipeline, so Redis reads them with one system call and answers them
-// with one. A lone command is sent at once; commands only wait while an
+// with one. A lone command is sent at once. Commands only wait while an
 // earlier pipeline is on the wire. Each command keeps its own result and
-// error, and its caller gets them as before; a caller whose context ends
-// first returns its context's error (the command may still run, as with any
-// command whose reply is not awaited).
+// error, and its caller gets them as before. A caller whose context ends
+// first returns its context's error. The command may still run, as with any
+// command whose reply is not awaited.
 
 const (
 	batchWorkers = 4   // pipelines on the wire at once
@@ -96,8 +96,9 @@ func (b *batcher) loop() {
 }
 
 // exec sends batch as one pipeline. It runs until the latest deadline of
-// the batch's calls (a call with none: the client's own timeouts), so that
-// one caller's short deadline never fails the others' commands.
+// the batch's calls, so that one caller's short deadline never fails the
+// others' commands. If any call has no deadline, only the client's own
+// timeouts bound the pipeline.
 func (b *batcher) exec(batch []*call) {
 	var latest time.Time
 	noDeadline := false

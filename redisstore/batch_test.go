@@ -32,7 +32,8 @@ func newBatchStore(tb testing.TB, client *redis.Client) *redisstore.Store {
 	return st
 }
 
-// TestConformanceBatch runs the suite with Config.Batch: the same contract.
+// TestConformanceBatch runs the suite with Config.Batch, which must keep the
+// same contract.
 func TestConformanceBatch(t *testing.T) {
 	client := redistest.Client(t)
 	storetest.Run(t, storetest.Harness{
@@ -40,8 +41,8 @@ func TestConformanceBatch(t *testing.T) {
 	})
 }
 
-// TestConformanceClusterBatch: pipelines on a Cluster client are split by
-// slot; the contract holds.
+// TestConformanceClusterBatch checks that the contract holds with batching
+// on a Cluster client, whose pipelines are split by slot.
 func TestConformanceClusterBatch(t *testing.T) {
 	addrs := redistest.StartCluster(t, 3)
 	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
@@ -58,8 +59,8 @@ func TestConformanceClusterBatch(t *testing.T) {
 	})
 }
 
-// TestBatchConcurrentClaims: many goroutines claim the same keys at once
-// through one batching store; for each key exactly one claim is stored and
+// TestBatchConcurrentClaims has many goroutines claim the same keys at once
+// through one batching store. For each key exactly one claim is stored, and
 // every other one gets that claim back.
 func TestBatchConcurrentClaims(t *testing.T) {
 	st := newBatchStore(t, redistest.Client(t))
@@ -91,8 +92,8 @@ func TestBatchConcurrentClaims(t *testing.T) {
 	}
 }
 
-// TestBatchDeadline: a call whose context has ended returns its context's
-// error; the others of the same moment are unaffected.
+// TestBatchDeadline checks that a call whose context has ended returns its
+// context's error. The others of the same moment are unaffected.
 func TestBatchDeadline(t *testing.T) {
 	st := newBatchStore(t, redistest.Client(t))
 	ctx, cancel := context.WithCancel(t.Context())

@@ -10,7 +10,7 @@ import (
 	"github.com/idemhook/idemhook/redisstore"
 )
 
-// New takes a client the caller owns; nothing is sent to Redis until the
+// New takes a client the caller owns. Nothing is sent to Redis until the
 // first store call. By default a record lives under the middleware's key
 // unchanged, which is the NestJS guard's key.
 func ExampleNew() {
@@ -38,7 +38,7 @@ func ExampleNew() {
 	// true
 }
 
-// With Sentinel, a failover client follows the master Sentinel names; the
+// With Sentinel, a failover client follows the master Sentinel names. The
 // store is the same. (No output: it needs running Sentinels.)
 func ExampleNew_sentinel() {
 	client := redis.NewFailoverClient(&redis.FailoverOptions{

@@ -1,12 +1,12 @@
 // Package redisstore is an [idemhook.Store] kept in Redis (or Valkey) through
-// a go-redis [redis.UniversalClient]: a standalone server, a Sentinel-managed
-// master or a Redis Cluster.
+// a go-redis [redis.UniversalClient]. The client may be a standalone server,
+// a Sentinel-managed master or a Redis Cluster.
 //
 // Each step is one round trip touching one key, so it works unchanged on a
 // Cluster:
 //
-//   - Claim is a single SET key value NX GET PX lease (Redis 7.0 or later):
-//     it stores the pending record when the key is absent and returns the
+//   - Claim is a single SET key value NX GET PX lease (Redis 7.0 or later).
+//     It stores the pending record when the key is absent and returns the
 //     record already there otherwise. A duplicate delivery costs one command.
 //   - Complete, Release and Extend are Lua scripts (EVALSHA, falling back to
 //     EVAL when the server hasn't cached the script) that act only while the
@@ -16,32 +16,32 @@
 //   - Get is GET, Delete is DEL.
 //
 // Keys are the middleware's store keys ("idem:<source>:<key>", the NestJS
-// guard's format) with an optional [Config.Prefix]; values are
+// guard's format) with an optional [Config.Prefix]. Values are
 // [idemhook.Record] in its binary encoding. A value that can't be decoded
 // is reported as an error wrapping [idemhook.ErrCorruptRecord].
 //
-// The caller owns the client: the store never closes it. Any client
+// The caller owns the client, and the store never closes it. Any client
 // satisfying redis.UniversalClient works: redis.NewClient,
 // redis.NewFailoverClient (Sentinel), redis.NewClusterClient or
 // redis.NewUniversalClient. Claim, Complete, Release and Extend write, so
-// they go to the master (with FailoverOptions.ReplicaOnly every command goes
-// to a replica and they fail); a client that routes reads to replicas
+// they go to the master. With FailoverOptions.ReplicaOnly every command goes
+// to a replica, and they fail. A client that routes reads to replicas
 // (ReadOnly, RouteByLatency, RouteRandomly) may answer Get with a record a
-// replication lag old, which only delays a waiting duplicate.
+// replication lag old. That only delays a waiting duplicate.
 //
 // # Client settings for a webhook path
 //
-// go-redis's defaults favour patience: a refused connection is dialled again
+// go-redis's defaults favour patience. A refused connection is dialled again
 // (DialerRetries 5, 100ms apart) and a failed command retried (MaxRetries 3,
-// with backoff), so against a dead Redis one call takes the middleware's whole
-// StoreTimeout (250ms). The middleware fails open and its circuit breaker
-// skips the store after a few failures, but each probe of the breaker still
-// pays that. For a webhook path set
+// with backoff). So against a dead Redis one call takes the middleware's
+// whole StoreTimeout (250ms). The middleware fails open and its circuit
+// breaker skips the store after a few failures, but each probe of the
+// breaker still pays that. For a webhook path set
 //
-//	MaxRetries:    -1, // no command retries: the middleware fails open instead
+//	MaxRetries:    -1, // no command retries, the middleware fails open instead
 //	DialerRetries: 1,
 //
-// which measured here makes a call against a stopped Redis fail in about
+// Measured here, this makes a call against a stopped Redis fail in about
 // 0.1ms rather than 250ms. The gateway sets them.
 package redisstore
 
@@ -62,8 +62,8 @@ import (
 // Config configures a [Store]. The zero value is valid.
 type Config struct {
 	// Prefix is prepended to every key. The middleware's keys are already
-	// "idem:<source>:<key>", the format of the NestJS guard, so a team moving
-	// from the guard to idemhook on the same Redis keeps its records; set a
+	// "idem:<source>:<key>", the format of the NestJS guard. So a team moving
+	// from the guard to idemhook on the same Redis keeps its records. Set a
 	// prefix only to separate several deployments sharing one database. On a
 	// Cluster, a prefix holding a hash tag ("{...}") sends every key to one
 	// slot. Default "".
@@ -71,10 +71,10 @@ type Config struct {
 
 	// Batch sends the commands of concurrent calls together, as pipelines
 	// of whatever is waiting when the previous pipeline has gone out (see
-	// batch.go): fewer round trips and system calls per command, for Redis
-	// and for this process, at the price of a few goroutines and of
+	// batch.go). That means fewer round trips and system calls per command,
+	// for Redis and for this process. The price is a few goroutines and
 	// [Store.Close]. A lone call is sent at once. The commands and what they
-	// do are the same. Default false; the gateway turns it on.
+	// do are the same. Default false. The gateway turns it on.
 	Batch bool
 }
 
@@ -102,7 +102,7 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// Close stops the goroutines of [Config.Batch]; the store must not be used
+// Close stops the goroutines of [Config.Batch]. The store must not be used
 // afterwards. It doesn't close the client, which belongs to the caller.
 // Without Batch it does nothing. Close is safe to call more than once.
 func (s *Store) Close() error {
@@ -194,7 +194,7 @@ func (s *Store) Claim(ctx context.Context, key string, claim *idemhook.Record, l
 }
 
 // Complete replaces the claim with done, kept for ttl, if key still holds
-// the claim; otherwise it returns an error wrapping [idemhook.ErrNotOwner].
+// the claim. Otherwise it returns an error wrapping [idemhook.ErrNotOwner].
 func (s *Store) Complete(ctx context.Context, key string, claim, done *idemhook.Record, ttl time.Duration) error {
 	rkey := s.prefix + key
 	ms, err := millis("ttl", ttl)
@@ -212,7 +212,7 @@ func (s *Store) Complete(ctx context.Context, key string, claim, done *idemhook.
 	return s.runCAS(ctx, "complete", completeScript, rkey, cv, dv, ms)
 }
 
-// Release deletes key if it still holds claim; otherwise it returns an
+// Release deletes key if it still holds claim. Otherwise it returns an
 // error wrapping [idemhook.ErrNotOwner].
 func (s *Store) Release(ctx context.Context, key string, claim *idemhook.Record) error {
 	rkey := s.prefix + key
@@ -224,7 +224,7 @@ func (s *Store) Release(ctx context.Context, key string, claim *idemhook.Record)
 }
 
 // Extend sets the lifetime of the claim under key to lease from now if key
-// still holds it; otherwise it returns an error wrapping
+// still holds it. Otherwise it returns an error wrapping
 // [idemhook.ErrNotOwner].
 func (s *Store) Extend(ctx context.Context, key string, claim *idemhook.Record, lease time.Duration) error {
 	rkey := s.prefix + key

@@ -21,8 +21,8 @@ import (
 	"github.com/idemhook/idemhook/storetest"
 )
 
-// newStore returns a store on the shared server with a fresh random prefix;
-// its keys are deleted when tb ends, so the shared database is left as it
+// newStore returns a store on the shared server with a fresh random prefix.
+// Its keys are deleted when tb ends, so the shared database is left as it
 // was without flushing anything.
 func newStore(tb testing.TB, client *redis.Client) *redisstore.Store {
 	tb.Helper()
@@ -114,8 +114,9 @@ func BenchmarkStore(b *testing.B) {
 }
 
 // BenchmarkMemoryPerKey reports the server memory a completed record of a
-// typical small answer takes (docs/design.md, Targets: at most 200 bytes per key),
-// on a private server: used_memory grows by this much per stored key.
+// typical small answer takes, on a private server. used_memory grows by
+// this much per stored key. The target is at most 200 bytes per key
+// (docs/design.md, Targets).
 func BenchmarkMemoryPerKey(b *testing.B) {
 	srv := redistest.StartServer(b)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
@@ -176,8 +177,9 @@ func completedRecord(claim *idemhook.Record) *idemhook.Record {
 }
 
 // TestSetNXGetReply pins down what go-redis returns for SET key v NX GET PX
-// ms, which Claim relies on: redis.Nil when the key was absent (and is now
-// set, with the TTL), the old value with the key untouched otherwise.
+// ms, which Claim relies on. When the key was absent it returns redis.Nil,
+// and the key is now set, with the TTL. Otherwise it returns the old value
+// and leaves the key untouched.
 func TestSetNXGetReply(t *testing.T) {
 	client := redistest.Client(t)
 	ctx := t.Context()
@@ -205,8 +207,9 @@ func TestSetNXGetReply(t *testing.T) {
 	}
 }
 
-// TestKeys checks where records land in Redis: under the middleware's key
-// unchanged by default (the NestJS guard's keys), under Prefix+key otherwise.
+// TestKeys checks where records land in Redis. By default they land under
+// the middleware's key unchanged (the NestJS guard's keys). With a prefix
+// they land under Prefix+key.
 func TestKeys(t *testing.T) {
 	client := redistest.Client(t)
 	random := rand.Text()
@@ -246,8 +249,9 @@ func TestKeys(t *testing.T) {
 	}
 }
 
-// TestLifetimes checks the expiry Redis holds after each step (bounds only,
-// no timing): the lease after Claim and Extend, the TTL after Complete.
+// TestLifetimes checks the expiry Redis holds after each step, with bounds
+// only and no timing. It is the lease after Claim and Extend, and the TTL
+// after Complete.
 func TestLifetimes(t *testing.T) {
 	client := redistest.Client(t)
 	st := newStore(t, client)
@@ -297,7 +301,7 @@ func TestCorruptValue(t *testing.T) {
 		name  string
 		value string
 	}{
-		{"SeedJSON", `{"statusCode":200,"body":{"ok":true}}`},
+		{"GuardJSON", `{"statusCode":200,"body":{"ok":true}}`},
 		{"Empty", ""},
 		{"Truncated", "\x01\x02"},
 	}
@@ -375,10 +379,9 @@ func TestNotOwnerError(t *testing.T) {
 	}
 }
 
-// TestServerRestart kills the server under a store: calls fail with a
-// wrapped connection error, and after a restart (an empty server with no
-// cached scripts) every step works again, the scripts through the EVAL
-// fallback.
+// TestServerRestart kills the server under a store. Calls fail with a
+// wrapped connection error. After a restart (an empty server with no cached
+// scripts) every step works again, the scripts through the EVAL fallback.
 func TestServerRestart(t *testing.T) {
 	srv := redistest.StartServer(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: time.Second})
@@ -491,9 +494,10 @@ func (m *monitor) sent(t *testing.T, admin *redis.Client) []string {
 }
 
 // TestCommandCounts lists the commands each step sends, read from MONITOR
-// on a private server so that nothing else shows up (docs/design.md, Targets: a
-// duplicate costs 1 command, a first delivery 2). INFO commandstats can't
-// tell: it also counts the commands a script runs.
+// on a private server so that nothing else shows up. The targets in
+// docs/design.md (Targets) are 1 command for a duplicate and 2 for a first
+// delivery. INFO commandstats can't tell, because it also counts the
+// commands a script runs.
 func TestCommandCounts(t *testing.T) {
 	srv := redistest.StartServer(t)
 	// One connection each, opened (and its handshake counted) before any
@@ -542,7 +546,7 @@ func TestCommandCounts(t *testing.T) {
 		}
 		complete(t, "idem:test:warm2")
 	}
-	// Each case sets up what it needs in prep; only run is measured.
+	// Each case sets up what it needs in prep. Only run is measured.
 	tests := []struct {
 		name string
 		prep func(t *testing.T)
@@ -550,9 +554,9 @@ func TestCommandCounts(t *testing.T) {
 		want []string
 	}{
 		{
-			// EVALSHA answers NOSCRIPT once per script and server (and after
-			// a restart or SCRIPT FLUSH); go-redis then sends EVAL, which
-			// caches the script.
+			// EVALSHA answers NOSCRIPT once per script and server, and again
+			// after a restart or SCRIPT FLUSH. go-redis then sends EVAL,
+			// which caches the script.
 			name: "FirstDeliveryColdScriptCache",
 			prep: func(t *testing.T) {
 				if err := admin.ScriptFlush(ctx).Err(); err != nil {
