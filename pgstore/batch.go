@@ -15,12 +15,12 @@ import (
 
 // Group commit ([Config.Batch]). Without it every Claim and Complete is a
 // statement and a commit of its own, and a commit waits for its WAL record
-// to reach the disk: with a pool of a few connections, concurrent first
+// to reach the disk. With a pool of a few connections, concurrent first
 // deliveries queue for them, one flush each. With it, Claim's and
 // Complete's statements go to a few worker goroutines. Each takes the
-// statements waiting at that moment and sends them as one pgx.Batch: one
-// round trip, and one implicit transaction, so one commit and one flush for
-// all of them. A lone statement is sent at once. The statements of a batch
+// statements waiting at that moment and sends them as one pgx.Batch. That
+// is one round trip and one implicit transaction, so one commit and one
+// flush for all of them. A lone statement is sent at once. The statements of a batch
 // run in key order, so that two batches lock the rows they share in the
 // same order and never deadlock. A caller gets its result after the commit.
 //
@@ -28,7 +28,8 @@ import (
 // rolled back), each statement runs again on its own, so that one failing
 // write never fails or undoes another's. Any other error (the connection
 // broke, the batch's deadline passed) is every statement's error, as it
-// would have been for a statement of its own: its outcome is unknown.
+// would have been for a statement of its own. The statement's outcome is
+// then unknown.
 
 const (
 	batchWorkers = 2  // batches on the wire at once, each on a connection of the pool

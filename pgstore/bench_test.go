@@ -16,9 +16,10 @@ import (
 	"github.com/idemhook/idemhook/storetest"
 )
 
-// BenchmarkStore measures the middleware's store steps (storetest.Bench:
-// a claim plus a complete; a claim that finds a stored response) on the
-// PostgreSQL of IDEMHOOK_POSTGRES_URL, with pgxpool's default pool.
+// BenchmarkStore measures the middleware's store steps on the PostgreSQL of
+// IDEMHOOK_POSTGRES_URL, with pgxpool's default pool. The steps are those
+// of storetest.Bench. One is a claim plus a complete. The other is a claim
+// that finds a stored response.
 func BenchmarkStore(b *testing.B) {
 	pool := pgtest.Pool(b)
 	storetest.Bench(b, storetest.Harness{
@@ -36,10 +37,10 @@ func BenchmarkStoreBatch(b *testing.B) {
 }
 
 // BenchmarkCompleteTx is a first delivery whose record commits in the
-// handler's transaction: Claim, then BEGIN, CompleteTx, COMMIT, then the Get
-// by which the middleware sees the commit. Its "plain" sibling is the same
-// transaction without CompleteTx followed by the middleware's Complete: what
-// a handler with its own transaction costs today.
+// handler's transaction. It runs Claim, then BEGIN, CompleteTx, COMMIT, then
+// the Get by which the middleware sees the commit. Its "plain" sibling is
+// the same transaction without CompleteTx, followed by the middleware's
+// Complete. That is what a handler with its own transaction costs today.
 func BenchmarkCompleteTx(b *testing.B) {
 	pool := pgtest.Pool(b)
 	st := newStore(b, pool, pgstore.Config{})

@@ -51,10 +51,10 @@ func ExampleSchema() {
 	// CREATE INDEX IF NOT EXISTS "idemhook_keys_expires_at_idx" ON "webhooks"."idemhook_keys" (expires_at);
 }
 
-// A handler that records an order exactly once: the order row and the
+// A handler that records an order exactly once. The order row and the
 // idempotency record commit in one transaction. If the process dies before
-// the commit, neither exists and the provider's retry runs afresh; if it dies
-// after, the retry is answered from the committed record.
+// the commit, neither exists and the provider's retry runs afresh. If it
+// dies after, the retry is answered from the committed record.
 //
 // (No output: it needs a PostgreSQL server. The tests run the same flow
 // against the one in IDEMHOOK_POSTGRES_URL.)
@@ -95,7 +95,7 @@ func ExampleStore_CompleteTx() {
 			return store.CompleteTx(ctx, tx, d, http.StatusCreated, http.Header{"Content-Type": {"application/json"}}, body)
 		})
 		if err != nil {
-			// Rolled back, the claim lost (ErrNotOwner) included: a 500
+			// Rolled back, the claim lost (ErrNotOwner) included. A 500
 			// makes the provider retry, and the middleware releases the
 			// claim so that the retry runs afresh.
 			http.Error(w, "order not recorded", http.StatusInternalServerError)
@@ -104,7 +104,7 @@ func ExampleStore_CompleteTx() {
 	})))
 }
 
-// The same with database/sql, through pgx's stdlib driver: the *sql.DB may
+// The same with database/sql, through pgx's stdlib driver. The *sql.DB may
 // be opened with sql.Open("pgx", url) or, as here, on the store's own pool.
 //
 // (No output: it needs a PostgreSQL server.)

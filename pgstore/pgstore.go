@@ -1,37 +1,37 @@
 // Package pgstore is an [idemhook.Store] kept in a PostgreSQL table, through
 // pgx ([pgxpool.Pool]). It lets several instances of a service (or several
-// gateways) share their idempotency records without Redis, and it is the
+// gateways) share their idempotency records without Redis. It is also the
 // store that can commit a delivery's record in the same transaction as the
-// handler's own writes: see [Store.CompleteTx] and [Store.CompleteSQLTx].
+// handler's own writes. See [Store.CompleteTx] and [Store.CompleteSQLTx].
 //
 // # Statements
 //
 // Every step is one SQL statement, so one round trip:
 //
-//   - Claim is one INSERT ... ON CONFLICT ... RETURNING (in a statement that
-//     first reads the key): it stores the claim when the key is absent,
+//   - Claim is one INSERT ... ON CONFLICT ... RETURNING, in a statement that
+//     first reads the key. It stores the claim when the key is absent,
 //     takes over a row whose lifetime has ended, and returns the live
 //     record otherwise. A duplicate of a stored response is a plain read
 //     and writes nothing.
 //   - Complete, Release and Extend are one UPDATE or DELETE each, a
-//     compare-and-set on the claim: they act only while the row still holds
-//     exactly the encoded pending record, whose random owner token makes
-//     byte equality ownership.
+//     compare-and-set on the claim. They act only while the row still holds
+//     exactly the encoded pending record. Its random owner token makes byte
+//     equality ownership.
 //   - Get is one SELECT, Delete one DELETE.
 //
 // Expiry is decided by the database's clock (statement_timestamp()), never by
-// the Go process's: gateways whose clocks disagree still agree on when a
-// lease or a record ends. A row whose lifetime has ended counts as absent; a
-// background sweeper deletes such rows in batches of [Config.SweepBatch],
-// skipping rows other sweepers hold, so that several instances may sweep at
+// the Go process's. So gateways whose clocks disagree still agree on when a
+// lease or a record ends. A row whose lifetime has ended counts as absent. A
+// background sweeper deletes such rows in batches of [Config.SweepBatch].
+// It skips rows other sweepers hold, so that several instances may sweep at
 // once.
 //
 // # Schema
 //
 // [New] creates the table (default idemhook_keys) and its index if they are
-// missing, under an advisory lock so that instances starting together don't
-// race. A team that manages migrations itself creates them beforehand and
-// sets [Config.SkipCreate]:
+// missing. It does so under an advisory lock, so that instances starting
+// together don't race. A team that manages migrations itself creates them
+// beforehand and sets [Config.SkipCreate]:
 //
 //	CREATE TABLE idemhook_keys (
 //		key        bytea       PRIMARY KEY,  -- the middleware's store key ("idem:<source>:<key>")
@@ -49,14 +49,14 @@
 //
 // # Cost
 //
-// Measured by BenchmarkStore on a shared 2-core machine with PostgreSQL on
-// loopback: a first delivery (two commits, each waiting for the WAL flush)
-// about 470µs, a replay (one read-only statement) about 60µs. Size the pool
-// (pool_max_conns) for the deliveries in flight: a store call waiting for a
-// connection waits inside the middleware's StoreTimeout. With [Config.Batch]
-// the claims and completes of concurrent deliveries share a commit: 284µs
-// instead of 1100µs per delivery with 32 concurrent ones, measured on a busy
-// machine. docs/stores.md compares the stores.
+// BenchmarkStore measured these costs on a shared 2-core machine with
+// PostgreSQL on loopback. A first delivery (two commits, each waiting for
+// the WAL flush) takes about 470µs. A replay (one read-only statement) takes
+// about 60µs. Size the pool (pool_max_conns) for the deliveries in flight,
+// because a store call waiting for a connection waits inside the
+// middleware's StoreTimeout. With [Config.Batch] the claims and completes of
+// concurrent deliveries share a commit. With 32 concurrent deliveries that
+// took 284µs instead of 1100µs per delivery, measured on a busy machine. docs/stores.md compares the stores.
 package pgstore
 
 import (
@@ -89,9 +89,9 @@ const DefaultSweepBatch = 1000
 // Config configures a [Store]. The zero value means the defaults.
 type Config struct {
 	// Table is the table name, optionally schema-qualified
-	// ("webhooks.idemhook_keys"): letters, digits and underscores, starting
-	// with a letter or an underscore, each part at most 63 characters.
-	// Default: DefaultTable.
+	// ("webhooks.idemhook_keys"). It holds letters, digits and underscores
+	// and starts with a letter or an underscore. Each part is at most 63
+	// characters. Default: DefaultTable.
 	Table string
 
 	// SkipCreate leaves the creation of the table to the caller's own
@@ -100,7 +100,7 @@ type Config struct {
 	SkipCreate bool
 
 	// SweepInterval is how often expired rows are deleted. They already
-	// count as absent; sweeping only reclaims their space. A negative value
+	// count as absent. Sweeping only reclaims their space. A negative value
 	// disables the sweeper ([Store.Sweep] still works). Default: 1 minute.
 	SweepInterval time.Duration
 
@@ -113,15 +113,15 @@ type Config struct {
 	Logger *slog.Logger
 
 	// Batch commits the Claim and Complete statements of concurrent calls
-	// together: whatever waits when a batch has gone out is sent as the
-	// next one, in one round trip and one transaction, so that concurrent
-	// first deliveries share a commit and its flush to disk (see batch.go).
-	// A lone call is sent at once. The statements and what they do are the
-	// same, and a caller gets its result after the commit, so durability is
-	// unchanged. It costs a few goroutines and [Store.Close], and a
-	// statement that waits for a row lock (a claim taking over a lapsed
-	// lease held by a CompleteTx transaction) delays the others of its
-	// batch. Default false; the gateway turns it on.
+	// together. Whatever waits when a batch has gone out is sent as the
+	// next one, in one round trip and one transaction. So concurrent first
+	// deliveries share a commit and its flush to disk (see batch.go). A
+	// lone call is sent at once. The statements and what they do are the
+	// same. A caller gets its result after the commit, so durability is
+	// unchanged. It costs a few goroutines and [Store.Close]. A statement
+	// that waits for a row lock (a claim taking over a lapsed lease held by
+	// a CompleteTx transaction) delays the others of its batch. Default
+	// false. The gateway turns it on.
 	Batch bool
 }
 
@@ -199,20 +199,21 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 }
 
 // The statements. statement_timestamp() is the database's time at the start
-// of the statement: one instant for the whole statement (the two reads of the
-// clock in Claim agree), yet fresh for each statement of a long transaction
-// (CompleteTx), unlike now(). Lifetimes are passed in microseconds.
+// of the statement. It is one instant for the whole statement, so the two
+// reads of the clock in Claim agree. Unlike now(), it is fresh for each
+// statement of a long transaction (CompleteTx). Lifetimes are passed in
+// microseconds.
 func (s *Store) prepareSQL() {
 	t := s.ident
-	// cur reads the live row, if any, in the statement's snapshot: a
-	// duplicate stops there (the INSERT's SELECT yields no row, nothing is
-	// written). Otherwise the INSERT stores the claim, or, on a conflict
+	// cur reads the live row, if any, in the statement's snapshot. A
+	// duplicate stops there: the INSERT's SELECT yields no row, and nothing
+	// is written. Otherwise the INSERT stores the claim. It may conflict
 	// with a row the snapshot didn't show as live (expired, or inserted by a
-	// concurrent claim since), DO UPDATE locks that row's latest version and
-	// takes it over only if it has expired, keeping it as it is otherwise;
-	// RETURNING gives that latest value either way. So the statement always
-	// yields exactly one value: the claim itself when it was stored, the
-	// record in the way otherwise.
+	// concurrent claim since). Then DO UPDATE locks that row's latest
+	// version and takes it over only if it has expired. Otherwise it keeps
+	// the row as it is. RETURNING gives that latest value either way. So the
+	// statement always yields exactly one value. It is the claim itself when
+	// it was stored, and the record in the way otherwise.
 	s.claimSQL = `WITH cur AS (
 		SELECT value FROM ` + t + ` WHERE key = $1::bytea AND expires_at > statement_timestamp()
 	), ins AS (
@@ -238,9 +239,9 @@ func (s *Store) prepareSQL() {
 	) AND expires_at <= statement_timestamp()`
 }
 
-// Schema returns the SQL that creates the table of cfg and its index: what
-// New runs unless Config.SkipCreate is set, for a team to put in its own
-// migrations.
+// Schema returns the SQL that creates table (default DefaultTable) and its
+// index. It is what New runs unless Config.SkipCreate is set, for a team to
+// put in its own migrations.
 func Schema(table string) (string, error) {
 	if table == "" {
 		table = DefaultTable
@@ -269,7 +270,7 @@ func ddl(id pgx.Identifier) []string {
 }
 
 // createTable runs the DDL under a transaction-level advisory lock derived
-// from the table name: CREATE TABLE IF NOT EXISTS is not atomic in
+// from the table name. CREATE TABLE IF NOT EXISTS is not atomic in
 // PostgreSQL, and instances starting together would otherwise race on it.
 func (s *Store) createTable(ctx context.Context, id pgx.Identifier) error {
 	h := fnv.New64a()
@@ -365,9 +366,9 @@ func opError(op, key string, err error) error {
 }
 
 // Claim stores claim under key for lease unless key holds a live record,
-// which it returns instead, in one statement: exactly one of many concurrent
-// claims of an absent (or expired) key succeeds, in this process or any other
-// sharing the table.
+// which it returns instead. It does so in one statement. Exactly one of many
+// concurrent claims of an absent (or expired) key succeeds, in this process
+// or any other sharing the table.
 func (s *Store) Claim(ctx context.Context, key string, claim *idemhook.Record, lease time.Duration) (*idemhook.Record, error) {
 	us, err := micros("claim", lease)
 	if err != nil {
@@ -496,7 +497,7 @@ type execer interface {
 
 type poolExec struct{ p *pgxpool.Pool }
 
-// batchExec runs the statement in one of the batcher's batches; its first
+// batchExec runs the statement in one of the batcher's batches. Its first
 // argument is the key.
 type batchExec struct{ b *batcher }
 

@@ -102,8 +102,8 @@ func TestSchema(t *testing.T) {
 }
 
 // TestSchemaIsWhatNewCreates applies Schema's SQL by hand, as a team
-// managing its own migrations would, and opens the table with SkipCreate;
-// with SkipCreate and no table, New fails and names the table.
+// managing its own migrations would, and opens the table with SkipCreate.
+// With SkipCreate and no table, New fails and names the table.
 func TestSchemaIsWhatNewCreates(t *testing.T) {
 	pool := pgtest.Pool(t)
 	table := pgtest.Table(t, pool, "idemhook_migrated")
@@ -128,7 +128,7 @@ func TestSchemaIsWhatNewCreates(t *testing.T) {
 }
 
 // TestConcurrentCreate opens one table from many stores at once, as gateways
-// starting together do: the advisory lock keeps CREATE TABLE IF NOT EXISTS
+// starting together do. The advisory lock keeps CREATE TABLE IF NOT EXISTS
 // from racing.
 func TestConcurrentCreate(t *testing.T) {
 	pool := pgtest.Pool(t)
@@ -200,10 +200,10 @@ func TestBackgroundSweep(t *testing.T) {
 	}
 }
 
-// TestDuplicateClaimWritesNothing: a Claim that finds a live record (a
-// replay, or a duplicate of a running delivery) is a read: the row keeps its
-// version (same ctid and xmin), so a duplicate never costs a write, a WAL
-// flush or a row lock.
+// TestDuplicateClaimWritesNothing checks that a Claim that finds a live
+// record (a replay, or a duplicate of a running delivery) is a read. The row
+// keeps its version (same ctid and xmin). So a duplicate never costs a
+// write, a WAL flush or a row lock.
 func TestDuplicateClaimWritesNothing(t *testing.T) {
 	pool := pgtest.Pool(t)
 	st := newStore(t, pool, pgstore.Config{})
@@ -297,11 +297,11 @@ func countedPool(t *testing.T) (*pgxpool.Pool, *counter) {
 
 // TestRoundTripsPerDelivery counts, with pgx's tracer and on the wire, what
 // the middleware sends to PostgreSQL per delivery once the connection's
-// statements are prepared: a first delivery is 2 statements in 2 round trips
-// (the claim and the complete), a replay 1 (the claim, which finds the
-// record). With the record completed in the handler's transaction, the
+// statements are prepared. A first delivery is 2 statements in 2 round
+// trips (the claim and the complete). A replay is 1 (the claim, which finds
+// the record). With the record completed in the handler's transaction, the
 // middleware's own statements are the claim and the Get that sees the
-// commit; the CompleteTx UPDATE rides in the handler's transaction, between
+// commit. The CompleteTx UPDATE rides in the handler's transaction, between
 // its BEGIN and COMMIT.
 func TestRoundTripsPerDelivery(t *testing.T) {
 	pool, c := countedPool(t)
@@ -367,9 +367,9 @@ func TestRoundTripsPerDelivery(t *testing.T) {
 	}
 }
 
-// TestExpiryOnTheDatabaseClock: a lease or a TTL is stored as the database's
-// time plus the lifetime: the Go process's clock (which the store never
-// reads) can be hours off without changing when a claim lapses.
+// TestExpiryOnTheDatabaseClock checks that a lease or a TTL is stored as the
+// database's time plus the lifetime. The Go process's clock (which the store
+// never reads) can be hours off without changing when a claim lapses.
 func TestExpiryOnTheDatabaseClock(t *testing.T) {
 	pool := pgtest.Pool(t)
 	st := newStore(t, pool, pgstore.Config{})

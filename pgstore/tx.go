@@ -13,18 +13,18 @@ import (
 	"github.com/idemhook/idemhook"
 )
 
-// CompleteTx completes the delivery d inside the caller's transaction tx:
-// the same compare-and-set UPDATE as [Store.Complete], so that the record
-// commits together with the handler's business writes, or not at all.
-// status, header and body are the response: the middleware sends them once
-// the handler has returned and the commit is confirmed, and replays them to
-// every re-delivery (see [idemhook.Delivery] for what is stored and what
-// happens on a rollback).
+// CompleteTx completes the delivery d inside the caller's transaction tx.
+// It runs the same compare-and-set UPDATE as [Store.Complete], so that the
+// record commits together with the handler's business writes, or not at
+// all. status, header and body are the response. The middleware sends them
+// once the handler has returned and the commit is confirmed. It replays
+// them to every re-delivery. See [idemhook.Delivery] for what is stored and
+// what happens on a rollback.
 //
-// Call it as the last statement before tx.Commit: from then on the
+// Call it as the last statement before tx.Commit, because from then on the
 // idempotency row is locked by tx until it ends. It returns an error
 // wrapping [idemhook.ErrNotOwner] when the delivery no longer owns the claim
-// (its lease lapsed and another delivery took the event over): roll tx back
+// (its lease lapsed and another delivery took the event over). Roll tx back
 // then. tx must be on the database of the store's pool.
 func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, d *idemhook.Delivery, status int, header http.Header, body []byte) error {
 	if tx == nil {

@@ -174,7 +174,7 @@ func TestCompleteSQLTx(t *testing.T) {
 	pool := pgtest.Pool(t)
 	st := newStore(t, pool, pgstore.Config{})
 	table := orders(t, pool)
-	// database/sql through pgx's stdlib driver; sql.Open("pgx", url) works
+	// database/sql through pgx's stdlib driver. sql.Open("pgx", url) works
 	// the same.
 	db := stdlib.OpenDBFromPool(pool)
 	t.Cleanup(func() { db.Close() })
@@ -214,10 +214,10 @@ func TestCompleteSQLTx(t *testing.T) {
 	}
 }
 
-// TestCompleteTxLostClaim: when the claim is gone by the time the handler
-// completes it (its lease lapsed and another delivery took the event over),
-// CompleteTx fails with ErrNotOwner and the handler's writes roll back with
-// it: the other delivery's effect is the only one.
+// TestCompleteTxLostClaim covers a claim that is gone by the time the
+// handler completes it (its lease lapsed and another delivery took the
+// event over). CompleteTx fails with ErrNotOwner and the handler's writes
+// roll back with it. The other delivery's effect is the only one.
 func TestCompleteTxLostClaim(t *testing.T) {
 	pool := pgtest.Pool(t)
 	st := newStore(t, pool, pgstore.Config{})
@@ -257,7 +257,7 @@ func TestCompleteTxLostClaim(t *testing.T) {
 	}
 	if (*infos)[0].Outcome != idemhook.OutcomeFailedReleased {
 		// Nothing was written in a transaction that committed, so the
-		// middleware went the usual way: a 409 is not a success, so it
+		// middleware went the usual way. A 409 is not a success, so it
 		// released the claim (which it no longer held).
 		t.Fatalf("outcome %v", (*infos)[0].Outcome)
 	}
