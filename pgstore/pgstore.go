@@ -30,8 +30,8 @@
 //
 // [New] creates the table (default idemhook_keys) and its index if they are
 // missing. It does so under an advisory lock, so that instances starting
-// together don't race. A team that manages migrations itself creates them
-// beforehand and sets [Config.SkipCreate]:
+// together don't race. A team that manages migrations itself sets
+// [Config.SkipCreate] and creates them beforehand with this SQL.
 //
 //	CREATE TABLE idemhook_keys (
 //		key        bytea       PRIMARY KEY,  -- the middleware's store key ("idem:<source>:<key>")
