@@ -12,29 +12,31 @@ import (
 )
 
 // ErrFileReplaced is wrapped by the error of every call to a [Store] whose
-// database path no longer names the file the store has open: the file was
-// deleted (a cleanup job), or another file now sits at the path (a volume
-// re-mounted, a restore copied over it).
+// database path no longer names the file the store has open. Either the
+// file was deleted (a cleanup job), or another file now sits at the path (a
+// volume re-mounted, a restore copied over it).
 //
 // The store then refuses every call rather than go on. Going on would keep
-// acknowledging deliveries into a file that nothing will open again: at the
-// next start the path holds an empty (or another) database and every
-// delivery recorded since is processed a second time when its provider
-// retries. Reopening the path would start from that empty database at once,
-// silently. Refusing makes the loss visible where it is decided: each call
-// fails, so the middleware applies the route's store-error policy (fail open
-// with the WARN, or 503 with on_store_error: closed, which loses nothing and
-// doubles nothing), the store logs an ERROR, and the gateway's /readyz
-// answers 503 until the process is restarted on a good file. If the path
-// names the open file again (the volume is mounted back), the store resumes.
+// acknowledging deliveries into a file that nothing will open again. At the
+// next start the path would hold an empty (or another) database. Every
+// delivery recorded since would then be processed a second time when its
+// provider retries. Reopening the path would start from that empty database
+// at once, silently. Refusing makes the loss visible where it is decided.
+// Each call fails, so the middleware applies the route's store-error policy.
+// That is fail open with the WARN, or 503 with on_store_error: closed, which
+// loses nothing and doubles nothing. The store logs an ERROR. The gateway's
+// /readyz answers 503 until the process is restarted on a good file. If the
+// path names the open file again (the volume is mounted back), the store
+// resumes.
 var ErrFileReplaced = errors.New("sqlitestore: the database path no longer names the open file")
 
 // DefaultFileCheckInterval is how often a [Store] checks by default that its
 // path still names the file it has open.
 const DefaultFileCheckInterval = time.Second
 
-// fileCheck watches the database file of a store: the path and the identity
-// (device and inode) of the file it named when the store was created.
+// fileCheck watches the database file of a store. It holds the path and the
+// identity (device and inode) of the file it named when the store was
+// created.
 type fileCheck struct {
 	path string
 	info os.FileInfo

@@ -31,9 +31,10 @@ func waitErr(t *testing.T, s *sqlitestore.Store, what string, want func(error) b
 	}
 }
 
-// A real file, deleted or replaced under an open store: every call fails
-// with ErrFileReplaced and an ERROR is logged, and when the path names the
-// open file again the store resumes with its records intact.
+// TestFileDeletedOrReplaced deletes or replaces a real file under an open
+// store. Every call fails with ErrFileReplaced and an ERROR is logged. When
+// the path names the open file again, the store resumes with its records
+// intact.
 func TestFileDeletedOrReplaced(t *testing.T) {
 	tests := []struct {
 		name    string

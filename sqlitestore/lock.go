@@ -21,15 +21,15 @@ type FileLock struct {
 // the file.
 var ErrLocked = errors.New("sqlitestore: database file in use by another process")
 
-// Lock takes an exclusive, advisory lock on the database file at path, held
-// on a file beside it (path + ".lock", which records the holder's process
-// id) until [FileLock.Unlock] or the process's end: the kernel releases it
-// when the process dies, however it dies.
+// Lock takes an exclusive, advisory lock on the database file at path. The
+// lock is held on a file beside it (path + ".lock", which records the
+// holder's process id) until [FileLock.Unlock] or the process's end. The
+// kernel releases it when the process dies, however it dies.
 //
-// A process holding the lock knows that no other process uses the file,
-// so the pending claims it finds there belong to a process that died and
-// can be freed at once with [Store.FreePendingClaims]. The gateway does both
-// at start: one gateway process per SQLite file. Lock fails, wrapping
+// A process holding the lock knows that no other process uses the file.
+// So the pending claims it finds there belong to a process that died, and
+// they can be freed at once with [Store.FreePendingClaims]. The gateway
+// does both at start, so there is one gateway process per SQLite file. Lock fails, wrapping
 // [ErrLocked], while another process holds the lock.
 func Lock(path string) (*FileLock, error) {
 	lp := path + ".lock"
@@ -67,17 +67,17 @@ func (l *FileLock) Unlock() error {
 
 // FreePendingClaims deletes every pending claim in the store, and returns
 // how many it deleted. Call it only while holding the file's [Lock], before
-// serving: the claims then belong to a process that died while its handlers
-// ran, and freeing them lets the providers' retries be processed at once
+// serving. The claims then belong to a process that died while its handlers
+// ran. Freeing them lets the providers' retries be processed at once
 // instead of waiting for the dead claims' leases to lapse. lease is the
-// longest lease the dead process used (a claim lives at most that long
-// after its last renewal); completed records are never touched.
+// longest lease the dead process used. A claim lives at most that long
+// after its last renewal. Completed records are never touched.
 func (s *Store) FreePendingClaims(ctx context.Context, lease time.Duration) (int64, error) {
 	if lease <= 0 {
 		return 0, fmt.Errorf("sqlitestore: FreePendingClaims: lease %v must be positive", lease)
 	}
 	now := s.nowMillis()
-	// The second byte of an encoded record is its state; 1 is pending. A
+	// The second byte of an encoded record is its state, and 1 is pending. A
 	// claim's expiry is at most one lease after its last write, so the
 	// range (twice that, for a clock that stepped back since) leaves alone
 	// any row that is not such a claim. The table has no expiry index, so

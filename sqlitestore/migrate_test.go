@@ -14,12 +14,13 @@ import (
 	"github.com/idemhook/idemhook/sqlitestore"
 )
 
-// testdata/v1.sqlite was written by sqlitestore at schema version 1 (a rowid
-// table with a unique key index and an index on expires_at), through Open,
-// New, Claim and Complete, with the clock at 2999-01-01: a completed record
-// ("idem:v1:completed", 201 {"order":1}, kept for an hour), a pending claim
-// ("idem:v1:pending", token "tok-pending", a one-minute lease) and a row
-// that expired in 2020 ("idem:v1:expired").
+// testdata/v1.sqlite was written by sqlitestore at schema version 1, a rowid
+// table with a unique key index and an index on expires_at. It was written
+// through Open, New, Claim and Complete, with the clock at 2999-01-01. It
+// holds a completed record ("idem:v1:completed", 201 {"order":1}, kept for
+// an hour). It holds a pending claim ("idem:v1:pending", token
+// "tok-pending", a one-minute lease). It also holds a row that expired in
+// 2020 ("idem:v1:expired").
 var v1Now = time.Date(2999, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // copyV1 copies testdata/v1.sqlite to a new temporary file and returns its path.

@@ -19,34 +19,35 @@ const BusyTimeout = 10 * time.Second
 
 // cacheKiB is the page cache of a connection opened by [Open], in KiB.
 // SQLite's default (2 MiB) holds the inner pages of the key index up to
-// about a million keys; past that every lookup reads them again from the
+// about a million keys. Past that, every lookup reads them again from the
 // operating system's cache. 32 MiB keeps them for tens of millions of keys
-// (docs/benchmarks.md, the key-count curve). It is a read cache: it changes
-// nothing about durability.
+// (docs/benchmarks.md, the key-count curve). It is a read cache, so it
+// changes nothing about durability.
 const cacheKiB = 32 << 10
 
-// Open opens, creating it if needed, the SQLite database file at path,
-// configured for the gateway's workload:
+// Open opens, creating it if needed, the SQLite database file at path. The
+// settings suit the gateway's workload:
 //
-//   - journal_mode=WAL: readers never block the writer nor the writer them,
-//     and a commit appends to the log instead of rewriting pages;
-//   - synchronous=NORMAL: with WAL, a commit is durable against a crash of
-//     the process; only a power loss may lose the last commits, never
-//     corrupt the file;
-//   - cache_size of 32 MiB, so that the inner pages of the key index stay
-//     in memory as the keys grow to tens of millions;
-//   - busy_timeout (see [BusyTimeout]) and foreign_keys=ON;
-//   - transactions begin IMMEDIATE, so a transaction that will write takes
-//     the write lock up front and can't fail with SQLITE_BUSY halfway.
+//   - journal_mode=WAL: Readers never block the writer, nor the writer
+//     them. A commit appends to the log instead of rewriting pages.
+//   - synchronous=NORMAL: With WAL, a commit is durable against a crash of
+//     the process. Only a power loss may lose the last commits, and it
+//     never corrupts the file.
+//   - cache_size of 32 MiB: The inner pages of the key index stay in memory
+//     as the keys grow to tens of millions.
+//   - busy_timeout (see [BusyTimeout]) and foreign_keys=ON.
+//   - Transactions begin IMMEDIATE: A transaction that will write takes the
+//     write lock up front, so it can't fail with SQLITE_BUSY halfway.
 //
 // The pool holds a single connection that is never recycled. SQLite admits
-// one writer at a time and nearly every store operation writes, so more
+// one writer at a time, and nearly every store operation writes. So more
 // connections would only queue on SQLite's file lock, where a waiter sleeps
-// and retries; one connection makes them queue in database/sql instead, in
+// and retries. One connection makes them queue in database/sql instead, in
 // order, with no SQLITE_BUSY and no sleeping. Each operation is a single
-// short statement, so the queue drains fast. The consequence for callers
-// sharing the *sql.DB: don't hold a transaction or an open *sql.Rows while
-// calling something else that uses the same *sql.DB, it would wait forever.
+// short statement, so the queue drains fast. This has a consequence for
+// callers sharing the *sql.DB. Don't hold a transaction or an open
+// *sql.Rows while calling something else that uses the same *sql.DB,
+// because it would wait forever.
 //
 // The caller owns the returned *sql.DB and closes it after the stores and
 // sinks built on it.
@@ -77,9 +78,9 @@ func Open(path string) (*sql.DB, error) {
 	return db, nil
 }
 
-// dsn builds the modernc.org/sqlite data source name for path: a file: URI
-// (SQLite decodes %XX escapes in it) with the connection settings as query
-// parameters.
+// dsn builds the modernc.org/sqlite data source name for path. It is a
+// file: URI with the connection settings as query parameters. SQLite
+// decodes %XX escapes in it.
 func dsn(path string) string {
 	if path != ":memory:" {
 		path = filepath.Clean(path)

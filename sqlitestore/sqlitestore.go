@@ -1,26 +1,27 @@
 // Package sqlitestore is an [idemhook.Store] kept in a SQLite database file,
 // through the pure Go driver modernc.org/sqlite (no cgo).
 //
-// It is the gateway's default store: one machine, no server to run, and the
-// records survive a restart, so a duplicate sent after the gateway restarts
-// is still replayed. Every process that opens the same file shares the
-// records, and Claim is atomic across them.
+// It is the gateway's default store. It runs on one machine with no server
+// to run. The records survive a restart, so a duplicate sent after the
+// gateway restarts is still replayed. Every process that opens the same
+// file shares the records, and Claim is atomic across them.
 //
 // Records live in the table idem_keys (key, value, expires_at), a WITHOUT
-// ROWID table keyed by key: value is the record's binary encoding
+// ROWID table keyed by key. value is the record's binary encoding
 // ([idemhook.Record.MarshalBinary]) and expires_at the expiry in Unix
-// milliseconds. A row whose expiry has passed counts as absent; a background
+// milliseconds. A row whose expiry has passed counts as absent. A background
 // sweeper deletes such rows (see [Config]). Expiry has millisecond
 // precision, like Redis's PX.
 //
-// Cost, measured by BenchmarkStore on a shared 2-core machine: a first
-// delivery (Claim and Complete, two commits) takes about 150-230µs, a
-// replay (one read) about 20µs. Commits append to the WAL without fsync
-// (synchronous=NORMAL); their time goes mostly to the system calls of the
-// WAL write and of the file locks that let other processes share the file.
-// So the writes of concurrent deliveries are committed together: one writer
-// goroutine runs the writes waiting at that moment in one transaction (see
-// writer.go); each caller gets its result after that commit.
+// BenchmarkStore measured these costs on a shared 2-core machine. A first
+// delivery (Claim and Complete, two commits) takes about 150-230µs. A
+// replay (one read) takes about 20µs. Commits append to the WAL without
+// fsync (synchronous=NORMAL). Their time goes mostly to the system calls of
+// the WAL write and of the file locks that let other processes share the
+// file. So the writes of concurrent deliveries are committed together. One
+// writer goroutine runs the writes waiting at that moment in one
+// transaction (see writer.go). Each caller gets its result after that
+// commit.
 package sqlitestore
 
 import (
@@ -57,7 +58,7 @@ type Config struct {
 	Now func() time.Time
 
 	// SweepInterval is how often expired rows are deleted. Expired rows
-	// already count as absent; sweeping only reclaims their space. A sweep
+	// already count as absent. Sweeping only reclaims their space. A sweep
 	// reads the whole table in batches (about 0.35s per million keys
 	// measured on a shared 2-core machine), since the table has no expiry
 	// index.
@@ -66,7 +67,7 @@ type Config struct {
 	SweepInterval time.Duration
 
 	// FileCheckInterval is how often the store checks that the database's
-	// path still names the file it has open; when it doesn't, every call
+	// path still names the file it has open. When it doesn't, every call
 	// fails with ErrFileReplaced (see there why) and an ERROR is logged.
 	// A negative value disables the check. Default:
 	// DefaultFileCheckInterval (1s).
@@ -180,7 +181,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 		p *(*sql.Stmt)
 		q string
 	}{
-		// Insert the claim, or take over a row that has expired; RETURNING
+		// Insert the claim, or take over a row that has expired. RETURNING
 		// yields a row only when the claim was stored.
 		{&s.claim, `INSERT INTO idem_keys (key, value, expires_at) VALUES (?1, ?2, ?3)
 			ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at
@@ -193,10 +194,10 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 		{&s.extend, `UPDATE idem_keys SET expires_at = ?3
 			WHERE key = ?1 AND value = ?2 AND expires_at > ?4`},
 		{&s.del, `DELETE FROM idem_keys WHERE key = ?1 RETURNING expires_at`},
-		// The sweep walks the table in key order, sweepBatch rows at a time:
-		// the first and last key of the next rows and how many of them have
-		// expired, then, when any has, a delete of the expired rows between
-		// those two keys.
+		// The sweep walks the table in key order, sweepBatch rows at a
+		// time. It reads the first and last key of the next rows and how
+		// many of them have expired. When any has, it deletes the expired
+		// rows between those two keys.
 		{&s.sweepFirst, `SELECT min(key), max(key), count(*), coalesce(sum(expires_at <= ?1), 0)
 			FROM (SELECT key, expires_at FROM idem_keys ORDER BY key LIMIT ?2)`},
 		{&s.sweepNext, `SELECT min(key), max(key), count(*), coalesce(sum(expires_at <= ?1), 0)
@@ -302,10 +303,10 @@ func (s *Store) Sweep(ctx context.Context) (int64, error) {
 	}
 }
 
-// Expiry is kept at millisecond precision, like Redis's PX: both the
-// expiry and the current time are truncated to the millisecond, and a row
-// has expired when expires_at <= now. At the exact end of a lifetime the row
-// is gone; within the last millisecond it may already be.
+// Expiry is kept at millisecond precision, like Redis's PX. Both the expiry
+// and the current time are truncated to the millisecond. A row has expired
+// when expires_at <= now. At the exact end of a lifetime the row is gone.
+// Within the last millisecond it may already be.
 
 // nowMillis is the current time in Unix milliseconds.
 func (s *Store) nowMillis() int64 { return s.now().UnixMilli() }
@@ -354,9 +355,9 @@ func (s *Store) Claim(ctx context.Context, key string, claim *idemhook.Record, l
 		if !errors.Is(err, sql.ErrNoRows) {
 			return nil, fmt.Errorf("sqlitestore: claim %q: %w", key, err)
 		}
-		// Absent or expired: insert the claim, or take over the expired
-		// row; if another claim got in between, read what it stored, in
-		// the same transaction.
+		// The key is absent or expired. Insert the claim, or take over the
+		// expired row. If another claim got in between, read what it
+		// stored, in the same transaction.
 		existing = nil
 		n, err := s.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
 			existing = nil

@@ -217,7 +217,7 @@ func TestSweepMixed(t *testing.T) {
 }
 
 // TestSweeper checks that the background sweeper runs, with the real clock
-// and a short interval: the test waits for the rows to go, it doesn't time
+// and a short interval. The test waits for the rows to go. It doesn't time
 // the sweeper.
 func TestSweeper(t *testing.T) {
 	ctx := t.Context()
@@ -243,10 +243,11 @@ func TestSweeper(t *testing.T) {
 	}
 }
 
-// TestRestart: a duplicate sent after the gateway restarts is still
-// replayed. The store and the database are closed and reopened on the same
-// file; the completed record is still there, the pending claim too (its
-// owner may have died, its lease frees it), and both keep their expiry.
+// TestRestart checks that a duplicate sent after the gateway restarts is
+// still replayed. The store and the database are closed and reopened on
+// the same file. The completed record is still there. The pending claim is
+// too, because its owner may have died and its lease frees it. Both keep
+// their expiry.
 func TestRestart(t *testing.T) {
 	ctx := t.Context()
 	clk := newClock()
@@ -292,7 +293,7 @@ func TestRestart(t *testing.T) {
 	if err != nil || existing == nil || existing.Token != "running" {
 		t.Fatalf("after a restart, Claim of a pending key: %+v, %v; want the pending claim", existing, err)
 	}
-	// The owner of evt_2 is gone; its lease frees the key.
+	// The owner of evt_2 is gone. Its lease frees the key.
 	clk.Advance(30 * time.Second)
 	if existing, err := s2.Claim(ctx, "idem:stone:evt_2", pending("retry"), 30*time.Second); err != nil || existing != nil {
 		t.Fatalf("Claim after the lease of the dead owner: %+v, %v; want the claim stored", existing, err)
@@ -305,7 +306,7 @@ func TestRestart(t *testing.T) {
 }
 
 // TestTwoProcesses claims one key from many goroutines through two
-// separate *sql.DB on one file (as two gateway processes would): exactly
+// separate *sql.DB on one file, as two gateway processes would. Exactly
 // one wins, and no call fails with SQLITE_BUSY.
 func TestTwoProcesses(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "idemhook.db")

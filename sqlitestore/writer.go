@@ -10,13 +10,13 @@ import (
 // Group commit. Every write of the store (Claim's insert, Complete,
 // Release, Extend, Delete) goes to one writer goroutine. The writer takes
 // the first write that arrives and, without waiting, every other write
-// already waiting to be taken, runs them in one transaction and commits it
-// once: under load the cost of a commit (the WAL write and the file locks,
-// most of a write's time) is shared by the concurrent deliveries, and a
-// lone write is committed at once, as before. A write's caller gets its
-// result only after the commit, so a result means what it meant with one
-// commit per write: durable against a crash of the process
-// (synchronous=NORMAL), not against a power loss.
+// already waiting to be taken. It runs them in one transaction and commits
+// it once. Under load, the cost of a commit is shared by the concurrent
+// deliveries. That cost is the WAL write and the file locks, most of a
+// write's time. A lone write is committed at once, as before. A write's
+// caller gets its result only after the commit. So a result means what it
+// meant with one commit per write. It is durable against a crash of the
+// process (synchronous=NORMAL), not against a power loss.
 //
 // If any write of a batch fails, the batch is rolled back and each of its
 // writes is run again in a transaction of its own, so that one failing
