@@ -54,7 +54,7 @@ func appendCanonicalJSON(dst, src []byte) ([]byte, bool) {
 }
 
 // appendCanonicalScratch is appendCanonicalJSON with a member stack the
-// caller may reuse; it returns the stack, possibly grown.
+// caller may reuse. It returns the stack, possibly grown.
 func appendCanonicalScratch(dst, src []byte, ms []jsonMember) ([]byte, []jsonMember, bool) {
 	p := canonParser{src: src, dst: slices.Grow(dst, len(src)+8)}
 	p.skipSpace()
@@ -127,7 +127,7 @@ func (p *canonParser) skipSpace() {
 }
 
 // value parses the value at p.pos, which follows any whitespace. ms holds
-// the members of the enclosing objects, innermost last; value returns it,
+// the members of the enclosing objects, innermost last. value returns it,
 // possibly grown, with the same length.
 func (p *canonParser) value(ms []jsonMember) ([]jsonMember, bool) {
 	if p.pos >= len(p.src) {

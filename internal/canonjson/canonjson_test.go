@@ -24,7 +24,7 @@ type seedVector struct {
 	Key        string `json:"key"`
 }
 
-// loadSeedVectors reads the vectors; a missing file is a failure, not a
+// loadSeedVectors reads the vectors. A missing file is a failure, not a
 // skip, so that CI cannot pass without checking them.
 func loadSeedVectors(tb testing.TB) []seedVector {
 	tb.Helper()
@@ -212,8 +212,8 @@ func TestCanonicalLargeObjects(t *testing.T) {
 		t.Fatalf("40 unique keys: got %q, %v", got, ok)
 	}
 
-	// A duplicate of k3 at the end and index keys among them: k3 keeps its
-	// place with the last value, indices move first.
+	// Add a duplicate of k3 at the end and index keys among them. k3 keeps
+	// its place with the last value, and the indices move first.
 	dup := give.String() + `, "7": "seven", "k3": "last", "0": 0}`
 	wantDup := strings.Replace(want.String(), `"k3":3`, `"k3":"last"`, 1)
 	wantDup = `{"0":0,"7":"seven",` + wantDup[1:] + "}"
