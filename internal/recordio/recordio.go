@@ -23,8 +23,8 @@ func Encode(store, op string, r *idemhook.Record) ([]byte, error) {
 }
 
 // Decode decodes the value stored under key into a new record. A value
-// that can't be decoded is an error wrapping idemhook.ErrCorruptRecord;
-// with store non-empty, the error names the store and the key.
+// that can't be decoded is an error wrapping idemhook.ErrCorruptRecord.
+// With store non-empty, the error names the store and the key.
 func Decode(store, key string, value []byte) (*idemhook.Record, error) {
 	r := new(idemhook.Record)
 	if err := r.UnmarshalBinary(value); err != nil {
