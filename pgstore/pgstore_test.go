@@ -400,7 +400,7 @@ func TestExpiryOnTheDatabaseClock(t *testing.T) {
 }
 
 // TestBatchOneRejected checks that, with Config.Batch, a statement the
-// server rejects fails alone: the claims sent with it still succeed.
+// server rejects fails alone. The claims sent with it still succeed.
 func TestBatchOneRejected(t *testing.T) {
 	pool := pgtest.Pool(t)
 	table := pgtest.Table(t, pool, "idemhook_batch")

@@ -22,8 +22,9 @@ import (
 	"github.com/idemhook/idemhook/pgstore"
 )
 
-// orders is a business table of a test: one row per order written by a
-// handler, with the event id, so that a test counts the effects.
+// orders creates a business table for a test and returns its name. It
+// holds one row per order written by a handler, with the event id, so that
+// a test counts the effects.
 func orders(t *testing.T, pool *pgxpool.Pool) string {
 	t.Helper()
 	table := pgtest.Table(t, pool, "test_orders")
