@@ -113,8 +113,9 @@ func (s *Store) Close() error {
 }
 
 // process runs cmd, through the batcher when there is one, and returns its
-// error (redis.Nil included). Read cmd's value only when it returns nil: a
-// batched command abandoned by its caller's context may still be running.
+// error (redis.Nil included). Read cmd's value only when it returns nil,
+// because a batched command abandoned by its caller's context may still be
+// running.
 func (s *Store) process(ctx context.Context, cmd redis.Cmder) error {
 	if s.batch != nil {
 		return s.batch.do(ctx, cmd)

@@ -72,7 +72,7 @@ func TestConformance(t *testing.T) {
 }
 
 // privateServerHarness makes stores on servers private to one test, which
-// die with it: no cleanup of keys needed. A prefix per store still keeps the
+// die with it. So no cleanup of keys is needed. A prefix per store still keeps the
 // subtests apart.
 func privateServerHarness(client redis.UniversalClient) storetest.Harness {
 	return storetest.Harness{
