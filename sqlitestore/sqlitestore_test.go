@@ -57,7 +57,7 @@ func TestConformance(t *testing.T) {
 }
 
 // TestConformanceRealClock runs the suite with the real clock, as the
-// gateway does: expiry is then checked with short real lifetimes.
+// gateway does. Expiry is then checked with short real lifetimes.
 func TestConformanceRealClock(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for real expiries; skipped with -short")

@@ -26,7 +26,7 @@ import (
 // doesn't hold SQLite's write lock (and the connection) for long.
 const maxBatch = 128
 
-// write is one statement run by the writer: run executes it in tx and
+// write is one statement run by the writer. run executes it in tx and
 // returns its result (rows affected, or 1 when a RETURNING row came back).
 type write struct {
 	ctx  context.Context
