@@ -5,6 +5,8 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -16,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemhook/idemhook/internal/breaker"
@@ -257,11 +260,12 @@ type delivery struct {
 
 	offered Delivery // what offerDelivery hands the handler: allocated with the delivery
 
-	key      string
-	scope    string // escaped, as in the store key
-	storeKey string
-	kind     keyKind
-	fp       [FingerprintSize]byte
+	key        string
+	scope      string // escaped, as in the store key
+	storeKey   string
+	firstToken string // the owner token of the first claim, allocated with storeKey
+	kind       keyKind
+	fp         [FingerprintSize]byte
 
 	out responseCapture
 
@@ -453,20 +457,40 @@ func (d *delivery) resolveKey() error {
 		// No fingerprint: the key is the body's hash already, so a
 		// body-hash record can't mismatch and is 16 bytes smaller.
 		sum := requestSum(d.body, d.r.URL.RawQuery)
-		var buf [160]byte // fits the usual source and scope: the string below is then the one allocation
-		b := buf[:0]
-		if n := storeKeyLen(rt.Source, d.scope, len("sha256:")+hex.EncodedLen(len(sum))); n > len(buf) {
-			b = make([]byte, 0, n)
-		}
-		b = appendStoreKeyPrefix(b, rt.Source, d.scope)
-		prefix := len(b)
-		b = hex.AppendEncode(append(b, "sha256:"...), sum[:])
-		d.storeKey, d.kind = string(b), keyFromBody
-		d.key = d.storeKey[prefix:]
+		prefix := d.setStoreKey("", &sum)
+		d.key, d.kind = d.storeKey[prefix:], keyFromBody
 		return nil
 	}
-	d.storeKey = ScopedStoreKey(rt.Source, d.scope, d.key)
+	d.setStoreKey(d.key, nil)
 	return nil
+}
+
+// setStoreKey sets d.storeKey, whose key part is key, or "sha256:" and the
+// hex of sum when sum is not nil, and d.firstToken, the owner token of the
+// delivery's first claim. Both are slices of one string, the one
+// allocation. It returns where the key part starts in d.storeKey.
+func (d *delivery) setStoreKey(key string, sum *[sha256.Size]byte) int {
+	rt := &d.h.rt
+	keyLen := len(key)
+	if sum != nil {
+		keyLen = len("sha256:") + hex.EncodedLen(len(sum))
+	}
+	var buf [192]byte // fits the usual source, scope and key: the string below is then the one allocation
+	b := buf[:0]
+	if n := storeKeyLen(rt.Source, d.scope, keyLen) + tokenLen; n > len(buf) {
+		b = make([]byte, 0, n)
+	}
+	b = appendStoreKeyPrefix(b, rt.Source, d.scope)
+	prefix := len(b)
+	if sum != nil {
+		b = hex.AppendEncode(append(b, "sha256:"...), sum[:])
+	} else {
+		b = append(b, key...)
+	}
+	end := len(b)
+	s := string(appendToken(b))
+	d.storeKey, d.firstToken = s[:end], s[end:]
+	return prefix
 }
 
 var errKeyRequired = errors.New("idemhook: the route requires a key and the request carries none")
@@ -518,10 +542,38 @@ func (d *delivery) afterClaim(pending, existing *Record, err error, waited bool)
 // newClaim returns a pending record with a fresh owner token. A delivery
 // holds one claim at a time, so each call reuses the same record.
 func (d *delivery) newClaim() *Record {
-	var tok [16]byte
-	rand.Read(tok[:]) //nolint:errcheck // crypto/rand.Read never fails
-	d.claimRec = Record{State: StatePending, Token: string(tok[:]), Fingerprint: d.fp, CreatedAt: d.h.m.opts.Now()}
+	tok := d.firstToken
+	if tok == "" {
+		var buf [tokenLen]byte
+		tok = string(appendToken(buf[:0])) // a claim after a wait: rare
+	}
+	d.firstToken = ""
+	d.claimRec = Record{State: StatePending, Token: tok, Fingerprint: d.fp, CreatedAt: d.h.m.opts.Now()}
 	return &d.claimRec
+}
+
+// tokenLen is the length of an owner token.
+const tokenLen = 16
+
+// tokenPrefix is the random half of this process's owner tokens, drawn once
+// from crypto/rand.
+var tokenPrefix = func() (p [8]byte) {
+	rand.Read(p[:]) //nolint:errcheck // crypto/rand.Read never fails
+	return p
+}()
+
+// tokenSeq numbers the owner tokens of this process.
+var tokenSeq atomic.Uint64
+
+// appendToken appends a fresh owner token to b: this process's random prefix
+// and the next value of a counter, 16 bytes. The counter makes the tokens of
+// one process unique. The prefix makes those of two processes (other
+// instances, or this one after a restart) differ unless both drew the same
+// 64 random bits. A store only compares tokens, so they need not be
+// unpredictable, and a counter spares each claim a call to crypto/rand.
+func appendToken(b []byte) []byte {
+	b = append(b, tokenPrefix[:]...)
+	return binary.BigEndian.AppendUint64(b, tokenSeq.Add(1))
 }
 
 // wait polls the key until the running delivery completes (replay), goes away

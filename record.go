@@ -35,8 +35,9 @@ const FingerprintSize = 16
 type Record struct {
 	State State
 
-	// Token identifies the owner of a pending claim (random, unique per
-	// delivery). Empty in a completed record.
+	// Token identifies the owner of a pending claim (unique per claim: the
+	// middleware's tokens are a random per-process prefix and a counter).
+	// Empty in a completed record.
 	Token string
 
 	// Fingerprint identifies the request body (the first bytes of the
