@@ -258,7 +258,8 @@ type delivery struct {
 	start time.Time
 	body  []byte
 
-	offered Delivery // what offerDelivery hands the handler: allocated with the delivery
+	offered  Delivery     // what offerDelivery hands the handler: allocated with the delivery
+	offerCtx offerContext // the handler's context, holding offered
 
 	key        string
 	scope      string // escaped, as in the store key
