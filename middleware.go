@@ -127,6 +127,7 @@ func (m *Middleware) Route(rt Route) (func(http.Handler) http.Handler, error) {
 		lease:      cmp.Or(rt.Lease, m.opts.Lease),
 		scope:      rt.Scope,
 	}
+	h.renewals.interval = h.lease / 3
 	h.leaseAfter = seconds(h.lease)
 	h.keyHeader = http.CanonicalHeaderKey(rt.Header)
 	if h.scope == nil {
@@ -229,6 +230,7 @@ type routeConfig struct {
 	retryAfter    string        // Route.RetryAfter, for Retry-After
 	lease         time.Duration // Route.Lease, else Options.Lease
 	leaseAfter    string        // the lease, for Retry-After after a wait
+	renewals      renewals      // the lease renewals of the route's running deliveries
 }
 
 // stores reports whether a response with status is stored and replayed;
@@ -956,50 +958,6 @@ var errGoexit = errors.New("idemhook: the handler exited its goroutine (runtime.
 var errHijacked = errors.New("idemhook: the handler hijacked the connection: its response is unknown, the claim was released")
 
 var errBreakerOpen = errors.New("circuit breaker open: store skipped after repeated failures")
-
-// renewal keeps a claim's lease alive while the handler runs: every
-// Lease/3 it extends the lease, until stopped.
-type renewal struct {
-	mu      sync.Mutex
-	timer   *time.Timer
-	stopped bool
-	d       *delivery
-	claim   *Record
-}
-
-func (d *delivery) startRenewal(claim *Record) {
-	rn := &d.renew
-	rn.d, rn.claim = d, claim
-	rn.mu.Lock()
-	rn.timer = time.AfterFunc(d.h.lease/3, rn.tick)
-	rn.mu.Unlock()
-}
-
-func (rn *renewal) tick() {
-	d := rn.d
-	m := d.h.m
-	_, err := d.call("extend", func(ctx context.Context) (*Record, error) {
-		return nil, m.store.Extend(ctx, d.storeKey, rn.claim, d.h.lease)
-	})
-	rn.mu.Lock()
-	defer rn.mu.Unlock()
-	if rn.stopped {
-		return // the handler returned meanwhile: the claim is completed or released
-	}
-	if errors.Is(err, ErrNotOwner) {
-		m.warn("idemhook: lease lost while the handler runs: another delivery may run it too",
-			slog.String("source", d.h.rt.Source), slog.String("key", d.storeKey))
-		return
-	}
-	rn.timer.Reset(d.h.lease / 3)
-}
-
-func (rn *renewal) stop() {
-	rn.mu.Lock()
-	rn.stopped = true
-	rn.timer.Stop()
-	rn.mu.Unlock()
-}
 
 func (m *Middleware) warn(msg string, attrs ...slog.Attr) {
 	m.opts.Logger.LogAttrs(context.Background(), slog.LevelWarn, msg, attrs...)
