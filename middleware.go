@@ -838,8 +838,9 @@ func (d *delivery) replay(rec *Record) {
 	for name, vs := range rec.Header {
 		h[name] = vs
 	}
-	h.Set(ReplayedHeader, "true")
-	h.Set("Content-Length", strconv.Itoa(len(rec.Body)))
+	vs := make([]string, 2) // one allocation for both values, each capped at its own
+	vs[0], vs[1] = "true", strconv.Itoa(len(rec.Body))
+	h[ReplayedHeader], h["Content-Length"] = vs[0:1:1], vs[1:2:2]
 	status := rec.Status
 	if p := d.h.rt.Preset; p != nil && p.DuplicateStatus != 0 {
 		status = p.DuplicateStatus
