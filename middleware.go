@@ -226,7 +226,7 @@ type routeConfig struct {
 	rt            Route
 	scope         func(*http.Request) string
 	replayHeaders []string      // RepresentationHeaders, then Route.ReplayHeaders
-	keyHeader     string        // Route.Header, canonical: looked up without canonicalizing it per request
+	keyHeader     string        // Route.Header, canonical: looked up in the map without canonicalizing it per request
 	retryAfter    string        // Route.RetryAfter, for Retry-After
 	lease         time.Duration // Route.Lease, else Options.Lease
 	leaseAfter    string        // the lease, for Retry-After after a wait
@@ -442,7 +442,7 @@ func (d *delivery) resolveKey() error {
 	rt := &d.h.rt
 	d.scope = escapeScope(d.h.scope(d.r))
 	if rt.Header != "" {
-		if v := NormalizeKey(headerValue(d.r.Header, d.h.keyHeader)); v != "" {
+		if v := NormalizeKey(joinFieldValues(d.r.Header[d.h.keyHeader])); v != "" {
 			d.key, d.kind = v, keyFromHeader
 			sum := canonjson.Sum(d.body)
 			copy(d.fp[:], sum[:])
