@@ -270,8 +270,7 @@ type delivery struct {
 	kind       keyKind
 	fp         [FingerprintSize]byte
 
-	out    responseCapture
-	outBuf [outBufSize]byte // out's first buffer: a small answer needs no allocation of its own
+	out responseCapture
 
 	// Held here rather than allocated per step: a store never retains the
 	// records it is given.
@@ -295,10 +294,6 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	d.out = responseCapture{w: w}
 	d.end(d.decide())
 }
-
-// outBufSize is the size of a response a delivery buffers without an
-// allocation of its own: webhook answers are mostly a short JSON document.
-const outBufSize = 256
 
 // action is what a delivery does once the middleware has decided.
 type action uint8
@@ -696,7 +691,6 @@ func (d *delivery) runClaimed(v *verdict) {
 	pending := v.claim
 	d.out.buffering = true
 	d.out.limit = d.h.rt.MaxStoredBodyBytes
-	d.out.buf = d.outBuf[:0]
 	tx := d.offerDelivery(pending) // see delivery.go; before the renewal, which reads d.r
 	d.startRenewal(pending)
 	returned := false
