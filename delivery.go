@@ -179,8 +179,24 @@ func (x *Delivery) CompleteWith(status int, header http.Header, body []byte, wri
 func (d *delivery) offerDelivery(pending *Record) *Delivery {
 	x := &d.offered
 	x.d, x.claim = d, *pending
-	d.r = d.r.WithContext(context.WithValue(d.r.Context(), deliveryContextKey{}, x))
+	d.offerCtx = offerContext{Context: d.r.Context(), x: x}
+	d.r = d.r.WithContext(&d.offerCtx)
 	return x
+}
+
+// offerContext is the request's context holding its Delivery, as
+// context.WithValue would make it, but held in the delivery rather than
+// allocated on its own.
+type offerContext struct {
+	context.Context
+	x *Delivery
+}
+
+func (c *offerContext) Value(key any) any {
+	if key == (deliveryContextKey{}) {
+		return c.x
+	}
+	return c.Context.Value(key)
 }
 
 // close ends the Delivery's validity: later completions fail.

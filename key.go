@@ -206,7 +206,12 @@ func printableASCII(s string) bool {
 // headerValue returns the request header's value as Node.js presents it to
 // the NestJS guard: several fields of one name joined with ", ".
 func headerValue(h http.Header, name string) string {
-	vs := h.Values(name)
+	return joinFieldValues(h.Values(name))
+}
+
+// joinFieldValues joins the values of several fields of one name with ", ",
+// as Node.js does.
+func joinFieldValues(vs []string) string {
 	switch len(vs) {
 	case 0:
 		return ""

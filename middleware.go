@@ -5,6 +5,8 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -16,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemhook/idemhook/internal/breaker"
@@ -124,7 +127,9 @@ func (m *Middleware) Route(rt Route) (func(http.Handler) http.Handler, error) {
 		lease:      cmp.Or(rt.Lease, m.opts.Lease),
 		scope:      rt.Scope,
 	}
+	h.renewals.interval = h.lease / 3
 	h.leaseAfter = seconds(h.lease)
+	h.keyHeader = http.CanonicalHeaderKey(rt.Header)
 	if h.scope == nil {
 		h.scope = DefaultScope
 	}
@@ -223,9 +228,11 @@ type routeConfig struct {
 	rt            Route
 	scope         func(*http.Request) string
 	replayHeaders []string      // RepresentationHeaders, then Route.ReplayHeaders
+	keyHeader     string        // Route.Header, canonical: looked up in the map without canonicalizing it per request
 	retryAfter    string        // Route.RetryAfter, for Retry-After
 	lease         time.Duration // Route.Lease, else Options.Lease
 	leaseAfter    string        // the lease, for Retry-After after a wait
+	renewals      renewals      // the lease renewals of the route's running deliveries
 }
 
 // stores reports whether a response with status is stored and replayed;
@@ -255,13 +262,15 @@ type delivery struct {
 	start time.Time
 	body  []byte
 
-	offered Delivery // what offerDelivery hands the handler: allocated with the delivery
+	offered  Delivery     // what offerDelivery hands the handler: allocated with the delivery
+	offerCtx offerContext // the handler's context, holding offered
 
-	key      string
-	scope    string // escaped, as in the store key
-	storeKey string
-	kind     keyKind
-	fp       [FingerprintSize]byte
+	key        string
+	scope      string // escaped, as in the store key
+	storeKey   string
+	firstToken string // the owner token of the first claim, allocated with storeKey
+	kind       keyKind
+	fp         [FingerprintSize]byte
 
 	out responseCapture
 
@@ -430,7 +439,7 @@ func (d *delivery) resolveKey() error {
 	rt := &d.h.rt
 	d.scope = escapeScope(d.h.scope(d.r))
 	if rt.Header != "" {
-		if v := NormalizeKey(headerValue(d.r.Header, rt.Header)); v != "" {
+		if v := NormalizeKey(joinFieldValues(d.r.Header[d.h.keyHeader])); v != "" {
 			d.key, d.kind = v, keyFromHeader
 			sum := canonjson.Sum(d.body)
 			copy(d.fp[:], sum[:])
@@ -453,20 +462,40 @@ func (d *delivery) resolveKey() error {
 		// No fingerprint: the key is the body's hash already, so a
 		// body-hash record can't mismatch and is 16 bytes smaller.
 		sum := requestSum(d.body, d.r.URL.RawQuery)
-		var buf [160]byte // fits the usual source and scope: the string below is then the one allocation
-		b := buf[:0]
-		if n := storeKeyLen(rt.Source, d.scope, len("sha256:")+hex.EncodedLen(len(sum))); n > len(buf) {
-			b = make([]byte, 0, n)
-		}
-		b = appendStoreKeyPrefix(b, rt.Source, d.scope)
-		prefix := len(b)
-		b = hex.AppendEncode(append(b, "sha256:"...), sum[:])
-		d.storeKey, d.kind = string(b), keyFromBody
-		d.key = d.storeKey[prefix:]
+		prefix := d.setStoreKey("", &sum)
+		d.key, d.kind = d.storeKey[prefix:], keyFromBody
 		return nil
 	}
-	d.storeKey = ScopedStoreKey(rt.Source, d.scope, d.key)
+	d.setStoreKey(d.key, nil)
 	return nil
+}
+
+// setStoreKey sets d.storeKey, whose key part is key, or "sha256:" and the
+// hex of sum when sum is not nil, and d.firstToken, the owner token of the
+// delivery's first claim. Both are slices of one string, the one
+// allocation. It returns where the key part starts in d.storeKey.
+func (d *delivery) setStoreKey(key string, sum *[sha256.Size]byte) int {
+	rt := &d.h.rt
+	keyLen := len(key)
+	if sum != nil {
+		keyLen = len("sha256:") + hex.EncodedLen(len(sum))
+	}
+	var buf [192]byte // fits the usual source, scope and key: the string below is then the one allocation
+	b := buf[:0]
+	if n := storeKeyLen(rt.Source, d.scope, keyLen) + tokenLen; n > len(buf) {
+		b = make([]byte, 0, n)
+	}
+	b = appendStoreKeyPrefix(b, rt.Source, d.scope)
+	prefix := len(b)
+	if sum != nil {
+		b = hex.AppendEncode(append(b, "sha256:"...), sum[:])
+	} else {
+		b = append(b, key...)
+	}
+	end := len(b)
+	s := string(appendToken(b))
+	d.storeKey, d.firstToken = s[:end], s[end:]
+	return prefix
 }
 
 var errKeyRequired = errors.New("idemhook: the route requires a key and the request carries none")
@@ -518,10 +547,38 @@ func (d *delivery) afterClaim(pending, existing *Record, err error, waited bool)
 // newClaim returns a pending record with a fresh owner token. A delivery
 // holds one claim at a time, so each call reuses the same record.
 func (d *delivery) newClaim() *Record {
-	var tok [16]byte
-	rand.Read(tok[:]) //nolint:errcheck // crypto/rand.Read never fails
-	d.claimRec = Record{State: StatePending, Token: string(tok[:]), Fingerprint: d.fp, CreatedAt: d.h.m.opts.Now()}
+	tok := d.firstToken
+	if tok == "" {
+		var buf [tokenLen]byte
+		tok = string(appendToken(buf[:0])) // a claim after a wait: rare
+	}
+	d.firstToken = ""
+	d.claimRec = Record{State: StatePending, Token: tok, Fingerprint: d.fp, CreatedAt: d.h.m.opts.Now()}
 	return &d.claimRec
+}
+
+// tokenLen is the length of an owner token.
+const tokenLen = 16
+
+// tokenPrefix is the random half of this process's owner tokens, drawn once
+// from crypto/rand.
+var tokenPrefix = func() (p [8]byte) {
+	rand.Read(p[:]) //nolint:errcheck // crypto/rand.Read never fails
+	return p
+}()
+
+// tokenSeq numbers the owner tokens of this process.
+var tokenSeq atomic.Uint64
+
+// appendToken appends a fresh owner token to b: this process's random prefix
+// and the next value of a counter, 16 bytes. The counter makes the tokens of
+// one process unique. The prefix makes those of two processes (other
+// instances, or this one after a restart) differ unless both drew the same
+// 64 random bits. A store only compares tokens, so they need not be
+// unpredictable, and a counter spares each claim a call to crypto/rand.
+func appendToken(b []byte) []byte {
+	b = append(b, tokenPrefix[:]...)
+	return binary.BigEndian.AppendUint64(b, tokenSeq.Add(1))
 }
 
 // wait polls the key until the running delivery completes (replay), goes away
@@ -777,8 +834,9 @@ func (d *delivery) replay(rec *Record) {
 	for name, vs := range rec.Header {
 		h[name] = vs
 	}
-	h.Set(ReplayedHeader, "true")
-	h.Set("Content-Length", strconv.Itoa(len(rec.Body)))
+	vs := make([]string, 2) // one allocation for both values, each capped at its own
+	vs[0], vs[1] = "true", strconv.Itoa(len(rec.Body))
+	h[ReplayedHeader], h["Content-Length"] = vs[0:1:1], vs[1:2:2]
 	status := rec.Status
 	if p := d.h.rt.Preset; p != nil && p.DuplicateStatus != 0 {
 		status = p.DuplicateStatus
@@ -897,50 +955,6 @@ var errGoexit = errors.New("idemhook: the handler exited its goroutine (runtime.
 var errHijacked = errors.New("idemhook: the handler hijacked the connection: its response is unknown, the claim was released")
 
 var errBreakerOpen = errors.New("circuit breaker open: store skipped after repeated failures")
-
-// renewal keeps a claim's lease alive while the handler runs: every
-// Lease/3 it extends the lease, until stopped.
-type renewal struct {
-	mu      sync.Mutex
-	timer   *time.Timer
-	stopped bool
-	d       *delivery
-	claim   *Record
-}
-
-func (d *delivery) startRenewal(claim *Record) {
-	rn := &d.renew
-	rn.d, rn.claim = d, claim
-	rn.mu.Lock()
-	rn.timer = time.AfterFunc(d.h.lease/3, rn.tick)
-	rn.mu.Unlock()
-}
-
-func (rn *renewal) tick() {
-	d := rn.d
-	m := d.h.m
-	_, err := d.call("extend", func(ctx context.Context) (*Record, error) {
-		return nil, m.store.Extend(ctx, d.storeKey, rn.claim, d.h.lease)
-	})
-	rn.mu.Lock()
-	defer rn.mu.Unlock()
-	if rn.stopped {
-		return // the handler returned meanwhile: the claim is completed or released
-	}
-	if errors.Is(err, ErrNotOwner) {
-		m.warn("idemhook: lease lost while the handler runs: another delivery may run it too",
-			slog.String("source", d.h.rt.Source), slog.String("key", d.storeKey))
-		return
-	}
-	rn.timer.Reset(d.h.lease / 3)
-}
-
-func (rn *renewal) stop() {
-	rn.mu.Lock()
-	rn.stopped = true
-	rn.timer.Stop()
-	rn.mu.Unlock()
-}
 
 func (m *Middleware) warn(msg string, attrs ...slog.Attr) {
 	m.opts.Logger.LogAttrs(context.Background(), slog.LevelWarn, msg, attrs...)

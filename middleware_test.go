@@ -1099,6 +1099,94 @@ func TestLeaseIsRenewedWhileTheHandlerRuns(t *testing.T) {
 	}
 }
 
+// The deliveries of a route share one renewal timer: each running claim is
+// still renewed, also when a delivery in the middle of the queue finishes,
+// and a duplicate sent past the original lease finds every claim held.
+func TestLeaseRenewalsOfConcurrentDeliveries(t *testing.T) {
+	var mu sync.Mutex
+	extends := map[string]int{}                // X-N of the delivery → successful extends
+	st, err := memstore.New(memstore.Config{}) // real clock: the renewal timer is real
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, st, nil, idemhook.Options{
+		Lease: 150 * time.Millisecond,
+		OnStoreCall: func(c idemhook.StoreCallInfo) {
+			if c.Op == "extend" && c.Err == nil {
+				mu.Lock()
+				extends[c.Request.Header.Get("X-N")]++
+				mu.Unlock()
+			}
+		},
+	})
+	release := map[string]chan struct{}{"a": make(chan struct{}), "b": make(chan struct{}), "c": make(chan struct{})}
+	started := make(chan struct{}, 3)
+	var runs atomic.Int64
+	route := e.route(idemhook.Route{Source: "stone", InFlight: idemhook.InFlightReject}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		started <- struct{}{}
+		<-release[r.Header.Get("X-N")]
+	}))
+	done := map[string]chan *httptest.ResponseRecorder{}
+	for _, n := range []string{"a", "b", "c"} {
+		c := make(chan *httptest.ResponseRecorder, 1)
+		done[n] = c
+		go func() { c <- send(route, `{"id":"`+n+`"}`, "X-N", n) }()
+		<-started
+	}
+	// Let b's claim be renewed once, then finish it: a and c stay queued
+	// around it.
+	for {
+		mu.Lock()
+		nb := extends["b"]
+		mu.Unlock()
+		if nb > 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release["b"])
+	if r := <-done["b"]; r.Code != 200 {
+		t.Fatalf("b: %d", r.Code)
+	}
+	mu.Lock()
+	base := map[string]int{"a": extends["a"], "c": extends["c"]}
+	mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		na, nc := extends["a"]-base["a"], extends["c"]-base["c"]
+		mu.Unlock()
+		if na >= 4 && nc >= 4 {
+			break // past the original lease of both since b finished
+		}
+		if time.Now().After(deadline) {
+			close(release["a"])
+			close(release["c"])
+			t.Fatalf("renewals after b finished: a %d, c %d in 10s, want 4 each", na, nc)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for _, n := range []string{"a", "c"} {
+		if r := send(route, `{"id":"`+n+`"}`, "X-N", n); r.Code != http.StatusConflict {
+			t.Errorf("duplicate of %s: %d, want 409 (claim still held)", n, r.Code)
+		}
+	}
+	close(release["a"])
+	close(release["c"])
+	for _, n := range []string{"a", "c"} {
+		if r := <-done[n]; r.Code != 200 {
+			t.Fatalf("%s: %d", n, r.Code)
+		}
+	}
+	if n := runs.Load(); n != 3 {
+		t.Fatalf("handler ran %d times, want 3", n)
+	}
+	if strings.Contains(e.logs.String(), "lease lost") {
+		t.Fatalf("unexpected lease-lost WARN:\n%s", e.logs)
+	}
+}
+
 // One tenant's answer never reaches another: routes whose pattern can match
 // several paths scope their keys by path, a fixed route keeps the guard's
 // unscoped key, and Route.Scope overrides both.

@@ -1,6 +1,7 @@
 package idemhook
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"net/http"
@@ -35,8 +36,9 @@ const FingerprintSize = 16
 type Record struct {
 	State State
 
-	// Token identifies the owner of a pending claim (random, unique per
-	// delivery). Empty in a completed record.
+	// Token identifies the owner of a pending claim (unique per claim: the
+	// middleware's tokens are a random per-process prefix and a counter).
+	// Empty in a completed record.
 	Token string
 
 	// Fingerprint identifies the request body (the first bytes of the
@@ -181,15 +183,10 @@ func (r *Record) UnmarshalBinary(data []byte) error {
 			return corrupt(fmt.Sprintf("%d header entries", n))
 		}
 		if n > 0 {
-			r.Header = make(http.Header, n)
+			r.Header = d.header(int(n))
 		}
-		for i := uint64(0); i < n && d.err == nil; i++ {
-			k := d.string()
-			v := d.string()
-			r.Header[k] = append(r.Header[k], v)
-		}
-		if body := d.string(); len(body) > 0 {
-			r.Body = []byte(body)
+		if body := d.lenBytes(); len(body) > 0 {
+			r.Body = bytes.Clone(body)
 		}
 	}
 	if d.err != nil {
@@ -199,6 +196,60 @@ func (r *Record) UnmarshalBinary(data []byte) error {
 		return corrupt(fmt.Sprintf("%d trailing bytes", len(d.buf)))
 	}
 	return nil
+}
+
+// header decodes n header entries. The names and values are substrings of
+// one string holding the entries' bytes, and the value slices share one
+// array (each capped at its own values), so that a header takes a few
+// allocations whatever its number of entries.
+func (d *decoder) header(n int) http.Header {
+	type entry struct{ k0, k1, v0, v1 int }
+	var buf [8]entry // a typical stored answer has a few headers: no allocation
+	entries := buf[:0]
+	region := d.buf
+	for range n {
+		var e entry
+		e.k0, e.k1 = d.span(region)
+		e.v0, e.v1 = d.span(region)
+		if d.err != nil {
+			return nil
+		}
+		entries = append(entries, e)
+	}
+	text := string(region[:len(region)-len(d.buf)])
+	values := make([]string, n)
+	h := make(http.Header, n)
+	first := 0 // the first entry of the current name
+	for i, e := range entries {
+		k, v := text[e.k0:e.k1], text[e.v0:e.v1]
+		values[i] = v
+		switch old, ok := h[k]; {
+		case ok && i > 0 && k == text[entries[i-1].k0:entries[i-1].k1]:
+			h[k] = values[first : i+1 : i+1] // names are sorted: the entries of one name are adjacent
+		case ok:
+			h[k] = append(old, v) // not from MarshalBinary, but valid: copies
+		default:
+			first = i
+			h[k] = values[i : i+1 : i+1]
+		}
+	}
+	return h
+}
+
+// span reads a length-prefixed string and returns where its bytes lie in
+// region, of which d.buf is a suffix.
+func (d *decoder) span(region []byte) (int, int) {
+	n := d.uvarint()
+	if d.err != nil {
+		return 0, 0
+	}
+	if n > uint64(len(d.buf)) {
+		d.err = errTruncated
+		return 0, 0
+	}
+	start := len(region) - len(d.buf)
+	d.buf = d.buf[n:]
+	return start, start + int(n)
 }
 
 func corrupt(why string) error { return fmt.Errorf("%w: %s", ErrCorruptRecord, why) }
@@ -256,14 +307,17 @@ func (d *decoder) varint() int64 {
 	return v
 }
 
-func (d *decoder) string() string {
+func (d *decoder) string() string { return string(d.lenBytes()) }
+
+// lenBytes reads a length-prefixed byte string, which aliases d.buf.
+func (d *decoder) lenBytes() []byte {
 	n := d.uvarint()
 	if d.err != nil {
-		return ""
+		return nil
 	}
 	if n > uint64(len(d.buf)) {
 		d.err = errTruncated
-		return ""
+		return nil
 	}
-	return string(d.bytes(int(n)))
+	return d.bytes(int(n))
 }

@@ -112,3 +112,24 @@ func FuzzDecodeRecord(f *testing.F) {
 		}
 	})
 }
+
+// The decoded header's value slices share one array: each is capped at its
+// own values, so appending to one leaves the others as they were.
+func TestRecordDecodedHeaderValuesAreIndependent(t *testing.T) {
+	give := idemhook.Record{State: idemhook.StateCompleted, Status: 200,
+		Header: http.Header{"A": {"1", "2"}, "B": {"3"}, "C": {"4"}}}
+	b, err := give.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := recordio.Decode("", "", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Header["A"] = append(got.Header["A"], "x")
+	got.Header["B"] = append(got.Header["B"], "y")
+	want := http.Header{"A": {"1", "2", "x"}, "B": {"3", "y"}, "C": {"4"}}
+	if !reflect.DeepEqual(got.Header, want) {
+		t.Fatalf("after appends: %v, want %v", got.Header, want)
+	}
+}

@@ -76,31 +76,37 @@ const (
 
 // compactKey appends the compact form of key to b.
 func compactKey(b []byte, key string) []byte {
-	if len(key) < hexDigits || !lowerHex(key[len(key)-hexDigits:]) {
-		b = append(b, key...)
-		return append(b, tagRaw)
-	}
-	cut := len(key) - hexDigits
-	b = append(b, key[:cut]...)
-	for i := cut; i < len(key); i += 2 {
-		b = append(b, unhex(key[i])<<4|unhex(key[i+1]))
-	}
-	return append(b, tagHashed)
-}
-
-func lowerHex(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
+	if len(key) >= hexDigits {
+		// One pass decodes the digits and checks that they are lowercase hex.
+		cut := len(key) - hexDigits
+		var sum [hexDigits / 2]byte
+		bad := byte(0)
+		for i := range sum {
+			hi, lo := hexValue[key[cut+2*i]], hexValue[key[cut+2*i+1]]
+			bad |= hi | lo
+			sum[i] = hi<<4 | lo
+		}
+		if bad&0xf0 == 0 {
+			b = append(b, key[:cut]...)
+			b = append(b, sum[:]...)
+			return append(b, tagHashed)
 		}
 	}
-	return true
+	b = append(b, key...)
+	return append(b, tagRaw)
 }
 
-func unhex(c byte) byte {
-	if c <= '9' {
-		return c - '0'
+// hexValue maps a lowercase hex digit to its value and any other byte to
+// 0xff.
+var hexValue = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0xff
 	}
-	return c - 'a' + 10
-}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = byte(c - '0')
+	}
+	for c := 'a'; c <= 'f'; c++ {
+		t[c] = byte(c-'a') + 10
+	}
+	return t
+}()

@@ -44,3 +44,11 @@ func FuzzCompactKey(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkCompactKey(b *testing.B) {
+	key := "idem:stone:sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	var buf [256]byte
+	for b.Loop() {
+		compactKey(buf[:0], key)
+	}
+}

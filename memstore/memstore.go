@@ -251,11 +251,20 @@ func (s *Store) Complete(ctx context.Context, key string, claim, done *idemhook.
 	if err := sh.owned(ck, claim, now); err != nil {
 		return err
 	}
-	// Replace the key too: the old one shares the old entry's memory.
-	sh.remove(string(ck))
-	e := string(entry)
-	sh.m[e[entryHeader:entryHeader+len(ck)]] = e
+	sh.replace(ck, string(entry))
 	return nil
+}
+
+// replace puts e, an entry under ck, in place of the one the shard holds
+// there. The caller holds sh.mu.
+func (sh *shard) replace(ck []byte, e string) {
+	// Assigning to a key the map holds overwrites its key too (Go does so
+	// for string keys), so the map keeps a substring of the new entry and
+	// the old one can be freed: one map operation instead of a delete,
+	// which leaves a tombstone, and an insert. BenchmarkMemoryPerKey would
+	// show the old entries kept alive if it did not.
+	sh.m[e[entryHeader:entryHeader+len(ck)]] = e
+	sh.fullUntil = 0 // as remove does: the shard may have room again
 }
 
 // Release implements [idemhook.Store].
@@ -305,9 +314,7 @@ func (s *Store) Extend(ctx context.Context, key string, claim *idemhook.Record, 
 	b := make([]byte, len(old))
 	putMeta(b, expiry(now, lease), false)
 	copy(b[entryHeader:], old[entryHeader:])
-	e := string(b)
-	sh.remove(string(ck))
-	sh.m[e[entryHeader:entryHeader+len(ck)]] = e
+	sh.replace(ck, string(b))
 	return nil
 }
 
