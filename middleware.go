@@ -823,7 +823,9 @@ func (d *delivery) warnStore(prefix string, err error) {
 		attrs = append(attrs, slog.String("op", se.Op))
 		err = se.Err // its text repeats the key
 	}
-	attrs = append(attrs, slog.String("error", err.Error()))
+	// A store's error usually names the key too. The message already does.
+	msg := strings.Replace(err.Error(), " "+d.storeKey, "", 1)
+	attrs = append(attrs, slog.String("error", msg))
 	d.h.m.warn(prefix+d.storeKey, attrs...)
 }
 

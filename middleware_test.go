@@ -1710,6 +1710,14 @@ func TestStoreWarnNamesTheKeyOnce(t *testing.T) {
 		!strings.Contains(logs, `op=claim error="connection refused"`) {
 		t.Fatalf("the key appears %d times in:\n%s", n, logs)
 	}
+	// Stores name the key in their errors too (redisstore: "redisstore:
+	// claim <key>: ..."). The WARN still holds it once.
+	e = newFailingEnv(t, map[string]error{"claim": fmt.Errorf("flakystore: claim %s: %w", key, errors.New("connection refused"))}, idemhook.Options{})
+	send(e.route(idemhook.Route{Source: "stone"}, &counter{}), `{"id":1}`)
+	logs = e.logs.String()
+	if n := strings.Count(logs, key); n != 1 || !strings.Contains(logs, `op=claim error="flakystore: claim: connection refused"`) {
+		t.Fatalf("the key appears %d times in:\n%s", n, logs)
+	}
 }
 
 // scriptedStore is a real memory store whose Claim can be made to fail or
