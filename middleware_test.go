@@ -177,35 +177,36 @@ func wantOutcomes(t *testing.T, e *env, want ...idemhook.Outcome) {
 	}
 }
 
-type seedVector struct {
+type guardVector struct {
 	Name       string `json:"name"`
 	Body       string `json:"body"`
 	Normalized string `json:"normalized"`
 	Key        string `json:"key"`
 }
 
-func loadSeedVectors(t *testing.T) []seedVector {
+func loadGuardVectors(t *testing.T) []guardVector {
 	t.Helper()
-	raw, err := os.ReadFile("testdata/seed-key-vectors.json") // made by testdata/seed-key-vectors.js
+	raw, err := os.ReadFile("testdata/guard-key-vectors.json") // made by testdata/guard-key-vectors.js
 	if err != nil {
-		t.Fatalf("seed key vectors: %v", err)
+		t.Fatalf("guard key vectors: %v", err)
 	}
 	var f struct {
-		Vectors []seedVector `json:"vectors"`
+		Vectors []guardVector `json:"vectors"`
 	}
 	if err := json.Unmarshal(raw, &f); err != nil {
 		t.Fatal(err)
 	}
 	if len(f.Vectors) == 0 {
-		t.Fatal("no vectors in seed-key-vectors.json")
+		t.Fatal("no vectors in guard-key-vectors.json")
 	}
 	return f.Vectors
 }
 
-// The seed's Stone route: body hash, first delivery runs, duplicate replays,
-// and the record sits exactly under the key the NestJS guard used.
-func TestSeedBodyHashRouteUsesTheGuardsKeys(t *testing.T) {
-	for _, v := range loadSeedVectors(t) {
+// A Stone route as the NestJS guard ran it keys on the body's hash. The first
+// delivery runs, the duplicate replays, and the record sits exactly under
+// the key the guard used.
+func TestBodyHashRouteUsesTheGuardsKeys(t *testing.T) {
+	for _, v := range loadGuardVectors(t) {
 		t.Run(v.Name, func(t *testing.T) {
 			e := newMemEnv(t, idemhook.Options{})
 			h := &counter{}
@@ -217,7 +218,7 @@ func TestSeedBodyHashRouteUsesTheGuardsKeys(t *testing.T) {
 			}
 			rec, err := e.store.Get(t.Context(), v.Key)
 			if err != nil || rec == nil || rec.State != idemhook.StateCompleted {
-				t.Fatalf("no completed record under the seed's key %s: %v %v", v.Key, rec, err)
+				t.Fatalf("no completed record under the guard's key %s: %v %v", v.Key, rec, err)
 			}
 			dup := send(stone, v.Body)
 			if dup.Code != 200 || dup.Body.String() != first.Body.String() || dup.Header().Get(idemhook.ReplayedHeader) != "true" {
@@ -240,9 +241,10 @@ func TestSeedBodyHashRouteUsesTheGuardsKeys(t *testing.T) {
 	}
 }
 
-// The seed's Stripe route keys on the stripe-signature header, verbatim; the
-// WhatsApp route on the body hash under its own source.
-func TestSeedHeaderAndWhatsAppRoutes(t *testing.T) {
+// A Stripe route as the NestJS guard ran it keys on the stripe-signature
+// header, verbatim. A WhatsApp route keys on the body hash under its own
+// source.
+func TestGuardHeaderAndWhatsAppRoutes(t *testing.T) {
 	e := newMemEnv(t, idemhook.Options{})
 	h := &counter{}
 	stripe := e.route(idemhook.Route{Source: "stripe", Header: "stripe-signature"}, h)
@@ -255,7 +257,7 @@ func TestSeedHeaderAndWhatsAppRoutes(t *testing.T) {
 	if rec, _ := e.store.Get(t.Context(), "idem:stripe:"+sig); rec == nil {
 		t.Fatal("no record under idem:stripe:<signature>")
 	}
-	vectors := loadSeedVectors(t)
+	vectors := loadGuardVectors(t)
 	evo := vectors[len(vectors)-1]
 	send(whatsapp, evo.Body)
 	send(whatsapp, evo.Body)
@@ -269,7 +271,7 @@ func TestSeedHeaderAndWhatsAppRoutes(t *testing.T) {
 	wantOutcomes(t, e, idemhook.OutcomeProcessed, idemhook.OutcomeReplayed, idemhook.OutcomeProcessed, idemhook.OutcomeReplayed)
 }
 
-func TestSeedDefaultHeaderIdempotencyKey(t *testing.T) {
+func TestGuardDefaultHeaderIdempotencyKey(t *testing.T) {
 	e := newMemEnv(t, idemhook.Options{})
 	h := &counter{}
 	route := e.route(idemhook.Route{Source: "marketplace"}, h)
@@ -283,7 +285,7 @@ func TestSeedDefaultHeaderIdempotencyKey(t *testing.T) {
 	}
 }
 
-func TestSeedRouteWithoutSourcePassesThrough(t *testing.T) {
+func TestGuardRouteWithoutSourcePassesThrough(t *testing.T) {
 	e := newMemEnv(t, idemhook.Options{})
 	h := &counter{}
 	route := e.route(idemhook.Route{}, h)
@@ -1262,8 +1264,8 @@ func TestScopeKeepsPathsAndTenantsApart(t *testing.T) {
 }
 
 // On a fixed ServeMux route with the default scope, the records sit under
-// exactly the keys the NestJS guard used (see TestSeedBodyHashRouteUsesTheGuardsKeys).
-func TestSeedKeysOnAFixedMuxRoute(t *testing.T) {
+// exactly the keys the NestJS guard used (see TestBodyHashRouteUsesTheGuardsKeys).
+func TestGuardKeysOnAFixedMuxRoute(t *testing.T) {
 	e := newMemEnv(t, idemhook.Options{})
 	wrap, err := e.mw.Route(idemhook.Route{Source: "stone"})
 	if err != nil {
@@ -1271,7 +1273,7 @@ func TestSeedKeysOnAFixedMuxRoute(t *testing.T) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("POST /webhooks/stone", wrap(&counter{}))
-	for _, v := range loadSeedVectors(t) {
+	for _, v := range loadGuardVectors(t) {
 		rec := httptest.NewRecorder()
 		mux.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/webhooks/stone", strings.NewReader(v.Body)))
 		if got, err := e.store.Get(t.Context(), v.Key); err != nil || got == nil {

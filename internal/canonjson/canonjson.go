@@ -3,7 +3,7 @@
 // JSON.stringify(JSON.parse(body)) gives. Member order, duplicate members,
 // number formatting and string escapes are exactly as V8 does them, so that
 // idemhook's keys equal the NestJS guard's. Any other body is hashed as its
-// raw bytes. testdata/seed-key-vectors.json at the repository root holds
+// raw bytes. testdata/guard-key-vectors.json at the repository root holds
 // vectors made with Node.js itself, and the tests check every one.
 package canonjson
 

@@ -13,39 +13,39 @@ import (
 	"testing"
 )
 
-// seedVectorsPath is the key vectors made with Node.js by
-// testdata/seed-key-vectors.js (which .ci/run re-runs and compares).
-const seedVectorsPath = "../../testdata/seed-key-vectors.json"
+// guardVectorsPath is the key vectors made with Node.js by
+// testdata/guard-key-vectors.js (which .ci/run re-runs and compares).
+const guardVectorsPath = "../../testdata/guard-key-vectors.json"
 
-type seedVector struct {
+type guardVector struct {
 	Name       string `json:"name"`
 	Body       string `json:"body"`
 	Normalized string `json:"normalized"`
 	Key        string `json:"key"`
 }
 
-// loadSeedVectors reads the vectors. A missing file is a failure, not a
+// loadGuardVectors reads the vectors. A missing file is a failure, not a
 // skip, so that CI cannot pass without checking them.
-func loadSeedVectors(tb testing.TB) []seedVector {
+func loadGuardVectors(tb testing.TB) []guardVector {
 	tb.Helper()
-	raw, err := os.ReadFile(seedVectorsPath)
+	raw, err := os.ReadFile(guardVectorsPath)
 	if err != nil {
-		tb.Fatalf("seed key vectors are required (node testdata/seed-key-vectors.js > %s): %v", seedVectorsPath, err)
+		tb.Fatalf("guard key vectors are required (node testdata/guard-key-vectors.js > %s): %v", guardVectorsPath, err)
 	}
 	var file struct {
-		Vectors []seedVector `json:"vectors"`
+		Vectors []guardVector `json:"vectors"`
 	}
 	if err := json.Unmarshal(raw, &file); err != nil {
-		tb.Fatalf("decode %s: %v", seedVectorsPath, err)
+		tb.Fatalf("decode %s: %v", guardVectorsPath, err)
 	}
 	if len(file.Vectors) == 0 {
-		tb.Fatalf("%s holds no vectors", seedVectorsPath)
+		tb.Fatalf("%s holds no vectors", guardVectorsPath)
 	}
 	return file.Vectors
 }
 
-func TestCanonicalSeedVectors(t *testing.T) {
-	for _, tt := range loadSeedVectors(t) {
+func TestCanonicalGuardVectors(t *testing.T) {
+	for _, tt := range loadGuardVectors(t) {
 		t.Run(tt.Name, func(t *testing.T) {
 			got, ok := appendCanonicalJSON(nil, []byte(tt.Body))
 			if !ok {

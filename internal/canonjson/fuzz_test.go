@@ -13,7 +13,7 @@ import (
 // encoding/json accepts, because the two grammars agree on valid UTF-8 and
 // both nest at most 10,000 levels.
 func FuzzCanonical(f *testing.F) {
-	for _, v := range loadSeedVectors(f) {
+	for _, v := range loadGuardVectors(f) {
 		f.Add([]byte(v.Body))
 	}
 	for _, tt := range canonicalTests {
