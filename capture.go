@@ -10,12 +10,13 @@ import (
 // responseCapture wraps the handler's ResponseWriter.
 //
 // In buffering mode (the first delivery of an event) it holds the status and
-// the body, up to the storage cap, and sends nothing: the middleware stores
-// the response (or releases the claim) first and only then sends it, so a
-// provider that retries the instant it has our answer finds the response
-// stored rather than a pending claim. Flush is deferred while buffering. A
-// body over the cap switches to streaming: what was buffered is sent and the
-// rest passes straight through; the record then keeps status and headers only.
+// the body, up to the storage cap, and sends nothing. The middleware stores
+// the response (or releases the claim) first and only then sends it. A
+// provider that retries the instant it has our answer thus finds the
+// response stored rather than a pending claim. Flush is deferred while
+// buffering. A body over the cap switches to streaming. What was buffered is
+// sent and the rest passes straight through. The record then keeps status
+// and headers only.
 //
 // A handler that hijacks the connection answers on it directly: nothing is
 // stored and the claim is released.

@@ -28,11 +28,11 @@ func processCPU(b *testing.B) time.Duration {
 }
 
 // BenchmarkCPUPerDelivery reports the CPU time this process spends per
-// delivery ("cpu-µs/op", user plus system, from getrusage), calling
-// ServeHTTP from 32 goroutines: the bare handler, and the middleware on the
-// memory store and on Redis (IDEMHOOK_REDIS_URL; Redis's own CPU is not
-// counted), first deliveries and replays. The middleware's cost per
-// delivery is its row's figure minus the bare handler's.
+// delivery ("cpu-µs/op", user plus system, from getrusage). It calls
+// ServeHTTP from 32 goroutines, for first deliveries and replays. The rows
+// are the bare handler and the middleware on the memory store and on Redis
+// (IDEMHOOK_REDIS_URL). Redis's own CPU is not counted. The middleware's
+// cost per delivery is its row's figure minus the bare handler's.
 func BenchmarkCPUPerDelivery(b *testing.B) {
 	var seq atomic.Int64
 	fresh := func() []byte { return eventBody(seq.Add(1)) }

@@ -11,9 +11,9 @@ import (
 	"time"
 )
 
-// Delivery is the claim a delivery holds while its handler runs: what a
-// store needs to complete the claim inside the handler's own database
-// transaction, together with the handler's business writes, so that both
+// Delivery is the claim a delivery holds while its handler runs. It is what
+// a store needs to complete the claim inside the handler's own database
+// transaction, together with the handler's business writes. Both then
 // commit or neither does (exactly-once effects).
 //
 // A handler gets it with [DeliveryFromContext] and completes it through a

@@ -268,7 +268,7 @@ func TestDeliveryOnlyWhenClaimed(t *testing.T) {
 }
 
 // TestDeliveryRetriedTransaction: a handler whose first transaction rolled
-// back after CompleteWith tries again in a new one; the middleware sends the
+// back after CompleteWith tries again in a new one. The middleware sends the
 // response of the one that committed.
 func TestDeliveryRetriedTransaction(t *testing.T) {
 	e := newMemEnv(t, idemhook.Options{})

@@ -19,8 +19,8 @@
 // status), keys scoped by path where a route's path varies ([DefaultScope]),
 // the query string in body-hash keys, a 422 for a reused header key with a
 // different body, a body size limit, a deadline on every call to a networked
-// store and a circuit breaker, so that a dead store adds milliseconds rather
-// than a dial timeout: on a store error the request proceeds (fail-open)
+// store, and a circuit breaker. A dead store thus adds milliseconds rather
+// than a dial timeout. On a store error the request proceeds (fail-open),
 // unless the route says closed (503).
 //
 // Provider presets (package provider) add a key that survives the provider's
@@ -28,9 +28,9 @@
 //
 // Exactly-once effects: a handler whose business writes go to PostgreSQL can
 // complete its delivery's claim inside its own transaction (see [Delivery],
-// [DeliveryFromContext] and pgstore.Store.CompleteTx), so that the effect
-// and the stored response commit together or not at all; a crash between
-// the two can then no longer run the effect twice.
+// [DeliveryFromContext] and pgstore.Store.CompleteTx). The effect and the
+// stored response then commit together or not at all, so a crash between
+// the two can no longer run the effect twice.
 //
 // The package imports only the standard library. Stores: memstore (memory),
 // redisstore (Redis standalone, Sentinel, Cluster), sqlitestore and pgstore
@@ -339,8 +339,8 @@ type Preset struct {
 const retryMargin = 24 * time.Hour
 
 // DefaultTTL returns the TTL a route with this preset gets when it sets
-// none: the RetryWindow plus a day, rounded up to whole days; [DefaultTTL]
-// (24h) for a nil preset or one with no RetryWindow.
+// none. It is the RetryWindow plus a day, rounded up to whole days. A nil
+// preset, or one with no RetryWindow, gets [DefaultTTL] (24h).
 func (p *Preset) DefaultTTL() time.Duration {
 	if p == nil || p.RetryWindow == 0 {
 		return DefaultTTL

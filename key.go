@@ -145,10 +145,10 @@ func RequestKey(body []byte, rawQuery string) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// NormalizeKey turns a header or preset value into a key part: surrounding
-// spaces and tabs are trimmed; an RFC 8941 string ("abc") is unquoted; a value longer than 128 bytes, or holding bytes
-// outside printable ASCII, becomes "sha256:<hex of the value>". Empty input
-// gives "".
+// NormalizeKey turns a header or preset value into a key part. Surrounding
+// spaces and tabs are trimmed. An RFC 8941 string ("abc") is unquoted. A
+// value longer than 128 bytes, or holding bytes outside printable ASCII,
+// becomes "sha256:<hex of the value>". Empty input gives "".
 func NormalizeKey(v string) string {
 	// Optional whitespace of a field value (RFC 9110 5.6.3) is SP and HTAB
 	// only; another Unicode space is part of the value.

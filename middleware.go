@@ -337,9 +337,9 @@ func (d *delivery) decide() verdict {
 			slog.String("path", r.URL.Path))
 		return verdict{act: actRun, outcome: OutcomeKeyError, err: errNoSource}
 	}
-	// A GET, HEAD or OPTIONS is not a delivery: it has no body to read and
-	// claims nothing; only a preset's handshake (Meta's GET challenge) may
-	// answer it, else it passes through untouched.
+	// A GET, HEAD or OPTIONS is not a delivery. It has no body to read and
+	// claims nothing. Only a preset's handshake (Meta's GET challenge) may
+	// answer it. Otherwise it passes through untouched.
 	safe := isSafeMethod(r.Method)
 	if !safe {
 		if v, ok := d.readBody(); !ok {
@@ -813,9 +813,9 @@ func (d *delivery) release(pending *Record) {
 	}
 }
 
-// warnStore logs one of the guard's store WARNs: its prefix (which alerts
-// match) and the key, once, in the message; the source, the store
-// operation and the store's own error as attributes.
+// warnStore logs one of the guard's store WARNs. The message holds its
+// prefix (which alerts match) and the key, once. The source, the store
+// operation and the store's own error are attributes.
 func (d *delivery) warnStore(prefix string, err error) {
 	attrs := []slog.Attr{slog.String("source", d.h.rt.Source)}
 	var se *StoreError

@@ -1334,9 +1334,9 @@ func TestCompressedResponseIsReplayedAsSent(t *testing.T) {
 	}
 }
 
-// Without a key header, a body-hash key covers the query string: events that
+// Without a key header, a body-hash key covers the query string. Events that
 // a provider puts in the query (Mercado Pago's IPN, ?topic=payment&id=123,
-// empty body) are told apart; a route can refuse deliveries without a key.
+// empty body) are told apart. A route can refuse deliveries without a key.
 func TestQueryStringIsPartOfTheBodyKey(t *testing.T) {
 	e := newMemEnv(t, idemhook.Options{})
 	h := &counter{}

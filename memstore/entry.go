@@ -5,9 +5,10 @@ import (
 	"github.com/idemhook/idemhook/internal/recordio"
 )
 
-// An entry is one string: a 7-byte meta word (big endian: the completed
-// flag in the top bit, below it the expiry in Unix microseconds, rounded
-// up), the compact key, and the record in idemhook's binary encoding. The
+// An entry is one string. It holds a 7-byte meta word, the compact key, and
+// the record in idemhook's binary encoding. The meta word is big endian,
+// with the completed flag in the top bit and, below it, the expiry in Unix
+// microseconds, rounded up. The
 // map key is a substring of the entry, so key and value take one
 // allocation. Seven bytes rather than eight put the typical entry (a
 // body-hash key and a small JSON answer: 112 bytes) in Go's 112-byte size
@@ -63,11 +64,12 @@ func decode(e string, klen int) (*idemhook.Record, error) {
 	return recordio.Decode("", "", []byte(e[entryHeader+klen:]))
 }
 
-// Compact keys: a key that ends in 64 lowercase hex digits (a SHA-256, as in
+// Compact keys. A key that ends in 64 lowercase hex digits (a SHA-256, as in
 // the middleware's body-hash keys "idem:<source>:sha256:<hex>") is held as
-// its prefix, the 32 bytes the digits spell, and the tag byte tagHashed; any
-// other key as itself and the tag byte tagRaw. The tag makes the mapping
-// one-to-one: two keys share a compact key only if they are equal.
+// its prefix, the 32 bytes the digits spell, and the tag byte tagHashed.
+// Any other key is held as itself and the tag byte tagRaw. The tag makes
+// the mapping one-to-one, so two keys share a compact key only if they are
+// equal.
 const (
 	tagRaw    = 0
 	tagHashed = 1

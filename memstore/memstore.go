@@ -52,9 +52,9 @@ type Config struct {
 	// MaxEntries bounds the number of keys held, expired ones included.
 	// The bound is kept per shard (MaxEntries/Shards keys each, so the
 	// total never exceeds MaxEntries). When a Claim finds its shard full it
-	// first drops the shard's expired entries; if that frees less than
+	// first drops the shard's expired entries. If that frees less than
 	// 1/64 of the shard, it evicts the completed records closest to expiry
-	// until it has, as a cache would: those are the oldest answers, whose
+	// until it has, as a cache would. Those are the oldest answers, whose
 	// retries are least likely to come. Pending claims are never evicted
 	// (a running handler would lose its protection against a concurrent
 	// duplicate): when the whole shard is pending claims, Claim fails with

@@ -15,8 +15,8 @@
 //     and writes nothing.
 //   - Complete, Release and Extend are one UPDATE or DELETE each, a
 //     compare-and-set on the claim. They act only while the row still holds
-//     exactly the encoded pending record. Its random owner token makes byte
-//     equality ownership.
+//     exactly the encoded pending record. Its owner token is unique to the
+//     claim, which makes byte equality ownership.
 //   - Get is one SELECT, Delete one DELETE.
 //
 // Expiry is decided by the database's clock (statement_timestamp()), never by

@@ -11,8 +11,8 @@
 //   - Complete, Release and Extend are Lua scripts (EVALSHA, falling back to
 //     EVAL when the server hasn't cached the script) that act only while the
 //     key still holds exactly the encoded claim. The encoding is deterministic
-//     and a pending record carries a random owner token, so byte equality is
-//     ownership.
+//     and a pending record carries an owner token unique to the claim, so byte
+//     equality is ownership.
 //   - Get is GET, Delete is DEL.
 //
 // Keys are the middleware's store keys ("idem:<source>:<key>", the NestJS
