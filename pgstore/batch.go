@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemhook/idemhook/internal/gather"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -93,20 +94,9 @@ func (b *batcher) do(o *op) {
 func (b *batcher) loop() {
 	batch := make([]*op, 0, batchMax)
 	for {
-		select {
-		case o := <-b.queue:
-			batch = append(batch[:0], o)
-		case <-b.stop:
+		var ok bool
+		if batch, ok = gather.Next(batch, b.queue, b.stop, batchMax); !ok {
 			return
-		}
-	more:
-		for len(batch) < batchMax {
-			select {
-			case o := <-b.queue:
-				batch = append(batch, o)
-			default:
-				break more
-			}
 		}
 		b.exec(batch)
 		for _, o := range batch {

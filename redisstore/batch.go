@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemhook/idemhook/internal/gather"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -75,20 +76,9 @@ func (b *batcher) do(ctx context.Context, cmd redis.Cmder) error {
 func (b *batcher) loop() {
 	batch := make([]*call, 0, batchMax)
 	for {
-		select {
-		case c := <-b.queue:
-			batch = append(batch[:0], c)
-		case <-b.stop:
+		var ok bool
+		if batch, ok = gather.Next(batch, b.queue, b.stop, batchMax); !ok {
 			return
-		}
-	more:
-		for len(batch) < batchMax {
-			select {
-			case c := <-b.queue:
-				batch = append(batch, c)
-			default:
-				break more
-			}
 		}
 		b.exec(batch)
 		clear(batch)

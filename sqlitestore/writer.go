@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"sync"
+
+	"github.com/idemhook/idemhook/internal/gather"
 )
 
 // Group commit. Every write of the store (Claim's insert, Complete,
@@ -85,20 +87,9 @@ func (w *writer) do(ctx context.Context, run func(ctx context.Context, tx *sql.T
 func (w *writer) loop() {
 	batch := make([]*write, 0, maxBatch)
 	for {
-		select {
-		case op := <-w.queue:
-			batch = append(batch[:0], op)
-		case <-w.stop:
+		var ok bool
+		if batch, ok = gather.Next(batch, w.queue, w.stop, maxBatch); !ok {
 			return
-		}
-	more:
-		for len(batch) < maxBatch {
-			select {
-			case op := <-w.queue:
-				batch = append(batch, op)
-			default:
-				break more
-			}
 		}
 		if !w.commit(batch) && len(batch) > 1 {
 			for _, op := range batch {

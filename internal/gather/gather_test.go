@@ -1,0 +1,32 @@
+package gather_test
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/idemhook/idemhook/internal/gather"
+)
+
+func TestNext(t *testing.T) {
+	queue := make(chan int, 10)
+	stop := make(chan struct{})
+	for i := range 5 {
+		queue <- i
+	}
+	batch, ok := gather.Next(nil, queue, stop, 3)
+	if !ok || !slices.Equal(batch, []int{0, 1, 2}) {
+		t.Fatalf("first batch %v, %v; want [0 1 2] (max 3)", batch, ok)
+	}
+	batch, ok = gather.Next(batch, queue, stop, 3)
+	if !ok || !slices.Equal(batch, []int{3, 4}) {
+		t.Fatalf("second batch %v, %v; want [3 4] (what waits)", batch, ok)
+	}
+	go func() { queue <- 7 }()
+	if batch, ok = gather.Next(batch, queue, stop, 3); !ok || !slices.Equal(batch, []int{7}) {
+		t.Fatalf("batch after waiting %v, %v; want [7]", batch, ok)
+	}
+	close(stop)
+	if batch, ok = gather.Next(batch, queue, stop, 3); ok || len(batch) != 0 {
+		t.Fatalf("after stop: %v, %v; want no items and false", batch, ok)
+	}
+}
