@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/idemhook/idemhook/internal/gather"
@@ -53,26 +52,24 @@ type op struct {
 }
 
 type batcher struct {
-	pool  *pgxpool.Pool
-	queue chan *op
-	stop  chan struct{}
-	wg    sync.WaitGroup
+	pool    *pgxpool.Pool
+	workers *gather.Workers[*op]
 }
 
 var errClosed = errors.New("pgstore: the store is closed")
 
 func startBatcher(pool *pgxpool.Pool) *batcher {
-	b := &batcher{pool: pool, queue: make(chan *op), stop: make(chan struct{})}
-	for range batchWorkers {
-		b.wg.Go(b.loop)
-	}
+	b := &batcher{pool: pool}
+	b.workers = gather.Start(batchWorkers, batchMax, func(batch []*op) {
+		b.exec(batch)
+		for _, o := range batch {
+			close(o.done)
+		}
+	})
 	return b
 }
 
-func (b *batcher) close() {
-	close(b.stop)
-	b.wg.Wait()
-}
+func (b *batcher) close() { b.workers.Close() }
 
 // do runs o in one of the next batches. Once a worker has taken o, do
 // waits for the batch's end even if o's context ends meanwhile, so that a
@@ -80,30 +77,15 @@ func (b *batcher) close() {
 func (b *batcher) do(o *op) {
 	o.done = make(chan struct{})
 	select {
-	case b.queue <- o:
+	case b.workers.Queue() <- o:
 	case <-o.ctx.Done():
 		o.err = o.ctx.Err()
 		return
-	case <-b.stop:
+	case <-b.workers.Stopped():
 		o.err = errClosed
 		return
 	}
 	<-o.done
-}
-
-func (b *batcher) loop() {
-	batch := make([]*op, 0, batchMax)
-	for {
-		var ok bool
-		if batch, ok = gather.Next(batch, b.queue, b.stop, batchMax); !ok {
-			return
-		}
-		b.exec(batch)
-		for _, o := range batch {
-			close(o.done)
-		}
-		clear(batch)
-	}
 }
 
 // exec runs batch as one pgx.Batch, or each of its statements on its own

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/idemhook/idemhook/internal/gather"
@@ -34,35 +33,28 @@ type call struct {
 }
 
 type batcher struct {
-	client redis.UniversalClient
-	queue  chan *call
-	stop   chan struct{}
-	wg     sync.WaitGroup
+	client  redis.UniversalClient
+	workers *gather.Workers[*call]
 }
 
 var errClosed = errors.New("redisstore: the store is closed")
 
 func startBatcher(client redis.UniversalClient) *batcher {
-	b := &batcher{client: client, queue: make(chan *call), stop: make(chan struct{})}
-	for range batchWorkers {
-		b.wg.Go(b.loop)
-	}
+	b := &batcher{client: client}
+	b.workers = gather.Start(batchWorkers, batchMax, b.exec)
 	return b
 }
 
-func (b *batcher) close() {
-	close(b.stop)
-	b.wg.Wait()
-}
+func (b *batcher) close() { b.workers.Close() }
 
 // do runs cmd in one of the next pipelines and returns its error.
 func (b *batcher) do(ctx context.Context, cmd redis.Cmder) error {
 	c := &call{ctx: ctx, cmd: cmd, done: make(chan struct{})}
 	select {
-	case b.queue <- c:
+	case b.workers.Queue() <- c:
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-b.stop:
+	case <-b.workers.Stopped():
 		return errClosed
 	}
 	select {
@@ -70,18 +62,6 @@ func (b *batcher) do(ctx context.Context, cmd redis.Cmder) error {
 		return cmd.Err()
 	case <-ctx.Done():
 		return ctx.Err()
-	}
-}
-
-func (b *batcher) loop() {
-	batch := make([]*call, 0, batchMax)
-	for {
-		var ok bool
-		if batch, ok = gather.Next(batch, b.queue, b.stop, batchMax); !ok {
-			return
-		}
-		b.exec(batch)
-		clear(batch)
 	}
 }
 

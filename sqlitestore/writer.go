@@ -42,24 +42,19 @@ var writePool = sync.Pool{New: func() any { return &write{done: make(chan struct
 
 var errClosed = errors.New("sqlitestore: the store is closed")
 
-// writer runs the store's writes until stop is closed.
+// writer runs the store's writes, from one goroutine, until it is closed.
 type writer struct {
-	db    *sql.DB
-	queue chan *write
-	stop  chan struct{}
-	wg    sync.WaitGroup
+	db      *sql.DB
+	workers *gather.Workers[*write]
 }
 
 func startWriter(db *sql.DB) *writer {
-	w := &writer{db: db, queue: make(chan *write), stop: make(chan struct{})}
-	w.wg.Go(w.loop)
+	w := &writer{db: db}
+	w.workers = gather.Start(1, maxBatch, w.run)
 	return w
 }
 
-func (w *writer) close() {
-	close(w.stop)
-	w.wg.Wait()
-}
+func (w *writer) close() { w.workers.Close() }
 
 // do runs one write through the writer and returns its result. Once the
 // writer has taken the write, do waits for its commit even if ctx ends
@@ -69,11 +64,11 @@ func (w *writer) do(ctx context.Context, run func(ctx context.Context, tx *sql.T
 	op := writePool.Get().(*write)
 	op.ctx, op.run, op.n, op.err = ctx, run, 0, nil
 	select {
-	case w.queue <- op:
+	case w.workers.Queue() <- op:
 	case <-ctx.Done():
 		writePool.Put(op)
 		return 0, ctx.Err()
-	case <-w.stop:
+	case <-w.workers.Stopped():
 		writePool.Put(op)
 		return 0, errClosed
 	}
@@ -84,22 +79,16 @@ func (w *writer) do(ctx context.Context, run func(ctx context.Context, tx *sql.T
 	return n, err
 }
 
-func (w *writer) loop() {
-	batch := make([]*write, 0, maxBatch)
-	for {
-		var ok bool
-		if batch, ok = gather.Next(batch, w.queue, w.stop, maxBatch); !ok {
-			return
-		}
-		if !w.commit(batch) && len(batch) > 1 {
-			for _, op := range batch {
-				w.commit([]*write{op})
-			}
-		}
+// run commits batch in one transaction. When that fails, each write is
+// committed on its own, so that one failing write fails no other.
+func (w *writer) run(batch []*write) {
+	if !w.commit(batch) && len(batch) > 1 {
 		for _, op := range batch {
-			op.done <- struct{}{}
+			w.commit([]*write{op})
 		}
-		clear(batch)
+	}
+	for _, op := range batch {
+		op.done <- struct{}{}
 	}
 }
 

@@ -5,6 +5,8 @@
 // goes at once and a burst shares one commit or one round trip.
 package gather
 
+import "sync"
+
 // Next waits for the first item of queue, then takes the items already
 // waiting after it, without blocking, up to max in all. It returns them in
 // batch[:0]. It returns false, and no items, once stop is closed while
@@ -25,4 +27,46 @@ func Next[T any](batch []T, queue <-chan T, stop <-chan struct{}, max int) ([]T,
 		}
 	}
 	return batch, true
+}
+
+// Workers runs exec on batches of the items sent to it, from a fixed number
+// of goroutines. Each batch is what Next gathers. exec must signal the
+// batch's callers itself.
+type Workers[T any] struct {
+	queue chan T
+	stop  chan struct{}
+	wg    sync.WaitGroup
+}
+
+// Start starts n goroutines that run exec on batches of at most max items.
+func Start[T any](n, max int, exec func(batch []T)) *Workers[T] {
+	w := &Workers[T]{queue: make(chan T), stop: make(chan struct{})}
+	for range n {
+		w.wg.Go(func() {
+			batch := make([]T, 0, max)
+			for {
+				var ok bool
+				if batch, ok = Next(batch, w.queue, w.stop, max); !ok {
+					return
+				}
+				exec(batch)
+				clear(batch)
+			}
+		})
+	}
+	return w
+}
+
+// Queue is where callers send their items. A send blocks until a goroutine
+// takes the item, so a caller should also select on Stopped.
+func (w *Workers[T]) Queue() chan<- T { return w.queue }
+
+// Stopped is closed once Close has been called.
+func (w *Workers[T]) Stopped() <-chan struct{} { return w.stop }
+
+// Close stops the goroutines after the batches they are running, and waits
+// for them.
+func (w *Workers[T]) Close() {
+	close(w.stop)
+	w.wg.Wait()
 }

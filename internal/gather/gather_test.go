@@ -2,6 +2,7 @@ package gather_test
 
 import (
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/idemhook/idemhook/internal/gather"
@@ -28,5 +29,34 @@ func TestNext(t *testing.T) {
 	close(stop)
 	if batch, ok = gather.Next(batch, queue, stop, 3); ok || len(batch) != 0 {
 		t.Fatalf("after stop: %v, %v; want no items and false", batch, ok)
+	}
+}
+
+func TestWorkers(t *testing.T) {
+	var mu sync.Mutex
+	var got []int
+	batches := 0
+	w := gather.Start(2, 4, func(batch []int) {
+		mu.Lock()
+		got = append(got, batch...)
+		batches++
+		mu.Unlock()
+	})
+	for i := range 100 {
+		w.Queue() <- i
+	}
+	w.Close()
+	slices.Sort(got)
+	want := make([]int, 100)
+	for i := range want {
+		want[i] = i
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("exec saw %v in %d batches, want 0..99 once each", got, batches)
+	}
+	select {
+	case <-w.Stopped():
+	default:
+		t.Fatal("Stopped is not closed after Close")
 	}
 }
