@@ -216,6 +216,66 @@ func TestSweepMixed(t *testing.T) {
 	}
 }
 
+// TestSweeperRunsAreBounded: one run of the sweeper reads a bounded number
+// of rows and the next goes on where it stopped, so a large table is swept
+// over several runs instead of read whole at every interval. Here one step
+// (1000 rows) per run: 3500 rows take four runs, and together they delete
+// exactly the expired rows.
+func TestSweeperRunsAreBounded(t *testing.T) {
+	ctx := t.Context()
+	clk := newClock()
+	db := openDB(t, filepath.Join(t.TempDir(), "idemhook.db"))
+	s := newStore(t, db, sqlitestore.Config{Now: clk.Now, SweepInterval: -1})
+	const n = 3500
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	value, _ := pending("x").MarshalBinary()
+	now := clk.Now().UnixMilli()
+	expired := 0
+	for i := range n {
+		exp := now + 60_000
+		if i%2 == 0 {
+			exp = now - 1
+			expired++
+		}
+		if _, err := tx.Exec(`INSERT INTO idem_keys (key, value, expires_at) VALUES (?, ?, ?)`,
+			fmt.Sprintf("idem:runs:%05d", i), value, exp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	after, runs := "", 0
+	for {
+		n, next, err := s.SweepFrom(ctx, after, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs++
+		if n > 500 {
+			t.Fatalf("run %d deleted %d rows: more than one step of 1000 rows holds", runs, n)
+		}
+		total += n
+		if next == "" {
+			break
+		}
+		if next <= after {
+			t.Fatalf("run %d went from %q back to %q", runs, after, next)
+		}
+		after = next
+	}
+	if runs != 4 || total != int64(expired) {
+		t.Fatalf("%d runs deleted %d rows; want 4 runs and %d rows", runs, total, expired)
+	}
+	if rows := countRows(t, db); rows != n-expired {
+		t.Fatalf("%d rows left, want %d", rows, n-expired)
+	}
+}
+
 // TestSweeper checks that the background sweeper runs, with the real clock
 // and a short interval. The test waits for the rows to go. It doesn't time
 // the sweeper.
