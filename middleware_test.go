@@ -1138,14 +1138,19 @@ func TestLeaseRenewalsOfConcurrentDeliveries(t *testing.T) {
 	}
 	// Let b's claim be renewed once, then finish it: a and c stay queued
 	// around it.
-	for {
+	for wait := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 		mu.Lock()
 		nb := extends["b"]
 		mu.Unlock()
 		if nb > 0 {
 			break
 		}
-		time.Sleep(time.Millisecond)
+		if time.Now().After(wait) {
+			for _, c := range release {
+				close(c)
+			}
+			t.Fatal("b's claim was not renewed in 10s")
+		}
 	}
 	close(release["b"])
 	if r := <-done["b"]; r.Code != 200 {
