@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"time"
 
 	"github.com/idemhook/idemhook/internal/gather"
 	"github.com/jackc/pgx/v5"
@@ -92,28 +91,20 @@ func (b *batcher) do(o *op) {
 // when the server rejected one. It runs until the latest deadline of the
 // batch's statements (one without: the pool's own timeouts).
 func (b *batcher) exec(batch []*op) {
-	var latest time.Time
-	noDeadline := false
+	var deadline gather.Deadline
 	live := batch[:0:0]
 	for _, o := range batch {
 		if err := o.ctx.Err(); err != nil {
 			o.err = err // given up before it ran: never run
 			continue
 		}
-		if d, ok := o.ctx.Deadline(); !ok {
-			noDeadline = true
-		} else if d.After(latest) {
-			latest = d
-		}
+		deadline.Add(o.ctx)
 		live = append(live, o)
 	}
 	if len(live) == 0 {
 		return
 	}
-	ctx, cancel := context.Background(), context.CancelFunc(func() {})
-	if !noDeadline {
-		ctx, cancel = context.WithDeadline(ctx, latest)
-	}
+	ctx, cancel := deadline.Context()
 	defer cancel()
 	if len(live) == 1 {
 		b.run(ctx, live[0])

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"time"
 
 	"github.com/idemhook/idemhook/internal/gather"
 	"github.com/redis/go-redis/v9"
@@ -70,8 +69,7 @@ func (b *batcher) do(ctx context.Context, cmd redis.Cmder) error {
 // others' commands. If any call has no deadline, only the client's own
 // timeouts bound the pipeline.
 func (b *batcher) exec(batch []*call) {
-	var latest time.Time
-	noDeadline := false
+	var deadline gather.Deadline
 	pipe := b.client.Pipeline()
 	var sent []*call
 	for _, c := range batch {
@@ -80,21 +78,14 @@ func (b *batcher) exec(batch []*call) {
 			close(c.done)
 			continue
 		}
-		if d, ok := c.ctx.Deadline(); !ok {
-			noDeadline = true
-		} else if d.After(latest) {
-			latest = d
-		}
+		deadline.Add(c.ctx)
 		pipe.Process(c.ctx, c.cmd) //nolint:errcheck // a pipeline's Process only queues
 		sent = append(sent, c)
 	}
 	if len(sent) == 0 {
 		return
 	}
-	ctx, cancel := context.Background(), context.CancelFunc(func() {})
-	if !noDeadline {
-		ctx, cancel = context.WithDeadline(ctx, latest)
-	}
+	ctx, cancel := deadline.Context()
 	pipe.Exec(ctx) //nolint:errcheck // every command carries its own error
 	cancel()
 	for _, c := range sent {

@@ -5,7 +5,11 @@
 // goes at once and a burst shares one commit or one round trip.
 package gather
 
-import "sync"
+import (
+	"context"
+	"sync"
+	"time"
+)
 
 // Next waits for the first item of queue, then takes the items already
 // waiting after it, without blocking, up to max in all. It returns them in
@@ -69,4 +73,30 @@ func (w *Workers[T]) Stopped() <-chan struct{} { return w.stop }
 func (w *Workers[T]) Close() {
 	close(w.stop)
 	w.wg.Wait()
+}
+
+// Deadline is the latest deadline of a batch's calls. A batch runs until the
+// last of its callers stops waiting, so that one caller's short deadline
+// never fails the others. One call without a deadline leaves the batch
+// without one.
+type Deadline struct {
+	latest time.Time
+	none   bool
+}
+
+// Add counts the deadline of ctx, a call of the batch.
+func (d *Deadline) Add(ctx context.Context) {
+	if dl, ok := ctx.Deadline(); !ok {
+		d.none = true
+	} else if dl.After(d.latest) {
+		d.latest = dl
+	}
+}
+
+// Context returns the context the batch runs under.
+func (d *Deadline) Context() (context.Context, context.CancelFunc) {
+	if d.none || d.latest.IsZero() {
+		return context.Background(), func() {}
+	}
+	return context.WithDeadline(context.Background(), d.latest)
 }

@@ -1,9 +1,11 @@
 package gather_test
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/idemhook/idemhook/internal/gather"
 )
@@ -59,4 +61,28 @@ func TestWorkers(t *testing.T) {
 	default:
 		t.Fatal("Stopped is not closed after Close")
 	}
+}
+
+func TestDeadline(t *testing.T) {
+	now := time.Now()
+	short, cancel1 := context.WithDeadline(context.Background(), now.Add(time.Second))
+	defer cancel1()
+	long, cancel2 := context.WithDeadline(context.Background(), now.Add(time.Hour))
+	defer cancel2()
+
+	var d gather.Deadline
+	d.Add(short)
+	d.Add(long)
+	ctx, cancel := d.Context()
+	if dl, ok := ctx.Deadline(); !ok || !dl.Equal(now.Add(time.Hour)) {
+		t.Errorf("deadline %v, %v; want the latest, %v", dl, ok, now.Add(time.Hour))
+	}
+	cancel()
+
+	d.Add(context.Background())
+	ctx, cancel = d.Context()
+	if _, ok := ctx.Deadline(); ok {
+		t.Error("a call without a deadline left the batch with one")
+	}
+	cancel()
 }
