@@ -145,6 +145,27 @@ func TestSweep(t *testing.T) {
 	}
 }
 
+// insertRows writes n pending records straight into the table, in one
+// transaction, row i under the key and expiry (Unix milliseconds) row
+// returns.
+func insertRows(t *testing.T, db *sql.DB, n int, row func(i int) (key string, expiresAt int64)) {
+	t.Helper()
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	value, _ := pending("x").MarshalBinary()
+	for i := range n {
+		key, exp := row(i)
+		if _, err := tx.Exec(`INSERT INTO idem_keys (key, value, expires_at) VALUES (?, ?, ?)`, key, value, exp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestSweepBatches sweeps more rows than one batch deletes.
 func TestSweepBatches(t *testing.T) {
 	ctx := t.Context()
@@ -152,20 +173,9 @@ func TestSweepBatches(t *testing.T) {
 	db := openDB(t, filepath.Join(t.TempDir(), "idemhook.db"))
 	s := newStore(t, db, sqlitestore.Config{Now: clk.Now, SweepInterval: -1})
 	const n = 2500
-	tx, err := db.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	value, _ := pending("x").MarshalBinary()
-	for i := range n {
-		if _, err := tx.Exec(`INSERT INTO idem_keys (key, value, expires_at) VALUES (?, ?, ?)`,
-			"idem:bulk:"+strings.Repeat("k", 1+i%7)+string(rune(0x4e00+i)), value, clk.Now().UnixMilli()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	insertRows(t, db, n, func(i int) (string, int64) {
+		return "idem:bulk:" + strings.Repeat("k", 1+i%7) + string(rune(0x4e00+i)), clk.Now().UnixMilli()
+	})
 	got, err := s.Sweep(ctx)
 	if err != nil || got != n {
 		t.Fatalf("Sweep: %d, %v; want %d, nil", got, err, n)
@@ -183,27 +193,15 @@ func TestSweepMixed(t *testing.T) {
 	db := openDB(t, filepath.Join(t.TempDir(), "idemhook.db"))
 	s := newStore(t, db, sqlitestore.Config{Now: clk.Now, SweepInterval: -1})
 	const n = 3500
-	tx, err := db.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	value, _ := pending("x").MarshalBinary()
 	now := clk.Now().UnixMilli()
 	expired := 0
-	for i := range n {
-		exp := now + 60_000
+	insertRows(t, db, n, func(i int) (string, int64) {
 		if i%3 == 0 {
-			exp = now - int64(i)
 			expired++
+			return fmt.Sprintf("idem:mixed:%05d", i), now - int64(i)
 		}
-		if _, err := tx.Exec(`INSERT INTO idem_keys (key, value, expires_at) VALUES (?, ?, ?)`,
-			fmt.Sprintf("idem:mixed:%05d", i), value, exp); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+		return fmt.Sprintf("idem:mixed:%05d", i), now + 60_000
+	})
 	got, err := s.Sweep(ctx)
 	if err != nil || got != int64(expired) {
 		t.Fatalf("Sweep: %d, %v; want %d, nil", got, err, expired)
@@ -227,27 +225,15 @@ func TestSweeperRunsAreBounded(t *testing.T) {
 	db := openDB(t, filepath.Join(t.TempDir(), "idemhook.db"))
 	s := newStore(t, db, sqlitestore.Config{Now: clk.Now, SweepInterval: -1})
 	const n = 3500
-	tx, err := db.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	value, _ := pending("x").MarshalBinary()
 	now := clk.Now().UnixMilli()
 	expired := 0
-	for i := range n {
-		exp := now + 60_000
+	insertRows(t, db, n, func(i int) (string, int64) {
 		if i%2 == 0 {
-			exp = now - 1
 			expired++
+			return fmt.Sprintf("idem:runs:%05d", i), now - 1
 		}
-		if _, err := tx.Exec(`INSERT INTO idem_keys (key, value, expires_at) VALUES (?, ?, ?)`,
-			fmt.Sprintf("idem:runs:%05d", i), value, exp); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
+		return fmt.Sprintf("idem:runs:%05d", i), now + 60_000
+	})
 	var total int64
 	after, runs := "", 0
 	for {
