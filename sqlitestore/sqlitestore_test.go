@@ -185,14 +185,14 @@ func TestSweepBatches(t *testing.T) {
 	}
 }
 
-// TestSweepMixed sweeps expired rows spread among live ones, over several
-// batches, and keeps every live row.
-func TestSweepMixed(t *testing.T) {
-	ctx := t.Context()
+// mixedTable makes a store whose table holds n rows, one in three of them
+// expired, spread over the key order. It returns the store, its database
+// and how many rows have expired.
+func mixedTable(t *testing.T, n int) (*sqlitestore.Store, *sql.DB, int) {
+	t.Helper()
 	clk := newClock()
 	db := openDB(t, filepath.Join(t.TempDir(), "idemhook.db"))
 	s := newStore(t, db, sqlitestore.Config{Now: clk.Now, SweepInterval: -1})
-	const n = 3500
 	now := clk.Now().UnixMilli()
 	expired := 0
 	insertRows(t, db, n, func(i int) (string, int64) {
@@ -202,6 +202,15 @@ func TestSweepMixed(t *testing.T) {
 		}
 		return fmt.Sprintf("idem:mixed:%05d", i), now + 60_000
 	})
+	return s, db, expired
+}
+
+// TestSweepMixed sweeps expired rows spread among live ones, over several
+// batches, and keeps every live row.
+func TestSweepMixed(t *testing.T) {
+	ctx := t.Context()
+	const n = 3500
+	s, db, expired := mixedTable(t, n)
 	got, err := s.Sweep(ctx)
 	if err != nil || got != int64(expired) {
 		t.Fatalf("Sweep: %d, %v; want %d, nil", got, err, expired)
@@ -218,22 +227,12 @@ func TestSweepMixed(t *testing.T) {
 // of rows and the next goes on where it stopped, so a large table is swept
 // over several runs instead of read whole at every interval. Here one step
 // (1000 rows) per run: 3500 rows take four runs, and together they delete
-// exactly the expired rows.
+// exactly the expired rows (1167 of them: one run without the bound would
+// delete them all).
 func TestSweeperRunsAreBounded(t *testing.T) {
 	ctx := t.Context()
-	clk := newClock()
-	db := openDB(t, filepath.Join(t.TempDir(), "idemhook.db"))
-	s := newStore(t, db, sqlitestore.Config{Now: clk.Now, SweepInterval: -1})
 	const n = 3500
-	now := clk.Now().UnixMilli()
-	expired := 0
-	insertRows(t, db, n, func(i int) (string, int64) {
-		if i%2 == 0 {
-			expired++
-			return fmt.Sprintf("idem:runs:%05d", i), now - 1
-		}
-		return fmt.Sprintf("idem:runs:%05d", i), now + 60_000
-	})
+	s, db, expired := mixedTable(t, n)
 	var total int64
 	after, runs := "", 0
 	for {
