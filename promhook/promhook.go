@@ -30,6 +30,7 @@ import (
 	"errors"
 	"runtime"
 	"runtime/debug"
+	"sync"
 
 	"github.com/idemhook/idemhook"
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,6 +52,27 @@ type Metrics struct {
 	storeOps   *prometheus.HistogramVec
 	storeErrs  *prometheus.CounterVec
 	breaker    prometheus.Gauge
+
+	// The children of the vectors for each set of labels seen, so that a
+	// delivery doesn't hash its labels again. Sources and store operations
+	// are few, and outcomes a fixed set.
+	byDelivery sync.Map // deliveryLabels -> *deliveryMetrics
+	byOp       sync.Map // op -> *opMetrics
+}
+
+type deliveryLabels struct {
+	source  string
+	outcome idemhook.Outcome
+}
+
+type deliveryMetrics struct {
+	count    prometheus.Counter
+	duration prometheus.Observer
+}
+
+type opMetrics struct {
+	latency prometheus.Observer
+	errs    prometheus.Counter
 }
 
 // Register creates the collectors, registers them on reg and returns opts
@@ -161,18 +183,35 @@ func (m *Metrics) Instrument(opts idemhook.Options) idemhook.Options {
 
 // OnDelivery counts one finished delivery and observes its duration.
 func (m *Metrics) OnDelivery(d idemhook.DeliveryInfo) {
-	m.deliveries.WithLabelValues(d.Source, string(d.Outcome)).Inc()
-	m.duration.WithLabelValues(d.Source, string(d.Outcome)).Observe(d.Duration.Seconds())
+	l := deliveryLabels{d.Source, d.Outcome}
+	v, ok := m.byDelivery.Load(l)
+	if !ok {
+		v, _ = m.byDelivery.LoadOrStore(l, &deliveryMetrics{
+			count:    m.deliveries.WithLabelValues(d.Source, string(d.Outcome)),
+			duration: m.duration.WithLabelValues(d.Source, string(d.Outcome)),
+		})
+	}
+	dm := v.(*deliveryMetrics)
+	dm.count.Inc()
+	dm.duration.Observe(d.Duration.Seconds())
 }
 
 // OnStoreCall observes one store call's latency and counts it when it
 // failed or was skipped by the open breaker.
 func (m *Metrics) OnStoreCall(c idemhook.StoreCallInfo) {
+	v, ok := m.byOp.Load(c.Op)
+	if !ok {
+		v, _ = m.byOp.LoadOrStore(c.Op, &opMetrics{
+			latency: m.storeOps.WithLabelValues(c.Op),
+			errs:    m.storeErrs.WithLabelValues(c.Op),
+		})
+	}
+	om := v.(*opMetrics)
 	if !c.Skipped {
-		m.storeOps.WithLabelValues(c.Op).Observe(c.Duration.Seconds())
+		om.latency.Observe(c.Duration.Seconds())
 	}
 	if c.Err != nil || c.Skipped {
-		m.storeErrs.WithLabelValues(c.Op).Inc()
+		om.errs.Inc()
 	}
 }
 
