@@ -149,8 +149,7 @@ func (c *checker) oneOf(l leaf, at, def string, allowed ...string) string {
 		return def
 	}
 	if !slices.Contains(allowed, v) {
-		_, name := cutLast(at)
-		c.errorf(l.Node, at, "invalid %s %q (want %s)", name, v, orList(allowed))
+		c.errorf(l.Node, at, "invalid %s %q (want %s)", lastName(at), v, orList(allowed))
 		return def
 	}
 	return v
@@ -168,8 +167,7 @@ func (c *checker) boolean(l leaf, at string) bool {
 	case "false":
 		return false
 	}
-	_, name := cutLast(at)
-	c.errorf(l.Node, at, "invalid %s %q (want true or false)", name, v)
+	c.errorf(l.Node, at, "invalid %s %q (want true or false)", lastName(at), v)
 	return false
 }
 
@@ -188,13 +186,10 @@ func (c *checker) count(l leaf, at string, def int) int {
 	return n
 }
 
-// cutLast splits a field's path into its section and its name:
-// "routes[0].ttl" into "routes[0]" and "ttl".
-func cutLast(at string) (string, string) {
-	if i := strings.LastIndexByte(at, '.'); i >= 0 {
-		return at[:i], at[i+1:]
-	}
-	return "", at
+// lastName returns the last name of a field's path: "ttl" for
+// "routes[0].ttl".
+func lastName(at string) string {
+	return at[strings.LastIndexByte(at, '.')+1:]
 }
 
 func orList(vs []string) string {
