@@ -1,9 +1,11 @@
 package storetest
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"runtime"
 	"sync/atomic"
@@ -32,23 +34,12 @@ func Bench(b *testing.B, h Harness) {
 	}
 	b.Run("FirstDelivery", func(b *testing.B) {
 		st := h.New(b)
-		keyBuf := []byte(benchKeyName())
+		keys := newKeySeq()
 		claim, done := benchRecords()
 		b.ReportAllocs()
-		var i uint64
-		var n [8]byte
 		for b.Loop() {
-			// A new key each time: the last 16 hex digits count up.
-			i++
-			binary.BigEndian.PutUint64(n[:], i)
-			hex.Encode(keyBuf[len(keyBuf)-16:], n[:])
-			key := string(keyBuf)
-			existing, err := st.Claim(b.Context(), key, claim, time.Minute)
-			if err != nil || existing != nil {
-				b.Fatalf("Claim(%q): got %s, %v; want nil, nil", key, Describe(existing), err)
-			}
-			if err := st.Complete(b.Context(), key, claim, done, time.Hour); err != nil {
-				b.Fatalf("Complete(%q): %v", key, err)
+			if err := deliverFirst(b.Context(), st, keys.next(), claim, done); err != nil {
+				b.Fatal(err)
 			}
 		}
 	})
@@ -59,21 +50,10 @@ func Bench(b *testing.B, h Harness) {
 		b.SetParallelism(max(1, 32/runtime.GOMAXPROCS(0)))
 		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
-			keyBuf := []byte(benchKeyName()) // random per goroutine; the tail counts up
-			var i uint64
-			var n [8]byte
+			keys := newKeySeq() // random per goroutine
 			for pb.Next() {
-				i++
-				binary.BigEndian.PutUint64(n[:], i)
-				hex.Encode(keyBuf[len(keyBuf)-16:], n[:])
-				key := string(keyBuf)
-				existing, err := st.Claim(b.Context(), key, claim, time.Minute)
-				if err != nil || existing != nil {
-					b.Errorf("Claim(%q): got %s, %v; want nil, nil", key, Describe(existing), err)
-					return
-				}
-				if err := st.Complete(b.Context(), key, claim, done, time.Hour); err != nil {
-					b.Errorf("Complete(%q): %v", key, err)
+				if err := deliverFirst(b.Context(), st, keys.next(), claim, done); err != nil {
+					b.Error(err)
 					return
 				}
 			}
@@ -133,13 +113,40 @@ func benchKey(b *testing.B, st idemhook.Store) string {
 	b.Helper()
 	key := benchKeyName()
 	claim, done := benchRecords()
-	if existing, err := st.Claim(b.Context(), key, claim, time.Minute); err != nil || existing != nil {
-		b.Fatalf("Claim(%q): got %s, %v; want nil, nil", key, Describe(existing), err)
-	}
-	if err := st.Complete(b.Context(), key, claim, done, time.Hour); err != nil {
-		b.Fatalf("Complete(%q): %v", key, err)
+	if err := deliverFirst(b.Context(), st, key, claim, done); err != nil {
+		b.Fatal(err)
 	}
 	return key
+}
+
+// deliverFirst makes the store calls of a first delivery: the claim, which
+// must find nothing, and its completion.
+func deliverFirst(ctx context.Context, st idemhook.Store, key string, claim, done *idemhook.Record) error {
+	existing, err := st.Claim(ctx, key, claim, time.Minute)
+	if err != nil || existing != nil {
+		return fmt.Errorf("Claim(%q): got %s, %v; want nil, nil", key, Describe(existing), err)
+	}
+	if err := st.Complete(ctx, key, claim, done, time.Hour); err != nil {
+		return fmt.Errorf("Complete(%q): %v", key, err)
+	}
+	return nil
+}
+
+// keySeq makes new keys cheaply: a random key whose last 16 hex digits
+// count up.
+type keySeq struct {
+	buf []byte
+	i   uint64
+}
+
+func newKeySeq() *keySeq { return &keySeq{buf: []byte(benchKeyName())} }
+
+func (s *keySeq) next() string {
+	s.i++
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], s.i)
+	hex.Encode(s.buf[len(s.buf)-16:], n[:])
+	return string(s.buf)
 }
 
 // benchKeyName returns a random key shaped "idem:bench:sha256:<64 hex>".
