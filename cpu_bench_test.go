@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/redistest"
 	"github.com/idemhook/idemhook/memstore"
 	"github.com/idemhook/idemhook/redisstore"
 )
@@ -101,25 +102,9 @@ func BenchmarkCPUPerDelivery(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer st.Close()
-				defer deleteRedisPrefix(client, prefix)
+				defer redistest.DeletePrefix(context.Background(), client, prefix) //nolint:errcheck // best effort
 				run(b, protect(b, st), next)
 			})
 		}
-	}
-}
-
-func deleteRedisPrefix(client *redis.Client, prefix string) {
-	ctx := context.Background()
-	iter := client.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-		if len(keys) == 1000 {
-			client.Unlink(ctx, keys...)
-			keys = keys[:0]
-		}
-	}
-	if len(keys) > 0 {
-		client.Unlink(ctx, keys...)
 	}
 }

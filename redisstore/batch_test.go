@@ -25,7 +25,7 @@ func newBatchStore(tb testing.TB, client *redis.Client) *redisstore.Store {
 	}
 	tb.Cleanup(func() {
 		st.Close()
-		if err := deletePrefix(client, prefix); err != nil {
+		if _, err := redistest.DeletePrefix(context.Background(), client, prefix); err != nil {
 			tb.Errorf("deleting the keys of prefix %q: %v", prefix, err)
 		}
 	})

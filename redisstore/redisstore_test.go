@@ -32,36 +32,11 @@ func newStore(tb testing.TB, client *redis.Client) *redisstore.Store {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {
-		if err := deletePrefix(client, prefix); err != nil {
+		if _, err := redistest.DeletePrefix(context.Background(), client, prefix); err != nil {
 			tb.Errorf("deleting the keys of prefix %q: %v", prefix, err)
 		}
 	})
 	return st
-}
-
-// deletePrefix deletes every key starting with prefix (which holds no glob
-// metacharacters).
-func deletePrefix(client *redis.Client, prefix string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	iter := client.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-		if len(keys) == 1000 {
-			if err := client.Del(ctx, keys...).Err(); err != nil {
-				return err
-			}
-			keys = keys[:0]
-		}
-	}
-	if err := iter.Err(); err != nil {
-		return err
-	}
-	if len(keys) > 0 {
-		return client.Del(ctx, keys...).Err()
-	}
-	return nil
 }
 
 func TestConformance(t *testing.T) {

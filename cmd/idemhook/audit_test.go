@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhook/idemhook/internal/redistest"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 )
@@ -265,9 +266,7 @@ func cleanRedisPrefix(t *testing.T, raw, prefix string) {
 	}
 	c := redis.NewClient(opts)
 	defer c.Close()
-	ctx := context.Background()
-	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		c.Del(ctx, iter.Val())
+	if _, err := redistest.DeletePrefix(context.Background(), c, prefix); err != nil {
+		t.Error(err)
 	}
 }

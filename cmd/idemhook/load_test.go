@@ -26,6 +26,7 @@ import (
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/internal/pgtest"
+	"github.com/idemhook/idemhook/internal/redistest"
 	"github.com/idemhook/idemhook/memstore"
 	"github.com/idemhook/idemhook/redisstore"
 )
@@ -239,7 +240,12 @@ func TestLoadComparison(t *testing.T) {
 		if err := rdb.Ping(t.Context()).Err(); err != nil {
 			t.Fatalf("IDEMHOOK_REDIS_URL=%s: %v", redisURL, err)
 		}
-		t.Cleanup(func() { deletePrefix(rdb, prefix); rdb.Close() })
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			redistest.DeletePrefix(ctx, rdb, prefix) //nolint:errcheck // a load run's own keys, best effort
+			rdb.Close()
+		})
 	}
 
 	var rows []*loadRow
@@ -451,24 +457,5 @@ func startProfile(t *testing.T, path string) {
 	t.Cleanup(func() { f.Close() })
 	if err := pprof.StartCPUProfile(f); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// deletePrefix removes the keys under prefix (a load run's own, never the
-// whole database).
-func deletePrefix(client *redis.Client, prefix string) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	iter := client.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-		if len(keys) == 1000 {
-			client.Unlink(ctx, keys...)
-			keys = keys[:0]
-		}
-	}
-	if len(keys) > 0 {
-		client.Unlink(ctx, keys...)
 	}
 }

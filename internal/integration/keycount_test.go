@@ -210,18 +210,9 @@ func TestKeyCount(t *testing.T) {
 				p.rates = append(p.rates, firstDeliveries(t, st))
 			}
 			// Remove what the measurements stored, so that the counts stay exact.
-			deleted := int64(0)
-			iter := client.Scan(ctx, 0, "idem:load:*", 10000).Iterator()
-			var keys []string
-			for iter.Next(ctx) {
-				keys = append(keys, iter.Val())
-				if len(keys) == 1000 {
-					deleted += client.Unlink(ctx, keys...).Val()
-					keys = keys[:0]
-				}
-			}
-			if len(keys) > 0 {
-				deleted += client.Unlink(ctx, keys...).Val()
+			deleted, err := redistest.DeletePrefix(ctx, client, "idem:load:")
+			if err != nil {
+				t.Fatal(err)
 			}
 			have = c
 			pts = append(pts, p)

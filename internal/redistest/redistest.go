@@ -371,3 +371,33 @@ func UsedMemory(tb testing.TB, client *redis.Client) int64 {
 	tb.Fatal("INFO memory has no used_memory")
 	return 0
 }
+
+// DeletePrefix deletes every key of client's database that starts with
+// prefix (which holds no glob metacharacters), in batches of 1000, and
+// returns how many it deleted. A test that wrote under its own prefix calls
+// it to leave a shared database as it found it, without flushing anything.
+func DeletePrefix(ctx context.Context, client *redis.Client, prefix string) (int64, error) {
+	iter := client.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	var keys []string
+	var deleted int64
+	flush := func() error {
+		n, err := client.Unlink(ctx, keys...).Result()
+		deleted += n
+		keys = keys[:0]
+		return err
+	}
+	for iter.Next(ctx) {
+		if keys = append(keys, iter.Val()); len(keys) == 1000 {
+			if err := flush(); err != nil {
+				return deleted, err
+			}
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return deleted, err
+	}
+	if len(keys) > 0 {
+		return deleted, flush()
+	}
+	return deleted, nil
+}

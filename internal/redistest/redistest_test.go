@@ -1,8 +1,11 @@
 package redistest
 
 import (
+	"crypto/rand"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -59,5 +62,33 @@ func TestSentinel(t *testing.T) {
 	}
 	if got := strings.Join(addr, ":"); got != master.Addr() {
 		t.Errorf("master address from Sentinel = %q, want %q", got, master.Addr())
+	}
+}
+
+// DeletePrefix deletes exactly the keys under the prefix, over more than
+// one batch, and leaves the others.
+func TestDeletePrefix(t *testing.T) {
+	ctx := t.Context()
+	client := Client(t)
+	prefix := "redistest:" + rand.Text() + ":"
+	pipe := client.Pipeline()
+	for i := range 2500 {
+		pipe.Set(ctx, prefix+strconv.Itoa(i), "x", time.Minute)
+	}
+	other := prefix[:len(prefix)-1] + "-other"
+	pipe.Set(ctx, other, "x", time.Minute)
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer client.Del(ctx, other)
+	n, err := DeletePrefix(ctx, client, prefix)
+	if err != nil || n != 2500 {
+		t.Fatalf("DeletePrefix: %d, %v; want 2500, nil", n, err)
+	}
+	if left, _ := client.Keys(ctx, prefix+"*").Result(); len(left) != 0 {
+		t.Fatalf("%d keys left under the prefix", len(left))
+	}
+	if client.Exists(ctx, other).Val() != 1 {
+		t.Fatal("a key outside the prefix was deleted")
 	}
 }
