@@ -31,6 +31,22 @@ func metricValue(t *testing.T, adminURL, name string) float64 {
 	return v
 }
 
+var claimCount = regexp.MustCompile(`(?m)^idemhook_store_operation_duration_seconds_count\{op="claim"\} (\d+)$`)
+
+// claims reads how many store claims the gateway has made, from its
+// /metrics. A duplicate's claim counts once it has found the first
+// delivery's pending claim, so a test can hold the first delivery until
+// every copy has met it.
+func claims(t *testing.T, adminURL string) int {
+	t.Helper()
+	m := claimCount.FindStringSubmatch(do(t, "GET", adminURL, "").Body)
+	if m == nil {
+		return 0 // absent until the first claim is observed
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
@@ -236,7 +252,8 @@ func TestAuditLogDecisions(t *testing.T) {
 	<-arrived
 	second := make(chan response, 1)
 	go func() { second <- post(t, g.url("/webhooks/test"), `{"id":"d"}`) }()
-	time.Sleep(50 * time.Millisecond) // the duplicate waits
+	// The duplicate has met the running delivery once its claim is counted.
+	eventually(t, "the duplicate claimed", func() bool { return claims(t, g.adminURL("/metrics")) >= 2 })
 	close(release)
 	<-first
 	<-second

@@ -21,7 +21,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -728,16 +727,7 @@ func TestConcurrentDuplicatesReachTheUpstreamOnce(t *testing.T) {
 	// Hold the first copy at the upstream until every copy has made its
 	// claim (and found the first one's pending). Then each of them met the
 	// running delivery, and under proceed they would all reach the upstream.
-	claimed := regexp.MustCompile(`(?m)^idemhook_store_operation_duration_seconds_count\{op="claim"\} (\d+)$`)
-	eventually(t, "every copy claimed", func() bool {
-		// Absent until the first claim is observed.
-		m := claimed.FindStringSubmatch(do(t, "GET", g.adminURL("/metrics"), "").Body)
-		n := 0
-		if m != nil {
-			n, _ = strconv.Atoi(m[1])
-		}
-		return n >= copies
-	})
+	eventually(t, "every copy claimed", func() bool { return claims(t, g.adminURL("/metrics")) >= copies })
 	releaseOnce()
 	wg.Wait()
 	if n := up.calls.Load(); n != 1 {

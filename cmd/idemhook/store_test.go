@@ -125,8 +125,12 @@ func TestPostgresTwoGateways(t *testing.T) {
 	keys := pgtest.Table(t, pool, "gw_keys")
 	trail := pgtest.Table(t, pool, "gw_audit")
 	up := newUpstream(t)
+	release := make(chan struct{})
+	var once sync.Once
+	releaseOnce := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(releaseOnce) // a failed test must not leave the upstream held
 	up.handle = func(w http.ResponseWriter, r *http.Request, n int64) {
-		time.Sleep(50 * time.Millisecond) // the copies arrive while the first runs
+		<-release // until every copy has met a running first delivery
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"call":%d}`, n)
 	}
@@ -150,6 +154,12 @@ func TestPostgresTwoGateways(t *testing.T) {
 			})
 		}
 	}
+	// Each copy's claim is counted by the gateway that made it. Once all are,
+	// every copy has found its event's first delivery pending at the upstream.
+	eventually(t, "every copy claimed", func() bool {
+		return claims(t, gws[0].adminURL("/metrics"))+claims(t, gws[1].adminURL("/metrics")) >= events*copies
+	})
+	releaseOnce()
 	wg.Wait()
 	if n := up.calls.Load(); n != events {
 		t.Fatalf("upstream calls = %d, want %d (one per event)", n, events)
