@@ -47,7 +47,7 @@ func decodeJSON[T any](t *testing.T, r response) T {
 func deliveries(t *testing.T, g *gw, query string, want int) deliveriesJSON {
 	t.Helper()
 	var page deliveriesJSON
-	waitFor(t, fmt.Sprintf("%d audit rows for %q", want, query), func() bool {
+	eventually(t, fmt.Sprintf("%d audit rows for %q", want, query), func() bool {
 		r := do(t, "GET", g.adminURL("/admin/deliveries?"+query), "")
 		if r.Status != 200 {
 			t.Fatalf("GET /admin/deliveries?%s = %d %s", query, r.Status, r.Body)

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,48 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 )
-
-// metricValue reads one sample of the gateway's /metrics.
-func metricValue(t *testing.T, adminURL, name string) float64 {
-	t.Helper()
-	r := do(t, "GET", adminURL, "")
-	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindStringSubmatch(r.Body)
-	if m == nil {
-		t.Fatalf("/metrics has no %s:\n%s", name, r.Body)
-	}
-	v, err := strconv.ParseFloat(m[1], 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
-var claimCount = regexp.MustCompile(`(?m)^idemhook_store_operation_duration_seconds_count\{op="claim"\} (\d+)$`)
-
-// claims reads how many store claims the gateway has made, from its
-// /metrics. A duplicate's claim counts once it has found the first
-// delivery's pending claim, so a test can hold the first delivery until
-// every copy has met it.
-func claims(t *testing.T, adminURL string) int {
-	t.Helper()
-	m := claimCount.FindStringSubmatch(do(t, "GET", adminURL, "").Body)
-	if m == nil {
-		return 0 // absent until the first claim is observed
-	}
-	n, _ := strconv.Atoi(m[1])
-	return n
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 30s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // PostgreSQL is down when the gateway starts, then up, then down again while
 // it runs (a proxy in front of the real server cuts and restores it). The

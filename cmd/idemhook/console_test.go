@@ -547,7 +547,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	post(t, g.url("/webhooks/shop"), `{"id":820982911946154500}`, "X-Shopify-Webhook-Id", "b54557e4-bdd9-4b37-8a5f-bf7d70bcd043")
 	post(t, g.url("/webhooks/shop"), `{"id":820982911946154501}`, "X-Shopify-Webhook-Id", "0cb8b3b2-34a4-4d02-a1e5-6a6bd25e3b7a")
 	const total = 15 + 8 + 2
-	waitFor(t, "the audit trail to hold every delivery", func() bool {
+	eventually(t, "the audit trail to hold every delivery", func() bool {
 		r := adminDo(t, g, "GET", "/admin/deliveries?limit=1000")
 		return r.Status == 200 && len(decodeJSON[deliveriesJSON](t, r).Deliveries) == total
 	})

@@ -10,6 +10,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -216,4 +218,48 @@ func indent(lines []string) string {
 		b.WriteString("    " + l + "\n")
 	}
 	return b.String()
+}
+
+// metricValue reads one sample of the gateway's /metrics.
+func metricValue(t *testing.T, adminURL, name string) float64 {
+	t.Helper()
+	r := do(t, "GET", adminURL, "")
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindStringSubmatch(r.Body)
+	if m == nil {
+		t.Fatalf("/metrics has no %s:\n%s", name, r.Body)
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+var claimCount = regexp.MustCompile(`(?m)^idemhook_store_operation_duration_seconds_count\{op="claim"\} (\d+)$`)
+
+// claims reads how many store claims the gateway has made, from its
+// /metrics. A duplicate's claim counts once it has found the first
+// delivery's pending claim, so a test can hold the first delivery until
+// every copy has met it.
+func claims(t *testing.T, adminURL string) int {
+	t.Helper()
+	m := claimCount.FindStringSubmatch(do(t, "GET", adminURL, "").Body)
+	if m == nil {
+		return 0 // absent until the first claim is observed
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+// eventually polls cond until it holds. The deadline only guards against a
+// hang and asserts nothing about speed.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 30s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -252,7 +252,7 @@ func TestSenderDisconnectStillStores(t *testing.T) {
 	close(release)
 	<-finished
 	state := ""
-	waitFor(t, "the first delivery to be settled", func() bool {
+	eventually(t, "the first delivery to be settled", func() bool {
 		r := do(t, "GET", g.adminURL("/admin/keys/test/k1"), "")
 		if r.Status == http.StatusNotFound {
 			state = "absent"

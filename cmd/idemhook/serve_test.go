@@ -433,7 +433,7 @@ func TestGracefulShutdown(t *testing.T) {
 		<-arrived
 		stopped := make(chan error, 1)
 		go func() { stopped <- g.stop() }()
-		waitFor(t, "the shutdown to start", func() bool { return strings.Contains(g.stderr.String(), "shutting down") })
+		eventually(t, "the shutdown to start", func() bool { return strings.Contains(g.stderr.String(), "shutting down") })
 		close(release)
 		if r := <-resc; r.Status != 200 || r.Body != "call 1" {
 			t.Errorf("delivery running at shutdown = %d %q, want 200 \"call 1\"", r.Status, r.Body)
@@ -465,19 +465,6 @@ func TestGracefulShutdown(t *testing.T) {
 			t.Errorf("retry after restart = %d %q, want 200 \"call 2\"", r.Status, r.Body)
 		}
 	})
-}
-
-// waitFor polls cond until it holds. The deadline only guards against a
-// hang and asserts nothing about speed.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func TestNoRoute(t *testing.T) {
