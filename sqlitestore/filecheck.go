@@ -47,9 +47,23 @@ type fileCheck struct {
 // newFileCheck returns the check of db's main database file, or nil when db
 // has none (an in-memory or temporary database).
 func newFileCheck(ctx context.Context, db *sql.DB, log *slog.Logger) (*fileCheck, error) {
+	path, err := mainFile(ctx, db)
+	if err != nil || path == "" {
+		return nil, err
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: stat %s: %w", path, err)
+	}
+	return &fileCheck{path: path, info: info, log: log}, nil
+}
+
+// mainFile returns the path of db's main database file, or "" when it has
+// none.
+func mainFile(ctx context.Context, db *sql.DB) (string, error) {
 	rows, err := db.QueryContext(ctx, "PRAGMA database_list")
 	if err != nil {
-		return nil, fmt.Errorf("sqlitestore: database_list: %w", err)
+		return "", fmt.Errorf("sqlitestore: database_list: %w", err)
 	}
 	defer rows.Close()
 	var path string
@@ -57,23 +71,16 @@ func newFileCheck(ctx context.Context, db *sql.DB, log *slog.Logger) (*fileCheck
 		var seq int
 		var name, file string
 		if err := rows.Scan(&seq, &name, &file); err != nil {
-			return nil, fmt.Errorf("sqlitestore: database_list: %w", err)
+			return "", fmt.Errorf("sqlitestore: database_list: %w", err)
 		}
 		if name == "main" {
 			path = file
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlitestore: database_list: %w", err)
+		return "", fmt.Errorf("sqlitestore: database_list: %w", err)
 	}
-	if path == "" {
-		return nil, nil
-	}
-	info, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("sqlitestore: stat %s: %w", path, err)
-	}
-	return &fileCheck{path: path, info: info, log: log}, nil
+	return path, nil
 }
 
 // check compares the file at the path with the one opened, and logs the

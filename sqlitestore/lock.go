@@ -2,19 +2,25 @@ package sqlitestore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
 // FileLock is the exclusive hold of one process on a database file, taken
 // with [Lock].
 type FileLock struct {
-	f    *os.File
-	path string
+	f      *os.File
+	path   string // the lock file's
+	dbPath string // the database file's, as given to Lock
+	// store is set while a Store holds its pending claims under this lock
+	// (Config.Lock): two such stores would not see each other's claims.
+	store atomic.Bool
 }
 
 // ErrLocked is wrapped by the error of [Lock] when another process holds
@@ -28,9 +34,11 @@ var ErrLocked = errors.New("sqlitestore: database file in use by another process
 //
 // A process holding the lock knows that no other process uses the file.
 // So the pending claims it finds there belong to a process that died, and
-// they can be freed at once with [Store.FreePendingClaims]. The gateway
-// does both at start, so there is one gateway process per SQLite file. Lock fails, wrapping
-// [ErrLocked], while another process holds the lock.
+// they can be freed at once with [Store.FreePendingClaims]. Given to the
+// store as [Config.Lock], the lock also lets the store keep its own pending
+// claims in memory. The gateway does all three at start, so there is one
+// gateway process per SQLite file. Lock fails, wrapping [ErrLocked], while
+// another process holds the lock.
 func Lock(path string) (*FileLock, error) {
 	lp := path + ".lock"
 	f, err := os.OpenFile(lp, os.O_RDWR|os.O_CREATE, 0o600)
@@ -48,7 +56,7 @@ func Lock(path string) (*FileLock, error) {
 	if err := f.Truncate(0); err == nil {
 		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0) //nolint:errcheck // informational only
 	}
-	return &FileLock{f: f, path: lp}, nil
+	return &FileLock{f: f, path: lp, dbPath: path}, nil
 }
 
 // Path is the lock file's path.
@@ -63,6 +71,36 @@ func (l *FileLock) Unlock() error {
 	err := l.f.Close() // closing the descriptor releases the lock
 	l.f = nil
 	return err
+}
+
+// covers reports nil when l is held and is the lock of db's main database
+// file, and otherwise an error saying which is not so.
+func (l *FileLock) covers(ctx context.Context, db *sql.DB) error {
+	if l.f == nil {
+		return fmt.Errorf("sqlitestore: Config.Lock: the lock of %s was released", l.dbPath)
+	}
+	main, err := mainFile(ctx, db)
+	if err != nil {
+		return err
+	}
+	if main == "" {
+		return fmt.Errorf("sqlitestore: Config.Lock: the database has no file (in memory or temporary), so the lock of %s can't be its lock", l.dbPath)
+	}
+	locked, err := os.Stat(l.dbPath)
+	if err != nil {
+		return fmt.Errorf("sqlitestore: Config.Lock: %w", err)
+	}
+	open, err := os.Stat(main)
+	if err != nil {
+		return fmt.Errorf("sqlitestore: Config.Lock: %w", err)
+	}
+	if !os.SameFile(locked, open) {
+		return fmt.Errorf("sqlitestore: Config.Lock is the lock of %s, but the database is %s", l.dbPath, main)
+	}
+	if !l.store.CompareAndSwap(false, true) {
+		return fmt.Errorf("sqlitestore: Config.Lock: another Store holds its pending claims under the lock of %s; use one Store per file", l.dbPath)
+	}
+	return nil
 }
 
 // FreePendingClaims deletes every pending claim in the store, and returns

@@ -30,12 +30,17 @@ const maxBatch = 128
 
 // write is one statement run by the writer. run executes it in tx and
 // returns its result (rows affected, or 1 when a RETURNING row came back).
+// after, when set, runs on the writer's goroutine once the write's outcome
+// is known, before its caller gets it: committed reports whether the write
+// is in the file. The writes' after functions run in the order the writes
+// were committed, so what they change in memory follows the file's order.
 type write struct {
-	ctx  context.Context
-	run  func(ctx context.Context, tx *sql.Tx) (int64, error)
-	n    int64
-	err  error
-	done chan struct{}
+	ctx   context.Context
+	run   func(ctx context.Context, tx *sql.Tx) (int64, error)
+	after func(committed bool)
+	n     int64
+	err   error
+	done  chan struct{}
 }
 
 var writePool = sync.Pool{New: func() any { return &write{done: make(chan struct{}, 1)} }}
@@ -61,8 +66,16 @@ func (w *writer) close() { w.workers.Close() }
 // meanwhile (the transaction is short), so that a caller is never told
 // "failed" about a write that was committed.
 func (w *writer) do(ctx context.Context, run func(ctx context.Context, tx *sql.Tx) (int64, error)) (int64, error) {
+	return w.doThen(ctx, run, nil)
+}
+
+// doThen is do with an after function (see write). after is not called when
+// the writer never took the write (do's caller gets ctx's error or
+// errClosed); it is called with false when the write was taken but not
+// committed.
+func (w *writer) doThen(ctx context.Context, run func(ctx context.Context, tx *sql.Tx) (int64, error), after func(committed bool)) (int64, error) {
 	op := writePool.Get().(*write)
-	op.ctx, op.run, op.n, op.err = ctx, run, 0, nil
+	op.ctx, op.run, op.after, op.n, op.err = ctx, run, after, 0, nil
 	select {
 	case w.workers.Queue() <- op:
 	case <-ctx.Done():
@@ -74,7 +87,7 @@ func (w *writer) do(ctx context.Context, run func(ctx context.Context, tx *sql.T
 	}
 	<-op.done
 	n, err := op.n, op.err
-	op.ctx, op.run = nil, nil
+	op.ctx, op.run, op.after = nil, nil, nil
 	writePool.Put(op)
 	return n, err
 }
@@ -88,6 +101,9 @@ func (w *writer) run(batch []*write) {
 		}
 	}
 	for _, op := range batch {
+		if op.after != nil {
+			op.after(op.err == nil)
+		}
 		op.done <- struct{}{}
 	}
 }

@@ -45,7 +45,7 @@ type sqliteFiles struct {
 	rs     *resources
 	logger *slog.Logger
 	dbs    map[string]*sql.DB
-	locked map[string]bool // files this process holds exclusively
+	locks  map[string]*sqlitestore.FileLock // files this process holds exclusively
 	pools  map[string]*pgxpool.Pool
 	// redis is the redis store's client, which the audit sink redis
 	// shares. It is nil with another store.
@@ -82,10 +82,10 @@ func (f *sqliteFiles) open(path string) (*sql.DB, error) {
 		return nil, fmt.Errorf("%w; one gateway process per SQLite file: stop the other one, or give this one another path", err)
 	default:
 		f.rs.add(lock.Unlock)
-		if f.locked == nil {
-			f.locked = map[string]bool{}
+		if f.locks == nil {
+			f.locks = map[string]*sqlitestore.FileLock{}
 		}
-		f.locked[path] = true
+		f.locks[path] = lock
 	}
 	db, err := sqlitestore.Open(path)
 	if err != nil {
@@ -120,12 +120,15 @@ func openStore(ctx context.Context, sc storeSettings, files *sqliteFiles, now fu
 		if err != nil {
 			return nil, err
 		}
-		s, err := sqlitestore.New(db, sqlitestore.Config{Now: now, Logger: files.logger})
+		// Holding the file alone, the store keeps pending claims in memory
+		// (nil when file locks are not supported here).
+		lock := files.locks[sc.Path]
+		s, err := sqlitestore.New(db, sqlitestore.Config{Now: now, Logger: files.logger, Lock: lock})
 		if err != nil {
 			return nil, fmt.Errorf("sqlite store %s: %w", sc.Path, err)
 		}
 		files.rs.add(s.Close)
-		if files.locked[sc.Path] {
+		if lock != nil {
 			// The lock says no other process uses the file, so a pending
 			// claim is a delivery of a process that died mid-delivery. Freeing it
 			// lets the provider's retry be processed now rather than be

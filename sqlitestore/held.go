@@ -1,0 +1,268 @@
+package sqlitestore
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemhook/idemhook"
+)
+
+// Claims held in memory. With Config.Lock, no other process uses the file,
+// so a pending claim needs no row: it lives in the map below, and only the
+// completed record is written. A first delivery then commits once instead
+// of twice. The file never held anything durable about a pending claim in
+// that case anyway: a claim's owner is a handler of this process, and the
+// claims a dead process left behind are freed at the next start
+// ([Store.FreePendingClaims]).
+//
+// The store's calls then keep these rules, which make them act as one
+// store, as the file alone does:
+//   - A record enters the file only through Complete, on the writer's
+//     goroutine, for a key whose claim is held here. The claim leaves the
+//     map only after that commit, in the write's after function, under the
+//     shard's lock.
+//   - So a call that finds no claim in the map and then reads the file sees
+//     any record completed before it looked: the removal it saw follows the
+//     commit. Get relies on that alone.
+//   - Claim must also not miss a record committed after it looked at the map
+//     and before it puts its own claim there. It notes the shard's count of
+//     completions before it reads the file and checks it is unchanged when
+//     it takes the key; otherwise it looks again.
+//   - From the moment Complete's write checks ownership until its commit is
+//     known, the claim is marked completing: live whatever its lease says,
+//     and no longer the owner's to release or extend. Delete removes the
+//     claim on the writer's goroutine too, so Delete and Complete happen in
+//     one order.
+
+// claimReadHook, set by tests only, runs in Claim between its read of the
+// file and its second look at the map: where a record committed meanwhile
+// must not be missed.
+var claimReadHook atomic.Pointer[func(s *Store, key string)]
+
+// heldShards is the number of independently locked parts of the map.
+const heldShards = 32
+
+type heldClaims struct {
+	seed   maphash.Seed
+	shards [heldShards]heldShard
+}
+
+type heldShard struct {
+	mu sync.Mutex
+	m  map[string]*heldClaim
+	// completions counts the records Complete has committed to the file for
+	// keys of this shard (see the rules above).
+	completions uint64
+}
+
+// heldClaim is a pending claim held in memory. value never changes after
+// the claim is stored, so it may be read without the lock.
+type heldClaim struct {
+	value      []byte // the claim's encoding, compared as the file's value column is
+	expiresAt  int64  // Unix milliseconds
+	completing bool   // Complete is writing the record
+}
+
+func newHeldClaims() *heldClaims {
+	h := &heldClaims{seed: maphash.MakeSeed()}
+	for i := range h.shards {
+		h.shards[i].m = make(map[string]*heldClaim)
+	}
+	return h
+}
+
+func (h *heldClaims) shard(key string) *heldShard {
+	return &h.shards[maphash.String(h.seed, key)%heldShards]
+}
+
+// live returns the claim held under key if it is live at now, and removes
+// one whose lease has lapsed. The caller holds sh.mu.
+func (sh *heldShard) live(key string, now int64) *heldClaim {
+	c := sh.m[key]
+	if c == nil {
+		return nil
+	}
+	if !c.completing && c.expiresAt <= now {
+		delete(sh.m, key)
+		return nil
+	}
+	return c
+}
+
+// owned returns the claim held under key if it is live, not completing,
+// and has the encoding value; nil otherwise. The caller holds sh.mu.
+func (sh *heldShard) owned(key string, value []byte, now int64) *heldClaim {
+	c := sh.live(key, now)
+	if c == nil || c.completing || !bytes.Equal(c.value, value) {
+		return nil
+	}
+	return c
+}
+
+// sweep removes the claims whose lease has lapsed at now.
+func (h *heldClaims) sweep(now int64) {
+	for i := range h.shards {
+		sh := &h.shards[i]
+		sh.mu.Lock()
+		for key := range sh.m {
+			sh.live(key, now)
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// claimHeld is Claim with the claims held in memory.
+func (s *Store) claimHeld(ctx context.Context, key string, value []byte, lease time.Duration) (*idemhook.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("sqlitestore: claim %q: %w", key, err)
+	}
+	sh := s.held.shard(key)
+	for {
+		sh.mu.Lock()
+		if c := sh.live(key, s.nowMillis()); c != nil {
+			sh.mu.Unlock()
+			return decode(key, c.value)
+		}
+		seen := sh.completions
+		sh.mu.Unlock()
+
+		var existing []byte
+		err := s.get.QueryRowContext(ctx, key, s.nowMillis()).Scan(&existing)
+		if err == nil {
+			return decode(key, existing)
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return nil, fmt.Errorf("sqlitestore: claim %q: %w", key, err)
+		}
+		if hook := claimReadHook.Load(); hook != nil {
+			(*hook)(s, key)
+		}
+
+		sh.mu.Lock()
+		if c := sh.live(key, s.nowMillis()); c != nil {
+			sh.mu.Unlock()
+			return decode(key, c.value)
+		}
+		if sh.completions != seen {
+			sh.mu.Unlock()
+			continue // a record was committed meanwhile, maybe this key's
+		}
+		sh.m[key] = &heldClaim{value: value, expiresAt: s.expiry(lease)}
+		sh.mu.Unlock()
+		return nil, nil
+	}
+}
+
+// completeHeld is Complete with the claims held in memory. The check of the
+// claim and the record's write run on the writer's goroutine, in one order
+// with Delete.
+func (s *Store) completeHeld(ctx context.Context, key string, old, value []byte, ttl time.Duration) error {
+	sh := s.held.shard(key)
+	var mine *heldClaim // the claim this call marked completing
+	run := func(ctx context.Context, tx *sql.Tx) (int64, error) {
+		sh.mu.Lock()
+		if mine == nil { // not on a second run of the write (see writer.run)
+			mine = sh.owned(key, old, s.nowMillis())
+			if mine != nil {
+				mine.completing = true
+			}
+		}
+		sh.mu.Unlock()
+		if mine == nil {
+			return 0, nil
+		}
+		_, err := tx.StmtContext(ctx, s.put).ExecContext(ctx, key, value, s.expiry(ttl))
+		if err != nil {
+			return 0, err
+		}
+		return 1, nil
+	}
+	after := func(committed bool) {
+		if mine == nil {
+			return
+		}
+		sh.mu.Lock()
+		mine.completing = false
+		if committed {
+			if sh.m[key] == mine {
+				delete(sh.m, key)
+			}
+			sh.completions++
+		}
+		sh.mu.Unlock()
+	}
+	n, err := s.w.doThen(ctx, run, after)
+	return casResult("complete", key, n, err)
+}
+
+// releaseHeld is Release with the claims held in memory.
+func (s *Store) releaseHeld(ctx context.Context, key string, old []byte) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("sqlitestore: release %q: %w", key, err)
+	}
+	sh := s.held.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.owned(key, old, s.nowMillis()) == nil {
+		return idemhook.ErrNotOwner
+	}
+	delete(sh.m, key)
+	return nil
+}
+
+// extendHeld is Extend with the claims held in memory.
+func (s *Store) extendHeld(ctx context.Context, key string, old []byte, lease time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("sqlitestore: extend %q: %w", key, err)
+	}
+	sh := s.held.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	c := sh.owned(key, old, s.nowMillis())
+	if c == nil {
+		return idemhook.ErrNotOwner
+	}
+	c.expiresAt = s.expiry(lease)
+	return nil
+}
+
+// getHeld returns the encoding of the live claim held under key, or nil.
+// The caller has checked its context.
+func (s *Store) getHeld(key string) []byte {
+	sh := s.held.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if c := sh.live(key, s.nowMillis()); c != nil {
+		return c.value
+	}
+	return nil
+}
+
+// deleteHeld removes the claim held under key, whatever its owner, and
+// reports whether it was live. It runs in Delete's write, on the writer's
+// goroutine (see the rules above). restore puts the claim back if that
+// write was not committed and no other claim took the key meanwhile.
+func (s *Store) deleteHeld(key string) (live bool, restore func()) {
+	sh := s.held.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	c := sh.live(key, s.nowMillis())
+	if c == nil {
+		return false, func() {}
+	}
+	delete(sh.m, key)
+	return true, func() {
+		sh.mu.Lock()
+		if sh.m[key] == nil {
+			sh.m[key] = c
+		}
+		sh.mu.Unlock()
+	}
+}

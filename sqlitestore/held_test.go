@@ -1,0 +1,278 @@
+package sqlitestore_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/sqlitestore"
+	"github.com/idemhook/idemhook/storetest"
+)
+
+// lockFile takes the lock of the database file at path for the test.
+func lockFile(tb testing.TB, path string) *sqlitestore.FileLock {
+	tb.Helper()
+	l, err := sqlitestore.Lock(path)
+	if err != nil {
+		tb.Fatalf("Lock(%q): %v", path, err)
+	}
+	tb.Cleanup(func() { l.Unlock() })
+	return l
+}
+
+// heldStore opens a store on a new file whose lock it holds, so that it
+// keeps pending claims in memory, as the gateway's does.
+func heldStore(tb testing.TB, cfg sqlitestore.Config) (*sqlitestore.Store, string) {
+	tb.Helper()
+	path := filepath.Join(tb.TempDir(), "idemhook.db")
+	cfg.Lock = lockFile(tb, path)
+	return newStore(tb, openDB(tb, path), cfg), path
+}
+
+func TestConformanceHeldClaims(t *testing.T) {
+	clk := newClock()
+	storetest.Run(t, storetest.Harness{
+		New: func(tb testing.TB) idemhook.Store {
+			s, _ := heldStore(tb, sqlitestore.Config{Now: clk.Now, SweepInterval: -1})
+			return s
+		},
+		Advance: clk.Advance,
+	})
+}
+
+func TestConformanceHeldClaimsRealClock(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for real expiries; skipped with -short")
+	}
+	storetest.Run(t, storetest.Harness{
+		New: func(tb testing.TB) idemhook.Store {
+			s, _ := heldStore(tb, sqlitestore.Config{})
+			return s
+		},
+	})
+}
+
+// With the lock, a pending claim is never written to the file: only the
+// completed record is.
+func TestHeldClaimsStayOutOfTheFile(t *testing.T) {
+	ctx := t.Context()
+	clk := newClock()
+	s, path := heldStore(t, sqlitestore.Config{Now: clk.Now, SweepInterval: -1})
+	db := openDB(t, path) // a second connection pool, to look at the file itself
+
+	claim := pending("owner")
+	if existing, err := s.Claim(ctx, "idem:test:a", claim, time.Minute); err != nil || existing != nil {
+		t.Fatalf("Claim: %+v, %v", existing, err)
+	}
+	if n := countRows(t, db); n != 0 {
+		t.Fatalf("after Claim the file holds %d rows, want 0", n)
+	}
+	if got, err := s.Get(ctx, "idem:test:a"); err != nil || got == nil || got.Token != "owner" {
+		t.Fatalf("Get of the held claim: %+v, %v", got, err)
+	}
+	if err := s.Extend(ctx, "idem:test:a", claim, time.Hour); err != nil {
+		t.Fatalf("Extend: %v", err)
+	}
+	clk.Advance(time.Minute) // past the first lease, within the extended one
+	if existing, err := s.Claim(ctx, "idem:test:a", pending("other"), time.Minute); err != nil || existing == nil || existing.Token != "owner" {
+		t.Fatalf("Claim after the first lease, within the extended one: %+v, %v", existing, err)
+	}
+	if err := s.Complete(ctx, "idem:test:a", claim, completed(`{"ok":true}`), time.Hour); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	if n := countRows(t, db); n != 1 {
+		t.Fatalf("after Complete the file holds %d rows, want 1", n)
+	}
+	if err := s.Complete(ctx, "idem:test:a", claim, completed(`{"again":true}`), time.Hour); err != idemhook.ErrNotOwner {
+		t.Fatalf("a second Complete: %v, want ErrNotOwner", err)
+	}
+
+	// A released claim leaves nothing behind.
+	second := pending("second")
+	if _, err := s.Claim(ctx, "idem:test:b", second, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, "idem:test:b", pending("not the owner")); err != idemhook.ErrNotOwner {
+		t.Fatalf("Release with another token: %v, want ErrNotOwner", err)
+	}
+	if err := s.Release(ctx, "idem:test:b", second); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if n := countRows(t, db); n != 1 {
+		t.Fatalf("after Release the file holds %d rows, want 1", n)
+	}
+	if existing, err := s.Claim(ctx, "idem:test:b", pending("third"), time.Minute); err != nil || existing != nil {
+		t.Fatalf("Claim after Release: %+v, %v", existing, err)
+	}
+
+	// Delete frees a held claim, and says it was there.
+	if live, err := s.Delete(ctx, "idem:test:b"); err != nil || !live {
+		t.Fatalf("Delete of a held claim: %v, %v; want true", live, err)
+	}
+	if existing, err := s.Claim(ctx, "idem:test:b", pending("fourth"), time.Minute); err != nil || existing != nil {
+		t.Fatalf("Claim after Delete: %+v, %v", existing, err)
+	}
+
+	// The sweeper drops a claim whose lease lapsed (its owner never came
+	// back), as Claim would.
+	clk.Advance(2 * time.Minute)
+	if got, err := s.Get(ctx, "idem:test:b"); err != nil || got != nil {
+		t.Fatalf("Get after the lease: %+v, %v; want nil", got, err)
+	}
+}
+
+// Racing claims of a new key, whose winner completes it at once: every
+// other claim must see the winner's pending claim or its completed record,
+// never a free key. The windows where a second execution could slip in are
+// the moment a claim leaves memory for the file, and a claim that read the
+// file just before a record was committed there.
+func TestHeldClaimsOneWinnerPerKey(t *testing.T) {
+	s, _ := heldStore(t, sqlitestore.Config{})
+	ctx := context.Background()
+	const keys, racers = 300, 8
+	for k := range keys {
+		key := fmt.Sprintf("idem:test:race-%d", k)
+		var wins atomic.Int64
+		var completedAt atomic.Bool
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range racers {
+			wg.Go(func() {
+				<-start
+				for n := 0; ; n++ {
+					afterComplete := completedAt.Load()
+					claim := pending(fmt.Sprintf("racer-%d-%d", i, n))
+					existing, err := s.Claim(ctx, key, claim, time.Hour)
+					if err != nil {
+						t.Errorf("%s: Claim: %v", key, err)
+						return
+					}
+					if existing == nil { // won: run the "handler" and complete at once
+						wins.Add(1)
+						if err := s.Complete(ctx, key, claim, completed(`{"ok":true}`), time.Hour); err != nil {
+							t.Errorf("%s: Complete: %v", key, err)
+						}
+						completedAt.Store(true)
+						return
+					}
+					if existing.State == idemhook.StateCompleted {
+						return
+					}
+					if afterComplete {
+						t.Errorf("%s: a Claim begun after Complete returned found the pending claim %q", key, existing.Token)
+						return
+					}
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if n := wins.Load(); n != 1 {
+			t.Fatalf("%s: %d claims won, want exactly 1", key, n)
+		}
+	}
+}
+
+func TestLockMustBeTheFilesOwn(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "idemhook.db")
+	db := openDB(t, path)
+	lock := lockFile(t, path)
+
+	other := lockFile(t, filepath.Join(dir, "other.db"))
+	if _, err := sqlitestore.New(db, sqlitestore.Config{Lock: other}); err == nil || !strings.Contains(err.Error(), "other.db") {
+		t.Errorf("New with the lock of another file: %v", err)
+	}
+	mem := openDB(t, ":memory:")
+	if _, err := sqlitestore.New(mem, sqlitestore.Config{Lock: lock}); err == nil || !strings.Contains(err.Error(), "has no file") {
+		t.Errorf("New of an in-memory database with a lock: %v", err)
+	}
+
+	first := newStore(t, db, sqlitestore.Config{Lock: lock})
+	if _, err := sqlitestore.New(db, sqlitestore.Config{Lock: lock}); err == nil || !strings.Contains(err.Error(), "one Store per file") {
+		t.Errorf("a second Store with the lock of the first: %v", err)
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	newStore(t, db, sqlitestore.Config{Lock: lock}) // the first is closed: the lock is free for another
+
+	released := lockFile(t, filepath.Join(dir, "released.db"))
+	released.Unlock()
+	if _, err := sqlitestore.New(openDB(t, filepath.Join(dir, "released.db")), sqlitestore.Config{Lock: released}); err == nil || !strings.Contains(err.Error(), "released") {
+		t.Errorf("New with a released lock: %v", err)
+	}
+}
+
+// After a restart, a process that held its claims in memory finds the keys
+// it completed replayed and the ones it was running free at once.
+func TestRestartHeldClaims(t *testing.T) {
+	ctx := t.Context()
+	clk := newClock()
+	path := filepath.Join(t.TempDir(), "idemhook.db")
+	lock := lockFile(t, path)
+	db, err := sqlitestore.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sqlitestore.New(db, sqlitestore.Config{Now: clk.Now, Lock: lock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := pending("first")
+	if _, err := s.Claim(ctx, "idem:stone:evt_1", claim, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, "idem:stone:evt_1", claim, completed(`{"ok":true}`), 24*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(ctx, "idem:stone:evt_2", pending("running"), 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	db.Close()
+
+	s2 := newStore(t, openDB(t, path), sqlitestore.Config{Now: clk.Now, Lock: lock})
+	if existing, err := s2.Claim(ctx, "idem:stone:evt_1", pending("duplicate"), 30*time.Second); err != nil || existing == nil || string(existing.Body) != `{"ok":true}` {
+		t.Fatalf("after a restart, Claim of a completed key: %+v, %v; want the stored response", existing, err)
+	}
+	if existing, err := s2.Claim(ctx, "idem:stone:evt_2", pending("retry"), 30*time.Second); err != nil || existing != nil {
+		t.Fatalf("after a restart, Claim of the key that was running: %+v, %v; want it free", existing, err)
+	}
+}
+
+// A claim that read the file just before another claim of the key was taken
+// and completed must find that record, not take the key: the completion
+// happens, on cue, between the first claim's read of the file and its
+// second look at the map.
+func TestHeldClaimSeesARecordCompletedWhileItReadTheFile(t *testing.T) {
+	ctx := t.Context()
+	s, _ := heldStore(t, sqlitestore.Config{SweepInterval: -1})
+	var fired atomic.Bool
+	sqlitestore.SetClaimReadHook(t, func(hs *sqlitestore.Store, key string) {
+		if hs != s || !fired.CompareAndSwap(false, true) {
+			return
+		}
+		other := pending("other")
+		if existing, err := s.Claim(ctx, key, other, time.Hour); err != nil || existing != nil {
+			t.Errorf("the other Claim: %+v, %v; want it to win", existing, err)
+			return
+		}
+		if err := s.Complete(ctx, key, other, completed(`{"by":"other"}`), time.Hour); err != nil {
+			t.Errorf("the other Complete: %v", err)
+		}
+	})
+	existing, err := s.Claim(ctx, "idem:test:late", pending("first"), time.Hour)
+	if !fired.Load() {
+		t.Fatal("the hook never ran")
+	}
+	if err != nil || existing == nil || string(existing.Body) != `{"by":"other"}` {
+		t.Fatalf("Claim that read the file before the other's record was committed: %+v, %v; want the other's record", existing, err)
+	}
+}
