@@ -121,60 +121,87 @@ func (t *prefixTable) compactKey(b []byte, key string, intern bool) []byte {
 // so a prefix is interned before any key of it is stored, or never. Either
 // way all its keys have one form, whatever the order of the calls.
 //
-// Lookups read an immutable map through an atomic pointer, without a lock;
-// an addition copies the map under mu.
+// Lookups read an immutable prefixSet through an atomic pointer, without a
+// lock; an addition copies it under mu.
 type prefixTable struct {
-	ids atomic.Pointer[map[string]byte]
+	set atomic.Pointer[prefixSet]
 	mu  sync.Mutex
 }
 
 const (
 	maxPrefixes  = 256 - tagInterned // one tag byte each
 	maxPrefixLen = 64
+	// scanPrefixes is the size up to which a lookup compares the prefixes
+	// one by one: faster than hashing for the usual few sources.
+	scanPrefixes = 8
 )
+
+// A prefixSet is a snapshot of the table, never modified once published.
+type prefixSet struct {
+	byID []string        // the prefixes, by id
+	ids  map[string]byte // id by prefix, once there are more than scanPrefixes
+}
+
+func (p *prefixSet) find(prefix string) (byte, bool) {
+	if p == nil {
+		return 0, false
+	}
+	if p.ids == nil {
+		for i, s := range p.byID {
+			if s == prefix {
+				return byte(i), true
+			}
+		}
+		return 0, false
+	}
+	id, ok := p.ids[prefix]
+	return id, ok
+}
+
+func (p *prefixSet) len() int {
+	if p == nil {
+		return 0
+	}
+	return len(p.byID)
+}
 
 // id returns the id of prefix, interning it when add is set and the table
 // has room. ok is false when prefix is held in full.
 func (t *prefixTable) id(prefix string, add bool) (id byte, ok bool) {
-	m := t.ids.Load()
-	if m != nil {
-		if id, ok := (*m)[prefix]; ok {
-			return id, true
-		}
+	p := t.set.Load()
+	if id, ok := p.find(prefix); ok {
+		return id, true
 	}
-	if !add || len(prefix) > maxPrefixLen || (m != nil && len(*m) >= maxPrefixes) {
+	if !add || len(prefix) > maxPrefixLen || p.len() >= maxPrefixes {
 		return 0, false
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	old := t.ids.Load()
-	if old != nil {
-		if id, ok := (*old)[prefix]; ok {
-			return id, true
-		}
-		if len(*old) >= maxPrefixes {
-			return 0, false
+	p = t.set.Load()
+	if id, ok := p.find(prefix); ok {
+		return id, true
+	}
+	n := p.len()
+	if n >= maxPrefixes {
+		return 0, false
+	}
+	next := &prefixSet{byID: make([]string, n, n+1)}
+	if p != nil {
+		copy(next.byID, p.byID)
+	}
+	next.byID = append(next.byID, strings.Clone(prefix))
+	if len(next.byID) > scanPrefixes {
+		next.ids = make(map[string]byte, len(next.byID))
+		for i, s := range next.byID {
+			next.ids[s] = byte(i)
 		}
 	}
-	next := make(map[string]byte, t.len()+1)
-	if old != nil {
-		for k, v := range *old {
-			next[k] = v
-		}
-	}
-	id = byte(len(next))
-	next[strings.Clone(prefix)] = id
-	t.ids.Store(&next)
-	return id, true
+	t.set.Store(next)
+	return byte(n), true
 }
 
 // len is the number of interned prefixes.
-func (t *prefixTable) len() int {
-	if m := t.ids.Load(); m != nil {
-		return len(*m)
-	}
-	return 0
-}
+func (t *prefixTable) len() int { return t.set.Load().len() }
 
 // hexValue maps a lowercase hex digit to its value and any other byte to
 // 0xff.
