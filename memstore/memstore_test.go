@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -460,5 +461,66 @@ func TestOwnershipIsTheToken(t *testing.T) {
 	}
 	if err := st.Complete(t.Context(), keyOf(1), &copyOfClaim, doneOf(1), time.Hour); err != nil {
 		t.Fatalf("Complete with the owner's token: %v", err)
+	}
+}
+
+// TestManyKeyPrefixes: keys of more prefixes than the store interns, and of
+// prefixes too long to intern, claimed concurrently, all keep their records
+// and stay apart.
+func TestManyKeyPrefixes(t *testing.T) {
+	st := newStore(t, memstore.Config{})
+	hash := strings.Repeat("0123456789abcdef", 4)
+	var keys []string
+	for i := range 400 {
+		prefix := fmt.Sprintf("idem:src%d:sha256:", i)
+		if i%50 == 0 {
+			prefix = strings.Repeat("x", 100) + prefix
+		}
+		keys = append(keys, prefix+hash, prefix+hash[:63]+"0", prefix+strings.ToUpper(hash))
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := g; i < len(keys); i += 4 {
+				existing, err := st.Claim(t.Context(), keys[i], claimOf(i), time.Minute)
+				if err != nil || existing != nil {
+					t.Errorf("Claim(%q): %v, %v; want nil, nil", keys[i], existing, err)
+					return
+				}
+				// Reads from another goroutine's prefixes meanwhile.
+				if _, err := st.Get(t.Context(), keys[(i+7)%len(keys)]); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i, key := range keys {
+		if i%2 == 0 {
+			if err := st.Complete(t.Context(), key, claimOf(i), doneOf(i), time.Hour); err != nil {
+				t.Fatalf("Complete(%q): %v", key, err)
+			}
+		}
+	}
+	for i, key := range keys {
+		want := claimOf(i)
+		if i%2 == 0 {
+			want = doneOf(i)
+		}
+		got, err := st.Get(t.Context(), key)
+		if err != nil {
+			t.Fatalf("Get(%q): %v", key, err)
+		}
+		if d := storetest.Diff(got, want); d != "" {
+			t.Fatalf("Get(%q):\n%s", key, d)
+		}
+	}
+	wantLen(t, st, len(keys))
+	if ok, err := st.Delete(t.Context(), keys[len(keys)-1]); !ok || err != nil {
+		t.Errorf("Delete: %t, %v", ok, err)
+	}
+	if got, err := st.Get(t.Context(), "idem:never:sha256:"+hash); got != nil || err != nil {
+		t.Errorf("Get of a key of a prefix never claimed: %v, %v", got, err)
 	}
 }
