@@ -134,7 +134,7 @@ func (s *Store) claimHeld(ctx context.Context, key string, value []byte, lease t
 		sh.mu.Unlock()
 
 		var existing []byte
-		err := s.get.QueryRowContext(ctx, key, s.nowMillis()).Scan(&existing)
+		err := s.read.QueryRowContext(ctx, key, s.nowMillis()).Scan(&existing)
 		if err == nil {
 			return decode(key, existing)
 		}

@@ -2,6 +2,7 @@ package sqlitestore_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -26,13 +27,27 @@ func lockFile(tb testing.TB, path string) *sqlitestore.FileLock {
 	return l
 }
 
-// heldStore opens a store on a new file whose lock it holds, so that it
-// keeps pending claims in memory, as the gateway's does.
+// openReader opens a read pool on the file at path for the test.
+func openReader(tb testing.TB, path string) *sql.DB {
+	tb.Helper()
+	r, err := sqlitestore.OpenReader(path)
+	if err != nil {
+		tb.Fatalf("OpenReader(%q): %v", path, err)
+	}
+	tb.Cleanup(func() { r.Close() })
+	return r
+}
+
+// heldStore opens a store on a new file as the gateway does: holding the
+// file's lock, so that it keeps pending claims in memory, and reading
+// through a pool of its own.
 func heldStore(tb testing.TB, cfg sqlitestore.Config) (*sqlitestore.Store, string) {
 	tb.Helper()
 	path := filepath.Join(tb.TempDir(), "idemhook.db")
 	cfg.Lock = lockFile(tb, path)
-	return newStore(tb, openDB(tb, path), cfg), path
+	db := openDB(tb, path)
+	cfg.Reader = openReader(tb, path)
+	return newStore(tb, db, cfg), path
 }
 
 func TestConformanceHeldClaims(t *testing.T) {
@@ -274,5 +289,93 @@ func TestHeldClaimSeesARecordCompletedWhileItReadTheFile(t *testing.T) {
 	}
 	if err != nil || existing == nil || string(existing.Body) != `{"by":"other"}` {
 		t.Fatalf("Claim that read the file before the other's record was committed: %+v, %v; want the other's record", existing, err)
+	}
+}
+
+// A store reading through a pool of its own, without the lock (claims in
+// the file, shared with other processes), passes the suite too.
+func TestConformanceReader(t *testing.T) {
+	clk := newClock()
+	storetest.Run(t, storetest.Harness{
+		New: func(tb testing.TB) idemhook.Store {
+			path := filepath.Join(tb.TempDir(), "idemhook.db")
+			db := openDB(tb, path)
+			return newStore(tb, db, sqlitestore.Config{Now: clk.Now, SweepInterval: -1, Reader: openReader(tb, path)})
+		},
+		Advance: clk.Advance,
+	})
+}
+
+func TestOpenReader(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "idemhook.db")
+	db := openDB(t, path)
+	newStore(t, db, sqlitestore.Config{SweepInterval: -1})
+	r := openReader(t, path)
+	if _, err := r.Exec(`DELETE FROM idem_keys`); err == nil {
+		t.Error("a write through the reader pool succeeded; want it refused (query_only)")
+	}
+
+	// A file that Open never set to WAL is refused: its reads would block
+	// the writer.
+	plain := filepath.Join(dir, "plain.db")
+	pdb, err := sql.Open("sqlite", plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pdb.Exec(`CREATE TABLE t (x)`); err != nil {
+		t.Fatal(err)
+	}
+	pdb.Close()
+	if r, err := sqlitestore.OpenReader(plain); err == nil || !strings.Contains(err.Error(), "want wal") {
+		if r != nil {
+			r.Close()
+		}
+		t.Errorf("OpenReader of a file not in WAL mode: %v", err)
+	}
+	if _, err := sqlitestore.OpenReader(":memory:"); err == nil {
+		t.Error("OpenReader(\":memory:\") succeeded; want an error")
+	}
+
+	// A reader of another file is refused by New.
+	other := filepath.Join(dir, "other.db")
+	openDB(t, other)
+	if _, err := sqlitestore.New(db, sqlitestore.Config{Reader: openReader(t, other)}); err == nil || !strings.Contains(err.Error(), "other.db") {
+		t.Errorf("New with the reader of another file: %v", err)
+	}
+}
+
+// With a reader pool, a replay is answered while a transaction holds the
+// one connection of the store's database (the writer's commit, an audit
+// batch): without it, the Get would wait for the connection.
+func TestReaderAnswersBesideAWrite(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "idemhook.db")
+	db := openDB(t, path)
+	s := newStore(t, db, sqlitestore.Config{SweepInterval: -1, Reader: openReader(t, path)})
+	claim := pending("owner")
+	if _, err := s.Claim(ctx, "idem:test:r", claim, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, "idem:test:r", claim, completed(`{"ok":true}`), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.BeginTx(ctx, nil) // takes db's only connection, and the write lock
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.Exec(`INSERT INTO idem_keys (key, value, expires_at) VALUES ('idem:test:other', x'00', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	within, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	got, err := s.Get(within, "idem:test:r")
+	if err != nil || got == nil || string(got.Body) != `{"ok":true}` {
+		t.Fatalf("Get while a transaction holds the database's connection: %+v, %v", got, err)
+	}
+	existing, err := s.Claim(within, "idem:test:r", pending("duplicate"), time.Minute)
+	if err != nil || existing == nil || existing.State != idemhook.StateCompleted {
+		t.Fatalf("Claim of a completed key while a transaction holds the connection: %+v, %v", existing, err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -78,6 +79,49 @@ func Open(path string) (*sql.DB, error) {
 	return db, nil
 }
 
+// maxReaders bounds the connections of a pool opened by [OpenReader]. Each
+// has its own page cache (up to cacheKiB), so more would cost memory for
+// reads that are short and CPU-bound anyway.
+var maxReaders = min(4, max(2, runtime.GOMAXPROCS(0)))
+
+// OpenReader opens a pool of read-only connections to the database file at
+// path, for [Config.Reader], after [Open] has opened the file (and so set
+// it to WAL mode, which OpenReader checks). In WAL mode a read runs beside
+// the writer's transaction, on the state of the last commit. So the reads
+// of a store (a Claim's first look, a replay's Get) need not wait for the
+// one connection of Open's pool while the writer commits.
+//
+// The pool holds up to min(4, max(2, GOMAXPROCS)) connections that are
+// never recycled, each with the page cache and busy timeout of Open's, and
+// query_only set: a write through it fails. The caller closes it after the
+// stores built on it.
+func OpenReader(path string) (*sql.DB, error) {
+	if path == "" || path == ":memory:" {
+		return nil, fmt.Errorf("sqlitestore: open reader: want the path of a database file, got %q", path)
+	}
+	db, err := sql.Open("sqlite", readerDSN(path))
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: open reader %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(maxReaders)
+	db.SetMaxIdleConns(maxReaders)
+	db.SetConnMaxLifetime(0)
+	db.SetConnMaxIdleTime(0)
+
+	ctx, cancel := context.WithTimeout(context.Background(), BusyTimeout+5*time.Second)
+	defer cancel()
+	var mode string
+	if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlitestore: open reader %s: %w", path, err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		db.Close()
+		return nil, fmt.Errorf("sqlitestore: open reader %s: journal_mode is %q, want wal (open the file with Open first)", path, mode)
+	}
+	return db, nil
+}
+
 // dsn builds the modernc.org/sqlite data source name for path. It is a
 // file: URI with the connection settings as query parameters. SQLite
 // decodes %XX escapes in it.
@@ -93,5 +137,16 @@ func dsn(path string) string {
 	q.Add("_pragma", fmt.Sprintf("cache_size(%d)", -cacheKiB))
 	q.Add("_pragma", "foreign_keys(ON)")
 	q.Set("_txlock", "immediate")
+	return "file:" + esc + "?" + q.Encode()
+}
+
+// readerDSN is dsn for the connections of [OpenReader]: the same file, no
+// journal mode set (the file's own, WAL, applies), and query_only.
+func readerDSN(path string) string {
+	esc := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(filepath.Clean(path))
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", BusyTimeout.Milliseconds()))
+	q.Add("_pragma", fmt.Sprintf("cache_size(%d)", -cacheKiB))
+	q.Add("_pragma", "query_only(1)")
 	return "file:" + esc + "?" + q.Encode()
 }

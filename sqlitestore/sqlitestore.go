@@ -33,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -81,6 +82,14 @@ type Config struct {
 	// when the database file is lost. Default: none.
 	Logger *slog.Logger
 
+	// Reader is a pool of read-only connections to the same file
+	// ([OpenReader]). When set, the store's reads outside a write (a
+	// Claim's first look, Get) go there, and run beside the writer's
+	// transactions instead of waiting for db's connection. The caller owns
+	// it and closes it after [Store.Close]. Default: nil, every read goes
+	// to db.
+	Reader *sql.DB
+
 	// Lock is this process's exclusive hold on the database file, taken
 	// with [Lock] on the file db has open. It tells the store that no other
 	// process uses the file, so the store keeps pending claims in this
@@ -109,6 +118,7 @@ type Store struct {
 	log *slog.Logger
 
 	claim, get, complete, release, extend, del, put *sql.Stmt
+	read                                            *sql.Stmt // get, on Config.Reader when set
 	sweepFirst, sweepNext, sweep                    *sql.Stmt
 
 	w    *writer     // every write goes through it (see writer.go)
@@ -220,6 +230,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 			WHERE idem_keys.expires_at <= ?4
 			RETURNING 1`},
 		{&s.get, `SELECT value FROM idem_keys WHERE key = ?1 AND expires_at > ?2`},
+		{&s.read, `SELECT value FROM idem_keys WHERE key = ?1 AND expires_at > ?2`}, // on Config.Reader
 		{&s.complete, `UPDATE idem_keys SET value = ?3, expires_at = ?4
 			WHERE key = ?1 AND value = ?2 AND expires_at > ?5`},
 		{&s.release, `DELETE FROM idem_keys WHERE key = ?1 AND value = ?2 AND expires_at > ?3`},
@@ -240,8 +251,19 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 			FROM (SELECT key, expires_at FROM idem_keys WHERE key > ?3 ORDER BY key LIMIT ?2)`},
 		{&s.sweep, `DELETE FROM idem_keys WHERE key >= ?1 AND key <= ?2 AND expires_at <= ?3`},
 	}
+	read := db
+	if cfg.Reader != nil {
+		if err := sameFile(ctx, db, cfg.Reader); err != nil {
+			return nil, err
+		}
+		read = cfg.Reader
+	}
 	for _, st := range stmts {
-		p, err := db.PrepareContext(ctx, st.q)
+		on := db
+		if st.p == &s.read {
+			on = read
+		}
+		p, err := on.PrepareContext(ctx, st.q)
 		if err != nil {
 			s.closeStmts()
 			return nil, fmt.Errorf("sqlitestore: prepare: %w", err)
@@ -311,7 +333,7 @@ func (s *Store) Close() error {
 }
 
 func (s *Store) closeStmts() {
-	for _, st := range []*sql.Stmt{s.claim, s.get, s.complete, s.release, s.extend, s.del, s.put, s.sweepFirst, s.sweepNext, s.sweep} {
+	for _, st := range []*sql.Stmt{s.claim, s.get, s.read, s.complete, s.release, s.extend, s.del, s.put, s.sweepFirst, s.sweepNext, s.sweep} {
 		if st != nil {
 			st.Close()
 		}
@@ -386,6 +408,29 @@ func decode(key string, value []byte) (*idemhook.Record, error) {
 	return recordio.Decode("sqlitestore", key, value)
 }
 
+// sameFile reports nil when reader's main database is db's file.
+func sameFile(ctx context.Context, db, reader *sql.DB) error {
+	var infos [2]os.FileInfo
+	var paths [2]string
+	for i, d := range []*sql.DB{db, reader} {
+		p, err := mainFile(ctx, d)
+		if err != nil {
+			return err
+		}
+		if p == "" {
+			return errors.New("sqlitestore: Config.Reader: want a pool on the database's file (OpenReader), and the database or the reader has none")
+		}
+		if infos[i], err = os.Stat(p); err != nil {
+			return fmt.Errorf("sqlitestore: Config.Reader: %w", err)
+		}
+		paths[i] = p
+	}
+	if !os.SameFile(infos[0], infos[1]) {
+		return fmt.Errorf("sqlitestore: Config.Reader reads %s, but the database is %s", paths[1], paths[0])
+	}
+	return nil
+}
+
 func checkLifetime(op string, d time.Duration) error {
 	if d <= 0 {
 		return fmt.Errorf("sqlitestore: %s: lifetime must be positive, got %v", op, d)
@@ -415,7 +460,7 @@ func (s *Store) Claim(ctx context.Context, key string, claim *idemhook.Record, l
 		// Read first: a duplicate, the common case under retries, then
 		// costs one read and takes no write lock.
 		var existing []byte
-		err := s.get.QueryRowContext(ctx, key, s.nowMillis()).Scan(&existing)
+		err := s.read.QueryRowContext(ctx, key, s.nowMillis()).Scan(&existing)
 		if err == nil {
 			return decode(key, existing)
 		}
@@ -556,7 +601,7 @@ func (s *Store) Get(ctx context.Context, key string) (*idemhook.Record, error) {
 		}
 	}
 	var value []byte
-	err := s.get.QueryRowContext(ctx, key, s.nowMillis()).Scan(&value)
+	err := s.read.QueryRowContext(ctx, key, s.nowMillis()).Scan(&value)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}

@@ -123,7 +123,14 @@ func openStore(ctx context.Context, sc storeSettings, files *sqliteFiles, now fu
 		// Holding the file alone, the store keeps pending claims in memory
 		// (nil when file locks are not supported here).
 		lock := files.locks[sc.Path]
-		s, err := sqlitestore.New(db, sqlitestore.Config{Now: now, Logger: files.logger, Lock: lock})
+		// Reads (a claim's first look, a replay) run beside the writer's
+		// commits on a pool of their own.
+		reader, err := sqlitestore.OpenReader(sc.Path)
+		if err != nil {
+			return nil, err
+		}
+		files.rs.add(reader.Close)
+		s, err := sqlitestore.New(db, sqlitestore.Config{Now: now, Logger: files.logger, Lock: lock, Reader: reader})
 		if err != nil {
 			return nil, fmt.Errorf("sqlite store %s: %w", sc.Path, err)
 		}
