@@ -17,3 +17,16 @@ func SetClaimReadHook(tb testing.TB, f func(s *Store, key string)) {
 	claimReadHook.Store(&f)
 	tb.Cleanup(func() { claimReadHook.Store(nil) })
 }
+
+// Cached reports the number and the cost of the completed records the store
+// keeps in memory (Config.CacheBytes).
+func (s *Store) Cached() (records, bytes int) {
+	for i := range s.held.shards {
+		sh := &s.held.shards[i]
+		sh.mu.Lock()
+		records += len(sh.records)
+		bytes += sh.bytes
+		sh.mu.Unlock()
+	}
+	return records, bytes
+}

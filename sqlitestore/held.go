@@ -40,6 +40,11 @@ import (
 //     and no longer the owner's to release or extend. Delete removes the
 //     claim on the writer's goroutine too, so Delete and Complete happen in
 //     one order.
+//   - With Config.CacheBytes, a completed record also stays in the shard's
+//     cache. It enters there in the same step as its claim leaves the map,
+//     after the commit, and only if no Delete took the claim meanwhile.
+//     Delete removes it on the writer's goroutine. So the cache never holds
+//     a record the file doesn't, and Claim and Get may answer from it.
 
 // claimReadHook, set by tests only, runs in Claim between its read of the
 // file and its second look at the map: where a record committed meanwhile
@@ -51,6 +56,7 @@ const heldShards = 32
 
 type heldClaims struct {
 	seed   maphash.Seed
+	budget int // bytes of cached records per shard; 0 caches none
 	shards [heldShards]heldShard
 }
 
@@ -60,7 +66,21 @@ type heldShard struct {
 	// completions counts the records Complete has committed to the file for
 	// keys of this shard (see the rules above).
 	completions uint64
+	// records are the completed records kept in memory (Config.CacheBytes),
+	// taking bytes of the budget.
+	records map[string]cachedRecord
+	bytes   int
 }
+
+// cachedRecord is a completed record kept in memory, as the file has it.
+type cachedRecord struct {
+	value     []byte // the record's encoding; never changed once cached
+	expiresAt int64  // Unix milliseconds
+}
+
+// cacheCost is what a cached record counts against the budget: its key,
+// its encoding, and about what the map and the entry take besides.
+func cacheCost(key string, value []byte) int { return len(key) + len(value) + 64 }
 
 // heldClaim is a pending claim held in memory. value never changes after
 // the claim is stored, so it may be read without the lock.
@@ -70,12 +90,58 @@ type heldClaim struct {
 	completing bool   // Complete is writing the record
 }
 
-func newHeldClaims() *heldClaims {
-	h := &heldClaims{seed: maphash.MakeSeed()}
+// newHeldClaims returns the claims of a store, with a cache of completed
+// records of at most cacheBytes.
+func newHeldClaims(cacheBytes int) *heldClaims {
+	h := &heldClaims{seed: maphash.MakeSeed(), budget: cacheBytes / heldShards}
 	for i := range h.shards {
 		h.shards[i].m = make(map[string]*heldClaim)
+		h.shards[i].records = make(map[string]cachedRecord)
 	}
 	return h
+}
+
+// cached returns the encoding of the record cached under key if it is live
+// at now, and drops one that has expired. The caller holds sh.mu.
+func (sh *heldShard) cached(key string, now int64) []byte {
+	r, ok := sh.records[key]
+	if !ok {
+		return nil
+	}
+	if r.expiresAt <= now {
+		sh.uncache(key)
+		return nil
+	}
+	return r.value
+}
+
+// cache keeps value, the record committed under key, until expiresAt,
+// dropping other records while the shard's budget would be exceeded. A
+// record larger than an eighth of the budget is not kept. The caller holds
+// sh.mu.
+func (sh *heldShard) cache(key string, value []byte, expiresAt int64, budget int) {
+	sh.uncache(key)
+	cost := cacheCost(key, value)
+	if cost > budget/8 {
+		return
+	}
+	for sh.bytes+cost > budget {
+		for k := range sh.records { // a map's order is random: a random victim
+			sh.uncache(k)
+			break
+		}
+	}
+	sh.records[key] = cachedRecord{value: value, expiresAt: expiresAt}
+	sh.bytes += cost
+}
+
+// uncache drops the record cached under key, if any. The caller holds
+// sh.mu.
+func (sh *heldShard) uncache(key string) {
+	if r, ok := sh.records[key]; ok {
+		sh.bytes -= cacheCost(key, r.value)
+		delete(sh.records, key)
+	}
 }
 
 func (h *heldClaims) shard(key string) *heldShard {
@@ -114,6 +180,9 @@ func (h *heldClaims) sweep(now int64) {
 		for key := range sh.m {
 			sh.live(key, now)
 		}
+		for key := range sh.records {
+			sh.cached(key, now)
+		}
 		sh.mu.Unlock()
 	}
 }
@@ -126,9 +195,14 @@ func (s *Store) claimHeld(ctx context.Context, key string, value []byte, lease t
 	sh := s.held.shard(key)
 	for {
 		sh.mu.Lock()
-		if c := sh.live(key, s.nowMillis()); c != nil {
+		now := s.nowMillis()
+		if c := sh.live(key, now); c != nil {
 			sh.mu.Unlock()
 			return decode(key, c.value)
+		}
+		if v := sh.cached(key, now); v != nil {
+			sh.mu.Unlock()
+			return decode(key, v)
 		}
 		seen := sh.completions
 		sh.mu.Unlock()
@@ -166,6 +240,7 @@ func (s *Store) claimHeld(ctx context.Context, key string, value []byte, lease t
 func (s *Store) completeHeld(ctx context.Context, key string, old, value []byte, ttl time.Duration) error {
 	sh := s.held.shard(key)
 	var mine *heldClaim // the claim this call marked completing
+	var expiresAt int64 // the record's, as written
 	run := func(ctx context.Context, tx *sql.Tx) (int64, error) {
 		sh.mu.Lock()
 		if mine == nil { // not on a second run of the write (see writer.run)
@@ -178,7 +253,8 @@ func (s *Store) completeHeld(ctx context.Context, key string, old, value []byte,
 		if mine == nil {
 			return 0, nil
 		}
-		_, err := tx.StmtContext(ctx, s.put).ExecContext(ctx, key, value, s.expiry(ttl))
+		expiresAt = s.expiry(ttl)
+		_, err := tx.StmtContext(ctx, s.put).ExecContext(ctx, key, value, expiresAt)
 		if err != nil {
 			return 0, err
 		}
@@ -191,8 +267,11 @@ func (s *Store) completeHeld(ctx context.Context, key string, old, value []byte,
 		sh.mu.Lock()
 		mine.completing = false
 		if committed {
-			if sh.m[key] == mine {
+			if sh.m[key] == mine { // no Delete took it meanwhile
 				delete(sh.m, key)
+				if s.held.budget > 0 {
+					sh.cache(key, value, expiresAt, s.held.budget)
+				}
 			}
 			sh.completions++
 		}
@@ -233,16 +312,17 @@ func (s *Store) extendHeld(ctx context.Context, key string, old []byte, lease ti
 	return nil
 }
 
-// getHeld returns the encoding of the live claim held under key, or nil.
-// The caller has checked its context.
+// getHeld returns the encoding of the live claim held under key, or of
+// the live record cached there, or nil. The caller has checked its context.
 func (s *Store) getHeld(key string) []byte {
 	sh := s.held.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if c := sh.live(key, s.nowMillis()); c != nil {
+	now := s.nowMillis()
+	if c := sh.live(key, now); c != nil {
 		return c.value
 	}
-	return nil
+	return sh.cached(key, now)
 }
 
 // deleteHeld removes the claim held under key, whatever its owner, and
@@ -253,6 +333,7 @@ func (s *Store) deleteHeld(key string) (live bool, restore func()) {
 	sh := s.held.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	sh.uncache(key) // the file still has it if the delete fails
 	c := sh.live(key, s.nowMillis())
 	if c == nil {
 		return false, func() {}

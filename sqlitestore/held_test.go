@@ -39,14 +39,18 @@ func openReader(tb testing.TB, path string) *sql.DB {
 }
 
 // heldStore opens a store on a new file as the gateway does: holding the
-// file's lock, so that it keeps pending claims in memory, and reading
-// through a pool of its own.
+// file's lock, so that it keeps pending claims in memory, reading through a
+// pool of its own, and keeping recent records in memory (1 MiB unless cfg
+// says).
 func heldStore(tb testing.TB, cfg sqlitestore.Config) (*sqlitestore.Store, string) {
 	tb.Helper()
 	path := filepath.Join(tb.TempDir(), "idemhook.db")
 	cfg.Lock = lockFile(tb, path)
 	db := openDB(tb, path)
 	cfg.Reader = openReader(tb, path)
+	if cfg.CacheBytes == 0 {
+		cfg.CacheBytes = 1 << 20
+	}
 	return newStore(tb, db, cfg), path
 }
 
@@ -377,5 +381,70 @@ func TestReaderAnswersBesideAWrite(t *testing.T) {
 	existing, err := s.Claim(within, "idem:test:r", pending("duplicate"), time.Minute)
 	if err != nil || existing == nil || existing.State != idemhook.StateCompleted {
 		t.Fatalf("Claim of a completed key while a transaction holds the connection: %+v, %v", existing, err)
+	}
+}
+
+// With CacheBytes, a recent record is answered from memory: with the reader
+// pool closed under the store, Get and Claim of a cached key still answer,
+// and the read of a key that isn't cached fails.
+func TestCacheAnswersRecentRecords(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "idemhook.db")
+	db := openDB(t, path)
+	reader := openReader(t, path)
+	s := newStore(t, db, sqlitestore.Config{SweepInterval: -1, Lock: lockFile(t, path), Reader: reader, CacheBytes: 1 << 20})
+	claim := pending("owner")
+	if _, err := s.Claim(ctx, "idem:test:cached", claim, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, "idem:test:cached", claim, completed(`{"ok":true}`), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	reader.Close()
+	if got, err := s.Get(ctx, "idem:test:cached"); err != nil || got == nil || string(got.Body) != `{"ok":true}` {
+		t.Fatalf("Get of a cached record with the reader closed: %+v, %v", got, err)
+	}
+	if existing, err := s.Claim(ctx, "idem:test:cached", pending("duplicate"), time.Minute); err != nil || existing == nil || existing.State != idemhook.StateCompleted {
+		t.Fatalf("Claim of a cached record with the reader closed: %+v, %v", existing, err)
+	}
+	if _, err := s.Get(ctx, "idem:test:not-cached"); err == nil {
+		t.Fatal("Get of a key that isn't cached, with the reader closed, succeeded: the test would not tell a cached answer from a read")
+	}
+}
+
+// The cache keeps to its budget, dropping records as new ones come, and
+// each dropped record is still read from the file.
+func TestCacheKeepsToItsBudget(t *testing.T) {
+	ctx := t.Context()
+	const budget = 64 << 10
+	s, _ := heldStore(t, sqlitestore.Config{SweepInterval: -1, CacheBytes: budget})
+	const n = 2000
+	for i := range n {
+		key := fmt.Sprintf("idem:test:budget-%d", i)
+		claim := pending(key)
+		if _, err := s.Claim(ctx, key, claim, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Complete(ctx, key, claim, completed(fmt.Sprintf(`{"n":%d}`, i)), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	records, bytes := s.Cached()
+	if records == 0 || records >= n || bytes > budget {
+		t.Fatalf("cache after %d records: %d records, %d bytes; want some but not all, within %d bytes", n, records, bytes, budget)
+	}
+	for i := range n {
+		key := fmt.Sprintf("idem:test:budget-%d", i)
+		got, err := s.Get(ctx, key)
+		if err != nil || got == nil || string(got.Body) != fmt.Sprintf(`{"n":%d}`, i) {
+			t.Fatalf("Get %s: %+v, %v", key, got, err)
+		}
+	}
+}
+
+func TestCacheNeedsTheLock(t *testing.T) {
+	db := openDB(t, filepath.Join(t.TempDir(), "idemhook.db"))
+	if _, err := sqlitestore.New(db, sqlitestore.Config{CacheBytes: 1 << 20}); err == nil || !strings.Contains(err.Error(), "together with Lock") {
+		t.Fatalf("New with CacheBytes and no lock: %v", err)
 	}
 }

@@ -108,6 +108,17 @@ type Config struct {
 	// other's claims: use one Store per file). Leave it nil when several processes share the file. The gateway sets
 	// it whenever it holds the lock. Default: nil.
 	Lock *FileLock
+
+	// CacheBytes, with Lock, is how many bytes of completed records the
+	// store also keeps in memory after writing them, so that a duplicate of
+	// a recent delivery is answered without reading the file. The file
+	// stays the truth: a record enters the cache only once committed, and
+	// leaves it when it expires or is deleted, or at random when the cache
+	// is full. Only the lock makes this exact (no other process changes the
+	// file), so New refuses CacheBytes without it. Records larger than 1/256
+	// of CacheBytes are not kept. The gateway uses 32 MiB. Default 0: no
+	// cache.
+	CacheBytes int
 }
 
 // Store is an [idemhook.Store] backed by SQLite. It is safe for concurrent
@@ -282,12 +293,16 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 		}
 		s.file = fc
 	}
+	if cfg.CacheBytes < 0 || cfg.CacheBytes > 0 && cfg.Lock == nil {
+		s.closeStmts()
+		return nil, fmt.Errorf("sqlitestore: CacheBytes is %d; want 0, or a positive size together with Lock (without the lock another process may change the file under the cache)", cfg.CacheBytes)
+	}
 	if cfg.Lock != nil { // the last check that can fail: it takes the lock's one Store
 		if err := cfg.Lock.covers(ctx, db); err != nil {
 			s.closeStmts()
 			return nil, err
 		}
-		s.held, s.lock = newHeldClaims(), cfg.Lock
+		s.held, s.lock = newHeldClaims(cfg.CacheBytes), cfg.Lock
 	}
 	s.w = startWriter(db)
 	s.sweeping = periodic.Start(interval, func(ctx context.Context) error {

@@ -99,6 +99,11 @@ func (f *sqliteFiles) open(path string) (*sql.DB, error) {
 	return db, nil
 }
 
+// sqliteCacheBytes is how many bytes of recent completed records the SQLite
+// store keeps in memory, holding the file alone, so that the providers'
+// retries of recent deliveries are answered without reading the file.
+const sqliteCacheBytes = 32 << 20
+
 // postgresStartTimeout bounds the creation of the PostgreSQL store's table at
 // start.
 const postgresStartTimeout = 10 * time.Second
@@ -130,7 +135,11 @@ func openStore(ctx context.Context, sc storeSettings, files *sqliteFiles, now fu
 			return nil, err
 		}
 		files.rs.add(reader.Close)
-		s, err := sqlitestore.New(db, sqlitestore.Config{Now: now, Logger: files.logger, Lock: lock, Reader: reader})
+		cfg := sqlitestore.Config{Now: now, Logger: files.logger, Lock: lock, Reader: reader}
+		if lock != nil {
+			cfg.CacheBytes = sqliteCacheBytes
+		}
+		s, err := sqlitestore.New(db, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("sqlite store %s: %w", sc.Path, err)
 		}
