@@ -153,7 +153,20 @@ func TestKeyCount(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { db.Close() })
-		st, err := sqlitestore.New(db, sqlitestore.Config{SweepInterval: -1})
+		// As the gateway opens it: holding the file's lock (pending claims
+		// in memory), reading through a pool of its own. No record cache:
+		// first deliveries never hit it.
+		lock, err := sqlitestore.Lock(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { lock.Unlock() })
+		reader, err := sqlitestore.OpenReader(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { reader.Close() })
+		st, err := sqlitestore.New(db, sqlitestore.Config{SweepInterval: -1, Lock: lock, Reader: reader})
 		if err != nil {
 			t.Fatal(err)
 		}
