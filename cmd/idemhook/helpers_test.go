@@ -50,8 +50,8 @@ func newUpstream(t *testing.T) *upstream {
 
 func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
+	u.mu.Lock() // n and the append in one step: received()[n-1] is this request
 	n := u.calls.Add(1)
-	u.mu.Lock()
 	u.got = append(u.got, received{r.Method, r.URL.Path, r.URL.RawQuery, r.Host, r.Header.Clone(), body})
 	u.mu.Unlock()
 	if u.handle != nil {

@@ -263,3 +263,63 @@ func TestRedisTopologies(t *testing.T) {
 		})
 	}
 }
+
+// The gateway's SQLite store holds pending claims in memory and keeps
+// recent records there (it holds the file alone). Many events, each sent as
+// concurrent copies that race the first copy's completion, must each reach
+// the upstream exactly once, and every copy must get that one answer.
+func TestSQLiteGatewayRunsEachOfManyConcurrentEventsOnce(t *testing.T) {
+	up := newUpstream(t)
+	var mu sync.Mutex
+	calls := map[string]int{}
+	up.handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+		var ev struct{ ID string }
+		json.Unmarshal(up.received()[n-1].Body, &ev) //nolint:errcheck
+		mu.Lock()
+		calls[ev.ID]++
+		mu.Unlock()
+		time.Sleep(time.Millisecond) // so that copies arrive while it runs, and right after
+		fmt.Fprintf(w, `{"processed":%q}`, ev.ID)
+	}
+	dir := t.TempDir()
+	cfg := strings.Replace(routeConfig(up.srv.URL), "store: {driver: memory}",
+		fmt.Sprintf("store: {driver: sqlite, path: %q}", filepath.Join(dir, "state.db")), 1)
+	g := startGateway(t, writeConfig(t, dir, cfg), startOpts{})
+
+	const events, copies = 150, 8
+	var wg sync.WaitGroup
+	errs := make(chan string, events*copies)
+	for e := range events {
+		for c := range copies {
+			wg.Go(func() {
+				// Spread the copies over a few milliseconds, so that some
+				// arrive just as the first one completes.
+				time.Sleep(time.Duration(c) * 300 * time.Microsecond)
+				id := fmt.Sprintf("evt_%d", e)
+				// Not post: its t.Fatal must not run on this goroutine.
+				resp, err := http.Post(g.url("/webhooks/test"), "application/json", strings.NewReader(fmt.Sprintf(`{"id":%q}`, id)))
+				if err != nil {
+					errs <- fmt.Sprintf("%s: %v", id, err)
+					return
+				}
+				body, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != http.StatusOK || string(body) != fmt.Sprintf(`{"processed":%q}`, id) {
+					errs <- fmt.Sprintf("%s: %d %q %v", id, resp.StatusCode, body, err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for e := range events {
+		if n := calls[fmt.Sprintf("evt_%d", e)]; n != 1 {
+			t.Errorf("evt_%d reached the upstream %d times, want 1", e, n)
+		}
+	}
+}
