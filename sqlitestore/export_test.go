@@ -30,3 +30,26 @@ func (s *Store) Cached() (records, bytes int) {
 	}
 	return records, bytes
 }
+
+// WaitKeyFilter waits for the initial build of the key filter.
+func (s *Store) WaitKeyFilter() { <-s.building }
+
+// KeyFilterOff waits for the key filter's initial build, then drops the
+// filter, so that every Claim reads the file.
+func (s *Store) KeyFilterOff() {
+	<-s.building
+	s.filter.current.Store(nil)
+}
+
+// RebuildKeyFilter builds the key filter again, as the sweeper does.
+func (s *Store) RebuildKeyFilter(ctx context.Context) error { return s.buildFilter(ctx) }
+
+// KeyFilterAbsent reports whether the key filter says key has no row.
+func (s *Store) KeyFilterAbsent(key string) bool { return s.filter.absent(key) }
+
+// SetCommitHook makes f run on the writer's goroutine before each commit,
+// until the test ends.
+func SetCommitHook(tb testing.TB, f func()) {
+	commitHook.Store(&f)
+	tb.Cleanup(func() { commitHook.Store(nil) })
+}

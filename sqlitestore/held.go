@@ -192,6 +192,9 @@ func (s *Store) claimHeld(ctx context.Context, key string, value []byte, lease t
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("sqlitestore: claim %q: %w", key, err)
 	}
+	if err := s.writeFailure(key); err != nil {
+		return nil, err
+	}
 	sh := s.held.shard(key)
 	for {
 		sh.mu.Lock()
@@ -203,6 +206,11 @@ func (s *Store) claimHeld(ctx context.Context, key string, value []byte, lease t
 		if v := sh.cached(key, now); v != nil {
 			sh.mu.Unlock()
 			return decode(key, v)
+		}
+		if s.filter.absent(key) { // no row: no need to read the file (see filter.go)
+			sh.m[key] = &heldClaim{value: value, expiresAt: s.expiry(lease)}
+			sh.mu.Unlock()
+			return nil, nil
 		}
 		seen := sh.completions
 		sh.mu.Unlock()
@@ -254,6 +262,7 @@ func (s *Store) completeHeld(ctx context.Context, key string, old, value []byte,
 			return 0, nil
 		}
 		expiresAt = s.expiry(ttl)
+		s.filter.added(key) // before the commit (see filter.go)
 		_, err := tx.StmtContext(ctx, s.put).ExecContext(ctx, key, value, expiresAt)
 		if err != nil {
 			return 0, err
@@ -346,4 +355,67 @@ func (s *Store) deleteHeld(key string) (live bool, restore func()) {
 		}
 		sh.mu.Unlock()
 	}
+}
+
+// Writes that fail. With claims in memory, a Claim doesn't write, so a file
+// that can't be written (a full disk, an I/O error, pages overwritten) would
+// go unnoticed until the delivery's Complete, after its handler ran. So once
+// a write fails, Claim fails too, with that error: the middleware applies
+// the route's store-error policy (fail open with the WARN, or 503 under
+// on_store_error: closed) as it did when the claim itself was written. A
+// probe write, every healInterval, clears the failure once the file takes
+// writes again (any write that commits does).
+
+// healInterval is how often a store whose writes fail tries a probe write.
+const healInterval = 500 * time.Millisecond
+
+// writeHealth records the outcome of a commit of the writer.
+func (s *Store) writeHealth(err error) {
+	if err == nil {
+		if s.writeErr.Load() != nil {
+			s.writeErr.Store(nil)
+			if s.log != nil {
+				s.log.Info("sqlitestore: writes to the file succeed again: claims resume")
+			}
+		}
+		return
+	}
+	if s.writeErr.Swap(&err) == nil && s.log != nil {
+		s.log.Error("sqlitestore: a write to the file failed: claims fail until a write succeeds", "err", err)
+	}
+	if s.healing.CompareAndSwap(false, true) {
+		go s.heal()
+	}
+}
+
+// heal tries a probe write every healInterval until one commits (the
+// writer then clears the failure) or the store is closed.
+func (s *Store) heal() {
+	defer s.healing.Store(false)
+	t := time.NewTicker(healInterval)
+	defer t.Stop()
+	for s.writeErr.Load() != nil {
+		select {
+		case <-s.w.workers.Stopped():
+			return
+		case <-t.C:
+		}
+		s.w.do(context.Background(), func(ctx context.Context, tx *sql.Tx) (int64, error) { //nolint:errcheck // the writer reports the outcome
+			// A row that is absent to every call (expired), gone again
+			// before the commit: the write touches pages, changes nothing.
+			if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO idem_keys (key, value, expires_at) VALUES ('idemhook:write-probe', x'', 0)`); err != nil {
+				return 0, err
+			}
+			_, err := tx.ExecContext(ctx, `DELETE FROM idem_keys WHERE key = 'idemhook:write-probe'`)
+			return 0, err
+		})
+	}
+}
+
+// writeFailure is the error Claim returns while writes fail, or nil.
+func (s *Store) writeFailure(key string) error {
+	if p := s.writeErr.Load(); p != nil {
+		return fmt.Errorf("sqlitestore: claim %q: the file can't be written (the last write failed: %w); claims fail until a write succeeds", key, *p)
+	}
+	return nil
 }

@@ -273,6 +273,7 @@ func TestRestartHeldClaims(t *testing.T) {
 func TestHeldClaimSeesARecordCompletedWhileItReadTheFile(t *testing.T) {
 	ctx := t.Context()
 	s, _ := heldStore(t, sqlitestore.Config{SweepInterval: -1})
+	s.KeyFilterOff() // the filter would spare the read this test is about
 	var fired atomic.Bool
 	sqlitestore.SetClaimReadHook(t, func(hs *sqlitestore.Store, key string) {
 		if hs != s || !fired.CompareAndSwap(false, true) {
@@ -446,5 +447,189 @@ func TestCacheNeedsTheLock(t *testing.T) {
 	db := openDB(t, filepath.Join(t.TempDir(), "idemhook.db"))
 	if _, err := sqlitestore.New(db, sqlitestore.Config{CacheBytes: 1 << 20}); err == nil || !strings.Contains(err.Error(), "together with Lock") {
 		t.Fatalf("New with CacheBytes and no lock: %v", err)
+	}
+}
+
+// The key filter knows the keys a file held when the store opened it: with
+// the reader pool closed under the store, a Claim of a new key still wins
+// (the filter says the file can't hold it), while a Claim of a key of the
+// file must read it, and fails.
+func TestKeyFilterKnowsTheFilesKeys(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "idemhook.db")
+	func() { // an earlier process, without the lock, writes the records
+		db, err := sqlitestore.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		old, err := sqlitestore.New(db, sqlitestore.Config{SweepInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer old.Close()
+		for i := range 1000 {
+			key := fmt.Sprintf("idem:test:old-%d", i)
+			claim := pending(key)
+			if _, err := old.Claim(ctx, key, claim, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			if err := old.Complete(ctx, key, claim, completed(`{"old":true}`), time.Hour); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}()
+
+	db := openDB(t, path)
+	reader := openReader(t, path)
+	s := newStore(t, db, sqlitestore.Config{SweepInterval: -1, Lock: lockFile(t, path), Reader: reader})
+	s.WaitKeyFilter()
+	for i := range 1000 {
+		if key := fmt.Sprintf("idem:test:old-%d", i); s.KeyFilterAbsent(key) {
+			t.Fatalf("the key filter says %s, a key of the file, is absent", key)
+		}
+	}
+	reader.Close()
+	for i := range 100 {
+		key := fmt.Sprintf("idem:test:new-%d", i)
+		if existing, err := s.Claim(ctx, key, pending(key), time.Minute); err != nil || existing != nil {
+			t.Fatalf("Claim of the new key %s with the reader closed: %+v, %v; want it taken without a read", key, existing, err)
+		}
+	}
+	if _, err := s.Claim(ctx, "idem:test:old-7", pending("duplicate"), time.Minute); err == nil {
+		t.Fatal("Claim of a key of the file succeeded with the reader closed: it did not read the file")
+	}
+}
+
+// A key completed while the filter is rebuilt is in the new filter: the
+// rebuild puts the new filter in place on the writer's goroutine before it
+// scans the file, so a record is either in the scan or added to the new
+// filter by its Complete.
+func TestKeyFilterRebuildMissesNoCompletedKey(t *testing.T) {
+	ctx := t.Context()
+	s, _ := heldStore(t, sqlitestore.Config{SweepInterval: -1})
+	s.WaitKeyFilter()
+	var wg sync.WaitGroup
+	keys := make([][]string, 8)
+	for w := range keys {
+		wg.Go(func() {
+			for n := range 300 {
+				key := fmt.Sprintf("idem:test:w%d-%d", w, n)
+				claim := pending(key)
+				if _, err := s.Claim(ctx, key, claim, time.Minute); err != nil {
+					t.Error(err)
+					return
+				}
+				if err := s.Complete(ctx, key, claim, completed(`{"ok":true}`), time.Hour); err != nil {
+					t.Error(err)
+					return
+				}
+				keys[w] = append(keys[w], key)
+			}
+		})
+	}
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	rebuilds := 0
+	for running := true; running; rebuilds++ {
+		select {
+		case <-finished:
+			running = false // one more rebuild, with every key in the file
+		default:
+		}
+		if err := s.RebuildKeyFilter(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("%d rebuilds", rebuilds)
+	total := 0
+	for _, ks := range keys {
+		for _, key := range ks {
+			if s.KeyFilterAbsent(key) {
+				t.Fatalf("the rebuilt filter says %s, a completed key, is absent", key)
+			}
+		}
+		total += len(ks)
+	}
+	if total != 8*300 {
+		t.Fatalf("%d keys completed, want %d", total, 8*300)
+	}
+}
+
+// A rebuild of the key filter that starts while a Complete's write has run
+// but is not committed must still end with the key in the new filter. The
+// rebuild is started, on cue, just before that commit. It can only put its
+// filter in place after the commit (its swap is a write, behind this one),
+// so its scan sees the record. Were the swap done at once, the scan would
+// miss the record and the Complete would have added the key to the old
+// filter only.
+func TestKeyFilterRebuildDuringACommit(t *testing.T) {
+	ctx := t.Context()
+	s, _ := heldStore(t, sqlitestore.Config{SweepInterval: -1})
+	s.WaitKeyFilter()
+	var fired atomic.Bool
+	rebuilt := make(chan error, 1)
+	sqlitestore.SetCommitHook(t, func() {
+		if !fired.CompareAndSwap(false, true) {
+			return
+		}
+		go func() { rebuilt <- s.RebuildKeyFilter(ctx) }()
+		select { // a swap done at once would finish the rebuild here
+		case err := <-rebuilt:
+			rebuilt <- err
+		case <-time.After(200 * time.Millisecond):
+		}
+	})
+	claim := pending("owner")
+	if _, err := s.Claim(ctx, "idem:test:during", claim, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, "idem:test:during", claim, completed(`{"ok":true}`), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-rebuilt; err != nil {
+		t.Fatal(err)
+	}
+	if s.KeyFilterAbsent("idem:test:during") {
+		t.Fatal("the filter rebuilt during the Complete's commit says its key is absent")
+	}
+}
+
+// Once a write to the file fails, Claim fails with it (its claim would
+// otherwise be taken in memory, and the delivery's record be lost after its
+// handler ran), until a write succeeds again: the store's probe write clears
+// the failure by itself.
+func TestFailedWriteFailsClaimsUntilAWriteSucceeds(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "idemhook.db")
+	db := openDB(t, path)
+	s := newStore(t, db, sqlitestore.Config{SweepInterval: -1, Lock: lockFile(t, path), Reader: openReader(t, path)})
+	s.WaitKeyFilter()
+	claim := pending("owner")
+	if _, err := s.Claim(ctx, "idem:test:a", claim, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("PRAGMA query_only = 1"); err != nil { // db's one connection: the writer's
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, "idem:test:a", claim, completed(`{"ok":true}`), time.Hour); err == nil {
+		t.Fatal("Complete on a read-only connection succeeded")
+	}
+	if _, err := s.Claim(ctx, "idem:test:b", pending("b"), time.Minute); err == nil || !strings.Contains(err.Error(), "can't be written") {
+		t.Fatalf("Claim after a failed write: %v; want it refused", err)
+	}
+	if _, err := db.Exec("PRAGMA query_only = 0"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		existing, err := s.Claim(ctx, "idem:test:b", pending("b"), time.Minute)
+		if err == nil && existing == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Claim 10s after the file took writes again: %+v, %v", existing, err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -32,10 +32,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemhook/idemhook"
@@ -130,11 +132,20 @@ type Store struct {
 
 	claim, get, complete, release, extend, del, put *sql.Stmt
 	read                                            *sql.Stmt // get, on Config.Reader when set
+	scanKeys                                        *sql.Stmt // the key filter's scan, on Config.Reader when set
+	readDB                                          *sql.DB   // Config.Reader, or db
 	sweepFirst, sweepNext, sweep                    *sql.Stmt
 
 	w    *writer     // every write goes through it (see writer.go)
 	held *heldClaims // the pending claims, with Config.Lock; nil without (see held.go)
-	lock *FileLock   // Config.Lock
+	// filter knows which keys the file can't hold, with Config.Lock; nil
+	// without (see filter.go). building is the initial build's end.
+	filter   *keyFilter
+	building chan struct{}
+	writeErr atomic.Pointer[error] // with the lock: the last write's error, while writes fail (see held.go)
+	healing  atomic.Bool
+	stop     context.CancelFunc // of the initial build
+	lock     *FileLock          // Config.Lock
 
 	sweeping  *periodic.Task
 	sweptUpTo string     // the key the sweeper's last step ended at; "" from the start
@@ -241,7 +252,8 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 			WHERE idem_keys.expires_at <= ?4
 			RETURNING 1`},
 		{&s.get, `SELECT value FROM idem_keys WHERE key = ?1 AND expires_at > ?2`},
-		{&s.read, `SELECT value FROM idem_keys WHERE key = ?1 AND expires_at > ?2`}, // on Config.Reader
+		{&s.read, `SELECT value FROM idem_keys WHERE key = ?1 AND expires_at > ?2`},     // on Config.Reader
+		{&s.scanKeys, `SELECT key FROM idem_keys WHERE key > ?1 ORDER BY key LIMIT ?2`}, // on Config.Reader
 		{&s.complete, `UPDATE idem_keys SET value = ?3, expires_at = ?4
 			WHERE key = ?1 AND value = ?2 AND expires_at > ?5`},
 		{&s.release, `DELETE FROM idem_keys WHERE key = ?1 AND value = ?2 AND expires_at > ?3`},
@@ -269,9 +281,10 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 		}
 		read = cfg.Reader
 	}
+	s.readDB = read
 	for _, st := range stmts {
 		on := db
-		if st.p == &s.read {
+		if st.p == &s.read || st.p == &s.scanKeys {
 			on = read
 		}
 		p, err := on.PrepareContext(ctx, st.q)
@@ -303,11 +316,31 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 			return nil, err
 		}
 		s.held, s.lock = newHeldClaims(cfg.CacheBytes), cfg.Lock
+		s.filter = &keyFilter{seed: maphash.MakeSeed()}
 	}
-	s.w = startWriter(db)
+	var health func(error)
+	if s.held != nil {
+		health = s.writeHealth
+	}
+	s.w = startWriter(db, health)
+	if s.filter != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		s.building, s.stop = make(chan struct{}), cancel
+		go func() {
+			defer close(s.building)
+			if err := s.buildFilter(ctx); err != nil && ctx.Err() == nil && s.log != nil {
+				s.log.Warn("sqlitestore: building the key filter failed; first deliveries read the file until the sweeper builds it", "err", err)
+			}
+		}()
+	}
 	s.sweeping = periodic.Start(interval, func(ctx context.Context) error {
 		if s.held != nil {
 			s.held.sweep(s.nowMillis())
+		}
+		if s.filter != nil && s.filterStale() {
+			if err := s.buildFilter(ctx); err != nil {
+				return err
+			}
 		}
 		// Only the sweeper's goroutine reads and writes sweptUpTo.
 		_, next, err := s.sweepFrom(ctx, s.sweptUpTo, sweepStepsPerRun)
@@ -336,6 +369,10 @@ func (s *Store) Name() string { return "SQLite" }
 // after Close. Close is safe to call more than once.
 func (s *Store) Close() error {
 	s.stopOnce.Do(func() {
+		if s.stop != nil {
+			s.stop()
+			<-s.building
+		}
 		s.sweeping.Stop()
 		s.checking.Stop()
 		s.w.close()
@@ -348,7 +385,7 @@ func (s *Store) Close() error {
 }
 
 func (s *Store) closeStmts() {
-	for _, st := range []*sql.Stmt{s.claim, s.get, s.read, s.complete, s.release, s.extend, s.del, s.put, s.sweepFirst, s.sweepNext, s.sweep} {
+	for _, st := range []*sql.Stmt{s.claim, s.get, s.read, s.scanKeys, s.complete, s.release, s.extend, s.del, s.put, s.sweepFirst, s.sweepNext, s.sweep} {
 		if st != nil {
 			st.Close()
 		}

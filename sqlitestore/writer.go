@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	"github.com/idemhook/idemhook/internal/gather"
 )
@@ -38,23 +39,33 @@ type write struct {
 	ctx   context.Context
 	run   func(ctx context.Context, tx *sql.Tx) (int64, error)
 	after func(committed bool)
-	n     int64
-	err   error
-	done  chan struct{}
+	// inMemory marks a write that changes nothing in the file (it only runs
+	// in the writer's order): its commit says nothing of the file's health.
+	inMemory bool
+	n        int64
+	err      error
+	done     chan struct{}
 }
 
 var writePool = sync.Pool{New: func() any { return &write{done: make(chan struct{}, 1)} }}
 
 var errClosed = errors.New("sqlitestore: the store is closed")
 
+// commitHook, set by tests only, runs on the writer's goroutine before each
+// commit: where a write has run but is not yet in the file.
+var commitHook atomic.Pointer[func()]
+
 // writer runs the store's writes, from one goroutine, until it is closed.
 type writer struct {
 	db      *sql.DB
 	workers *gather.Workers[*write]
+	// health, when set, is told the outcome of every commit the writer
+	// tries: nil, or the error that failed it.
+	health func(err error)
 }
 
-func startWriter(db *sql.DB) *writer {
-	w := &writer{db: db}
+func startWriter(db *sql.DB, health func(error)) *writer {
+	w := &writer{db: db, health: health}
 	w.workers = gather.Start(1, maxBatch, w.run)
 	return w
 }
@@ -74,8 +85,22 @@ func (w *writer) do(ctx context.Context, run func(ctx context.Context, tx *sql.T
 // errClosed); it is called with false when the write was taken but not
 // committed.
 func (w *writer) doThen(ctx context.Context, run func(ctx context.Context, tx *sql.Tx) (int64, error), after func(committed bool)) (int64, error) {
+	return w.submit(ctx, run, after, false)
+}
+
+// inOrder runs f on the writer's goroutine, in the order of the writes,
+// without writing to the file.
+func (w *writer) inOrder(ctx context.Context, f func()) error {
+	_, err := w.submit(ctx, func(context.Context, *sql.Tx) (int64, error) {
+		f()
+		return 0, nil
+	}, nil, true)
+	return err
+}
+
+func (w *writer) submit(ctx context.Context, run func(ctx context.Context, tx *sql.Tx) (int64, error), after func(committed bool), inMemory bool) (int64, error) {
 	op := writePool.Get().(*write)
-	op.ctx, op.run, op.after, op.n, op.err = ctx, run, after, 0, nil
+	op.ctx, op.run, op.after, op.inMemory, op.n, op.err = ctx, run, after, inMemory, 0, nil
 	select {
 	case w.workers.Queue() <- op:
 	case <-ctx.Done():
@@ -111,15 +136,36 @@ func (w *writer) run(batch []*write) {
 // commit runs batch in one transaction and reports whether it committed.
 // When it didn't, every write of batch carries the error.
 func (w *writer) commit(batch []*write) bool {
+	ok, err := w.try(batch)
+	if w.health != nil && (ok && writesFile(batch) || err != nil) {
+		w.health(err)
+	}
+	return ok
+}
+
+// writesFile reports whether batch holds a write to the file.
+func writesFile(batch []*write) bool {
+	for _, op := range batch {
+		if !op.inMemory {
+			return true
+		}
+	}
+	return false
+}
+
+// try is commit, returning also the error of the database when one failed
+// the batch (nil when only contexts that ended kept it from committing).
+func (w *writer) try(batch []*write) (bool, error) {
 	ctx := context.Background() // each write checks its own context first
 	tx, err := w.db.BeginTx(ctx, nil)
 	if err != nil {
 		for _, op := range batch {
 			op.n, op.err = 0, err
 		}
-		return false
+		return false, err
 	}
 	ok := true
+	var failed error
 	for _, op := range batch {
 		if err := op.ctx.Err(); err != nil {
 			op.n, op.err = 0, err // given up before it ran: never run
@@ -128,21 +174,27 @@ func (w *writer) commit(batch []*write) bool {
 		op.n, op.err = op.run(op.ctx, tx)
 		if op.err != nil {
 			ok = false
+			if op.ctx.Err() == nil { // not its caller giving up meanwhile
+				failed = op.err
+			}
 			break
 		}
 	}
 	if ok {
+		if hook := commitHook.Load(); hook != nil {
+			(*hook)()
+		}
 		err := tx.Commit()
 		if err == nil {
-			return true
+			return true, nil
 		}
 		for _, op := range batch {
 			if op.err == nil {
 				op.n, op.err = 0, err
 			}
 		}
-		return false
+		return false, err
 	}
 	tx.Rollback() //nolint:errcheck // the failed write's error is the one to report
-	return false
+	return false, failed
 }

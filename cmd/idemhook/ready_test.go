@@ -93,9 +93,12 @@ func TestSQLiteFileDeletedUnderARunningGateway(t *testing.T) {
 }
 
 // The file's pages are overwritten under a running gateway (another program
-// writing the same file). Once the gateway's connection re-reads them,
-// claims fail. /readyz, whose probe claims as deliveries do, then says the
-// store is down rather than answering 200 from a read of an absent key.
+// writing the same file). The gateway holds its claims in memory and knows
+// the file's keys, so the next delivery's claim touches no page: it reaches
+// the upstream, and the write of its record fails. From then on claims fail
+// until a write succeeds. /readyz, whose probe claims as deliveries do, says
+// the store is down, and the next delivery gets 503 (on_store_error:
+// closed) rather than running without its record.
 func TestSQLitePagesOverwrittenUnderARunningGateway(t *testing.T) {
 	up := newUpstream(t)
 	db := filepath.Join(t.TempDir(), "idemhook.db")
@@ -131,13 +134,22 @@ func TestSQLitePagesOverwrittenUnderARunningGateway(t *testing.T) {
 		t.Fatalf("the other program's write: %v", err)
 	}
 
-	r := post(t, c.url("/webhooks/test"), `{"id":"after"}`)
+	first := post(t, c.url("/webhooks/test"), `{"id":"after"}`)
+	if first.Status != http.StatusOK {
+		t.Errorf("the first delivery on the overwritten file: %d %s, want the upstream's 200", first.Status, first.Body)
+	}
+	c.waitLog(t, "WebhookIdempotencyInterceptor cache write failed for key=idem:test:")
 	body := waitReady(t, c.adminURL("/readyz"), http.StatusServiceUnavailable)
-	if !strings.Contains(body, "store (sqlite "+db+"): down: claim of a probe key:") {
+	if !strings.Contains(body, "store (sqlite "+db+"): down: claim of a probe key:") || !strings.Contains(body, "can't be written") {
 		t.Errorf("/readyz does not name the store's failing step: %q", body)
 	}
+	calls := up.calls.Load()
+	r := post(t, c.url("/webhooks/test"), `{"id":"next"}`)
 	if r.Status != http.StatusServiceUnavailable {
-		t.Errorf("a delivery on the overwritten file: %d %s, want 503 (on_store_error: closed)", r.Status, r.Body)
+		t.Errorf("a delivery once a write failed: %d %s, want 503 (on_store_error: closed)", r.Status, r.Body)
+	}
+	if n := up.calls.Load(); n != calls {
+		t.Errorf("the upstream ran %d more times after the write failed, want 0", n-calls)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -166,11 +167,33 @@ func TestKeyCount(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { reader.Close() })
-		st, err := sqlitestore.New(db, sqlitestore.Config{SweepInterval: -1, Lock: lock, Reader: reader})
-		if err != nil {
-			t.Fatal(err)
+		// The store is opened after each load, as a gateway restarted on
+		// the file would be: its key filter is built from the file then
+		// (the load writes behind the store's back, which the lock would
+		// forbid another process). Its INFO line gives the build's time.
+		built := make(chan struct{}, 1)
+		logger := slog.New(&signalHandler{Handler: slog.NewTextHandler(os.Stderr, nil), prefix: "sqlitestore: key filter built", c: built})
+		var st *sqlitestore.Store
+		open := func() {
+			if st != nil {
+				st.Close()
+			}
+			var err error
+			st, err = sqlitestore.New(db, sqlitestore.Config{SweepInterval: -1, Lock: lock, Reader: reader, Logger: logger})
+			if err != nil {
+				t.Fatal(err)
+			}
+			select { // measure the store as it runs once the filter is built
+			case <-built:
+			case <-time.After(10 * time.Minute):
+				t.Fatal("the key filter was not built within 10 minutes")
+			}
 		}
-		t.Cleanup(func() { st.Close() })
+		t.Cleanup(func() {
+			if st != nil {
+				st.Close()
+			}
+		})
 		var pts []curvePoint
 		var have int64
 		emptySize := fileSize(t, path)
@@ -178,6 +201,7 @@ func TestKeyCount(t *testing.T) {
 			start := time.Now()
 			bulkSQLite(t, db, c-have, done)
 			have = c
+			open()
 			p := curvePoint{keys: c, loadDur: time.Since(start)}
 			if c > 0 {
 				p.perKey = float64(fileSize(t, path)-emptySize) / float64(c)
@@ -316,4 +340,22 @@ func bulkRedis(t *testing.T, client *redis.Client, n int64, value []byte) {
 	if err := failed.Load(); err != nil {
 		t.Fatalf("bulk load of %d keys: %v", n, err)
 	}
+}
+
+// signalHandler is a slog handler that sends on c when a record's message
+// starts with prefix.
+type signalHandler struct {
+	slog.Handler
+	prefix string
+	c      chan struct{}
+}
+
+func (h *signalHandler) Handle(ctx context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, h.prefix) {
+		select {
+		case h.c <- struct{}{}:
+		default:
+		}
+	}
+	return h.Handler.Handle(ctx, r)
 }
