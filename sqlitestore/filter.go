@@ -155,8 +155,8 @@ func (s *Store) buildFilter(ctx context.Context) error {
 	// In key order, filterScanRows at a time, so that the scan holds a
 	// connection (db's only one, without Config.Reader) only briefly.
 	after, scanned := "", 0
-	for {
-		n, last, err := s.scanKeysAfter(ctx, b, after)
+	for first := true; ; first = false {
+		n, last, err := s.scanKeysAfter(ctx, b, first, after)
 		scanned += n
 		if err != nil {
 			return fmt.Errorf("sqlitestore: key filter: %w", err)
@@ -177,10 +177,15 @@ func (s *Store) buildFilter(ctx context.Context) error {
 // filterScanRows bounds the keys one step of the filter's scan reads.
 const filterScanRows = 10_000
 
-// scanKeysAfter adds to b the next keys of the file after the key after,
-// and returns how many it read and the last one.
-func (s *Store) scanKeysAfter(ctx context.Context, b *bloom, after string) (int, string, error) {
-	rows, err := s.scanKeys.QueryContext(ctx, after, filterScanRows)
+// scanKeysAfter adds to b the next keys of the file after the key after
+// (from the first key when first, which "" can't say: it is a key too), and
+// returns how many it read and the last one.
+func (s *Store) scanKeysAfter(ctx context.Context, b *bloom, first bool, after string) (int, string, error) {
+	stmt := s.scanKeys
+	if first {
+		stmt = s.scanFirstKeys
+	}
+	rows, err := stmt.QueryContext(ctx, after, filterScanRows)
 	if err != nil {
 		return 0, "", err
 	}

@@ -470,6 +470,9 @@ func TestKeyFilterKnowsTheFilesKeys(t *testing.T) {
 		defer old.Close()
 		for i := range 1000 {
 			key := fmt.Sprintf("idem:test:old-%d", i)
+			if i == 0 {
+				key = "" // the first key in key order, which "after ''" would skip
+			}
 			claim := pending(key)
 			if _, err := old.Claim(ctx, key, claim, time.Minute); err != nil {
 				t.Fatal(err)
@@ -485,8 +488,12 @@ func TestKeyFilterKnowsTheFilesKeys(t *testing.T) {
 	s := newStore(t, db, sqlitestore.Config{SweepInterval: -1, Lock: lockFile(t, path), Reader: reader})
 	s.WaitKeyFilter()
 	for i := range 1000 {
-		if key := fmt.Sprintf("idem:test:old-%d", i); s.KeyFilterAbsent(key) {
-			t.Fatalf("the key filter says %s, a key of the file, is absent", key)
+		key := fmt.Sprintf("idem:test:old-%d", i)
+		if i == 0 {
+			key = ""
+		}
+		if s.KeyFilterAbsent(key) {
+			t.Fatalf("the key filter says %q, a key of the file, is absent", key)
 		}
 	}
 	reader.Close()

@@ -132,7 +132,7 @@ type Store struct {
 
 	claim, get, complete, release, extend, del, put *sql.Stmt
 	read                                            *sql.Stmt // get, on Config.Reader when set
-	scanKeys                                        *sql.Stmt // the key filter's scan, on Config.Reader when set
+	scanFirstKeys, scanKeys                         *sql.Stmt // the key filter's scan, on Config.Reader when set
 	readDB                                          *sql.DB   // Config.Reader, or db
 	sweepFirst, sweepNext, sweep                    *sql.Stmt
 
@@ -253,6 +253,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 			RETURNING 1`},
 		{&s.get, `SELECT value FROM idem_keys WHERE key = ?1 AND expires_at > ?2`},
 		{&s.read, `SELECT value FROM idem_keys WHERE key = ?1 AND expires_at > ?2`},     // on Config.Reader
+		{&s.scanFirstKeys, `SELECT key FROM idem_keys ORDER BY key LIMIT ?2`},           // on Config.Reader
 		{&s.scanKeys, `SELECT key FROM idem_keys WHERE key > ?1 ORDER BY key LIMIT ?2`}, // on Config.Reader
 		{&s.complete, `UPDATE idem_keys SET value = ?3, expires_at = ?4
 			WHERE key = ?1 AND value = ?2 AND expires_at > ?5`},
@@ -284,7 +285,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	s.readDB = read
 	for _, st := range stmts {
 		on := db
-		if st.p == &s.read || st.p == &s.scanKeys {
+		if st.p == &s.read || st.p == &s.scanKeys || st.p == &s.scanFirstKeys {
 			on = read
 		}
 		p, err := on.PrepareContext(ctx, st.q)
@@ -385,7 +386,7 @@ func (s *Store) Close() error {
 }
 
 func (s *Store) closeStmts() {
-	for _, st := range []*sql.Stmt{s.claim, s.get, s.read, s.scanKeys, s.complete, s.release, s.extend, s.del, s.put, s.sweepFirst, s.sweepNext, s.sweep} {
+	for _, st := range []*sql.Stmt{s.claim, s.get, s.read, s.scanFirstKeys, s.scanKeys, s.complete, s.release, s.extend, s.del, s.put, s.sweepFirst, s.sweepNext, s.sweep} {
 		if st != nil {
 			st.Close()
 		}
