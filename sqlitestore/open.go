@@ -56,20 +56,8 @@ func Open(path string) (*sql.DB, error) {
 	if path == "" {
 		return nil, fmt.Errorf("sqlitestore: open: empty path")
 	}
-	db, err := sql.Open("sqlite", dsn(path))
+	db, mode, err := openPool(dsn(path), 1)
 	if err != nil {
-		return nil, fmt.Errorf("sqlitestore: open %s: %w", path, err)
-	}
-	db.SetMaxOpenConns(1)
-	db.SetMaxIdleConns(1)
-	db.SetConnMaxLifetime(0)
-	db.SetConnMaxIdleTime(0)
-
-	ctx, cancel := context.WithTimeout(context.Background(), BusyTimeout+5*time.Second)
-	defer cancel()
-	var mode string
-	if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
-		db.Close()
 		return nil, fmt.Errorf("sqlitestore: open %s: %w (does the directory exist and is it writable?)", path, err)
 	}
 	if !strings.EqualFold(mode, "wal") && !strings.EqualFold(mode, "memory") {
@@ -77,6 +65,28 @@ func Open(path string) (*sql.DB, error) {
 		return nil, fmt.Errorf("sqlitestore: open %s: journal_mode is %q, want wal (is the file on a network filesystem?)", path, mode)
 	}
 	return db, nil
+}
+
+// openPool opens a pool of at most conns connections that are never
+// recycled, and returns the journal mode its first connection reports: the
+// query that makes the driver open the file and apply the settings of dsn.
+func openPool(dsn string, conns int) (*sql.DB, string, error) {
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, "", err
+	}
+	db.SetMaxOpenConns(conns)
+	db.SetMaxIdleConns(conns)
+	db.SetConnMaxLifetime(0)
+	db.SetConnMaxIdleTime(0)
+	ctx, cancel := context.WithTimeout(context.Background(), BusyTimeout+5*time.Second)
+	defer cancel()
+	var mode string
+	if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		db.Close()
+		return nil, "", err
+	}
+	return db, mode, nil
 }
 
 // maxReaders bounds the connections of a pool opened by [OpenReader]. Each
@@ -99,20 +109,8 @@ func OpenReader(path string) (*sql.DB, error) {
 	if path == "" || path == ":memory:" {
 		return nil, fmt.Errorf("sqlitestore: open reader: want the path of a database file, got %q", path)
 	}
-	db, err := sql.Open("sqlite", readerDSN(path))
+	db, mode, err := openPool(readerDSN(path), maxReaders)
 	if err != nil {
-		return nil, fmt.Errorf("sqlitestore: open reader %s: %w", path, err)
-	}
-	db.SetMaxOpenConns(maxReaders)
-	db.SetMaxIdleConns(maxReaders)
-	db.SetConnMaxLifetime(0)
-	db.SetConnMaxIdleTime(0)
-
-	ctx, cancel := context.WithTimeout(context.Background(), BusyTimeout+5*time.Second)
-	defer cancel()
-	var mode string
-	if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
-		db.Close()
 		return nil, fmt.Errorf("sqlitestore: open reader %s: %w", path, err)
 	}
 	if !strings.EqualFold(mode, "wal") {
@@ -126,27 +124,36 @@ func OpenReader(path string) (*sql.DB, error) {
 // file: URI with the connection settings as query parameters. SQLite
 // decodes %XX escapes in it.
 func dsn(path string) string {
-	if path != ":memory:" {
-		path = filepath.Clean(path)
-	}
-	esc := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
-	q := url.Values{}
-	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", BusyTimeout.Milliseconds()))
+	q := fileSettings()
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(NORMAL)")
-	q.Add("_pragma", fmt.Sprintf("cache_size(%d)", -cacheKiB))
 	q.Add("_pragma", "foreign_keys(ON)")
 	q.Set("_txlock", "immediate")
-	return "file:" + esc + "?" + q.Encode()
+	return fileURI(path, q)
 }
 
 // readerDSN is dsn for the connections of [OpenReader]: the same file, no
 // journal mode set (the file's own, WAL, applies), and query_only.
 func readerDSN(path string) string {
-	esc := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(filepath.Clean(path))
+	q := fileSettings()
+	q.Add("_pragma", "query_only(1)")
+	return fileURI(path, q)
+}
+
+// fileSettings are the settings of every connection: the busy timeout and
+// the page cache.
+func fileSettings() url.Values {
 	q := url.Values{}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", BusyTimeout.Milliseconds()))
 	q.Add("_pragma", fmt.Sprintf("cache_size(%d)", -cacheKiB))
-	q.Add("_pragma", "query_only(1)")
+	return q
+}
+
+// fileURI is the file: URI of path with the settings q.
+func fileURI(path string, q url.Values) string {
+	if path != ":memory:" {
+		path = filepath.Clean(path)
+	}
+	esc := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
 	return "file:" + esc + "?" + q.Encode()
 }
