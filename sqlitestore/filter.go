@@ -33,10 +33,10 @@ import (
 // Deleted and expired rows stay in the filter until it is rebuilt: they
 // only cost a read. The filter is sized for twice the keys the file seems
 // to hold (from its size, or the keys the last filter took if more; at
-// least filterMinKeys), with filterBitsPerKey bits per key: 10M stored keys
-// took 28.7 MB (docs/benchmarks.md). The sweeper builds it again once it has taken more keys
-// than it was sized for. A build scans the keys in key order; it is logged
-// at INFO with the keys and the time it took.
+// least filterMinKeys), with filterBitsPerKey bits per key: 10M stored
+// keys took 28.7 MB (docs/benchmarks.md). The sweeper builds it again once
+// it has taken more keys than it was sized for. A build scans the keys in
+// key order; it is logged at INFO with the keys and the time it took.
 
 const (
 	filterBitsPerKey = 10 // about 1% false positives with filterHashes probes
