@@ -38,14 +38,14 @@ func (s *Store) WaitKeyFilter() { <-s.building }
 // filter, so that every Claim reads the file.
 func (s *Store) KeyFilterOff() {
 	<-s.building
-	s.filter.current.Store(nil)
+	s.held.filter.current.Store(nil)
 }
 
 // RebuildKeyFilter builds the key filter again, as the sweeper does.
 func (s *Store) RebuildKeyFilter(ctx context.Context) error { return s.buildFilter(ctx) }
 
 // KeyFilterAbsent reports whether the key filter says key has no row.
-func (s *Store) KeyFilterAbsent(key string) bool { return s.filter.absent(key) }
+func (s *Store) KeyFilterAbsent(key string) bool { return s.held.filter.absent(key) }
 
 // SetCommitHook makes f run on the writer's goroutine before each commit,
 // until the test ends.

@@ -128,7 +128,7 @@ func (s *Store) filterStale() bool {
 	default:
 		return false // the initial build is still running
 	}
-	b := s.filter.current.Load()
+	b := s.held.filter.current.Load()
 	return b == nil || !b.ready.Load() || b.added.Load() > b.capacity
 }
 
@@ -143,13 +143,13 @@ func (s *Store) buildFilter(ctx context.Context) error {
 		return fmt.Errorf("sqlitestore: key filter: %w", err)
 	}
 	keys := pages * pageSize / filterRowBytes
-	if old := s.filter.current.Load(); old != nil {
+	if old := s.held.filter.current.Load(); old != nil {
 		keys = max(keys, old.added.Load())
 	}
 	b := newBloom(2 * keys)
 	start := time.Now()
 	// Put it in place on the writer's goroutine (see the rules above).
-	if err := s.w.inOrder(ctx, func() { s.filter.current.Store(b) }); err != nil {
+	if err := s.w.inOrder(ctx, func() { s.held.filter.current.Store(b) }); err != nil {
 		return fmt.Errorf("sqlitestore: key filter: %w", err)
 	}
 	// In key order, filterScanRows at a time, so that the scan holds a
@@ -195,7 +195,7 @@ func (s *Store) scanKeysAfter(ctx context.Context, b *bloom, first bool, after s
 		if err := rows.Scan(&key); err != nil {
 			return n, key, err
 		}
-		b.add(s.filter.seed, key)
+		b.add(s.held.filter.seed, key)
 		n++
 	}
 	return n, key, rows.Err()

@@ -58,6 +58,11 @@ type heldClaims struct {
 	seed   maphash.Seed
 	budget int // bytes of cached records per shard; 0 caches none
 	shards [heldShards]heldShard
+	filter keyFilter // the keys the file can't hold (see filter.go)
+	// writeErr is the last write's error while writes fail; healing is set
+	// while the probe writes run (see the end of this file).
+	writeErr atomic.Pointer[error]
+	healing  atomic.Bool
 }
 
 type heldShard struct {
@@ -94,6 +99,7 @@ type heldClaim struct {
 // records of at most cacheBytes.
 func newHeldClaims(cacheBytes int) *heldClaims {
 	h := &heldClaims{seed: maphash.MakeSeed(), budget: cacheBytes / heldShards}
+	h.filter.seed = maphash.MakeSeed()
 	for i := range h.shards {
 		h.shards[i].m = make(map[string]*heldClaim)
 		h.shards[i].records = make(map[string]cachedRecord)
@@ -207,7 +213,7 @@ func (s *Store) claimHeld(ctx context.Context, key string, value []byte, lease t
 			sh.mu.Unlock()
 			return decode(key, v)
 		}
-		if s.filter.absent(key) { // no row: no need to read the file (see filter.go)
+		if s.held.filter.absent(key) { // no row: no need to read the file (see filter.go)
 			sh.m[key] = &heldClaim{value: value, expiresAt: s.expiry(lease)}
 			sh.mu.Unlock()
 			return nil, nil
@@ -262,7 +268,7 @@ func (s *Store) completeHeld(ctx context.Context, key string, old, value []byte,
 			return 0, nil
 		}
 		expiresAt = s.expiry(ttl)
-		s.filter.added(key) // before the commit (see filter.go)
+		s.held.filter.added(key) // before the commit (see filter.go)
 		_, err := tx.StmtContext(ctx, s.put).ExecContext(ctx, key, value, expiresAt)
 		if err != nil {
 			return 0, err
@@ -372,18 +378,18 @@ const healInterval = 500 * time.Millisecond
 // writeHealth records the outcome of a commit of the writer.
 func (s *Store) writeHealth(err error) {
 	if err == nil {
-		if s.writeErr.Load() != nil {
-			s.writeErr.Store(nil)
+		if s.held.writeErr.Load() != nil {
+			s.held.writeErr.Store(nil)
 			if s.log != nil {
 				s.log.Info("sqlitestore: writes to the file succeed again: claims resume")
 			}
 		}
 		return
 	}
-	if s.writeErr.Swap(&err) == nil && s.log != nil {
+	if s.held.writeErr.Swap(&err) == nil && s.log != nil {
 		s.log.Error("sqlitestore: a write to the file failed: claims fail until a write succeeds", "err", err)
 	}
-	if s.healing.CompareAndSwap(false, true) {
+	if s.held.healing.CompareAndSwap(false, true) {
 		go s.heal()
 	}
 }
@@ -391,10 +397,10 @@ func (s *Store) writeHealth(err error) {
 // heal tries a probe write every healInterval until one commits (the
 // writer then clears the failure) or the store is closed.
 func (s *Store) heal() {
-	defer s.healing.Store(false)
+	defer s.held.healing.Store(false)
 	t := time.NewTicker(healInterval)
 	defer t.Stop()
-	for s.writeErr.Load() != nil {
+	for s.held.writeErr.Load() != nil {
 		select {
 		case <-s.w.workers.Stopped():
 			return
@@ -414,7 +420,7 @@ func (s *Store) heal() {
 
 // writeFailure is the error Claim returns while writes fail, or nil.
 func (s *Store) writeFailure(key string) error {
-	if p := s.writeErr.Load(); p != nil {
+	if p := s.held.writeErr.Load(); p != nil {
 		return fmt.Errorf("sqlitestore: claim %q: the file can't be written (the last write failed: %w); claims fail until a write succeeds", key, *p)
 	}
 	return nil

@@ -32,12 +32,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"log/slog"
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/idemhook/idemhook"
@@ -136,14 +134,12 @@ type Store struct {
 	readDB                                          *sql.DB   // Config.Reader, or db
 	sweepFirst, sweepNext, sweep                    *sql.Stmt
 
-	w    *writer     // every write goes through it (see writer.go)
-	held *heldClaims // the pending claims, with Config.Lock; nil without (see held.go)
-	// filter knows which keys the file can't hold, with Config.Lock; nil
-	// without (see filter.go). building is the initial build's end.
-	filter   *keyFilter
-	building chan struct{}
-	writeErr atomic.Pointer[error] // with the lock: the last write's error, while writes fail (see held.go)
-	healing  atomic.Bool
+	w *writer // every write goes through it (see writer.go)
+	// held is what a store holding its file alone (Config.Lock) keeps in
+	// memory: the pending claims, recent records, the key filter, and
+	// whether writes fail (see held.go, filter.go); nil without the lock.
+	held     *heldClaims
+	building chan struct{}      // closed when the key filter's initial build ends
 	stop     context.CancelFunc // of the initial build
 	lock     *FileLock          // Config.Lock
 
@@ -317,14 +313,13 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 			return nil, err
 		}
 		s.held, s.lock = newHeldClaims(cfg.CacheBytes), cfg.Lock
-		s.filter = &keyFilter{seed: maphash.MakeSeed()}
 	}
 	var health func(error)
 	if s.held != nil {
 		health = s.writeHealth
 	}
 	s.w = startWriter(db, health)
-	if s.filter != nil {
+	if s.held != nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		s.building, s.stop = make(chan struct{}), cancel
 		go func() {
@@ -337,10 +332,10 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	s.sweeping = periodic.Start(interval, func(ctx context.Context) error {
 		if s.held != nil {
 			s.held.sweep(s.nowMillis())
-		}
-		if s.filter != nil && s.filterStale() {
-			if err := s.buildFilter(ctx); err != nil {
-				return err
+			if s.filterStale() {
+				if err := s.buildFilter(ctx); err != nil {
+					return err
+				}
 			}
 		}
 		// Only the sweeper's goroutine reads and writes sweptUpTo.
