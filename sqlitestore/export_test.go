@@ -48,8 +48,8 @@ func (s *Store) RebuildKeyFilter(ctx context.Context) error { return s.buildFilt
 func (s *Store) KeyFilterAbsent(key string) bool { return s.held.filter.absent(key) }
 
 // SetCommitHook makes f run on the writer's goroutine before each commit,
-// until the test ends.
-func SetCommitHook(tb testing.TB, f func()) {
+// until the test ends. An error f returns fails that commit.
+func SetCommitHook(tb testing.TB, f func() error) {
 	commitHook.Store(&f)
 	tb.Cleanup(func() { commitHook.Store(nil) })
 }

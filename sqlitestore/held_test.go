@@ -3,6 +3,7 @@ package sqlitestore_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -45,13 +46,29 @@ func openReader(tb testing.TB, path string) *sql.DB {
 func heldStore(tb testing.TB, cfg sqlitestore.Config) (*sqlitestore.Store, string) {
 	tb.Helper()
 	path := filepath.Join(tb.TempDir(), "idemhook.db")
+	return openHeld(tb, path, cfg).store, path
+}
+
+// held is a store opened by openHeld, with the pools a test may act on.
+type held struct {
+	store  *sqlitestore.Store
+	db     *sql.DB // the store's database: its one connection is the writer's
+	reader *sql.DB // Config.Reader
+}
+
+// openHeld is heldStore on the file at path, which may hold records
+// already.
+func openHeld(tb testing.TB, path string, cfg sqlitestore.Config) held {
+	tb.Helper()
 	cfg.Lock = lockFile(tb, path)
-	db := openDB(tb, path)
-	cfg.Reader = openReader(tb, path)
+	h := held{db: openDB(tb, path)}
+	h.reader = openReader(tb, path)
+	cfg.Reader = h.reader
 	if cfg.CacheBytes == 0 {
 		cfg.CacheBytes = 1 << 20
 	}
-	return newStore(tb, db, cfg), path
+	h.store = newStore(tb, h.db, cfg)
+	return h
 }
 
 func TestConformanceHeldClaims(t *testing.T) {
@@ -390,10 +407,8 @@ func TestReaderAnswersBesideAWrite(t *testing.T) {
 // and the read of a key that isn't cached fails.
 func TestCacheAnswersRecentRecords(t *testing.T) {
 	ctx := t.Context()
-	path := filepath.Join(t.TempDir(), "idemhook.db")
-	db := openDB(t, path)
-	reader := openReader(t, path)
-	s := newStore(t, db, sqlitestore.Config{SweepInterval: -1, Lock: lockFile(t, path), Reader: reader, CacheBytes: 1 << 20})
+	h := openHeld(t, filepath.Join(t.TempDir(), "idemhook.db"), sqlitestore.Config{SweepInterval: -1, CacheBytes: 1 << 20})
+	s, reader := h.store, h.reader
 	claim := pending("owner")
 	if _, err := s.Claim(ctx, "idem:test:cached", claim, time.Minute); err != nil {
 		t.Fatal(err)
@@ -483,9 +498,8 @@ func TestKeyFilterKnowsTheFilesKeys(t *testing.T) {
 		}
 	}()
 
-	db := openDB(t, path)
-	reader := openReader(t, path)
-	s := newStore(t, db, sqlitestore.Config{SweepInterval: -1, Lock: lockFile(t, path), Reader: reader})
+	h := openHeld(t, path, sqlitestore.Config{SweepInterval: -1})
+	s, reader := h.store, h.reader
 	s.WaitKeyFilter()
 	for i := range 1000 {
 		key := fmt.Sprintf("idem:test:old-%d", i)
@@ -576,9 +590,9 @@ func TestKeyFilterRebuildDuringACommit(t *testing.T) {
 	s.WaitKeyFilter()
 	var fired atomic.Bool
 	rebuilt := make(chan error, 1)
-	sqlitestore.SetCommitHook(t, func() {
+	sqlitestore.SetCommitHook(t, func() error {
 		if !fired.CompareAndSwap(false, true) {
-			return
+			return nil
 		}
 		go func() { rebuilt <- s.RebuildKeyFilter(ctx) }()
 		select { // a swap done at once would finish the rebuild here
@@ -586,6 +600,7 @@ func TestKeyFilterRebuildDuringACommit(t *testing.T) {
 			rebuilt <- err
 		case <-time.After(200 * time.Millisecond):
 		}
+		return nil
 	})
 	claim := pending("owner")
 	if _, err := s.Claim(ctx, "idem:test:during", claim, time.Minute); err != nil {
@@ -608,9 +623,8 @@ func TestKeyFilterRebuildDuringACommit(t *testing.T) {
 // the failure by itself.
 func TestFailedWriteFailsClaimsUntilAWriteSucceeds(t *testing.T) {
 	ctx := t.Context()
-	path := filepath.Join(t.TempDir(), "idemhook.db")
-	db := openDB(t, path)
-	s := newStore(t, db, sqlitestore.Config{SweepInterval: -1, Lock: lockFile(t, path), Reader: openReader(t, path)})
+	h := openHeld(t, filepath.Join(t.TempDir(), "idemhook.db"), sqlitestore.Config{SweepInterval: -1})
+	s, db := h.store, h.db
 	s.WaitKeyFilter()
 	claim := pending("owner")
 	if _, err := s.Claim(ctx, "idem:test:a", claim, time.Minute); err != nil {
@@ -638,5 +652,35 @@ func TestFailedWriteFailsClaimsUntilAWriteSucceeds(t *testing.T) {
 			t.Fatalf("Claim 10s after the file took writes again: %+v, %v", existing, err)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A Delete whose write fails takes nothing away: the claim it removed from
+// memory, on the writer's goroutine, is put back when its commit fails, so
+// its owner still completes it.
+func TestFailedDeleteKeepsTheClaim(t *testing.T) {
+	ctx := t.Context()
+	s, _ := heldStore(t, sqlitestore.Config{SweepInterval: -1})
+	s.WaitKeyFilter()
+	claim := pending("owner")
+	if _, err := s.Claim(ctx, "idem:test:del", claim, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	var fail atomic.Bool
+	fail.Store(true)
+	sqlitestore.SetCommitHook(t, func() error {
+		if fail.Swap(false) {
+			return errors.New("injected: the commit failed")
+		}
+		return nil
+	})
+	if _, err := s.Delete(ctx, "idem:test:del"); err == nil || !strings.Contains(err.Error(), "injected") {
+		t.Fatalf("Delete whose commit fails: %v; want the commit's error", err)
+	}
+	if got, err := s.Get(ctx, "idem:test:del"); err != nil || got == nil || got.Token != "owner" {
+		t.Fatalf("Get after the failed Delete: %+v, %v; want the claim still held", got, err)
+	}
+	if err := s.Complete(ctx, "idem:test:del", claim, completed(`{"ok":true}`), time.Hour); err != nil {
+		t.Fatalf("Complete by the owner after the failed Delete: %v", err)
 	}
 }

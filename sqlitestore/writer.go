@@ -52,8 +52,9 @@ var writePool = sync.Pool{New: func() any { return &write{done: make(chan struct
 var errClosed = errors.New("sqlitestore: the store is closed")
 
 // commitHook, set by tests only, runs on the writer's goroutine before each
-// commit: where a write has run but is not yet in the file.
-var commitHook atomic.Pointer[func()]
+// commit: where a write has run but is not yet in the file. An error it
+// returns fails the commit, as the file's would.
+var commitHook atomic.Pointer[func() error]
 
 // writer runs the store's writes, from one goroutine, until it is closed.
 type writer struct {
@@ -181,12 +182,16 @@ func (w *writer) try(batch []*write) (bool, error) {
 		}
 	}
 	if ok {
+		var err error
 		if hook := commitHook.Load(); hook != nil {
-			(*hook)()
+			err = (*hook)()
 		}
-		err := tx.Commit()
 		if err == nil {
-			return true, nil
+			if err = tx.Commit(); err == nil {
+				return true, nil
+			}
+		} else {
+			tx.Rollback() //nolint:errcheck // the hook's error is the one to report
 		}
 		for _, op := range batch {
 			if op.err == nil {
