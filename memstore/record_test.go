@@ -65,8 +65,7 @@ func TestRecordRoundTrip(t *testing.T) {
 		{"pending, empty token", idemhook.Record{State: idemhook.StatePending}},
 		{"pending, binary token", idemhook.Record{State: idemhook.StatePending, Token: "\x00\xff\x80 tok"}},
 		{"pending, response fields dropped", idemhook.Record{State: idemhook.StatePending, Token: "t", Status: 200, Body: []byte("x"), Header: http.Header{"A": {"b"}}}},
-		{"typical", idemhook.Record{State: idemhook.StateCompleted, CreatedAt: now, Status: 200,
-			Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"ok":true}`)}},
+		{"typical", *TypicalAnswer(now)},
 		{"empty body, no header", idemhook.Record{State: idemhook.StateCompleted, CreatedAt: now, Status: 204}},
 		{"empty header map and body", idemhook.Record{State: idemhook.StateCompleted, Status: 204, Header: http.Header{}, Body: []byte{}}},
 		{"name without values", idemhook.Record{State: idemhook.StateCompleted, Status: 200, Header: http.Header{"X-Empty": {}, "Vary": {"Origin"}}}},
@@ -104,13 +103,7 @@ func TestRecordRoundTrip(t *testing.T) {
 // store a year old, whose created-at differences take 5 bytes.
 func TestTypicalEntrySize(t *testing.T) {
 	now := time.Now()
-	done := &idemhook.Record{
-		State:     idemhook.StateCompleted,
-		CreatedAt: now,
-		Status:    http.StatusOK,
-		Header:    http.Header{"Content-Type": {"application/json"}},
-		Body:      []byte(`{"ok":true}`),
-	}
+	done := TypicalAnswer(now)
 	var pt prefixTable
 	key := "idem:stone:sha256:" + strings.Repeat("0123456789abcdef", 4)
 	ck := pt.compactKey(nil, key, true)
@@ -211,13 +204,7 @@ func TestPendingToken(t *testing.T) {
 }
 
 func BenchmarkRecord(b *testing.B) {
-	done := &idemhook.Record{
-		State:     idemhook.StateCompleted,
-		CreatedAt: time.Now(),
-		Status:    http.StatusOK,
-		Header:    http.Header{"Content-Type": {"application/json"}},
-		Body:      []byte(`{"ok":true}`),
-	}
+	done := TypicalAnswer(time.Now())
 	epoch := time.Now().Add(-time.Hour).UnixMilli()
 	b.Run("encode", func(b *testing.B) {
 		var buf [256]byte
