@@ -20,8 +20,11 @@ const probeLease = 10 * time.Second
 // probeStore does to the store what a delivery does. It claims a fresh
 // probe key and releases it, each call bounded by timeout (the middleware's
 // store deadline). That way a store that answers reads but fails writes (a
-// corrupt or lost SQLite file, a Redis replica that refuses writes) is seen
-// as down. It returns the failing step's error.
+// Redis replica that refuses writes, a lost SQLite file) is seen as down.
+// The gateway's SQLite store holds claims in memory, so there the claim
+// writes nothing: it fails, and so the probe, once a write to the file has
+// failed, until one succeeds again (sqlitestore's Config.Lock). It returns
+// the failing step's error.
 func probeStore(ctx context.Context, s idemhook.Store, timeout time.Duration) error {
 	var tok [12]byte
 	rand.Read(tok[:]) //nolint:errcheck // crypto/rand.Read never fails
