@@ -79,23 +79,8 @@ func (l *FileLock) covers(ctx context.Context, db *sql.DB) error {
 	if l.f == nil {
 		return fmt.Errorf("sqlitestore: Config.Lock: the lock of %s was released", l.dbPath)
 	}
-	main, err := mainFile(ctx, db)
-	if err != nil {
+	if err := dbIsFile(ctx, db, l.dbPath, "Config.Lock"); err != nil {
 		return err
-	}
-	if main == "" {
-		return fmt.Errorf("sqlitestore: Config.Lock: the database has no file (in memory or temporary), so the lock of %s can't be its lock", l.dbPath)
-	}
-	locked, err := os.Stat(l.dbPath)
-	if err != nil {
-		return fmt.Errorf("sqlitestore: Config.Lock: %w", err)
-	}
-	open, err := os.Stat(main)
-	if err != nil {
-		return fmt.Errorf("sqlitestore: Config.Lock: %w", err)
-	}
-	if !os.SameFile(locked, open) {
-		return fmt.Errorf("sqlitestore: Config.Lock is the lock of %s, but the database is %s", l.dbPath, main)
 	}
 	if !l.store.CompareAndSwap(false, true) {
 		return fmt.Errorf("sqlitestore: Config.Lock: another Store holds its pending claims under the lock of %s; use one Store per file", l.dbPath)

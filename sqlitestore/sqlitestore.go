@@ -458,23 +458,36 @@ func decode(key string, value []byte) (*idemhook.Record, error) {
 
 // sameFile reports nil when reader's main database is db's file.
 func sameFile(ctx context.Context, db, reader *sql.DB) error {
-	var infos [2]os.FileInfo
-	var paths [2]string
-	for i, d := range []*sql.DB{db, reader} {
-		p, err := mainFile(ctx, d)
-		if err != nil {
-			return err
-		}
-		if p == "" {
-			return errors.New("sqlitestore: Config.Reader: want a pool on the database's file (OpenReader), and the database or the reader has none")
-		}
-		if infos[i], err = os.Stat(p); err != nil {
-			return fmt.Errorf("sqlitestore: Config.Reader: %w", err)
-		}
-		paths[i] = p
+	path, err := mainFile(ctx, reader)
+	if err != nil {
+		return err
 	}
-	if !os.SameFile(infos[0], infos[1]) {
-		return fmt.Errorf("sqlitestore: Config.Reader reads %s, but the database is %s", paths[1], paths[0])
+	if path == "" {
+		return errors.New("sqlitestore: Config.Reader: want a pool on the database's file (OpenReader), and the reader has none")
+	}
+	return dbIsFile(ctx, db, path, "Config.Reader")
+}
+
+// dbIsFile reports nil when db's main database is the file at path, and
+// otherwise an error naming field, the setting that gave path.
+func dbIsFile(ctx context.Context, db *sql.DB, path, field string) error {
+	main, err := mainFile(ctx, db)
+	if err != nil {
+		return err
+	}
+	if main == "" {
+		return fmt.Errorf("sqlitestore: %s is on %s, but the database has no file (in memory or temporary)", field, path)
+	}
+	want, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("sqlitestore: %s: %w", field, err)
+	}
+	got, err := os.Stat(main)
+	if err != nil {
+		return fmt.Errorf("sqlitestore: %s: %w", field, err)
+	}
+	if !os.SameFile(want, got) {
+		return fmt.Errorf("sqlitestore: %s is on %s, but the database is %s", field, path, main)
 	}
 	return nil
 }
