@@ -14,7 +14,6 @@ import (
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/sqlitestore"
-	"github.com/idemhook/idemhook/storetest"
 )
 
 // lockFile takes the lock of the database file at path for the test.
@@ -69,29 +68,6 @@ func openHeld(tb testing.TB, path string, cfg sqlitestore.Config) held {
 	}
 	h.store = newStore(tb, h.db, cfg)
 	return h
-}
-
-func TestConformanceHeldClaims(t *testing.T) {
-	clk := newClock()
-	storetest.Run(t, storetest.Harness{
-		New: func(tb testing.TB) idemhook.Store {
-			s, _ := heldStore(tb, sqlitestore.Config{Now: clk.Now, SweepInterval: -1})
-			return s
-		},
-		Advance: clk.Advance,
-	})
-}
-
-func TestConformanceHeldClaimsRealClock(t *testing.T) {
-	if testing.Short() {
-		t.Skip("waits for real expiries; skipped with -short")
-	}
-	storetest.Run(t, storetest.Harness{
-		New: func(tb testing.TB) idemhook.Store {
-			s, _ := heldStore(tb, sqlitestore.Config{})
-			return s
-		},
-	})
 }
 
 // With the lock, a pending claim is never written to the file: only the
@@ -312,20 +288,6 @@ func TestHeldClaimSeesARecordCompletedWhileItReadTheFile(t *testing.T) {
 	if err != nil || existing == nil || string(existing.Body) != `{"by":"other"}` {
 		t.Fatalf("Claim that read the file before the other's record was committed: %+v, %v; want the other's record", existing, err)
 	}
-}
-
-// A store reading through a pool of its own, without the lock (claims in
-// the file, shared with other processes), passes the suite too.
-func TestConformanceReader(t *testing.T) {
-	clk := newClock()
-	storetest.Run(t, storetest.Harness{
-		New: func(tb testing.TB) idemhook.Store {
-			path := filepath.Join(tb.TempDir(), "idemhook.db")
-			db := openDB(tb, path)
-			return newStore(tb, db, sqlitestore.Config{Now: clk.Now, SweepInterval: -1, Reader: openReader(tb, path)})
-		},
-		Advance: clk.Advance,
-	})
 }
 
 func TestOpenReader(t *testing.T) {

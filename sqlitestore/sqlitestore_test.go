@@ -45,15 +45,44 @@ func newStore(tb testing.TB, db *sql.DB, cfg sqlitestore.Config) *sqlitestore.St
 	return s
 }
 
+// storeKinds are the configurations the conformance suite runs against:
+// open makes a store of that kind on a new file, with cfg's clock and
+// sweeper settings.
+var storeKinds = []struct {
+	name string
+	open func(tb testing.TB, cfg sqlitestore.Config) idemhook.Store
+}{
+	// Claims in the file, shared with other processes.
+	{"shared", func(tb testing.TB, cfg sqlitestore.Config) idemhook.Store {
+		return newStore(tb, openDB(tb, filepath.Join(tb.TempDir(), "idemhook.db")), cfg)
+	}},
+	// The same, reading through a pool of its own.
+	{"reader", func(tb testing.TB, cfg sqlitestore.Config) idemhook.Store {
+		path := filepath.Join(tb.TempDir(), "idemhook.db")
+		db := openDB(tb, path)
+		cfg.Reader = openReader(tb, path)
+		return newStore(tb, db, cfg)
+	}},
+	// As the gateway opens it: the file held alone, claims, recent records
+	// and the key filter in memory.
+	{"held", func(tb testing.TB, cfg sqlitestore.Config) idemhook.Store {
+		s, _ := heldStore(tb, cfg)
+		return s
+	}},
+}
+
 func TestConformance(t *testing.T) {
-	clk := newClock()
-	storetest.Run(t, storetest.Harness{
-		New: func(tb testing.TB) idemhook.Store {
-			db := openDB(tb, filepath.Join(tb.TempDir(), "idemhook.db"))
-			return newStore(tb, db, sqlitestore.Config{Now: clk.Now, SweepInterval: -1})
-		},
-		Advance: clk.Advance,
-	})
+	for _, kind := range storeKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			clk := newClock() // one per Run: a Run advances it between its subtests
+			storetest.Run(t, storetest.Harness{
+				New: func(tb testing.TB) idemhook.Store {
+					return kind.open(tb, sqlitestore.Config{Now: clk.Now, SweepInterval: -1})
+				},
+				Advance: clk.Advance,
+			})
+		})
+	}
 }
 
 // TestConformanceRealClock runs the suite with the real clock, as the
@@ -62,12 +91,13 @@ func TestConformanceRealClock(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for real expiries; skipped with -short")
 	}
-	storetest.Run(t, storetest.Harness{
-		New: func(tb testing.TB) idemhook.Store {
-			db := openDB(tb, filepath.Join(tb.TempDir(), "idemhook.db"))
-			return newStore(tb, db, sqlitestore.Config{})
-		},
-	})
+	for _, kind := range storeKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			storetest.Run(t, storetest.Harness{
+				New: func(tb testing.TB) idemhook.Store { return kind.open(tb, sqlitestore.Config{}) },
+			})
+		})
+	}
 }
 
 func pending(token string) *idemhook.Record {
