@@ -111,7 +111,9 @@ func wantLen(t *testing.T, st *memstore.Store, want int) {
 }
 
 func TestMaxEntriesEvictsCompletedClosestToExpiry(t *testing.T) {
-	const max = 256 // one shard: evictions free max/64 = 4 entries at a time
+	// One shard, sampled whole: an eviction frees max/16 = 16 entries, all
+	// among the max/4 = 64 records closest to expiry.
+	const max = 256
 	clk := newClock()
 	st := newStore(t, memstore.Config{Now: clk.Now, MaxEntries: max, Shards: 1})
 	// Later keys expire sooner: eviction must follow expiry, not age.
@@ -121,11 +123,19 @@ func TestMaxEntriesEvictsCompletedClosestToExpiry(t *testing.T) {
 	if existing, err := st.Claim(t.Context(), keyOf(max), claimOf(max), time.Minute); err != nil || existing != nil {
 		t.Fatalf("Claim on a full store: got %v, %v; want nil, nil", existing, err)
 	}
-	wantLen(t, st, max-4+1)
+	wantLen(t, st, max-16+1)
+	evicted := 0
 	for i := range max {
-		if want := i < max-4; present(t, st, keyOf(i)) != want {
-			t.Fatalf("key %d (TTL %d min): present %t, want %t", i, 2*max-i, !want, want)
+		if present(t, st, keyOf(i)) {
+			continue
 		}
+		evicted++
+		if i < max-64 {
+			t.Errorf("key %d (TTL %d min) was evicted; want only keys among the 64 closest to expiry (%d and up)", i, 2*max-i, max-64)
+		}
+	}
+	if evicted != 16 {
+		t.Errorf("%d keys evicted, want 16", evicted)
 	}
 	if !present(t, st, keyOf(max)) {
 		t.Fatal("the new claim is not stored")
@@ -149,7 +159,7 @@ func TestMaxEntriesDropsExpiredFirst(t *testing.T) {
 	if existing, err := st.Claim(t.Context(), keyOf(max), claimOf(max), time.Minute); err != nil || existing != nil {
 		t.Fatalf("Claim on a full store: got %v, %v; want nil, nil", existing, err)
 	}
-	// The sweep freed enough: no live record was evicted.
+	// Half the shard is expired: it was swept, and no live record evicted.
 	wantLen(t, st, max/2+1)
 	for i := 1; i < max; i += 2 {
 		if !present(t, st, keyOf(i)) {
