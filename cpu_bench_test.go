@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/internal/redistest"
@@ -32,7 +33,8 @@ func processCPU(b *testing.B) time.Duration {
 // delivery ("cpu-µs/op", user plus system, from getrusage). It calls
 // ServeHTTP from 32 goroutines, for first deliveries and replays. The rows
 // are the bare handler and the middleware on the memory store and on Redis
-// (IDEMHOOK_REDIS_URL). Redis's own CPU is not counted. The middleware's
+// (IDEMHOOK_REDIS_URL) through go-redis, with and without Batch, and
+// through rueidis. Redis's own CPU is not counted. The middleware's
 // cost per delivery is its row's figure minus the bare handler's.
 func BenchmarkCPUPerDelivery(b *testing.B) {
 	var seq atomic.Int64
@@ -106,5 +108,30 @@ func BenchmarkCPUPerDelivery(b *testing.B) {
 				run(b, protect(b, st), next)
 			})
 		}
+	}
+	ropt, err := rueidis.ParseURL(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ropt.DisableCache, ropt.DisableRetry = true, true
+	rclient, err := rueidis.NewClient(ropt)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rclient.Close()
+	for _, name := range []string{"first", "replay"} {
+		next := fresh
+		if name == "replay" {
+			next = one
+		}
+		b.Run("rueidis/"+name, func(b *testing.B) {
+			prefix := "idemhook-cpu-bench-" + time.Now().Format("150405.000000000") + ":"
+			st, err := redisstore.NewRueidis(rclient, redisstore.Config{Prefix: prefix})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer redistest.DeletePrefix(context.Background(), client, prefix) //nolint:errcheck // best effort
+			run(b, protect(b, st), next)
+		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"log"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/redisstore"
@@ -65,4 +66,28 @@ func ExampleNew_cluster() {
 		log.Fatal(err)
 	}
 	_ = store // pass to idemhook.New
+}
+
+// NewRueidis takes a rueidis client the caller owns, standalone, Sentinel
+// or Cluster. rueidis connects in NewClient, so this example needs a
+// running Redis and has no output.
+func ExampleNewRueidis() {
+	client, err := rueidis.NewClient(rueidis.ClientOption{
+		InitAddress:  []string{"127.0.0.1:6379"},
+		DisableCache: true, // the store never reads through the client-side cache
+		DisableRetry: true, // a GET that failed is a store error, as a write is
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	store, err := redisstore.NewRueidis(client, redisstore.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	mw, err := idemhook.New(store, idemhook.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = mw // protect routes with mw.Route
 }

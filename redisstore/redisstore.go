@@ -1,6 +1,8 @@
 // Package redisstore is an [idemhook.Store] kept in Redis (or Valkey) through
-// a go-redis [redis.UniversalClient]. The client may be a standalone server,
-// a Sentinel-managed master or a Redis Cluster.
+// a go-redis [redis.UniversalClient] ([New]) or a rueidis client
+// ([NewRueidis]). The client may be a standalone server, a Sentinel-managed
+// master or a Redis Cluster. Both send the same commands and keep the same
+// records, so instances on either client share one Redis.
 //
 // Each step is one round trip touching one key, so it works unchanged on a
 // Cluster:
@@ -43,17 +45,31 @@
 //
 // Measured here, this makes a call against a stopped Redis fail in about
 // 0.1ms rather than 250ms. The gateway sets them.
+//
+// # go-redis or rueidis
+//
+// go-redis sends each command on a pooled connection of its own, or with
+// [Config.Batch] in pipelines of whatever concurrent calls are waiting.
+// rueidis pipelines concurrent commands on a few shared connections by
+// itself. Measured on this project's 2-core machine, the two are level:
+// behind the middleware, rueidis served first deliveries at 0.37x of a bare
+// handler and replays at 0.51x, go-redis with Batch at 0.34x and 0.55x, in
+// the same run, within that run's spread; rueidis makes half the
+// allocations (31 against 60 per first delivery). Use the client your
+// service already has. The gateway uses go-redis with Batch.
 package redisstore
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/internal/recordio"
@@ -80,14 +96,26 @@ type Config struct {
 
 // Store is an [idemhook.Store] in Redis. It is safe for concurrent use.
 type Store struct {
-	client redis.UniversalClient
+	conn   conn
 	prefix string
-	batch  *batcher // nil unless Config.Batch
 
 	closeOnce sync.Once
 }
 
 var _ idemhook.Store = (*Store)(nil)
+
+// conn sends the store's commands through one client library. Each method
+// is one command on one key.
+type conn interface {
+	// setNXGet runs SET key val NX GET PX ms and returns the value the key
+	// held, or found false when it held none (and now holds val).
+	setNXGet(ctx context.Context, key string, val []byte, ms int64) (old []byte, found bool, err error)
+	// eval runs a compare-and-set script and returns its answer.
+	eval(ctx context.Context, sc *script, key string, args ...[]byte) (int64, error)
+	get(ctx context.Context, key string) (val []byte, found bool, err error)
+	del(ctx context.Context, key string) (int64, error)
+	close()
+}
 
 // New returns a store that keeps its records through client. The caller
 // owns client and closes it after the last use of the store.
@@ -95,32 +123,19 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client: pass a redis.UniversalClient such as redis.NewClient(&redis.Options{Addr: \"127.0.0.1:6379\"})")
 	}
-	s := &Store{client: client, prefix: cfg.Prefix}
+	c := &goredisConn{client: client}
 	if cfg.Batch {
-		s.batch = startBatcher(client)
+		c.batch = startBatcher(client)
 	}
-	return s, nil
+	return &Store{conn: c, prefix: cfg.Prefix}, nil
 }
 
 // Close stops the goroutines of [Config.Batch]. The store must not be used
 // afterwards. It doesn't close the client, which belongs to the caller.
 // Without Batch it does nothing. Close is safe to call more than once.
 func (s *Store) Close() error {
-	if s.batch != nil {
-		s.closeOnce.Do(s.batch.close)
-	}
+	s.closeOnce.Do(s.conn.close)
 	return nil
-}
-
-// process runs cmd, through the batcher when there is one, and returns its
-// error (redis.Nil included). Read cmd's value only when it returns nil,
-// because a batched command abandoned by its caller's context may still be
-// running.
-func (s *Store) process(ctx context.Context, cmd redis.Cmder) error {
-	if s.batch != nil {
-		return s.batch.do(ctx, cmd)
-	}
-	return s.client.Process(ctx, cmd)
 }
 
 // Key returns the Redis key a store key is kept under: the configured
@@ -135,14 +150,14 @@ func (s *Store) Name() string { return "Redis" }
 // GET on a missing key gives false, which never equals a string.
 var (
 	// ARGV[2] is the encoded completed record, ARGV[3] its TTL in ms.
-	completeScript = redis.NewScript(`
+	completeScript = newScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then
 	redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 	return 1
 end
 return 0
 `)
-	releaseScript = redis.NewScript(`
+	releaseScript = newScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then
 	redis.call('DEL', KEYS[1])
 	return 1
@@ -150,7 +165,7 @@ end
 return 0
 `)
 	// ARGV[2] is the new lease in ms.
-	extendScript = redis.NewScript(`
+	extendScript = newScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then
 	redis.call('PEXPIRE', KEYS[1], ARGV[2])
 	return 1
@@ -158,6 +173,18 @@ end
 return 0
 `)
 )
+
+// script is a compare-and-set script as each client library runs it: by
+// its SHA-1 (EVALSHA), and by its source (EVAL) when the server hasn't
+// cached it yet.
+type script struct {
+	goredis *redis.Script
+	rueidis *rueidis.Lua
+}
+
+func newScript(src string) *script {
+	return &script{goredis: redis.NewScript(src), rueidis: rueidis.NewLuaScript(src)}
+}
 
 // Claim stores claim under key for lease with SET NX GET PX and returns the
 // record found there (nil when the claim was stored).
@@ -171,23 +198,17 @@ func (s *Store) Claim(ctx context.Context, key string, claim *idemhook.Record, l
 	if err != nil {
 		return nil, opError("claim", rkey, err)
 	}
-	cmd := redis.NewStringCmd(ctx, "set", rkey, val, "nx", "get", "px", ms)
-	var old string
-	err = s.process(ctx, cmd)
-	if err == nil {
-		old = cmd.Val()
-	}
-	if errors.Is(err, redis.Nil) {
-		return nil, nil // the key was absent and now holds the claim
-	}
+	old, found, err := s.conn.setNXGet(ctx, rkey, val, ms)
 	if err != nil {
-		var rerr redis.Error
-		if errors.As(err, &rerr) && strings.Contains(rerr.Error(), "syntax error") {
+		if strings.Contains(err.Error(), "ERR syntax error") {
 			err = fmt.Errorf("%w (SET with both NX and GET needs Redis 7.0 or later)", err)
 		}
 		return nil, opError("claim", rkey, err)
 	}
-	rec, err := recordio.Decode("", "", []byte(old))
+	if !found {
+		return nil, nil // the key was absent and now holds the claim
+	}
+	rec, err := recordio.Decode("", "", old)
 	if err != nil {
 		return nil, opError("claim", rkey, err)
 	}
@@ -210,7 +231,7 @@ func (s *Store) Complete(ctx context.Context, key string, claim, done *idemhook.
 	if err != nil {
 		return opError("complete", rkey, err)
 	}
-	return s.runCAS(ctx, "complete", completeScript, rkey, cv, dv, ms)
+	return s.runCAS(ctx, "complete", completeScript, rkey, cv, dv, strconv.AppendInt(nil, ms, 10))
 }
 
 // Release deletes key if it still holds claim. Otherwise it returns an
@@ -237,25 +258,13 @@ func (s *Store) Extend(ctx context.Context, key string, claim *idemhook.Record, 
 	if err != nil {
 		return opError("extend", rkey, err)
 	}
-	return s.runCAS(ctx, "extend", extendScript, rkey, cv, ms)
+	return s.runCAS(ctx, "extend", extendScript, rkey, cv, strconv.AppendInt(nil, ms, 10))
 }
 
 // runCAS runs one of the compare-and-set scripts, which answer 1 when they
 // acted and 0 when the key no longer held the claim.
-func (s *Store) runCAS(ctx context.Context, op string, script *redis.Script, rkey string, args ...any) error {
-	var n int64
-	var err error
-	if s.batch == nil {
-		n, err = script.Run(ctx, s.client, []string{rkey}, args...).Int64()
-	} else {
-		cmd := redis.NewCmd(ctx, append([]any{"evalsha", script.Hash(), 1, rkey}, args...)...)
-		if err = s.batch.do(ctx, cmd); err == nil {
-			n, err = cmd.Int64()
-		}
-		if isNoScript(err) { // not cached on this server yet: EVAL sends and caches it
-			n, err = script.Eval(ctx, s.client, []string{rkey}, args...).Int64()
-		}
-	}
+func (s *Store) runCAS(ctx context.Context, op string, sc *script, rkey string, args ...[]byte) error {
+	n, err := s.conn.eval(ctx, sc, rkey, args...)
 	if err != nil {
 		return opError(op, rkey, err)
 	}
@@ -268,17 +277,12 @@ func (s *Store) runCAS(ctx context.Context, op string, script *redis.Script, rke
 // Get returns the record under key, or nil when there is none.
 func (s *Store) Get(ctx context.Context, key string) (*idemhook.Record, error) {
 	rkey := s.prefix + key
-	cmd := redis.NewStringCmd(ctx, "get", rkey)
-	var val []byte
-	err := s.process(ctx, cmd)
-	if err == nil {
-		val, err = cmd.Bytes()
-	}
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
-	}
+	val, found, err := s.conn.get(ctx, rkey)
 	if err != nil {
 		return nil, opError("get", rkey, err)
+	}
+	if !found {
+		return nil, nil
 	}
 	rec, err := recordio.Decode("", "", val)
 	if err != nil {
@@ -290,12 +294,7 @@ func (s *Store) Get(ctx context.Context, key string) (*idemhook.Record, error) {
 // Delete removes key whatever it holds and reports whether it existed.
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	rkey := s.prefix + key
-	cmd := redis.NewIntCmd(ctx, "del", rkey)
-	var n int64
-	err := s.process(ctx, cmd)
-	if err == nil {
-		n = cmd.Val()
-	}
+	n, err := s.conn.del(ctx, rkey)
 	if err != nil {
 		return false, opError("delete", rkey, err)
 	}

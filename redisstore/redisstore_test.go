@@ -358,13 +358,15 @@ func TestNotOwnerError(t *testing.T) {
 // wrapped connection error. After a restart (an empty server with no cached
 // scripts) every step works again, the scripts through the EVAL fallback.
 func TestServerRestart(t *testing.T) {
-	srv := redistest.StartServer(t)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: time.Second})
-	t.Cleanup(func() { client.Close() })
-	st, err := redisstore.New(client, redisstore.Config{})
-	if err != nil {
-		t.Fatal(err)
+	for _, kind := range clientKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			testServerRestart(t, srv, kind.store(t, srv.Addr()))
+		})
 	}
+}
+
+func testServerRestart(t *testing.T, srv *redistest.Server, st *redisstore.Store) {
 	ctx := t.Context()
 	cycle := func(key string) {
 		t.Helper()
@@ -386,7 +388,7 @@ func TestServerRestart(t *testing.T) {
 	cycle("idem:test:before")
 
 	srv.Kill()
-	_, err = st.Claim(ctx, "idem:test:down", pendingRecord(), time.Minute)
+	_, err := st.Claim(ctx, "idem:test:down", pendingRecord(), time.Minute)
 	if err == nil || !strings.HasPrefix(err.Error(), "redisstore: claim idem:test:down: ") {
 		t.Fatalf("Claim with the server down: got %v, want an error starting with \"redisstore: claim idem:test:down: \"", err)
 	}
@@ -436,7 +438,8 @@ func (m *monitor) line(t *testing.T) string {
 }
 
 // sent returns the names of the commands clients sent since the previous
-// call, in order, leaving out those run inside scripts. It has admin send an
+// call, in order, leaving out those run inside scripts and the PINGs a
+// client sends on its own to check an idle connection (rueidis does). It has admin send an
 // ECHO marker and reads the stream up to it, so nothing sent before the
 // call is missed.
 func (m *monitor) sent(t *testing.T, admin *redis.Client) []string {
@@ -461,10 +464,12 @@ func (m *monitor) sent(t *testing.T, admin *redis.Client) []string {
 		}
 		name, _, _ := strings.Cut(args[1:], `"`)
 		name = strings.ToLower(name)
-		if name == "echo" && strings.Contains(args, `"`+marker+`"`) {
+		switch {
+		case name == "echo" && strings.Contains(args, `"`+marker+`"`):
 			return names
+		case name != "ping":
+			names = append(names, name)
 		}
-		names = append(names, name)
 	}
 }
 
@@ -474,22 +479,23 @@ func (m *monitor) sent(t *testing.T, admin *redis.Client) []string {
 // delivery. INFO commandstats can't tell, because it also counts the
 // commands a script runs.
 func TestCommandCounts(t *testing.T) {
-	srv := redistest.StartServer(t)
-	// One connection each, opened (and its handshake counted) before any
-	// measurement.
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 1})
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 1})
-	t.Cleanup(func() { client.Close(); admin.Close() })
+	for _, kind := range clientKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			// Both clients connect (and their handshakes are sent) before
+			// any measurement.
+			admin := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 1})
+			t.Cleanup(func() { admin.Close() })
+			if err := admin.Ping(t.Context()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			testCommandCounts(t, srv, admin, kind.store(t, srv.Addr()))
+		})
+	}
+}
+
+func testCommandCounts(t *testing.T, srv *redistest.Server, admin *redis.Client, st *redisstore.Store) {
 	ctx := t.Context()
-	for _, c := range []*redis.Client{client, admin} {
-		if err := c.Ping(ctx).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	st, err := redisstore.New(client, redisstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	claims := map[string]*idemhook.Record{}
 	claim := func(t *testing.T, key string) {
 		t.Helper()
@@ -530,7 +536,7 @@ func TestCommandCounts(t *testing.T) {
 	}{
 		{
 			// EVALSHA answers NOSCRIPT once per script and server, and again
-			// after a restart or SCRIPT FLUSH. go-redis then sends EVAL,
+			// after a restart or SCRIPT FLUSH. The client then sends EVAL,
 			// which caches the script.
 			name: "FirstDeliveryColdScriptCache",
 			prep: func(t *testing.T) {

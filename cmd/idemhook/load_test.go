@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/internal/pgtest"
@@ -43,7 +44,8 @@ import (
 //     with a pooled transport, and the gateway on each store (memory,
 //     SQLite, SQLite with its audit trail, Redis, PostgreSQL).
 //   - The library rows are a bare net/http handler, and the same handler
-//     behind the middleware on memory and on Redis.
+//     behind the middleware on memory and on Redis (through go-redis, with
+//     and without Batch, and through rueidis).
 //
 // Each row is measured for first deliveries (every body new) and for
 // replays (one body over and over). The test prints the ratios to the
@@ -354,6 +356,23 @@ routes:
 		}
 		t.Cleanup(func() { st.Close() })
 		pair("library", name, serveLoopback(t, protect(st)), bare)
+	}
+	if rdb != nil && wanted("middleware, Redis (rueidis)") {
+		opt, err := rueidis.ParseURL(redisURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opt.DisableCache, opt.DisableRetry = true, true // NewRueidis's advice for a webhook path
+		client, err := rueidis.NewClient(opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(client.Close)
+		st, err := redisstore.NewRueidis(client, redisstore.Config{Prefix: prefix + "librueidis:"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pair("library", "middleware, Redis (rueidis)", serveLoopback(t, protect(st)), bare)
 	}
 
 	// Every row runs once per round, the rows interleaved. That way the
