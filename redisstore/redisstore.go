@@ -90,7 +90,9 @@ type Config struct {
 	// batch.go). That means fewer round trips and system calls per command,
 	// for Redis and for this process. The price is a few goroutines and
 	// [Store.Close]. A lone call is sent at once. The commands and what they
-	// do are the same. Default false. The gateway turns it on.
+	// do are the same. Default false. The gateway turns it on. It is for
+	// go-redis clients: [NewRueidis] refuses it, since rueidis pipelines
+	// concurrent commands by itself.
 	Batch bool
 }
 
@@ -105,7 +107,8 @@ type Store struct {
 var _ idemhook.Store = (*Store)(nil)
 
 // conn sends the store's commands through one client library. Each method
-// is one command on one key.
+// is one command on one key; eval is EVALSHA, followed by EVAL when the
+// server doesn't have the script cached.
 type conn interface {
 	// setNXGet runs SET key val NX GET PX ms and returns the value the key
 	// held, or found false when it held none (and now holds val).
