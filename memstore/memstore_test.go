@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -214,6 +216,65 @@ func TestMaxEntriesNeverEvictsPending(t *testing.T) {
 		t.Fatalf("Claim once the leases are over: got %v, %v; want nil, nil", existing, err)
 	}
 	wantLen(t, st, 1)
+}
+
+// TestFullStoreNeverEvictsARunningClaim has goroutines deliver the same
+// keys at once on a store that is full from the start, so that most claims
+// make room by evicting. A claim may evict completed records (a later copy
+// of an evicted key then runs again: the bound is a cache's), but never a
+// pending one: no key may ever have two claims running at once. Run it
+// with -race.
+func TestFullStoreNeverEvictsARunningClaim(t *testing.T) {
+	const (
+		max       = 512 // 4 shards of 128: an eviction frees 8 entries
+		keys      = 2000
+		senders   = 8
+		keyOffset = 1_000_000 // above the keys of fill
+	)
+	st := newStore(t, memstore.Config{MaxEntries: max, Shards: 4})
+	fill(t, st, 0, max, func(int) time.Duration { return time.Hour })
+	var running, won [keys]atomic.Int32
+	var wg sync.WaitGroup
+	for g := range senders {
+		wg.Go(func() {
+			for i := range keys {
+				k := (i + g*7) % keys // the senders meet on each key at different moments
+				key, claim := keyOf(keyOffset+k), claimOf(g*keys+k)
+				existing, err := st.Claim(t.Context(), key, claim, time.Minute)
+				if err != nil {
+					t.Errorf("sender %d, key %d: Claim: %v", g, k, err)
+					return
+				}
+				if existing != nil {
+					continue
+				}
+				// While this claim runs, the other senders claim, evict
+				// and complete; no one else may win the key meanwhile,
+				// and the claim must still be there to complete.
+				won[k].Add(1)
+				if n := running[k].Add(1); n != 1 {
+					t.Errorf("key %d: %d claims running at once", k, n)
+				}
+				for range 3 {
+					runtime.Gosched()
+				}
+				running[k].Add(-1)
+				if err := st.Complete(t.Context(), key, claim, doneOf(k), time.Hour); err != nil {
+					t.Errorf("sender %d, key %d: Complete of a claim it won: %v", g, k, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for k := range keys {
+		if won[k].Load() == 0 {
+			t.Fatalf("key %d: no claim won", k)
+		}
+	}
+	if n := st.Len(); n > max {
+		t.Fatalf("Len: got %d, want at most %d", n, max)
+	}
 }
 
 func TestMaxEntriesIsATotalBound(t *testing.T) {
