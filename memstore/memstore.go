@@ -58,14 +58,14 @@ type Config struct {
 	// MaxEntries bounds the number of keys held, expired ones included.
 	// The bound is kept per shard (MaxEntries/Shards keys each, so the
 	// total never exceeds MaxEntries). When a Claim finds its shard full it
-	// frees 1/16 of the shard: expired entries, and completed records
-	// among the quarter of the shard closest to expiry (as judged from a
-	// sample of 1024 of its entries), as a cache would; a shard that is a
-	// quarter expired or more is swept of all its expired entries instead. Those are the
-	// oldest answers, whose retries are least likely to come. Pending
-	// claims are never evicted (a running handler would lose its
-	// protection against a concurrent duplicate): when the whole shard is
-	// pending claims, Claim fails with ErrFull. Default 1_000_000.
+	// frees 1/16 of the shard, as a cache would: expired entries, and
+	// completed records among the quarter of the shard closest to expiry
+	// (as judged from a sample of 1024 of its entries). Those are the
+	// oldest answers, whose retries are least likely to come. A shard that
+	// is a quarter expired or more is swept of all its expired entries
+	// instead. Pending claims are never evicted (a running handler would
+	// lose its protection against a concurrent duplicate): when the whole
+	// shard is pending claims, Claim fails with ErrFull. Default 1_000_000.
 	MaxEntries int
 
 	// Shards is the number of independently locked parts of the map, a
