@@ -38,21 +38,17 @@ func (c *goredisConn) setNXGet(ctx context.Context, key string, val []byte, ms i
 	return old, err == nil, err
 }
 
-func (c *goredisConn) eval(ctx context.Context, sc *script, key string, args ...[]byte) (int64, error) {
-	argv := make([]any, len(args))
-	for i, a := range args {
-		argv[i] = a
-	}
+func (c *goredisConn) eval(ctx context.Context, sc *script, key string, args ...any) (int64, error) {
 	if c.batch == nil {
-		return sc.goredis.Run(ctx, c.client, []string{key}, argv...).Int64()
+		return sc.goredis.Run(ctx, c.client, []string{key}, args...).Int64()
 	}
-	cmd := redis.NewCmd(ctx, append([]any{"evalsha", sc.goredis.Hash(), 1, key}, argv...)...)
+	cmd := redis.NewCmd(ctx, append([]any{"evalsha", sc.goredis.Hash(), 1, key}, args...)...)
 	err := c.batch.do(ctx, cmd)
 	if err == nil {
 		return cmd.Int64()
 	}
 	if isNoScript(err) { // not cached on this server yet: EVAL sends and caches it
-		return sc.goredis.Eval(ctx, c.client, []string{key}, argv...).Int64()
+		return sc.goredis.Eval(ctx, c.client, []string{key}, args...).Int64()
 	}
 	return 0, err
 }

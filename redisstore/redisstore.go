@@ -63,7 +63,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -113,8 +112,9 @@ type conn interface {
 	// setNXGet runs SET key val NX GET PX ms and returns the value the key
 	// held, or found false when it held none (and now holds val).
 	setNXGet(ctx context.Context, key string, val []byte, ms int64) (old []byte, found bool, err error)
-	// eval runs a compare-and-set script and returns its answer.
-	eval(ctx context.Context, sc *script, key string, args ...[]byte) (int64, error)
+	// eval runs a compare-and-set script and returns its answer. Each
+	// argument is an encoded record ([]byte) or a lifetime in ms (int64).
+	eval(ctx context.Context, sc *script, key string, args ...any) (int64, error)
 	get(ctx context.Context, key string) (val []byte, found bool, err error)
 	del(ctx context.Context, key string) (int64, error)
 	close()
@@ -234,7 +234,7 @@ func (s *Store) Complete(ctx context.Context, key string, claim, done *idemhook.
 	if err != nil {
 		return opError("complete", rkey, err)
 	}
-	return s.runCAS(ctx, "complete", completeScript, rkey, cv, dv, strconv.AppendInt(nil, ms, 10))
+	return s.runCAS(ctx, "complete", completeScript, rkey, cv, dv, ms)
 }
 
 // Release deletes key if it still holds claim. Otherwise it returns an
@@ -261,12 +261,12 @@ func (s *Store) Extend(ctx context.Context, key string, claim *idemhook.Record, 
 	if err != nil {
 		return opError("extend", rkey, err)
 	}
-	return s.runCAS(ctx, "extend", extendScript, rkey, cv, strconv.AppendInt(nil, ms, 10))
+	return s.runCAS(ctx, "extend", extendScript, rkey, cv, ms)
 }
 
 // runCAS runs one of the compare-and-set scripts, which answer 1 when they
 // acted and 0 when the key no longer held the claim.
-func (s *Store) runCAS(ctx context.Context, op string, sc *script, rkey string, args ...[]byte) error {
+func (s *Store) runCAS(ctx context.Context, op string, sc *script, rkey string, args ...any) error {
 	n, err := s.conn.eval(ctx, sc, rkey, args...)
 	if err != nil {
 		return opError(op, rkey, err)

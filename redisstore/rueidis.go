@@ -3,6 +3,8 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 
 	"github.com/redis/rueidis"
 )
@@ -40,10 +42,17 @@ func (c rueidisConn) setNXGet(ctx context.Context, key string, val []byte, ms in
 	return bytesOf(c.client.Do(ctx, cmd))
 }
 
-func (c rueidisConn) eval(ctx context.Context, sc *script, key string, args ...[]byte) (int64, error) {
+func (c rueidisConn) eval(ctx context.Context, sc *script, key string, args ...any) (int64, error) {
 	argv := make([]string, len(args))
 	for i, a := range args {
-		argv[i] = rueidis.BinaryString(a)
+		switch a := a.(type) {
+		case []byte:
+			argv[i] = rueidis.BinaryString(a)
+		case int64:
+			argv[i] = strconv.FormatInt(a, 10)
+		default:
+			return 0, fmt.Errorf("redisstore: script argument of type %T", a)
+		}
 	}
 	return sc.rueidis.Exec(ctx, c.client, []string{key}, argv).AsInt64()
 }
