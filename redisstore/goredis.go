@@ -26,16 +26,7 @@ func (c *goredisConn) process(ctx context.Context, cmd redis.Cmder) error {
 }
 
 func (c *goredisConn) setNXGet(ctx context.Context, key string, val []byte, ms int64) ([]byte, bool, error) {
-	cmd := redis.NewStringCmd(ctx, "set", key, val, "nx", "get", "px", ms)
-	err := c.process(ctx, cmd)
-	if errors.Is(err, redis.Nil) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	old, err := cmd.Bytes()
-	return old, err == nil, err
+	return c.bytes(ctx, redis.NewStringCmd(ctx, "set", key, val, "nx", "get", "px", ms))
 }
 
 func (c *goredisConn) eval(ctx context.Context, sc *script, key string, args ...any) (int64, error) {
@@ -54,7 +45,12 @@ func (c *goredisConn) eval(ctx context.Context, sc *script, key string, args ...
 }
 
 func (c *goredisConn) get(ctx context.Context, key string) ([]byte, bool, error) {
-	cmd := redis.NewStringCmd(ctx, "get", key)
+	return c.bytes(ctx, redis.NewStringCmd(ctx, "get", key))
+}
+
+// bytes runs cmd and returns its bulk-string reply, found false for a nil
+// one.
+func (c *goredisConn) bytes(ctx context.Context, cmd *redis.StringCmd) ([]byte, bool, error) {
 	err := c.process(ctx, cmd)
 	if errors.Is(err, redis.Nil) {
 		return nil, false, nil
