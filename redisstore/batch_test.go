@@ -18,18 +18,7 @@ import (
 
 func newBatchStore(tb testing.TB, client *redis.Client) *redisstore.Store {
 	tb.Helper()
-	prefix := "test:" + rand.Text() + ":"
-	st, err := redisstore.New(client, redisstore.Config{Prefix: prefix, Batch: true})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		st.Close()
-		if _, err := redistest.DeletePrefix(context.Background(), client, prefix); err != nil {
-			tb.Errorf("deleting the keys of prefix %q: %v", prefix, err)
-		}
-	})
-	return st
+	return newStoreWith(tb, client, redisstore.Config{Batch: true})
 }
 
 // TestConformanceBatch runs the suite with Config.Batch, which must keep the

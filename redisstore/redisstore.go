@@ -61,6 +61,8 @@ package redisstore
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
@@ -84,6 +86,22 @@ type Config struct {
 	// slot. Default "".
 	Prefix string
 
+	// CompactKeys keeps each record under a key of 24 characters after
+	// the prefix ("i:" and 128 bits of the store key's SHA-256, in
+	// base64url) instead of the store key itself, which for a body-hash
+	// route is 77 characters and the source's name. That saves 64 bytes of
+	// Redis memory per key or more: a typical small answer takes about 193
+	// bytes instead of 257 at 1M keys (docs/benchmarks.md). The price:
+	// the keys in Redis no longer say their source or event (the audit
+	// trail and the store's own calls still take the readable key), and
+	// the records are not those of the NestJS guard or of a store without
+	// CompactKeys. Changing it on a running deployment is like starting on
+	// an empty Redis: a retry of an event completed before the change runs
+	// again. Change it only on a new Redis, or once the providers' retries
+	// of the events before the change are over (the routes' TTL). Default
+	// false.
+	CompactKeys bool
+
 	// Batch sends the commands of concurrent calls together, as pipelines
 	// of whatever is waiting when the previous pipeline has gone out (see
 	// batch.go). That means fewer round trips and system calls per command,
@@ -97,8 +115,9 @@ type Config struct {
 
 // Store is an [idemhook.Store] in Redis. It is safe for concurrent use.
 type Store struct {
-	conn   conn
-	prefix string
+	conn    conn
+	prefix  string
+	compact bool // Config.CompactKeys
 
 	closeOnce sync.Once
 }
@@ -130,7 +149,7 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	if cfg.Batch {
 		c.batch = startBatcher(client)
 	}
-	return &Store{conn: c, prefix: cfg.Prefix}, nil
+	return &Store{conn: c, prefix: cfg.Prefix, compact: cfg.CompactKeys}, nil
 }
 
 // Close stops the goroutines of [Config.Batch]. The store must not be used
@@ -142,8 +161,27 @@ func (s *Store) Close() error {
 }
 
 // Key returns the Redis key a store key is kept under: the configured
-// prefix followed by key.
-func (s *Store) Key(key string) string { return s.prefix + key }
+// prefix followed by key, or with [Config.CompactKeys] by the key's
+// compact form.
+func (s *Store) Key(key string) string {
+	if !s.compact {
+		return s.prefix + key
+	}
+	sum := sha256.Sum256([]byte(key))
+	buf := make([]byte, 0, len(s.prefix)+len(compactMark)+compactLen)
+	buf = append(append(buf, s.prefix...), compactMark...)
+	return string(base64.RawURLEncoding.AppendEncode(buf, sum[:compactBytes]))
+}
+
+// A compact key is compactMark and the first compactBytes of the key's
+// SHA-256 in unpadded base64url: 24 characters, which Redis holds in a
+// 32-byte allocation where a body-hash key of the guard's format
+// ("idem:<source>:sha256:<64 hex>") takes 96 or more.
+const (
+	compactMark  = "i:"
+	compactBytes = 16 // 128 bits: no two of 2^40 keys meet but with odds below 10^-14
+	compactLen   = 22 // base64.RawURLEncoding.EncodedLen(compactBytes)
+)
 
 // Name is how the middleware's WARN messages name this store, as the NestJS
 // guard's did: "WebhookIdempotencyGuard Redis error for key=...".
@@ -192,7 +230,7 @@ func newScript(src string) *script {
 // Claim stores claim under key for lease with SET NX GET PX and returns the
 // record found there (nil when the claim was stored).
 func (s *Store) Claim(ctx context.Context, key string, claim *idemhook.Record, lease time.Duration) (*idemhook.Record, error) {
-	rkey := s.prefix + key
+	rkey := s.Key(key)
 	ms, err := millis("lease", lease)
 	if err != nil {
 		return nil, opError("claim", rkey, err)
@@ -221,7 +259,7 @@ func (s *Store) Claim(ctx context.Context, key string, claim *idemhook.Record, l
 // Complete replaces the claim with done, kept for ttl, if key still holds
 // the claim. Otherwise it returns an error wrapping [idemhook.ErrNotOwner].
 func (s *Store) Complete(ctx context.Context, key string, claim, done *idemhook.Record, ttl time.Duration) error {
-	rkey := s.prefix + key
+	rkey := s.Key(key)
 	ms, err := millis("ttl", ttl)
 	if err != nil {
 		return opError("complete", rkey, err)
@@ -240,7 +278,7 @@ func (s *Store) Complete(ctx context.Context, key string, claim, done *idemhook.
 // Release deletes key if it still holds claim. Otherwise it returns an
 // error wrapping [idemhook.ErrNotOwner].
 func (s *Store) Release(ctx context.Context, key string, claim *idemhook.Record) error {
-	rkey := s.prefix + key
+	rkey := s.Key(key)
 	cv, err := claim.MarshalBinary()
 	if err != nil {
 		return opError("release", rkey, err)
@@ -252,7 +290,7 @@ func (s *Store) Release(ctx context.Context, key string, claim *idemhook.Record)
 // still holds it. Otherwise it returns an error wrapping
 // [idemhook.ErrNotOwner].
 func (s *Store) Extend(ctx context.Context, key string, claim *idemhook.Record, lease time.Duration) error {
-	rkey := s.prefix + key
+	rkey := s.Key(key)
 	ms, err := millis("lease", lease)
 	if err != nil {
 		return opError("extend", rkey, err)
@@ -279,7 +317,7 @@ func (s *Store) runCAS(ctx context.Context, op string, sc *script, rkey string, 
 
 // Get returns the record under key, or nil when there is none.
 func (s *Store) Get(ctx context.Context, key string) (*idemhook.Record, error) {
-	rkey := s.prefix + key
+	rkey := s.Key(key)
 	val, found, err := s.conn.get(ctx, rkey)
 	if err != nil {
 		return nil, opError("get", rkey, err)
@@ -296,7 +334,7 @@ func (s *Store) Get(ctx context.Context, key string) (*idemhook.Record, error) {
 
 // Delete removes key whatever it holds and reports whether it existed.
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
-	rkey := s.prefix + key
+	rkey := s.Key(key)
 	n, err := s.conn.del(ctx, rkey)
 	if err != nil {
 		return false, opError("delete", rkey, err)

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"net"
@@ -26,12 +28,21 @@ import (
 // was without flushing anything.
 func newStore(tb testing.TB, client *redis.Client) *redisstore.Store {
 	tb.Helper()
+	return newStoreWith(tb, client, redisstore.Config{})
+}
+
+// newStoreWith is newStore with cfg, whose Prefix it sets. The store is
+// closed when tb ends.
+func newStoreWith(tb testing.TB, client *redis.Client, cfg redisstore.Config) *redisstore.Store {
+	tb.Helper()
 	prefix := "test:" + rand.Text() + ":"
-	st, err := redisstore.New(client, redisstore.Config{Prefix: prefix})
+	cfg.Prefix = prefix
+	st, err := redisstore.New(client, cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {
+		st.Close()
 		if _, err := redistest.DeletePrefix(context.Background(), client, prefix); err != nil {
 			tb.Errorf("deleting the keys of prefix %q: %v", prefix, err)
 		}
@@ -43,6 +54,17 @@ func TestConformance(t *testing.T) {
 	client := redistest.Client(t)
 	storetest.Run(t, storetest.Harness{
 		New: func(tb testing.TB) idemhook.Store { return newStore(tb, client) },
+	})
+}
+
+// TestConformanceCompactKeys runs the suite with Config.CompactKeys: the
+// keys change, the contract doesn't.
+func TestConformanceCompactKeys(t *testing.T) {
+	client := redistest.Client(t)
+	storetest.Run(t, storetest.Harness{
+		New: func(tb testing.TB) idemhook.Store {
+			return newStoreWith(tb, client, redisstore.Config{CompactKeys: true})
+		},
 	})
 }
 
@@ -89,17 +111,29 @@ func BenchmarkStore(b *testing.B) {
 }
 
 // BenchmarkMemoryPerKey reports the server memory a completed record of a
-// typical small answer takes, on a private server. used_memory grows by
+// typical small answer takes, on a private server, under the guard's keys
+// ("guard") and with Config.CompactKeys ("compact"). used_memory grows by
 // this much per stored key. The target is at most 200 bytes per key
 // (docs/design.md, Targets).
 func BenchmarkMemoryPerKey(b *testing.B) {
-	srv := redistest.StartServer(b)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	b.Cleanup(func() { client.Close() })
-	st, err := redisstore.New(client, redisstore.Config{})
-	if err != nil {
-		b.Fatal(err)
+	for _, bc := range []struct {
+		name string
+		cfg  redisstore.Config
+	}{{"guard", redisstore.Config{}}, {"compact", redisstore.Config{CompactKeys: true}}} {
+		b.Run(bc.name, func(b *testing.B) {
+			srv := redistest.StartServer(b)
+			client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+			b.Cleanup(func() { client.Close() })
+			st, err := redisstore.New(client, bc.cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchMemoryPerKey(b, client, st)
+		})
 	}
+}
+
+func benchMemoryPerKey(b *testing.B, client *redis.Client, st *redisstore.Store) {
 	ctx := b.Context()
 	var sum [32]byte
 	done := func(claim *idemhook.Record) *idemhook.Record {
@@ -188,20 +222,27 @@ func TestSetNXGetReply(t *testing.T) {
 func TestKeys(t *testing.T) {
 	client := redistest.Client(t)
 	random := rand.Text()
+	// The compact key, as Config.CompactKeys documents it.
+	compact := func(key string) string {
+		sum := sha256.Sum256([]byte(key))
+		return "i:" + base64.RawURLEncoding.EncodeToString(sum[:16])
+	}
 	tests := []struct {
 		name    string
 		prefix  string
+		compact bool
 		key     string
 		wantKey string
 	}{
-		{"NoPrefix", "", "idem:stripe:evt_" + random, "idem:stripe:evt_" + random},
-		{"Prefix", "test:" + random + ":", "idem:stripe:evt_1", "test:" + random + ":idem:stripe:evt_1"},
+		{"NoPrefix", "", false, "idem:stripe:evt_" + random, "idem:stripe:evt_" + random},
+		{"Prefix", "test:" + random + ":", false, "idem:stripe:evt_1", "test:" + random + ":idem:stripe:evt_1"},
+		{"CompactKeys", "test:" + random + ":", true, "idem:stripe:evt_1", "test:" + random + ":" + compact("idem:stripe:evt_1")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := t.Context()
 			t.Cleanup(func() { client.Del(context.Background(), tt.wantKey) })
-			st, err := redisstore.New(client, redisstore.Config{Prefix: tt.prefix})
+			st, err := redisstore.New(client, redisstore.Config{Prefix: tt.prefix, CompactKeys: tt.compact})
 			if err != nil {
 				t.Fatal(err)
 			}

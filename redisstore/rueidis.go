@@ -31,7 +31,7 @@ func NewRueidis(client rueidis.Client, cfg Config) (*Store, error) {
 	if cfg.Batch {
 		return nil, errors.New("redisstore: Config.Batch is for go-redis clients: rueidis pipelines concurrent commands by itself")
 	}
-	return &Store{conn: rueidisConn{client}, prefix: cfg.Prefix}, nil
+	return &Store{conn: rueidisConn{client}, prefix: cfg.Prefix, compact: cfg.CompactKeys}, nil
 }
 
 // rueidisConn sends the store's commands through a rueidis client.
