@@ -58,6 +58,7 @@ type storeSettings struct {
 	Username   string
 	Password   string
 	Prefix     string
+	Compact    bool // redis: compact_keys
 }
 
 // adminSettings is the admin: section.
@@ -232,6 +233,7 @@ type (
 		Username   leaf `yaml:"username"`
 		Password   leaf `yaml:"password"`
 		Prefix     leaf `yaml:"prefix"`
+		Compact    leaf `yaml:"compact_keys"`
 		Table      leaf `yaml:"table"`
 		Timeout    leaf `yaml:"timeout"`
 	}

@@ -278,6 +278,7 @@ func (c *checker) store(s *storeFile, n *yaml.Node) storeSettings {
 		sc.Path = ""
 	}
 	sc.Prefix, _ = c.str(s.Prefix, "store.prefix")
+	sc.Compact = c.boolean(s.Compact, "store.compact_keys")
 	// Fields of another driver.
 	for _, f := range []struct {
 		name, driver string
@@ -285,7 +286,7 @@ func (c *checker) store(s *storeFile, n *yaml.Node) storeSettings {
 	}{
 		{"path", "sqlite", s.Path}, {"addrs", "redis", s.Addrs}, {"master_name", "redis", s.MasterName},
 		{"username", "redis", s.Username}, {"password", "redis", s.Password}, {"table", "postgres", s.Table},
-		{"prefix", "redis", s.Prefix},
+		{"prefix", "redis", s.Prefix}, {"compact_keys", "redis", s.Compact},
 	} {
 		if f.l.Node != nil && sc.Driver != f.driver {
 			c.errorf(c.key(f.l), "store."+f.name, "only used by driver %s (driver is %s)", f.driver, sc.Driver)

@@ -167,6 +167,8 @@ func TestConfigPostgresStore(t *testing.T) {
 		{"table for sqlite", "store:\n  driver: sqlite\n  table: keys\n", "f.yaml:3: store.table: only used by driver postgres (driver is sqlite)"},
 		{"url for memory", "store:\n  driver: memory\n  url: postgres://h/db\n", "f.yaml:3: store.url: only used by drivers redis and postgres (driver is memory)"},
 		{"prefix for postgres", "store:\n  driver: postgres\n  url: postgres://h/db\n  prefix: p\n", "f.yaml:4: store.prefix: only used by driver redis (driver is postgres)"},
+		{"compact_keys for sqlite", "store:\n  driver: sqlite\n  compact_keys: true\n", "f.yaml:3: store.compact_keys: only used by driver redis (driver is sqlite)"},
+		{"compact_keys not a boolean", "store:\n  driver: redis\n  url: redis://h:6379/0\n  compact_keys: yes\n", "f.yaml:4: store.compact_keys: invalid compact_keys \"yes\" (want true or false)"},
 		{"unknown driver", "store:\n  driver: mysql\n", "f.yaml:2: store.driver: "},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

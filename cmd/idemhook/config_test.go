@@ -73,7 +73,7 @@ func TestConfigDefaults(t *testing.T) {
 func TestConfigAllFields(t *testing.T) {
 	text := `listen: 0.0.0.0:8443
 shutdown_timeout: 3s
-store: {driver: redis, addrs: [10.0.0.1:6379, 10.0.0.2:6379], password: "${REDIS_PASSWORD}", prefix: "gw:"}
+store: {driver: redis, addrs: [10.0.0.1:6379, 10.0.0.2:6379], password: "${REDIS_PASSWORD}", prefix: "gw:", compact_keys: true}
 admin: {listen: 0.0.0.0:9443, token: "${ADMIN_TOKEN}"}
 audit: {sink: postgres, url: "postgres://postgres@127.0.0.1:5432/test", table: deliveries, retention: 30d}
 log: {format: json, level: warn}
@@ -106,6 +106,7 @@ routes:
 		{"store.addrs", strings.Join(cfg.Store.Addrs, ","), "10.0.0.1:6379,10.0.0.2:6379"},
 		{"store.password", cfg.Store.Password, "pw"},
 		{"store.prefix", cfg.Store.Prefix, "gw:"},
+		{"store.compact_keys", cfg.Store.Compact, true},
 		{"store.path", cfg.Store.Path, ""},
 		{"admin.token", cfg.Admin.Token, "tok"},
 		{"audit.table", cfg.Audit.Table, "deliveries"},

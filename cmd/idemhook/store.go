@@ -189,7 +189,7 @@ func openStore(ctx context.Context, sc storeSettings, files *sqliteFiles, now fu
 		files.redis = client
 		// Batch: the commands of concurrent deliveries share pipelines
 		// (docs/benchmarks.md measures what that saves).
-		s, err := redisstore.New(client, redisstore.Config{Prefix: sc.Prefix, Batch: true})
+		s, err := redisstore.New(client, redisstore.Config{Prefix: sc.Prefix, CompactKeys: sc.Compact, Batch: true})
 		if err != nil {
 			return nil, fmt.Errorf("redis store: %w", err)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/idemhook/idemhook/internal/pgtest"
 	"github.com/idemhook/idemhook/internal/redistest"
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 )
 
 // A gateway killed with SIGKILL while its deliveries are at the upstream
@@ -225,18 +226,40 @@ func TestPostgresStoreUnreachableAtStart(t *testing.T) {
 // TestRedisTopologies runs two gateways sharing a private Redis Cluster, and
 // one behind a Sentinel, configured with addrs (and master_name).
 func TestRedisTopologies(t *testing.T) {
+	var compactServer *redistest.Server
 	tests := []struct {
 		name  string
 		store func(t *testing.T) string
+		// keys, when set, checks the Redis keys the gateways wrote.
+		keys func(t *testing.T)
 	}{
 		{"cluster", func(t *testing.T) string {
 			addrs := redistest.StartCluster(t, 3)
 			return fmt.Sprintf("store: {driver: redis, addrs: [%s]}", strings.Join(addrs, ", "))
-		}},
+		}, nil},
 		{"sentinel", func(t *testing.T) string {
 			master := redistest.StartServer(t)
 			sentinel := redistest.StartSentinel(t, "gwmaster", master.Addr())
 			return fmt.Sprintf("store: {driver: redis, addrs: [%s], master_name: gwmaster}", sentinel.Addr())
+		}, nil},
+		{"compact keys", func(t *testing.T) string {
+			compactServer = redistest.StartServer(t)
+			return fmt.Sprintf("store: {driver: redis, url: %q, compact_keys: true}", compactServer.URL())
+		}, func(t *testing.T) {
+			client := redis.NewClient(&redis.Options{Addr: compactServer.Addr()})
+			defer client.Close()
+			keys, err := client.Keys(t.Context(), "*").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(keys) != 6 {
+				t.Errorf("keys in Redis: %q, want 6, one per event", keys)
+			}
+			for _, k := range keys {
+				if !strings.HasPrefix(k, "i:") || len(k) != 24 {
+					t.Errorf("key %q, want i: and 22 base64url characters", k)
+				}
+			}
 		}},
 	}
 	for _, tt := range tests {
@@ -259,6 +282,9 @@ func TestRedisTopologies(t *testing.T) {
 			}
 			if r := do(t, "GET", g1.adminURL("/readyz"), ""); r.Status != 200 {
 				t.Errorf("readyz = %d %s", r.Status, r.Body)
+			}
+			if tt.keys != nil {
+				tt.keys(t)
 			}
 		})
 	}
