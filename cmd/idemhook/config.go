@@ -49,7 +49,7 @@ type gatewayConfig struct {
 // storeSettings is the store: section.
 type storeSettings struct {
 	Driver     string        // sqlite | redis | postgres | memory
-	Timeout    time.Duration // bound of every call to a networked store; 0: idemhook.DefaultStoreTimeout
+	Timeout    time.Duration // bound of every call to the store; 0: callTimeout's default
 	Path       string        // sqlite
 	URL        string        // redis, postgres
 	Table      string        // postgres

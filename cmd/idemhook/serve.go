@@ -93,7 +93,7 @@ func newGateway(ctx context.Context, cfg *gatewayConfig, logger *slog.Logger, no
 	g.mw, err = idemhook.New(g.store, g.tracing.instrument(idemhook.Options{
 		Logger:       logger,
 		Now:          now,
-		StoreTimeout: cfg.Store.Timeout,
+		StoreTimeout: cfg.Store.callTimeout(),
 		OnDelivery: func(d idemhook.DeliveryInfo) {
 			g.metrics.onDelivery(d)
 			g.audit.record(routeOf(d.Request), d)

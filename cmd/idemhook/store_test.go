@@ -16,6 +16,7 @@ import (
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/internal/pgtest"
 	"github.com/idemhook/idemhook/internal/redistest"
+	"github.com/idemhook/idemhook/sqlitestore"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )
@@ -346,6 +347,41 @@ func TestSQLiteGatewayRunsEachOfManyConcurrentEventsOnce(t *testing.T) {
 	for e := range events {
 		if n := calls[fmt.Sprintf("evt_%d", e)]; n != 1 {
 			t.Errorf("evt_%d reached the upstream %d times, want 1", e, n)
+		}
+	}
+	if t.Failed() {
+		var warns []string
+		for _, l := range strings.Split(g.stderr.String(), "\n") {
+			if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
+				warns = append(warns, l)
+			}
+		}
+		t.Logf("the gateway's WARN and ERROR lines (%d):\n%s", len(warns), strings.Join(warns[:min(len(warns), 20)], "\n"))
+	}
+}
+
+// TestStoreCallTimeout: the bound of the middleware's store calls (and of
+// the readiness probe) is store.timeout when set; SQLite's own busy timeout
+// otherwise, since a call that gives up early on a loaded machine fails its
+// delivery open; the library's default for the networked stores.
+func TestStoreCallTimeout(t *testing.T) {
+	for _, tt := range []struct {
+		store string
+		want  time.Duration
+	}{
+		{"", sqlitestore.BusyTimeout},
+		{"store: {driver: sqlite, path: x.db}", sqlitestore.BusyTimeout},
+		{"store: {driver: sqlite, path: x.db, timeout: 2s}", 2 * time.Second},
+		{"store: {driver: redis, url: \"redis://127.0.0.1:6379/0\"}", idemhook.DefaultStoreTimeout},
+		{"store: {driver: redis, url: \"redis://127.0.0.1:6379/0\", timeout: 1s}", time.Second},
+		{"store: {driver: postgres, url: \"postgres://h/db\"}", idemhook.DefaultStoreTimeout},
+	} {
+		cfg, err := parseConfig("f.yaml", []byte(tt.store+"\nroutes:\n  - {path: /a, upstream: http://127.0.0.1:1/, source: s}\n"), envOf())
+		if err != nil {
+			t.Fatalf("%q: %v", tt.store, err)
+		}
+		if got := cfg.Store.callTimeout(); got != tt.want {
+			t.Errorf("%q: store call timeout %v, want %v", tt.store, got, tt.want)
 		}
 	}
 }
