@@ -153,7 +153,10 @@ type Options struct {
 	Now func() time.Time
 
 	// StoreTimeout bounds every store call, except to a store that reports
-	// itself InProcess (memstore), whose calls never wait. Default: 250ms.
+	// itself InProcess (memstore), whose calls never wait. Default: the
+	// store's own StoreTimeout() if it has one (sqlitestore: its busy
+	// timeout, 10s), else 250ms. A call past the bound is a store error: the
+	// delivery fails open (or closed, per route) and its record may be lost.
 	StoreTimeout time.Duration
 
 	// Lease is how long a pending claim lives without renewal; it is renewed

@@ -84,6 +84,9 @@ func New(store Store, opts Options) (*Middleware, error) {
 	}
 	if opts.StoreTimeout == 0 {
 		opts.StoreTimeout = DefaultStoreTimeout
+		if st, ok := store.(interface{ StoreTimeout() time.Duration }); ok && st.StoreTimeout() > 0 {
+			opts.StoreTimeout = st.StoreTimeout()
+		}
 	}
 	if opts.Lease == 0 {
 		opts.Lease = DefaultLease
@@ -113,6 +116,11 @@ func New(store Store, opts Options) (*Middleware, error) {
 		breaker:   breaker.New(opts.BreakerThreshold, opts.BreakerCooldown, opts.Now, opts.OnBreakerChange),
 	}, nil
 }
+
+// StoreTimeout is the bound of each store call (Options.StoreTimeout, or
+// its default for the store), for a probe of the store that should fail
+// when deliveries would.
+func (m *Middleware) StoreTimeout() time.Duration { return m.opts.StoreTimeout }
 
 // Route checks rt, applies its defaults and returns the middleware for one
 // webhook route. A Route it refuses is reported as a [*RouteError].

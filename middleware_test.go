@@ -2055,3 +2055,41 @@ func TestDeliveryInfoWaited(t *testing.T) {
 		})
 	}
 }
+
+// boundedStore is a store that asks for its own call bound.
+type boundedStore struct {
+	idemhook.Store
+	bound time.Duration
+}
+
+func (s boundedStore) StoreTimeout() time.Duration { return s.bound }
+
+// TestStoreTimeoutDefault: Options.StoreTimeout when set; otherwise the
+// store's StoreTimeout() when it has one (sqlitestore's is its busy
+// timeout); otherwise DefaultStoreTimeout.
+func TestStoreTimeoutDefault(t *testing.T) {
+	mem, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	for _, tt := range []struct {
+		name  string
+		store idemhook.Store
+		opt   time.Duration
+		want  time.Duration
+	}{
+		{"plain store", mem, 0, idemhook.DefaultStoreTimeout},
+		{"store with its own bound", boundedStore{mem, 7 * time.Second}, 0, 7 * time.Second},
+		{"option over the store's bound", boundedStore{mem, 7 * time.Second}, time.Second, time.Second},
+		{"store's bound of zero", boundedStore{mem, 0}, 0, idemhook.DefaultStoreTimeout},
+	} {
+		mw, err := idemhook.New(tt.store, idemhook.Options{StoreTimeout: tt.opt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := mw.StoreTimeout(); got != tt.want {
+			t.Errorf("%s: StoreTimeout() = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

@@ -25,7 +25,11 @@ import (
 // ("WebhookIdempotencyGuard Redis error for key=..."); the default is "store".
 // A store whose calls complete in-process without waiting on I/O (memstore)
 // may implement InProcess() bool, returning true, so that the middleware
-// spares its calls the StoreTimeout deadline.
+// spares its calls the StoreTimeout deadline. A store whose calls may
+// rightly wait longer than DefaultStoreTimeout (a database file on the same
+// machine, waiting for its writer on a loaded machine: sqlitestore) may
+// implement StoreTimeout() time.Duration, the bound its calls get when
+// Options.StoreTimeout is not set.
 //
 // Every store in this module passes the conformance suite in package
 // storetest; a third-party store should run it too.

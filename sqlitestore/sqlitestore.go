@@ -360,6 +360,14 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 // ("WebhookIdempotencyGuard SQLite error for key=...").
 func (s *Store) Name() string { return "SQLite" }
 
+// StoreTimeout is the bound the middleware gives this store's calls when
+// its Options.StoreTimeout is not set: [BusyTimeout], past which SQLite
+// gives up on a lock by itself. A call waits for the writer's group commit
+// and the file's lock; on a loaded machine a commit takes longer than the
+// middleware's 250ms for networked stores, and a call that gives up there
+// fails its delivery open for a store that was about to answer.
+func (s *Store) StoreTimeout() time.Duration { return BusyTimeout }
+
 // Close stops the sweeper and releases the prepared statements. It does not
 // close the *sql.DB, which belongs to the caller. The store must not be used
 // after Close. Close is safe to call more than once.

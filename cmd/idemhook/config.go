@@ -49,7 +49,7 @@ type gatewayConfig struct {
 // storeSettings is the store: section.
 type storeSettings struct {
 	Driver     string        // sqlite | redis | postgres | memory
-	Timeout    time.Duration // bound of every call to the store; 0: callTimeout's default
+	Timeout    time.Duration // bound of every call to the store; 0: the middleware's default for the store
 	Path       string        // sqlite
 	URL        string        // redis, postgres
 	Table      string        // postgres

@@ -72,7 +72,7 @@ func (g *gateway) serveReady(w http.ResponseWriter, r *http.Request) {
 	status := http.StatusOK
 	var b strings.Builder
 	store := "store (" + storeDesc(g.cfg.Store) + "): ok"
-	if err := probeStore(r.Context(), g.store, g.cfg.Store.callTimeout()); err != nil {
+	if err := probeStore(r.Context(), g.store, g.mw.StoreTimeout()); err != nil {
 		status = http.StatusServiceUnavailable
 		store = "store (" + storeDesc(g.cfg.Store) + "): down: " + err.Error()
 	}

@@ -93,7 +93,7 @@ func newGateway(ctx context.Context, cfg *gatewayConfig, logger *slog.Logger, no
 	g.mw, err = idemhook.New(g.store, g.tracing.instrument(idemhook.Options{
 		Logger:       logger,
 		Now:          now,
-		StoreTimeout: cfg.Store.callTimeout(),
+		StoreTimeout: cfg.Store.Timeout, // 0: the store's own default (SQLite's: 10s)
 		OnDelivery: func(d idemhook.DeliveryInfo) {
 			g.metrics.onDelivery(d)
 			g.audit.record(routeOf(d.Request), d)

@@ -104,25 +104,6 @@ func (f *sqliteFiles) open(path string) (*sql.DB, error) {
 // retries of recent deliveries are answered without reading the file.
 const sqliteCacheBytes = 32 << 20
 
-// callTimeout is the bound of each of the middleware's calls to the store:
-// store.timeout when set; for SQLite, the file's busy timeout; for the
-// others, the library's 250ms. A SQLite call waits for the writer's group
-// commit and the file's lock, and on a loaded machine a commit takes longer
-// than 250ms. A call that gives up there fails its delivery open (a copy
-// arriving meanwhile runs again) or loses its record, for a store on the
-// same machine that would have answered: TestSQLiteGatewayRunsEachOfMany
-// ConcurrentEventsOnce, with the CPU busy, saw events reach the upstream up
-// to five times. Past the busy timeout SQLite gives up by itself.
-func (sc storeSettings) callTimeout() time.Duration {
-	switch {
-	case sc.Timeout > 0:
-		return sc.Timeout
-	case sc.Driver == "sqlite":
-		return sqlitestore.BusyTimeout
-	}
-	return idemhook.DefaultStoreTimeout
-}
-
 // postgresStartTimeout bounds the creation of the PostgreSQL store's table at
 // start.
 const postgresStartTimeout = 10 * time.Second

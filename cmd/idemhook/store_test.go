@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -360,28 +361,37 @@ func TestSQLiteGatewayRunsEachOfManyConcurrentEventsOnce(t *testing.T) {
 	}
 }
 
-// TestStoreCallTimeout: the bound of the middleware's store calls (and of
-// the readiness probe) is store.timeout when set; SQLite's own busy timeout
-// otherwise, since a call that gives up early on a loaded machine fails its
-// delivery open; the library's default for the networked stores.
+// TestStoreCallTimeout: the bound of the gateway's store calls (the
+// middleware's, which /readyz probes with) is store.timeout when set, and
+// otherwise the store's own: SQLite's busy timeout, since a call that gives
+// up early on a loaded machine fails its delivery open; the library's 250ms
+// for the others.
 func TestStoreCallTimeout(t *testing.T) {
+	dir := t.TempDir()
 	for _, tt := range []struct {
 		store string
 		want  time.Duration
 	}{
-		{"", sqlitestore.BusyTimeout},
-		{"store: {driver: sqlite, path: x.db}", sqlitestore.BusyTimeout},
-		{"store: {driver: sqlite, path: x.db, timeout: 2s}", 2 * time.Second},
-		{"store: {driver: redis, url: \"redis://127.0.0.1:6379/0\"}", idemhook.DefaultStoreTimeout},
-		{"store: {driver: redis, url: \"redis://127.0.0.1:6379/0\", timeout: 1s}", time.Second},
-		{"store: {driver: postgres, url: \"postgres://h/db\"}", idemhook.DefaultStoreTimeout},
+		{fmt.Sprintf("store: {driver: sqlite, path: %q}", filepath.Join(dir, "a.db")), sqlitestore.BusyTimeout},
+		{fmt.Sprintf("store: {driver: sqlite, path: %q, timeout: 2s}", filepath.Join(dir, "b.db")), 2 * time.Second},
+		{"store: {driver: memory}", idemhook.DefaultStoreTimeout},
+		// go-redis connects at the first command: no server needed.
+		{"store: {driver: redis, url: \"redis://127.0.0.1:1/0\"}", idemhook.DefaultStoreTimeout},
+		{"store: {driver: redis, url: \"redis://127.0.0.1:1/0\", timeout: 1s}", time.Second},
 	} {
-		cfg, err := parseConfig("f.yaml", []byte(tt.store+"\nroutes:\n  - {path: /a, upstream: http://127.0.0.1:1/, source: s}\n"), envOf())
+		cfg, err := parseConfig("f.yaml", []byte(strings.Replace(routeConfig("http://127.0.0.1:1"), "store: {driver: memory}", tt.store, 1)), envOf())
 		if err != nil {
-			t.Fatalf("%q: %v", tt.store, err)
+			t.Fatalf("%s: %v", tt.store, err)
 		}
-		if got := cfg.Store.callTimeout(); got != tt.want {
-			t.Errorf("%q: store call timeout %v, want %v", tt.store, got, tt.want)
+		g, err := newGateway(t.Context(), cfg, slog.New(slog.DiscardHandler), time.Now, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.store, err)
+		}
+		if got := g.mw.StoreTimeout(); got != tt.want {
+			t.Errorf("%s: store call timeout %v, want %v", tt.store, got, tt.want)
+		}
+		if err := g.res.close(); err != nil {
+			t.Errorf("%s: close: %v", tt.store, err)
 		}
 	}
 }
