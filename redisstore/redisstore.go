@@ -18,7 +18,8 @@
 //   - Get is GET, Delete is DEL.
 //
 // Keys are the middleware's store keys ("idem:<source>:<key>", the NestJS
-// guard's format) with an optional [Config.Prefix]. Values are
+// guard's format) with an optional [Config.Prefix], or with
+// [Config.CompactKeys] a 24-character digest of them. Values are
 // [idemhook.Record] in its binary encoding. A value that can't be decoded
 // is reported as an error wrapping [idemhook.ErrCorruptRecord].
 //
