@@ -45,7 +45,7 @@ var (
 	keysDuration = flag.Duration("keys.duration", 3*time.Second, "key-count curve: time of each measurement")
 	keysRounds   = flag.Int("keys.rounds", 3, "key-count curve: measurements at each count (the median is reported)")
 	keysConc     = flag.Int("keys.concurrency", 32, "key-count curve: concurrent deliveries")
-	keysOnly     = flag.String("keys.only", "", "key-count curve: only the stores whose name contains this (SQLite, Redis)")
+	keysOnly     = flag.String("keys.only", "", "key-count curve: only the stores whose name contains this (SQLite, Redis, Redis compact keys)")
 )
 
 // doneRecord is what the middleware stores for a typical small answer on a
@@ -222,42 +222,64 @@ func TestKeyCount(t *testing.T) {
 		report("SQLite (file on local disk, WAL, synchronous=NORMAL)", pts)
 	}
 
-	if strings.Contains("Redis", *keysOnly) {
-		srv := redistest.StartServer(t, "--maxmemory", "0")
-		opts := &redis.Options{Addr: srv.Addr(), PoolSize: *keysConc * 2, MaxRetries: -1}
-		client := redis.NewClient(opts)
-		t.Cleanup(func() { client.Close() })
-		st, err := redisstore.New(client, redisstore.Config{Batch: true}) // as the gateway
+	for _, compact := range []bool{false, true} {
+		name := "Redis"
+		if compact {
+			name = "Redis compact keys"
+		}
+		if strings.Contains(name, *keysOnly) {
+			report(name+" (private redis-server, same machine)", redisCurve(t, counts, done, compact))
+		}
+	}
+	t.Log(out.String())
+}
+
+// redisCurve measures the Redis store on a private server at each count of
+// stored keys. With compact, the store and the stored keys use
+// Config.CompactKeys. The measurements' own keys (source "load", under the
+// prefix "m:" with compact keys, whose keys no longer name their source)
+// are deleted after each count, so that the counts stay exact.
+func redisCurve(t *testing.T, counts []int64, done []byte, compact bool) []curvePoint {
+	srv := redistest.StartServer(t, "--maxmemory", "0")
+	opts := &redis.Options{Addr: srv.Addr(), PoolSize: *keysConc * 2, MaxRetries: -1}
+	client := redis.NewClient(opts)
+	t.Cleanup(func() { client.Close() })
+	cfg, measured := redisstore.Config{Batch: true}, "idem:load:" // as the gateway
+	if compact {
+		cfg.CompactKeys, cfg.Prefix, measured = true, "m:", "m:"
+	}
+	st, err := redisstore.New(client, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	bulk, err := redisstore.New(client, redisstore.Config{CompactKeys: compact})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var pts []curvePoint
+	var have int64
+	base := redistest.UsedMemory(t, client)
+	for _, c := range counts {
+		start := time.Now()
+		bulkRedis(t, client, bulk.Key, c-have, done)
+		p := curvePoint{keys: c, loadDur: time.Since(start)}
+		if c > 0 {
+			p.perKey = float64(redistest.UsedMemory(t, client)-base) / float64(c)
+		}
+		for range *keysRounds {
+			p.rates = append(p.rates, firstDeliveries(t, st))
+		}
+		deleted, err := redistest.DeletePrefix(ctx, client, measured)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { st.Close() })
-		ctx := context.Background()
-		var pts []curvePoint
-		var have int64
-		base := redistest.UsedMemory(t, client)
-		for _, c := range counts {
-			start := time.Now()
-			bulkRedis(t, client, c-have, done)
-			p := curvePoint{keys: c, loadDur: time.Since(start)}
-			if c > 0 {
-				p.perKey = float64(redistest.UsedMemory(t, client)-base) / float64(c)
-			}
-			for range *keysRounds {
-				p.rates = append(p.rates, firstDeliveries(t, st))
-			}
-			// Remove what the measurements stored, so that the counts stay exact.
-			deleted, err := redistest.DeletePrefix(ctx, client, "idem:load:")
-			if err != nil {
-				t.Fatal(err)
-			}
-			have = c
-			pts = append(pts, p)
-			t.Logf("Redis: %d keys: %.0f/s (%d measurement keys removed)", c, medianFloat(p.rates), deleted)
-		}
-		report("Redis (private redis-server, same machine)", pts)
+		have = c
+		pts = append(pts, p)
+		t.Logf("Redis (compact keys %t): %d keys: %.0f/s (%d measurement keys removed)", compact, c, medianFloat(p.rates), deleted)
 	}
-	t.Log(out.String())
+	return pts
 }
 
 func medianFloat(xs []float64) float64 {
@@ -309,9 +331,9 @@ func countSQLite(t *testing.T, db *sql.DB) int64 {
 }
 
 // bulkRedis stores n completed records under random body-hash keys, as
-// redisstore does (SET key value PX ttl), pipelined 10,000 at a time from a
-// few connections.
-func bulkRedis(t *testing.T, client *redis.Client, n int64, value []byte) {
+// redisstore does (SET key value PX ttl, under the Redis key redisKey gives
+// for the store key), pipelined 10,000 at a time from a few connections.
+func bulkRedis(t *testing.T, client *redis.Client, redisKey func(string) string, n int64, value []byte) {
 	t.Helper()
 	const batch = 10_000
 	var next atomic.Int64
@@ -327,7 +349,7 @@ func bulkRedis(t *testing.T, client *redis.Client, n int64, value []byte) {
 				}
 				pipe := client.Pipeline()
 				for range min(batch, n-from) {
-					pipe.Set(ctx, randomKey("bulk"), value, 24*time.Hour)
+					pipe.Set(ctx, redisKey(randomKey("bulk")), value, 24*time.Hour)
 				}
 				if _, err := pipe.Exec(ctx); err != nil {
 					failed.Store(err)
