@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"sync"
@@ -221,13 +220,12 @@ func (s *Store) claimHeld(ctx context.Context, key string, value []byte, lease t
 		seen := sh.completions
 		sh.mu.Unlock()
 
-		var existing []byte
-		err := s.read.QueryRowContext(ctx, key, s.nowMillis()).Scan(&existing)
-		if err == nil {
+		existing, found, err := s.readLive(ctx, "claim", key)
+		switch {
+		case err != nil:
+			return nil, err
+		case found:
 			return decode(key, existing)
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			return nil, fmt.Errorf("sqlitestore: claim %q: %w", key, err)
 		}
 		if hook := claimReadHook.Load(); hook != nil {
 			(*hook)(s, key)

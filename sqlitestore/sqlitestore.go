@@ -528,13 +528,12 @@ func (s *Store) Claim(ctx context.Context, key string, claim *idemhook.Record, l
 	for {
 		// Read first: a duplicate, the common case under retries, then
 		// costs one read and takes no write lock.
-		var existing []byte
-		err := s.read.QueryRowContext(ctx, key, s.nowMillis()).Scan(&existing)
-		if err == nil {
+		existing, found, err := s.readLive(ctx, "claim", key)
+		switch {
+		case err != nil:
+			return nil, err
+		case found:
 			return decode(key, existing)
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			return nil, fmt.Errorf("sqlitestore: claim %q: %w", key, err)
 		}
 		// The key is absent or expired. Insert the claim, or take over the
 		// expired row. If another claim got in between, read what it
@@ -669,15 +668,25 @@ func (s *Store) Get(ctx context.Context, key string) (*idemhook.Record, error) {
 			return decode(key, value)
 		}
 	}
-	var value []byte
-	err := s.read.QueryRowContext(ctx, key, s.nowMillis()).Scan(&value)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("sqlitestore: get %q: %w", key, err)
+	value, found, err := s.readLive(ctx, "get", key)
+	if err != nil || !found {
+		return nil, err
 	}
 	return decode(key, value)
+}
+
+// readLive reads the encoding of the live record under key from the file,
+// through the read pool; found is false when the file holds none (or only
+// an expired one). op names the call in the error.
+func (s *Store) readLive(ctx context.Context, op, key string) (value []byte, found bool, err error) {
+	err = s.read.QueryRowContext(ctx, key, s.nowMillis()).Scan(&value)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("sqlitestore: %s %q: %w", op, key, err)
+	}
+	return value, true, nil
 }
 
 // Delete removes key whatever it holds and reports whether it held a record
