@@ -86,29 +86,6 @@ func BenchmarkCPUPerDelivery(b *testing.B) {
 	opts.MaxRetries, opts.DialerRetries = -1, 1
 	client := redis.NewClient(opts)
 	defer client.Close()
-	for _, batch := range []bool{false, true} {
-		for _, replay := range []bool{false, true} {
-			name, next := "redis", fresh
-			if batch {
-				name = "redis-batch"
-			}
-			if replay {
-				name, next = name+"/replay", one
-			} else {
-				name += "/first"
-			}
-			b.Run(name, func(b *testing.B) {
-				prefix := "idemhook-cpu-bench-" + time.Now().Format("150405.000000000") + ":"
-				st, err := redisstore.New(client, redisstore.Config{Prefix: prefix, Batch: batch})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer st.Close()
-				defer redistest.DeletePrefix(context.Background(), client, prefix) //nolint:errcheck // best effort
-				run(b, protect(b, st), next)
-			})
-		}
-	}
 	ropt, err := rueidis.ParseURL(url)
 	if err != nil {
 		b.Fatal(err)
@@ -119,19 +96,32 @@ func BenchmarkCPUPerDelivery(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer rclient.Close()
-	for _, name := range []string{"first", "replay"} {
-		next := fresh
-		if name == "replay" {
-			next = one
+	clients := []struct {
+		name string
+		open func(redisstore.Config) (*redisstore.Store, error)
+	}{
+		{"redis", func(cfg redisstore.Config) (*redisstore.Store, error) { return redisstore.New(client, cfg) }},
+		{"redis-batch", func(cfg redisstore.Config) (*redisstore.Store, error) {
+			cfg.Batch = true
+			return redisstore.New(client, cfg)
+		}},
+		{"rueidis", func(cfg redisstore.Config) (*redisstore.Store, error) { return redisstore.NewRueidis(rclient, cfg) }},
+	}
+	for _, c := range clients {
+		for _, traffic := range []struct {
+			name string
+			next func() []byte
+		}{{"first", fresh}, {"replay", one}} {
+			b.Run(c.name+"/"+traffic.name, func(b *testing.B) {
+				prefix := "idemhook-cpu-bench-" + time.Now().Format("150405.000000000") + ":"
+				st, err := c.open(redisstore.Config{Prefix: prefix})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer st.Close()
+				defer redistest.DeletePrefix(context.Background(), client, prefix) //nolint:errcheck // best effort
+				run(b, protect(b, st), traffic.next)
+			})
 		}
-		b.Run("rueidis/"+name, func(b *testing.B) {
-			prefix := "idemhook-cpu-bench-" + time.Now().Format("150405.000000000") + ":"
-			st, err := redisstore.NewRueidis(rclient, redisstore.Config{Prefix: prefix})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer redistest.DeletePrefix(context.Background(), client, prefix) //nolint:errcheck // best effort
-			run(b, protect(b, st), next)
-		})
 	}
 }
