@@ -220,12 +220,8 @@ func (s *Store) claimHeld(ctx context.Context, key string, value []byte, lease t
 		seen := sh.completions
 		sh.mu.Unlock()
 
-		existing, found, err := s.readLive(ctx, "claim", key)
-		switch {
-		case err != nil:
-			return nil, err
-		case found:
-			return decode(key, existing)
+		if rec, found, err := s.readLive(ctx, "claim", key); err != nil || found {
+			return rec, err
 		}
 		if hook := claimReadHook.Load(); hook != nil {
 			(*hook)(s, key)

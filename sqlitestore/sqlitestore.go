@@ -528,17 +528,13 @@ func (s *Store) Claim(ctx context.Context, key string, claim *idemhook.Record, l
 	for {
 		// Read first: a duplicate, the common case under retries, then
 		// costs one read and takes no write lock.
-		existing, found, err := s.readLive(ctx, "claim", key)
-		switch {
-		case err != nil:
-			return nil, err
-		case found:
-			return decode(key, existing)
+		if rec, found, err := s.readLive(ctx, "claim", key); err != nil || found {
+			return rec, err
 		}
 		// The key is absent or expired. Insert the claim, or take over the
 		// expired row. If another claim got in between, read what it
 		// stored, in the same transaction.
-		existing = nil
+		var existing []byte
 		n, err := s.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
 			existing = nil
 			var one int
@@ -668,17 +664,15 @@ func (s *Store) Get(ctx context.Context, key string) (*idemhook.Record, error) {
 			return decode(key, value)
 		}
 	}
-	value, found, err := s.readLive(ctx, "get", key)
-	if err != nil || !found {
-		return nil, err
-	}
-	return decode(key, value)
+	rec, _, err := s.readLive(ctx, "get", key)
+	return rec, err
 }
 
-// readLive reads the encoding of the live record under key from the file,
-// through the read pool; found is false when the file holds none (or only
-// an expired one). op names the call in the error.
-func (s *Store) readLive(ctx context.Context, op, key string) (value []byte, found bool, err error) {
+// readLive reads the live record under key from the file, through the
+// read pool; found is false when the file holds none (or only an expired
+// one). op names the call in the error.
+func (s *Store) readLive(ctx context.Context, op, key string) (rec *idemhook.Record, found bool, err error) {
+	var value []byte
 	err = s.read.QueryRowContext(ctx, key, s.nowMillis()).Scan(&value)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
@@ -686,7 +680,8 @@ func (s *Store) readLive(ctx context.Context, op, key string) (value []byte, fou
 	case err != nil:
 		return nil, false, fmt.Errorf("sqlitestore: %s %q: %w", op, key, err)
 	}
-	return value, true, nil
+	rec, err = decode(key, value)
+	return rec, true, err
 }
 
 // Delete removes key whatever it holds and reports whether it held a record
