@@ -2,6 +2,7 @@ package idemhook_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"net/http"
 	"reflect"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/headerdict"
 	"github.com/idemhook/idemhook/internal/recordio"
 )
 
@@ -50,6 +52,78 @@ func TestRecordRoundTrip(t *testing.T) {
 	}
 }
 
+// The layout of both versions, byte by byte: what other stores' records
+// hold must not change by accident.
+func TestRecordEncodingLayout(t *testing.T) {
+	created := time.UnixMilli(1_764_000_000_123)
+	ms := binary.AppendVarint(nil, created.UnixMilli())
+	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+	typical := idemhook.Record{State: idemhook.StateCompleted, CreatedAt: created, Status: 200,
+		Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"ok":true}`)}
+	pending := idemhook.Record{State: idemhook.StatePending, CreatedAt: created, Token: "tok"}
+
+	// Version 2: Content-Type and application/json are dictionary strings
+	// 0 and 13 (tokens 0 and 26); X-Custom and "v" are literals.
+	v2 := cat([]byte{2, 2, 0}, ms, []byte{0xc8, 0x01, 1, 0, 26, 11}, []byte(`{"ok":true}`))
+	custom := typical
+	custom.Header = http.Header{"X-Custom": {"v"}}
+	v2custom := cat([]byte{2, 2, 0}, ms, []byte{0xc8, 0x01, 1, 2*8 + 1}, []byte("X-Custom"), []byte{2*1 + 1, 'v', 11}, []byte(`{"ok":true}`))
+	v1pending := cat([]byte{1, 1, 0}, ms, []byte{3}, []byte("tok"))
+	for _, tt := range []struct {
+		name string
+		give idemhook.Record
+		want []byte
+	}{
+		{"typical answer, version 2", typical, v2},
+		{"literal header, version 2", custom, v2custom},
+		{"pending, version 1", pending, v1pending},
+	} {
+		got, err := tt.give.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, tt.want) {
+			t.Errorf("%s: encoded as %x, want %x", tt.name, got, tt.want)
+		}
+	}
+	if len(v2) != 26 {
+		t.Errorf("the typical answer takes %d bytes, want the 26 the docs give", len(v2))
+	}
+
+	// Version 1, as completed records were written before version 2, still
+	// decodes to the same record.
+	v1 := cat([]byte{1, 2, 0}, ms, []byte{0xc8, 0x01, 1, 12}, []byte("Content-Type"), []byte{16}, []byte("application/json"), []byte{11}, []byte(`{"ok":true}`))
+	got, err := recordio.Decode("", "", v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(*got, typical) {
+		t.Fatalf("version 1 decoded as %+v, want %+v", *got, typical)
+	}
+}
+
+// Every dictionary string round-trips as a header name and as a value, and
+// takes one byte.
+func TestRecordDictionaryStrings(t *testing.T) {
+	for _, s := range headerdict.Strings {
+		give := idemhook.Record{State: idemhook.StateCompleted, Status: 200, Header: http.Header{s: {s}}}
+		b, err := give.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(b, []byte(s)) {
+			t.Errorf("%q is written out in %x", s, b)
+		}
+		got, err := recordio.Decode("", "", b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(*got, give) {
+			t.Errorf("%q: round trip gave %+v", s, *got)
+		}
+	}
+}
+
 func TestRecordDecodeRejectsCorruptValues(t *testing.T) {
 	good, _ := (&idemhook.Record{State: idemhook.StateCompleted, Status: 200, Body: []byte("hello")}).MarshalBinary()
 	tests := []struct {
@@ -64,6 +138,8 @@ func TestRecordDecodeRejectsCorruptValues(t *testing.T) {
 		{"truncated", good[:len(good)-2]},
 		{"trailing bytes", append(append([]byte{}, good...), 0)},
 		{"bad status", []byte{1, 2, 0, 0, 5, 0, 0}},
+		{"header token past the dictionary", []byte{2, 2, 0, 0, 0xc8, 0x01, 1, 0, 2 * byte(len(headerdict.Strings)), 0}},
+		{"header literal past the end", []byte{2, 2, 0, 0, 0xc8, 0x01, 1, 0, 2*5 + 1, 'a', 0}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -91,6 +167,8 @@ func FuzzDecodeRecord(f *testing.F) {
 		f.Add(b)
 	}
 	f.Add([]byte{1, 2, 0, 0, 0xc8, 0x01, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	// Version 1 of a completed record, as written before version 2.
+	f.Add([]byte{1, 2, 0, 0, 0xc8, 0x01, 1, 1, 'A', 1, 'b', 1, 'x'})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		rec, err := recordio.Decode("", "", data)
 		if err != nil {
@@ -132,4 +210,33 @@ func TestRecordDecodedHeaderValuesAreIndependent(t *testing.T) {
 	if !reflect.DeepEqual(got.Header, want) {
 		t.Fatalf("after appends: %v, want %v", got.Header, want)
 	}
+}
+
+// BenchmarkRecord encodes and decodes the typical stored answer, as the
+// SQLite, PostgreSQL and Redis stores do on each first delivery and replay.
+func BenchmarkRecord(b *testing.B) {
+	rec := idemhook.Record{State: idemhook.StateCompleted, CreatedAt: time.UnixMilli(1_764_000_000_123), Status: 200,
+		Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"ok":true}`)}
+	enc, err := rec.MarshalBinary()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("Marshal", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := rec.MarshalBinary(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(len(enc)), "bytes/record")
+	})
+	b.Run("Unmarshal", func(b *testing.B) {
+		b.ReportAllocs()
+		var got idemhook.Record
+		for b.Loop() {
+			if err := got.UnmarshalBinary(enc); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -91,8 +91,9 @@ type Config struct {
 	// the prefix ("i:" and 128 bits of the store key's SHA-256, in
 	// base64url) instead of the store key itself, which for a body-hash
 	// route is 77 characters and the source's name. That saves 64 bytes of
-	// Redis memory per key or more: a typical small answer takes about 193
-	// bytes instead of 257 at 1M keys (docs/benchmarks.md). The price:
+	// Redis memory per key or more: a typical small answer takes about 161
+	// bytes instead of 225 at 1M keys, 178 instead of 242 at 10M
+	// (docs/benchmarks.md). The price:
 	// the keys in Redis no longer say their source or event (the audit
 	// trail and the store's own calls still take the readable key), and
 	// the records are not those of the NestJS guard or of a store without
