@@ -191,6 +191,26 @@ func FuzzDecodeRecord(f *testing.F) {
 	})
 }
 
+// A header whose names are out of order is not what MarshalBinary writes,
+// but decodes to the values each name was given.
+func TestRecordDecodesHeaderNamesOutOfOrder(t *testing.T) {
+	entry := func(k, v string) []byte { return []byte{byte(len(k)), k[0], byte(len(v)), v[0]} }
+	for _, version := range []byte{1, 2} {
+		b := []byte{version, 2, 0, 0, 0xc8, 0x01, 4}
+		if version == 2 { // literal tokens: 2*len+1
+			entry = func(k, v string) []byte { return []byte{byte(2*len(k) + 1), k[0], byte(2*len(v) + 1), v[0]} }
+		}
+		b = bytes.Join([][]byte{b, entry("A", "1"), entry("B", "2"), entry("A", "3"), entry("A", "4"), {0}}, nil)
+		got, err := recordio.Decode("", "", b)
+		if err != nil {
+			t.Fatalf("version %d: %v", version, err)
+		}
+		if want := (http.Header{"A": {"1", "3", "4"}, "B": {"2"}}); !reflect.DeepEqual(got.Header, want) {
+			t.Errorf("version %d: header %v, want %v", version, got.Header, want)
+		}
+	}
+}
+
 // The decoded header's value slices share one array: each is capped at its
 // own values, so appending to one leaves the others as they were.
 func TestRecordDecodedHeaderValuesAreIndependent(t *testing.T) {
