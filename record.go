@@ -285,14 +285,15 @@ func (d *decoder) span(region []byte, tokens bool) span {
 		return span{}
 	}
 	if tokens {
-		if s, ok := headerdict.Lookup(n); ok {
-			return span{s: s}
-		}
-		if n%2 == 0 {
+		s, lit, ok := headerdict.Token(n)
+		if !ok {
 			d.err = fmt.Errorf("header token %d", n)
 			return span{}
 		}
-		n /= 2
+		if s != "" {
+			return span{s: s}
+		}
+		n = lit
 	}
 	if n > uint64(len(d.buf)) {
 		d.err = errTruncated

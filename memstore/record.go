@@ -241,16 +241,14 @@ func (d *decoder) token(region string) (s string, start, end int) {
 	if d.err != nil {
 		return "", 0, 0
 	}
-	if t%2 == 0 {
-		s, ok := headerdict.Lookup(t)
-		if !ok {
-			d.err = errTruncated
-			return "", 0, 0
-		}
+	s, n, ok := headerdict.Token(t)
+	switch {
+	case !ok:
+		d.err = errTruncated
+		return "", 0, 0
+	case s != "":
 		return s, -1, -1
-	}
-	n := t / 2
-	if n > uint64(len(d.buf)) {
+	case n > uint64(len(d.buf)):
 		d.err = errTruncated
 		return "", 0, 0
 	}

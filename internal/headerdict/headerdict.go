@@ -61,26 +61,27 @@ var Strings = [...]string{
 // Every token of the dictionary fits in one byte.
 var _ = [1]struct{}{}[len(Strings)/64]
 
-// byLen lists the dictionary's indexes by string length: a lookup compares
-// s with the few strings of its length (at most four), which costs less
-// than hashing it.
-var byLen = func() (t [maxLen + 1][]byte) {
+// byLen lists the dictionary's indexes by string length, up to the longest:
+// a lookup compares s with the few strings of its length (at most four),
+// which costs less than hashing it.
+var byLen = func() [][]byte {
+	var t [][]byte
 	seen := make(map[string]bool, len(Strings))
 	for i, s := range Strings {
-		if seen[s] {
-			panic("headerdict: " + s + " twice in the dictionary")
+		if s == "" || seen[s] {
+			panic("headerdict: " + `"` + s + `"` + " empty or twice in the dictionary")
 		}
 		seen[s] = true
+		for len(t) <= len(s) {
+			t = append(t, nil)
+		}
 		t[len(s)] = append(t[len(s)], byte(i))
 	}
 	return t
 }()
 
-// maxLen is the length of the dictionary's longest string.
-const maxLen = len("application/json; charset=utf-8")
-
 func index(s string) (byte, bool) {
-	if len(s) > maxLen {
+	if len(s) >= len(byLen) {
 		return 0, false
 	}
 	for _, i := range byLen[len(s)] {
@@ -100,11 +101,15 @@ func AppendToken(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// Lookup returns the string of an even token t, and false when t is not one
-// of the dictionary's.
-func Lookup(t uint64) (string, bool) {
-	if t%2 != 0 || t/2 >= uint64(len(Strings)) {
-		return "", false
+// Token reads token t: a dictionary string s, or, when s is "" (the
+// dictionary holds no empty string), a literal whose n bytes follow t. ok is
+// false for an even token past the dictionary, which no encoder writes.
+func Token(t uint64) (s string, n uint64, ok bool) {
+	if t%2 != 0 {
+		return "", t / 2, true
 	}
-	return Strings[t/2], true
+	if t/2 >= uint64(len(Strings)) {
+		return "", 0, false
+	}
+	return Strings[t/2], 0, true
 }
