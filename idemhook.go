@@ -203,12 +203,15 @@ type Route struct {
 	// store key, "idem:<source>@<scope>:<key>". An empty scope leaves the
 	// store key "idem:<source>:<key>", the NestJS guard's.
 	//
-	// Default (nil): [DefaultScope], the request's path when the route's
-	// pattern can match more than one path (a wildcard such as {tenant} or
-	// *, or a subtree pattern ending in /) or when no router recorded the
-	// pattern in Request.Pattern; none for a fixed pattern. Behind a router
-	// that doesn't set Request.Pattern, a fixed route whose keys must equal
-	// the guard's returns "" here.
+	// Default (nil): [DefaultScope]: none for a fixed pattern; for a
+	// pattern that can match more than one path (a wildcard such as
+	// {tenant} or *, or a subtree pattern ending in /), the pattern with the
+	// values of its wildcards, as a canonical path ("/t/acme/orders" for
+	// /t/{tenant}/orders), so that another spelling of the same path (a
+	// trailing slash, a percent-encoded letter) is the same scope; the
+	// request's cleaned path when no router recorded the pattern in
+	// Request.Pattern. Behind a router that doesn't set Request.Pattern, a
+	// fixed route whose keys must equal the guard's returns "" here.
 	Scope func(*http.Request) string
 
 	// TTL is how long a completed response is kept and replayed. It should

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -51,29 +52,200 @@ func appendStoreKeyPrefix(b []byte, source, scope string) []byte {
 	return append(b, ':')
 }
 
-// DefaultScope is the scope of a route that sets no Route.Scope: the
-// request's escaped path when the route's pattern can match several paths,
-// else "" (the guard's unscoped key).
+// DefaultScope is the scope of a route that sets no Route.Scope: "" (the
+// guard's unscoped key) when the route's pattern matches one path only, else
+// the route and the values of its parameters, written as a canonical path.
 //
 // A pattern can match several paths when it holds a wildcard ({name} or
-// {name...} of net/http.ServeMux, {name} or * of chi) or ends in / (a
-// ServeMux subtree; "/x/{$}" is exact). When Request.Pattern is empty the
-// router is unknown (gorilla/mux, gin, chi before v5.2.2, or no router), so
-// the path may vary and it scopes too.
+// {name...} of net/http.ServeMux, {name}, {name:regexp} or * of chi) or
+// ends in / (a ServeMux subtree; "/x/{$}" is exact). Its scope is the
+// pattern with each wildcard replaced by the request's value for it
+// ([http.Request.PathValue], which ServeMux and chi since v5.0.12 set), and a
+// subtree's prefix followed by the rest of the path: POST /t/{tenant}/orders
+// scopes a delivery for tenant acme as "/t/acme/orders".
+//
+// The scope names what the router matched, not how the path was spelled:
+// "/t/acme/orders/" (behind chi's middleware.StripSlashes, or any router
+// that treats /x and /x/ alike), "/t/%61cme/orders" and, below a subtree or
+// where no pattern is known, "/t//acme/./orders" all scope as
+// "/t/acme/orders". So a signed delivery re-sent with another spelling of
+// its path is a duplicate, never a new event. Values and segments are
+// percent-decoded, then encoded again the one same way: a "/" inside a
+// value stays %2F, so "/x/{a}/{b}" keeps a="p/q", b="r" apart from a="p",
+// b="q/r". A value may come decoded (ServeMux) or as sent (chi, which
+// routes on the escaped path when the request has one): either way it
+// names one scope, at the cost of taking a value's literal "%41" for "A".
+//
+// When Request.Pattern is empty the router is unknown (gorilla/mux, gin,
+// chi before v5.2.2, or no router), so the path may vary: the scope is the
+// request's path, cleaned the same way (empty segments and "." dropped,
+// ".." resolved, a trailing slash dropped). So is the scope of a pattern
+// whose wildcards have no value in the request (a router that records a
+// pattern but not its values) or share a segment with text (chi's
+// "/x-{id}").
 func DefaultScope(r *http.Request) string {
 	p := r.Pattern
-	if p != "" {
-		// A ServeMux pattern is "[METHOD ][HOST]/PATH".
-		if i := strings.IndexByte(p, '/'); i >= 0 {
-			p = p[i:]
+	if p == "" {
+		return cleanPath(r.URL.EscapedPath())
+	}
+	// A ServeMux pattern is "[METHOD ][HOST]/PATH".
+	i := strings.IndexByte(p, '/')
+	if i < 0 {
+		return cleanPath(r.URL.EscapedPath())
+	}
+	p = p[i:]
+	exact := strings.HasSuffix(p, "{$}")
+	p = strings.TrimSuffix(p, "{$}")
+	if !strings.ContainsAny(p, "{*") && (exact || !strings.HasSuffix(p, "/")) {
+		return ""
+	}
+	if s, ok := patternScope(p, exact, r); ok {
+		return s
+	}
+	return cleanPath(r.URL.EscapedPath())
+}
+
+// patternScope writes pattern p (a path, from its leading '/'; exact when
+// it ended in {$}) with the request's value for each wildcard, and for a
+// subtree the rest of the request's path. It reports false when a value
+// can't be placed: a wildcard with no value, or one inside a segment.
+func patternScope(p string, exact bool, r *http.Request) (string, bool) {
+	var b strings.Builder
+	b.Grow(len(r.URL.Path) + 8)
+	rest := p[1:]
+	for n := 0; ; n++ {
+		seg, tail, more := strings.Cut(rest, "/")
+		rest = tail
+		switch {
+		case !more && seg == "": // the pattern ends in '/'
+			b.WriteByte('/')
+			if !exact { // a subtree: its rest is the path's segments after the pattern's n
+				segs := pathSegments(r.URL.EscapedPath())
+				if len(segs) < n {
+					return "", false
+				}
+				b.WriteString(strings.Join(segs[n:], "/"))
+			}
+			return b.String(), true
+		case seg == "*" || strings.HasPrefix(seg, "{") && strings.HasSuffix(seg, "...}"):
+			// chi's catch-all, ServeMux's {name...}: the rest of the path,
+			// as a value, so written segment by segment.
+			name := "*"
+			if seg != "*" {
+				name = seg[1 : len(seg)-len("...}")]
+			}
+			b.WriteByte('/')
+			first := true
+			for v := range strings.SplitSeq(r.PathValue(name), "/") {
+				if v == "" || v == "." {
+					continue
+				}
+				if !first {
+					b.WriteByte('/')
+				}
+				first = false
+				b.WriteString(canonicalSegment(v))
+			}
+			return b.String(), true
+		case strings.HasPrefix(seg, "{") && strings.HasSuffix(seg, "}") && strings.Count(seg, "{") == 1:
+			name := seg[1 : len(seg)-1]
+			if j := strings.IndexByte(name, ':'); j >= 0 { // chi's {name:regexp}
+				name = name[:j]
+			}
+			v := r.PathValue(name)
+			if v == "" {
+				return "", false
+			}
+			b.WriteByte('/')
+			b.WriteString(canonicalSegment(v))
+		case strings.ContainsAny(seg, "{*"):
+			return "", false
+		default:
+			b.WriteByte('/')
+			b.WriteString(canonicalSegment(seg))
 		}
-		exact := strings.HasSuffix(p, "{$}")
-		p = strings.TrimSuffix(p, "{$}")
-		if !strings.ContainsAny(p, "{*") && (exact || !strings.HasSuffix(p, "/")) {
-			return ""
+		if !more {
+			return b.String(), true
 		}
 	}
-	return r.URL.EscapedPath()
+}
+
+// cleanPath is the canonical form of an escaped path: its segments as
+// [pathSegments] gives them, each with a leading '/'; "/" for a path with
+// none, "" for an empty path.
+func cleanPath(p string) string {
+	if p == "" {
+		return ""
+	}
+	return "/" + strings.Join(pathSegments(p), "/")
+}
+
+// pathSegments splits an escaped path into canonical segments
+// ([canonicalSegment]), dropping empty and "." segments and resolving "..",
+// as path.Clean does.
+func pathSegments(p string) []string {
+	segs := make([]string, 0, strings.Count(p, "/"))
+	for seg := range strings.SplitSeq(p, "/") {
+		switch seg = canonicalSegment(seg); seg {
+		case "", ".":
+		case "..":
+			if len(segs) > 0 {
+				segs = segs[:len(segs)-1]
+			}
+		default:
+			segs = append(segs, seg)
+		}
+	}
+	return segs
+}
+
+// canonicalSegment is one escaped path segment percent-decoded, then
+// encoded again by [escapeSegment], so that every spelling of a segment
+// ("acme", "%61cme", "%61%63me") has one form. A segment whose escapes are
+// invalid is kept as it is.
+func canonicalSegment(seg string) string {
+	if strings.IndexByte(seg, '%') < 0 {
+		return escapeSegment(seg)
+	}
+	v, err := url.PathUnescape(seg)
+	if err != nil {
+		return seg
+	}
+	return escapeSegment(v)
+}
+
+// escapeSegment percent-encodes a decoded path segment: every byte but
+// RFC 3986's pchar (unreserved, sub-delims, ':' and '@') becomes %XX, so
+// '/', '%', '?', '#', spaces and non-ASCII bytes are escaped and the
+// segment can be told apart from its neighbours.
+func escapeSegment(v string) string {
+	n := 0
+	for i := 0; i < len(v); i++ {
+		if !isPchar(v[i]) {
+			n++
+		}
+	}
+	if n == 0 {
+		return v
+	}
+	const hexDigits = "0123456789ABCDEF"
+	b := make([]byte, 0, len(v)+2*n)
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; isPchar(c) {
+			b = append(b, c)
+		} else {
+			b = append(b, '%', hexDigits[c>>4], hexDigits[c&15])
+		}
+	}
+	return string(b)
+}
+
+func isPchar(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return strings.IndexByte("-._~!$&'()*+,;=:@", c) >= 0
 }
 
 // maxScopeLen is the longest scope kept verbatim in a store key.

@@ -81,6 +81,68 @@ func TestStoreKey(t *testing.T) {
 	}
 }
 
+// DefaultScope names the route and the values of its wildcards, whatever
+// the spelling of the path: the requests are built as a router leaves them
+// (Request.Pattern and the path values set, the path as sent).
+func TestDefaultScope(t *testing.T) {
+	type values map[string]string
+	tests := []struct {
+		name    string
+		pattern string
+		values  values
+		path    string // as sent, escaped
+		want    string
+	}{
+		{"fixed pattern", "POST /webhooks/stone", nil, "/webhooks/stone", ""},
+		{"fixed, exact subtree", "/exact/{$}", nil, "/exact/", ""},
+		{"fixed, host and method", "POST example.com/hooks", nil, "/hooks", ""},
+		{"wildcard", "POST /t/{tenant}/orders", values{"tenant": "acme"}, "/t/acme/orders", "/t/acme/orders"},
+		{"wildcard, trailing slash (StripSlashes)", "/t/{tenant}/orders", values{"tenant": "acme"}, "/t/acme/orders/", "/t/acme/orders"},
+		{"wildcard, percent-encoded letter", "/t/{tenant}/orders", values{"tenant": "acme"}, "/t/%61cme/orders", "/t/acme/orders"},
+		{"wildcard, doubled slash", "/t/{tenant}/orders", values{"tenant": "acme"}, "/t//acme/orders", "/t/acme/orders"},
+		{"wildcard, escaped value (chi)", "/t/{tenant}/orders", values{"tenant": "%61cme"}, "/t/%61cme/orders", "/t/acme/orders"},
+		{"wildcard holding a slash", "/t/{tenant}/orders", values{"tenant": "a/b"}, "/t/a%2Fb/orders", "/t/a%2Fb/orders"},
+		{"two wildcards, a slash in the first", "/x/{a}/{b}", values{"a": "p/q", "b": "r"}, "/x/p%2Fq/r", "/x/p%2Fq/r"},
+		{"two wildcards, a slash in the second", "/x/{a}/{b}", values{"a": "p", "b": "q/r"}, "/x/p/q%2Fr", "/x/p/q%2Fr"},
+		{"two wildcards, escaped values (chi)", "/x/{a}/{b}", values{"a": "p", "b": "q%2Fr"}, "/x/p/q%2Fr", "/x/p/q%2Fr"},
+		{"wildcard, non-ASCII and space", "/t/{tenant}", values{"tenant": "são paulo"}, "/t/s%C3%A3o%20paulo", "/t/s%C3%A3o%20paulo"},
+		{"wildcard, sub-delims kept", "/t/{tenant}", values{"tenant": "a!b$c"}, "/t/a!b$c", "/t/a!b$c"},
+		{"chi regexp wildcard", "/t/{id:[0-9]+}", values{"id": "42"}, "/t/42/", "/t/42"},
+		{"ServeMux catch-all", "/files/{rest...}", values{"rest": "a/b/"}, "/files/a/b/", "/files/a/b"},
+		{"ServeMux catch-all, empty", "/files/{rest...}", values{"rest": ""}, "/files/", "/files/"},
+		{"chi catch-all", "/files/*", values{"*": "a//b"}, "/files/a//b", "/files/a/b"},
+		{"subtree", "POST /t/", nil, "/t/acme", "/t/acme"},
+		{"subtree, trailing slash", "/t/", nil, "/t/acme/", "/t/acme"},
+		{"subtree, percent-encoded letter", "/t/", nil, "/t/%61cme", "/t/acme"},
+		{"subtree, its own path", "/t/", nil, "/t/", "/t/"},
+		{"subtree after a wildcard", "/t/{tenant}/", values{"tenant": "acme"}, "/t/acme/x/y/", "/t/acme/x/y"},
+		{"no value for a wildcard: the path", "/t/{tenant}/orders", nil, "/t/acme/orders/", "/t/acme/orders"},
+		{"wildcard inside a segment: the path", "/t/x-{id}", values{"id": "1"}, "/t/x-1/", "/t/x-1"},
+		{"no pattern: the path", "", nil, "/t/acme/orders", "/t/acme/orders"},
+		{"no pattern, trailing slash", "", nil, "/t/acme/orders/", "/t/acme/orders"},
+		{"no pattern, dot segments", "", nil, "/t/./x/../acme//orders", "/t/acme/orders"},
+		{"no pattern, encoded dot segment", "", nil, "/t/%2E%2E/acme", "/acme"},
+		{"no pattern, encoded slash kept", "", nil, "/t/a%2Fb", "/t/a%2Fb"},
+		{"no pattern, lower-case escapes", "", nil, "/t/s%c3%a3o", "/t/s%C3%A3o"},
+		{"no pattern, root", "", nil, "/", "/"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := http.NewRequest(http.MethodPost, "http://example.com"+tt.path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Pattern = tt.pattern
+			for k, v := range tt.values {
+				r.SetPathValue(k, v)
+			}
+			if got := DefaultScope(r); got != tt.want {
+				t.Errorf("DefaultScope(pattern %q, path %q) = %q, want %q", tt.pattern, tt.path, got, tt.want)
+			}
+		})
+	}
+}
+
 // The sha256 literals below were computed independently with sha256sum over
 // the text named in each case.
 func TestBodyKey(t *testing.T) {

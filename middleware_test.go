@@ -2,6 +2,9 @@ package idemhook_test
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +15,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +28,7 @@ import (
 	"github.com/idemhook/idemhook/internal/fakeclock"
 	"github.com/idemhook/idemhook/internal/syncbuf"
 	"github.com/idemhook/idemhook/memstore"
+	"github.com/idemhook/idemhook/provider"
 )
 
 // clock is the injectable time source shared by the store and the middleware.
@@ -1242,8 +1247,9 @@ func TestScopeKeepsPathsAndTenantsApart(t *testing.T) {
 		{"/t/acme", "", false, "idem:t@/t/acme:" + bodyKey},
 		{"/t/globex", "", false, "idem:t@/t/globex:" + bodyKey},
 		{"/t/globex", "", true, "idem:t@/t/globex:" + bodyKey},
-		{"/t/a%3Ab", "", false, "idem:t@/t/a%253Ab:" + bodyKey}, // '%' escaped: the scope never holds ':'
-		{"/t/a:b", "", false, "idem:t@/t/a%3Ab:" + bodyKey},
+		{"/t/a:b", "", false, "idem:t@/t/a%3Ab:" + bodyKey},     // ':' escaped: the scope never holds it
+		{"/t/a%3Ab", "", true, "idem:t@/t/a%3Ab:" + bodyKey},    // the same path, spelled otherwise
+		{"/t/a%25b", "", false, "idem:t@/t/a%2525b:" + bodyKey}, // a '%' in the path is escaped twice: once in the path, once in the key
 		{"/fixed", "", false, "idem:fixed:" + bodyKey},
 		{"/fixed", "", true, "idem:fixed:" + bodyKey},
 		{"/exact/", "", false, "idem:exact:" + bodyKey},
@@ -1265,6 +1271,143 @@ func TestScopeKeepsPathsAndTenantsApart(t *testing.T) {
 	}
 	if n, want := h.n.Load(), int64(10); n != want {
 		t.Fatalf("handler ran %d times, want %d (once per path or tenant and event)", n, want)
+	}
+}
+
+// A delivery re-sent on another spelling of its path (a trailing slash, a
+// percent-encoded letter, a doubled slash) is the same event on the same
+// route, so it is replayed: with the Stripe preset, a captured signed
+// payload can't be run again inside the signature's tolerance by adding a
+// slash. Each router below reaches the route with the spellings it lets
+// through (ServeMux redirects unclean paths; chi matches a trailing slash
+// only behind StripSlashes), and the handler runs once per tenant.
+func TestScopeIgnoresThePathsSpelling(t *testing.T) {
+	const secret = "whsec_scope"
+	preset, err := provider.New("stripe", provider.Config{Secrets: []string{secret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"id":"evt_1","type":"invoice.paid"}`
+	signature := func() string {
+		ts := strconv.FormatInt(time.Now().Unix(), 10)
+		mac := hmac.New(sha256.New, []byte(secret))
+		mac.Write([]byte(ts + "." + body))
+		return "t=" + ts + ",v1=" + hex.EncodeToString(mac.Sum(nil))
+	}
+	tests := []struct {
+		name   string
+		router func(route http.Handler) http.Handler
+		paths  []string // the first runs the event for tenant acme, every other is a duplicate
+		globex string   // the same event for another tenant: runs again
+	}{
+		{
+			name: "ServeMux wildcard",
+			router: func(route http.Handler) http.Handler {
+				mux := http.NewServeMux()
+				mux.Handle("POST /t/{tenant}/orders", route)
+				return mux
+			},
+			paths:  []string{"/t/acme/orders", "/t/%61cme/orders", "/t/%61%63me/orders"},
+			globex: "/t/globex/orders",
+		},
+		{
+			name: "ServeMux subtree",
+			router: func(route http.Handler) http.Handler {
+				mux := http.NewServeMux()
+				mux.Handle("POST /t/", route)
+				return mux
+			},
+			paths:  []string{"/t/acme/orders", "/t/acme/orders/", "/t/%61cme/orders", "/t/acme/%6Frders/"},
+			globex: "/t/globex/orders",
+		},
+		{
+			name: "chi",
+			router: func(route http.Handler) http.Handler {
+				r := chi.NewRouter()
+				r.Handle("/t/{tenant}/orders", route)
+				return r
+			},
+			paths:  []string{"/t/acme/orders", "/t/%61cme/orders"},
+			globex: "/t/globex/orders",
+		},
+		{
+			name: "chi behind StripSlashes",
+			router: func(route http.Handler) http.Handler {
+				r := chi.NewRouter()
+				r.Use(middleware.StripSlashes)
+				r.Handle("/t/{tenant}/orders", route)
+				return r
+			},
+			paths:  []string{"/t/acme/orders", "/t/acme/orders/", "/t/%61cme/orders/"},
+			globex: "/t/globex/orders/",
+		},
+		{
+			name: "chi subrouter behind StripSlashes",
+			router: func(route http.Handler) http.Handler {
+				r := chi.NewRouter()
+				r.Use(middleware.StripSlashes)
+				r.Route("/t/{tenant}", func(r chi.Router) { r.Handle("/orders", route) })
+				return r
+			},
+			paths:  []string{"/t/acme/orders/", "/t/acme/orders"},
+			globex: "/t/globex/orders",
+		},
+		{
+			name:   "no router",
+			router: func(route http.Handler) http.Handler { return route },
+			paths:  []string{"/t/acme/orders", "/t/acme/orders/", "/t//acme/orders", "/t/./acme/orders", "/t/%61cme//orders/"},
+			globex: "/t/globex/orders",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newMemEnv(t, idemhook.Options{})
+			wrap, err := e.mw.Route(idemhook.Route{Source: "stripe", Preset: preset})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := &counter{}
+			srv := httptest.NewServer(tt.router(wrap(h)))
+			defer srv.Close()
+			post := func(path string) (status int, replayed bool) {
+				req, err := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set("Stripe-Signature", signature())
+				resp, err := srv.Client().Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				io.Copy(io.Discard, resp.Body) //nolint:errcheck
+				return resp.StatusCode, resp.Header.Get(idemhook.ReplayedHeader) == "true"
+			}
+			var scope string
+			for i, path := range tt.paths {
+				status, replayed := post(path)
+				if status != http.StatusOK || replayed != (i > 0) {
+					t.Errorf("POST %s: status %d, replayed %v; want 200, replayed %v", path, status, replayed, i > 0)
+				}
+				e.mu.Lock()
+				got := e.deliveries[len(e.deliveries)-1].Scope
+				e.mu.Unlock()
+				if i == 0 {
+					scope = got
+				} else if got != scope {
+					t.Errorf("POST %s: scope %q, want %q (that of %s)", path, got, scope, tt.paths[0])
+				}
+			}
+			if n := h.n.Load(); n != 1 {
+				t.Fatalf("handler ran %d times for tenant acme's event, want 1", n)
+			}
+			if status, replayed := post(tt.globex); status != http.StatusOK || replayed {
+				t.Errorf("POST %s: status %d, replayed %v; want 200 and a run of its own", tt.globex, status, replayed)
+			}
+			if n := h.n.Load(); n != 2 {
+				t.Fatalf("handler ran %d times in all, want 2 (once per tenant)", n)
+			}
+		})
 	}
 }
 

@@ -557,7 +557,10 @@ func TestStoreDown(t *testing.T) {
 }
 
 // An answer never crosses paths. On a prefix route the keys are scoped by
-// the path below the prefix, so acme's answer is not replayed to globex.
+// the path below the prefix, so acme's answer is not replayed to globex;
+// another spelling of acme's path (a trailing slash, a percent-encoded
+// letter) is acme's path, so a captured delivery re-sent on it is a
+// duplicate.
 func TestPrefixRouteScopesKeysByPath(t *testing.T) {
 	up := newUpstream(t)
 	cfg := strings.Replace(routeConfig(up.srv.URL), "path: /webhooks/test", "path: /t/", 1)
@@ -567,7 +570,7 @@ func TestPrefixRouteScopesKeysByPath(t *testing.T) {
 	for _, tt := range []struct {
 		path     string
 		replayed bool
-	}{{"/t/acme", false}, {"/t/globex", false}, {"/t/globex", true}, {"/t/acme", true}} {
+	}{{"/t/acme", false}, {"/t/globex", false}, {"/t/globex", true}, {"/t/acme", true}, {"/t/acme/", true}, {"/t/%61cme", true}} {
 		r := post(t, g.url(tt.path), `{"e":2}`)
 		if r.Status != 200 || (r.Header.Get("Idempotent-Replayed") == "true") != tt.replayed {
 			t.Fatalf("POST %s: %d replayed=%q, want replayed %v", tt.path, r.Status, r.Header.Get("Idempotent-Replayed"), tt.replayed)
@@ -585,11 +588,17 @@ func TestPrefixRouteScopesKeysByPath(t *testing.T) {
 	}
 	// The audit trail records each delivery's scope, which the console
 	// passes back to delete the key. The next acme delivery is forwarded.
-	page := deliveries(t, g, "limit=10", 4)
-	if got := page.Deliveries[len(page.Deliveries)-1]; got.Scope != "/t/acme" || got.Key != idemhook.BodyKey([]byte(`{"e":2}`)) {
-		t.Fatalf("audit entry of the first delivery: %+v", got)
+	page := deliveries(t, g, "limit=10", 6)
+	first := page.Deliveries[len(page.Deliveries)-1]
+	if first.Scope != "/t/acme" || first.Key != idemhook.BodyKey([]byte(`{"e":2}`)) {
+		t.Fatalf("audit entry of the first delivery: %+v", first)
 	}
-	if r := do(t, http.MethodDelete, g.adminURL("/admin/keys/test/"+page.Deliveries[3].Key+"?scope="+page.Deliveries[3].Scope), ""); r.Status != http.StatusNoContent {
+	for _, d := range page.Deliveries[:2] {
+		if d.Scope != "/t/acme" || d.Outcome != "replayed" {
+			t.Errorf("audit entry of a re-spelled acme delivery: %+v, want scope /t/acme, replayed", d)
+		}
+	}
+	if r := do(t, http.MethodDelete, g.adminURL("/admin/keys/test/"+first.Key+"?scope="+first.Scope), ""); r.Status != http.StatusNoContent {
 		t.Fatalf("DELETE the scoped key: %d %s", r.Status, r.Body)
 	}
 	post(t, g.url("/t/acme"), `{"e":2}`)
