@@ -214,6 +214,17 @@ type Route struct {
 	// fixed route whose keys must equal the guard's returns "" here.
 	Scope func(*http.Request) string
 
+	// ShareKeys lets other routes of the same Middleware have this
+	// route's Source, for routes that mean to share one event space (one
+	// provider's events reaching a service on two paths, say): a delivery
+	// through one is a duplicate of the same event through another, and is
+	// answered with its stored answer. [Middleware.Route] refuses a second
+	// route with a Source unless every route of the Source sets it, so that
+	// routes built in a loop (one per tenant, all with Source "stripe")
+	// can't silently answer one tenant with another's answers. Default:
+	// false, the Source is this route's own.
+	ShareKeys bool
+
 	// TTL is how long a completed response is kept and replayed. It should
 	// cover the provider's retry window. Default: [Preset.DefaultTTL], the
 	// preset's RetryWindow plus a day in whole days (Stripe: 4 days), or

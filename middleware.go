@@ -60,6 +60,9 @@ type Middleware struct {
 	inProcess bool // the store never waits on I/O: its calls need no deadline
 	opts      Options
 	breaker   *breaker.Breaker
+
+	mu      sync.Mutex
+	sources map[string]bool // the Source of each route made, and whether it set ShareKeys
 }
 
 // New returns a Middleware over store. A zero Options means the defaults.
@@ -123,9 +126,15 @@ func New(store Store, opts Options) (*Middleware, error) {
 func (m *Middleware) StoreTimeout() time.Duration { return m.opts.StoreTimeout }
 
 // Route checks rt, applies its defaults and returns the middleware for one
-// webhook route. A Route it refuses is reported as a [*RouteError].
+// webhook route. A Route it refuses is reported as a [*RouteError]: one
+// that [Route.Validate] refuses, and one whose Source another route of m
+// already has, unless every route of that Source sets ShareKeys (routes
+// with one Source answer each other's deliveries).
 func (m *Middleware) Route(rt Route) (func(http.Handler) http.Handler, error) {
 	if err := rt.applyDefaults(); err != nil {
+		return nil, err
+	}
+	if err := m.addSource(&rt); err != nil {
 		return nil, err
 	}
 	h := &routeConfig{
@@ -149,6 +158,38 @@ func (m *Middleware) Route(rt Route) (func(http.Handler) http.Handler, error) {
 	return func(next http.Handler) http.Handler {
 		return &handler{routeConfig: h, next: next}
 	}, nil
+}
+
+// addSource records rt's Source as used by a route of m, or refuses it
+// when another route has it and they don't both set ShareKeys. A route with
+// no Source claims nothing, so it shares nothing.
+func (m *Middleware) addSource(rt *Route) error {
+	if rt.Source == "" {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	shares, used := m.sources[rt.Source]
+	if used && !(shares && rt.ShareKeys) {
+		return &RouteError{Source: rt.Source, Field: "Source", Reason: fmt.Sprintf(
+			"Source %q is already the Source of another route of this Middleware: routes with one Source share their keys, "+
+				"so one would answer a delivery with the stored answer of the other; give each route a Source of its own "+
+				"(such as \"%s-<tenant>\"), or set ShareKeys on every route of the Source if they mean to share keys",
+			rt.Source, rt.Source)}
+	}
+	if m.sources == nil {
+		m.sources = make(map[string]bool)
+	}
+	m.sources[rt.Source] = rt.ShareKeys
+	return nil
+}
+
+// Validate reports whether [Middleware.Route] would accept rt, with the
+// same [*RouteError], without a Middleware: for a program that checks its
+// routes (a configuration file, say) before it serves them. It checks rt
+// alone, so it can't tell that another route already has rt's Source.
+func (rt Route) Validate() error {
+	return rt.applyDefaults()
 }
 
 // seconds renders d for a Retry-After header: whole seconds, rounded up.

@@ -343,6 +343,102 @@ func TestRouteRejectsHeadersThatAreNeverReplayed(t *testing.T) {
 	}
 }
 
+// Two routes of one Middleware with one Source would share their keys: the
+// second tenant of a loop over tenants would get the first one's stored
+// answers. Route refuses the second, unless every route of the Source
+// says it shares keys on purpose.
+func TestRouteRefusesASharedSource(t *testing.T) {
+	tests := []struct {
+		name    string
+		routes  []idemhook.Route
+		wantErr []bool // for each route
+	}{
+		{"one Source per route", []idemhook.Route{{Source: "stripe-acme"}, {Source: "stripe-globex"}}, []bool{false, false}},
+		{"a second route with the Source", []idemhook.Route{{Source: "stripe"}, {Source: "stripe"}, {Source: "stripe"}}, []bool{false, true, true}},
+		{"ShareKeys on every route", []idemhook.Route{{Source: "stripe", ShareKeys: true}, {Source: "stripe", ShareKeys: true}}, []bool{false, false}},
+		{"ShareKeys on the second only", []idemhook.Route{{Source: "stripe"}, {Source: "stripe", ShareKeys: true}}, []bool{false, true}},
+		{"ShareKeys on the first only", []idemhook.Route{{Source: "stripe", ShareKeys: true}, {Source: "stripe"}}, []bool{false, true}},
+		{"a refused route claims no Source", []idemhook.Route{{Source: "stripe", TTL: -time.Second}, {Source: "stripe"}}, []bool{true, false}},
+		{"routes without a Source share nothing", []idemhook.Route{{}, {}}, []bool{false, false}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newMemEnv(t, idemhook.Options{})
+			for i, rt := range tt.routes {
+				_, err := e.mw.Route(rt)
+				if (err != nil) != tt.wantErr[i] {
+					t.Fatalf("route %d (%+v): error = %v, want error %v", i, rt, err, tt.wantErr[i])
+				}
+				var re *idemhook.RouteError
+				if err != nil && rt.TTL >= 0 && (!errors.As(err, &re) || re.Field != "Source" || re.Source != rt.Source ||
+					!strings.Contains(err.Error(), "is already the Source of another route") || !strings.Contains(err.Error(), "ShareKeys")) {
+					t.Errorf("route %d: error = %#v, want a *RouteError for field Source that names ShareKeys", i, err)
+				}
+			}
+		})
+	}
+}
+
+// The report's case end to end: one route per tenant built in a loop, each
+// mounted on its own path. Refused, the loop can't serve globex acme's
+// answer; with a Source per tenant, each tenant's event runs once.
+func TestRoutesPerTenantKeepTheirAnswers(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	mux := http.NewServeMux()
+	counts := map[string]*counter{}
+	for _, tenant := range []string{"acme", "globex"} {
+		if _, err := e.mw.Route(idemhook.Route{Source: "stripe"}); err == nil && tenant == "globex" {
+			t.Fatal("a second route with Source stripe was accepted")
+		}
+		wrap, err := e.mw.Route(idemhook.Route{Source: "stripe-" + tenant})
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts[tenant] = &counter{body: tenant}
+		mux.Handle("POST /webhooks/stripe-"+tenant, wrap(counts[tenant]))
+	}
+	for range 2 {
+		for _, tenant := range []string{"acme", "globex"} {
+			req := httptest.NewRequest(http.MethodPost, "/webhooks/stripe-"+tenant, strings.NewReader(`{"id":"evt_1"}`))
+			rec := httptest.NewRecorder()
+			mux.ServeHTTP(rec, req)
+			if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), tenant) {
+				t.Errorf("POST for %s: %d %q, want 200 and %s's own answer", tenant, rec.Code, rec.Body, tenant)
+			}
+		}
+	}
+	for tenant, c := range counts {
+		if n := c.n.Load(); n != 1 {
+			t.Errorf("%s's handler ran %d times, want 1", tenant, n)
+		}
+	}
+}
+
+// Validate refuses what Route refuses about a route on its own, with the
+// same error, and needs no Middleware.
+func TestRouteValidate(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	for _, rt := range []idemhook.Route{
+		{Source: "s", InFlight: "queue"}, {Source: "a:b"}, {Source: "s", StoreStatuses: []int{410, 200}},
+		{Source: "s", ReplayHeaders: []string{"X-Id", "set-cookie"}}, {Source: "s", Lease: time.Microsecond},
+	} {
+		verr := rt.Validate()
+		_, rerr := e.mw.Route(rt)
+		if verr == nil || rerr == nil || verr.Error() != rerr.Error() {
+			t.Errorf("Route(%+v): Validate() = %v, Route error = %v, want the same error", rt, verr, rerr)
+		}
+	}
+	rt := idemhook.Route{Source: "ok", TTL: time.Hour}
+	for range 2 { // Validate knows no other route: the same Source twice is fine
+		if err := rt.Validate(); err != nil {
+			t.Errorf("Validate(%+v) = %v", rt, err)
+		}
+	}
+	if rt.Header != "" || rt.InFlight != "" {
+		t.Errorf("Validate changed its route: %+v", rt)
+	}
+}
+
 func TestRouteValidation(t *testing.T) {
 	e := newMemEnv(t, idemhook.Options{})
 	tests := []struct {
@@ -914,7 +1010,7 @@ func TestStoreErrorFailOpenAndClosed(t *testing.T) {
 	e := newFailingEnv(t, map[string]error{"claim": down}, idemhook.Options{})
 	h := &counter{}
 	open := e.route(idemhook.Route{Source: "stone"}, h)
-	closed := e.route(idemhook.Route{Source: "stone", OnStoreError: idemhook.StoreErrorClosed}, h)
+	closed := e.route(idemhook.Route{Source: "stone-closed", OnStoreError: idemhook.StoreErrorClosed}, h)
 
 	if r := send(open, `{"id":1}`); r.Code != 200 {
 		t.Fatalf("open: %d", r.Code)

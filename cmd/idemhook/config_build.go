@@ -1,11 +1,9 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/provider"
@@ -28,7 +26,7 @@ func (c *checker) build(cfg *gatewayConfig) {
 			}
 			r.Preset = p
 		}
-		if _, err := validator.Route(*r); err != nil {
+		if err := r.Validate(); err != nil {
 			c.routeError(&in, r, err)
 		}
 		if r.TTL == 0 {
@@ -85,31 +83,3 @@ func (c *checker) routeError(in *routeInputs, r *idemhook.Route, err error) {
 	}
 	c.errorf(in.own(name), join(in.at, name), "%s", re.Reason)
 }
-
-// validator is a Middleware used only to run Middleware.Route's checks
-// when a file is checked. Its store is never called.
-var validator = func() *idemhook.Middleware {
-	m, err := idemhook.New(unusedStore{}, idemhook.Options{})
-	if err != nil {
-		panic(err) // a zero Options is valid
-	}
-	return m
-}()
-
-// unusedStore is the store of validator: Route's checks never call it.
-type unusedStore struct{}
-
-var errUnused = errors.New("idemhook: the configuration checker's store is not a store")
-
-func (unusedStore) Claim(context.Context, string, *idemhook.Record, time.Duration) (*idemhook.Record, error) {
-	return nil, errUnused
-}
-func (unusedStore) Complete(context.Context, string, *idemhook.Record, *idemhook.Record, time.Duration) error {
-	return errUnused
-}
-func (unusedStore) Release(context.Context, string, *idemhook.Record) error { return errUnused }
-func (unusedStore) Extend(context.Context, string, *idemhook.Record, time.Duration) error {
-	return errUnused
-}
-func (unusedStore) Get(context.Context, string) (*idemhook.Record, error) { return nil, errUnused }
-func (unusedStore) Delete(context.Context, string) (bool, error)          { return false, errUnused }

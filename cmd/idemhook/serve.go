@@ -131,7 +131,13 @@ func (g *gateway) apply(cfg *gatewayConfig) error {
 	mux := http.NewServeMux()
 	var idle []func()
 	for _, rc := range cfg.Routes {
-		wrap, err := g.mw.Route(rc.Route)
+		// The check refused, at the file's line, a source that routes share
+		// without share_keys. Beyond those, every route shares its keys
+		// with the route of its source in the configuration before a
+		// reload, whose deliveries may still be running: on purpose.
+		route := rc.Route
+		route.ShareKeys = true
+		wrap, err := g.mw.Route(route)
 		if err != nil {
 			// check ran the same checks (routeLimits): not reached.
 			return configError{File: cfg.File, Line: rc.Line, Field: rc.at, Msg: err.Error()}
