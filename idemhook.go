@@ -26,6 +26,23 @@
 // Provider presets (package provider) add a key that survives the provider's
 // retries and a signature check that runs before anything is claimed.
 //
+// Every method but GET, HEAD and OPTIONS is a delivery. A GET, HEAD or
+// OPTIONS request passes through a route untouched: its body is not read,
+// nothing is claimed or stored, the handler runs every time and no outcome
+// is reported. Only a preset's handshake (Meta's GET challenge) answers one.
+//
+// While a delivery holds its claim, the handler's answer is buffered until
+// the handler returns, so that it is stored before the caller sees it: a
+// Flush does nothing until then, and a streamed answer reaches the caller
+// whole at the end. An answer whose body grows past
+// Route.MaxStoredBodyBytes starts streaming at that point (a Flush then
+// works); it is not stored, and its replays say so (see
+// [BodyOmittedHeader]).
+//
+// One route, one event space: two routes of a Middleware with one Source
+// would answer each other's deliveries, so [Middleware.Route] refuses the
+// second unless both set Route.ShareKeys.
+//
 // Exactly-once effects: a handler whose business writes go to PostgreSQL can
 // complete its delivery's claim inside its own transaction (see [Delivery],
 // [DeliveryFromContext] and pgstore.Store.CompleteTx). The effect and the
@@ -129,6 +146,11 @@ type DeliveryInfo struct {
 	// (in_flight_waited), a take-over of a released claim (processed), a
 	// 409 at WaitTimeout. 0 when it did not wait.
 	Waited time.Duration
+	// BodyOmitted reports an answer whose body was over the route's
+	// MaxStoredBodyBytes: on a processed delivery, the body was sent in full
+	// but the stored answer has none; on a replay, the caller got the
+	// status and headers with an empty body and [BodyOmittedHeader].
+	BodyOmitted bool
 }
 
 // StoreCallInfo describes one call to the store, for Options.OnStoreCall.
@@ -268,8 +290,15 @@ type Route struct {
 
 	// MaxStoredBodyBytes caps the response body kept for replay. A larger
 	// response is still sent in full to the first caller, but only its status
-	// and headers are stored: a replay has the same status and headers and an
-	// empty body. Default: 64 KiB.
+	// and headers are stored: a replay has the same status and headers, an
+	// empty body and [BodyOmittedHeader]. The middleware says so where it
+	// happens: a WARN the first time on each route, DeliveryInfo.BodyOmitted
+	// (promhook counts it in idemhook_stored_body_omitted_total). Providers
+	// act on the status of an answer, not its body, and every stored key
+	// holds its body in the store for the whole TTL: 64 KiB bounds a
+	// million keys' worst case to 64 GiB where typical answers take a few
+	// dozen bytes. Raise it for a handler whose callers read large bodies.
+	// Default: 64 KiB.
 	MaxStoredBodyBytes int
 
 	// StoreStatuses lists non-2xx statuses (300 to 499) that are stored and

@@ -44,11 +44,16 @@ const minLease = time.Millisecond
 // ReplayedHeader marks a replayed response.
 const ReplayedHeader = "Idempotent-Replayed"
 
+// BodyOmittedHeader marks a replay whose stored answer has no body: the
+// first answer's body was over Route.MaxStoredBodyBytes, so it was sent to
+// the first caller but not stored. Its value is "true".
+const BodyOmittedHeader = "Idempotent-Body-Omitted"
+
 // neverReplayed lists response headers that are never stored.
 var neverReplayed = map[string]bool{
 	"Set-Cookie": true, "Authorization": true, "Proxy-Authenticate": true, "Www-Authenticate": true,
 	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Te": true, "Trailer": true,
-	"Transfer-Encoding": true, "Upgrade": true, "Content-Length": true, "Idempotent-Replayed": true,
+	"Transfer-Encoding": true, "Upgrade": true, "Content-Length": true, ReplayedHeader: true, BodyOmittedHeader: true,
 }
 
 // Middleware holds what the routes of one service share: the store, the
@@ -282,6 +287,7 @@ type routeConfig struct {
 	lease         time.Duration // Route.Lease, else Options.Lease
 	leaseAfter    string        // the lease, for Retry-After after a wait
 	renewals      renewals      // the lease renewals of the route's running deliveries
+	warnedOmitted atomic.Bool   // the WARN for a body over MaxStoredBodyBytes was logged
 }
 
 // stores reports whether a response with status is stored and replayed;
@@ -338,6 +344,8 @@ type delivery struct {
 	panicking bool
 
 	waited time.Duration // time spent in wait, for DeliveryInfo.Waited
+
+	bodyOmitted bool // the answer stored, or replayed, has no body: it was over MaxStoredBodyBytes
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -804,9 +812,24 @@ func (d *delivery) runClaimed(v *verdict) {
 	putHeader(d.doneRec.Header)
 	if err != nil {
 		d.warnStore("WebhookIdempotencyInterceptor cache write failed for key=", err)
+	} else if d.out.omitted {
+		d.omittedBody()
 	}
 	d.out.send()
 	v.outcome, v.err = OutcomeProcessed, err
+}
+
+// omittedBody notes a stored answer whose body was over the route's
+// MaxStoredBodyBytes, and says so once per route in a WARN: its replays
+// will carry an empty body.
+func (d *delivery) omittedBody() {
+	d.bodyOmitted = true
+	if d.h.warnedOmitted.CompareAndSwap(false, true) {
+		d.h.m.warn("idemhook: a response body over MaxStoredBodyBytes was sent but not stored; "+
+			"its replays carry the status and headers, an empty body and "+BodyOmittedHeader+": true (logged once per route)",
+			slog.String("source", d.h.rt.Source), slog.Int("max_stored_body_bytes", d.h.rt.MaxStoredBodyBytes),
+			slog.Int64("body_bytes", d.out.written), slog.String("key", d.storeKey))
+	}
 }
 
 // handlerFailed answers 500 for a handler that panicked or exited its
@@ -888,6 +911,10 @@ func (d *delivery) replay(rec *Record) {
 	vs := make([]string, 2) // one allocation for both values, each capped at its own
 	vs[0], vs[1] = "true", strconv.Itoa(len(rec.Body))
 	h[ReplayedHeader], h["Content-Length"] = vs[0:1:1], vs[1:2:2]
+	if rec.BodyOmitted {
+		d.bodyOmitted = true
+		h[BodyOmittedHeader] = vs[0:1:1]
+	}
 	status := rec.Status
 	if p := d.h.rt.Preset; p != nil && p.DuplicateStatus != 0 {
 		status = p.DuplicateStatus
@@ -943,6 +970,7 @@ func (d *delivery) report(outcome Outcome, err error) {
 		ResponseBytes: d.out.written,
 		Err:           err,
 		Waited:        d.waited,
+		BodyOmitted:   d.bodyOmitted,
 	})
 }
 

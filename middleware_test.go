@@ -15,6 +15,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -869,21 +870,50 @@ func TestHandlerGetsTheBodyUnchanged(t *testing.T) {
 	}
 }
 
+// An answer over MaxStoredBodyBytes is sent in full, stored without its
+// body, and said so where it happens: a WARN once per route, the header on
+// its replays, DeliveryInfo.BodyOmitted on both.
 func TestLargeResponseIsSentInFullButNotStored(t *testing.T) {
 	e := newMemEnv(t, idemhook.Options{})
 	big := strings.Repeat("b", 100)
 	route := e.route(idemhook.Route{Source: "stone", MaxStoredBodyBytes: 64}, &counter{status: 202, body: big})
 	first := send(route, `{"id":1}`)
-	if first.Code != 202 || first.Body.String() != big {
-		t.Fatalf("first: %d, %d bytes", first.Code, first.Body.Len())
+	if first.Code != 202 || first.Body.String() != big || first.Header().Get(idemhook.BodyOmittedHeader) != "" {
+		t.Fatalf("first: %d, %d bytes, %v", first.Code, first.Body.Len(), first.Header())
 	}
 	dup := send(route, `{"id":1}`)
-	if dup.Code != 202 || dup.Body.Len() != 0 || dup.Header().Get("Content-Type") != "application/json" || dup.Header().Get(idemhook.ReplayedHeader) != "true" {
+	if dup.Code != 202 || dup.Body.Len() != 0 || dup.Header().Get("Content-Type") != "application/json" ||
+		dup.Header().Get(idemhook.ReplayedHeader) != "true" || dup.Header().Get(idemhook.BodyOmittedHeader) != "true" {
 		t.Fatalf("replay of an oversized response: %d %q %v", dup.Code, dup.Body, dup.Header())
 	}
 	rec, _ := e.store.Get(t.Context(), idemhook.StoreKey("stone", idemhook.BodyKey([]byte(`{"id":1}`))))
 	if rec == nil || !rec.BodyOmitted || len(rec.Body) != 0 {
 		t.Fatalf("record %+v", rec)
+	}
+	send(route, `{"id":2}`) // another oversized answer on the route: no second WARN
+	small := e.route(idemhook.Route{Source: "small", MaxStoredBodyBytes: 200}, &counter{body: big})
+	send(small, `{"id":1}`)
+	send(small, `{"id":1}`)
+
+	e.mu.Lock()
+	var omitted []string
+	for _, d := range e.deliveries {
+		omitted = append(omitted, fmt.Sprintf("%s %s %v", d.Source, d.Outcome, d.BodyOmitted))
+	}
+	e.mu.Unlock()
+	want := []string{"stone processed true", "stone replayed true", "stone processed true", "small processed false", "small replayed false"}
+	if !slices.Equal(omitted, want) {
+		t.Errorf("deliveries (source, outcome, BodyOmitted) = %q, want %q", omitted, want)
+	}
+	logs := e.logs.String()
+	if n := strings.Count(logs, "response body over MaxStoredBodyBytes was sent but not stored"); n != 1 {
+		t.Errorf("%d WARNs for an oversized body, want 1 (once per route):\n%s", n, logs)
+	}
+	if !strings.Contains(logs, "source=stone max_stored_body_bytes=64 body_bytes=100") {
+		t.Errorf("the WARN names no source, limit or size:\n%s", logs)
+	}
+	if _, err := e.mw.Route(idemhook.Route{Source: "h", ReplayHeaders: []string{idemhook.BodyOmittedHeader}}); err == nil {
+		t.Errorf("ReplayHeaders %s accepted: the middleware sets it", idemhook.BodyOmittedHeader)
 	}
 }
 

@@ -13,6 +13,7 @@
 //
 //	idemhook_deliveries_total{source,outcome}              counter
 //	idemhook_delivery_duration_seconds{source,outcome}     histogram
+//	idemhook_body_omitted_total{source,outcome}            counter (answers over MaxStoredBodyBytes: stored, or replayed, without their body)
 //	idemhook_store_operation_duration_seconds{op}          histogram (calls skipped by the breaker not observed)
 //	idemhook_store_errors_total{op}                        counter (calls skipped by the breaker included)
 //	idemhook_breaker_open                                  gauge, 1 while the breaker is open
@@ -49,6 +50,7 @@ type Metrics struct {
 	reg        prometheus.Registerer
 	deliveries *prometheus.CounterVec
 	duration   *prometheus.HistogramVec
+	omitted    *prometheus.CounterVec
 	storeOps   *prometheus.HistogramVec
 	storeErrs  *prometheus.CounterVec
 	breaker    prometheus.Gauge
@@ -123,6 +125,10 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			Help:    "Time from a delivery's arrival to its answer, by source and outcome.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"source", "outcome"}),
+		omitted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemhook_body_omitted_total",
+			Help: "Deliveries whose answer was over the route's MaxStoredBodyBytes, by source and outcome: processed (sent in full, stored without its body), replayed (an empty body replayed).",
+		}, []string{"source", "outcome"}),
 		storeOps: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "idemhook_store_operation_duration_seconds",
 			Help:    "Latency of store calls by operation (claim, complete, release, extend, get); calls skipped by the open breaker are not observed.",
@@ -152,7 +158,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		Help: "Always 1; the labels name the idemhook version and the Go release it was built with.",
 	}, []string{"version", "goversion"})
 	build.WithLabelValues(version, goVersion).Set(1)
-	for _, c := range []prometheus.Collector{m.deliveries, m.duration, m.storeOps, m.storeErrs, m.breaker, build} {
+	for _, c := range []prometheus.Collector{m.deliveries, m.duration, m.omitted, m.storeOps, m.storeErrs, m.breaker, build} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -194,6 +200,9 @@ func (m *Metrics) OnDelivery(d idemhook.DeliveryInfo) {
 	dm := v.(*deliveryMetrics)
 	dm.count.Inc()
 	dm.duration.Observe(d.Duration.Seconds())
+	if d.BodyOmitted {
+		m.omitted.WithLabelValues(d.Source, string(d.Outcome)).Inc()
+	}
 }
 
 // OnStoreCall observes one store call's latency and counts it when it

@@ -2,6 +2,7 @@ package promhook_test
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -75,6 +76,43 @@ func TestRegisterCountsOutcomesAndStoreCalls(t *testing.T) {
 	}
 	if prevDeliveries != 4 || prevCalls != 6 {
 		t.Errorf("the hooks already set saw %d deliveries and %d store calls, want 4 and 6", prevDeliveries, prevCalls)
+	}
+}
+
+// Answers over the route's MaxStoredBodyBytes are counted when they are
+// stored without their body and each time such an answer is replayed.
+func TestRegisterCountsOmittedBodies(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	opts, _, err := promhook.Register(reg, idemhook.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := idemhook.New(store, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	route, err := mw.Route(idemhook.Route{Source: "stone", MaxStoredBodyBytes: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := route(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "0123456789") }))
+	for range 3 {
+		deliver(t, h, `{"id":"evt_1"}`)
+	}
+	for _, tt := range []struct {
+		give string
+		want float64
+	}{
+		{`idemhook_body_omitted_total{source="stone",outcome="processed"}`, 1},
+		{`idemhook_body_omitted_total{source="stone",outcome="replayed"}`, 2},
+	} {
+		if got := sample(t, reg, tt.give); got != tt.want {
+			t.Errorf("%s = %v, want %v", tt.give, got, tt.want)
+		}
 	}
 }
 
