@@ -37,6 +37,8 @@ import (
 //		http.Error(w, "not recorded", http.StatusInternalServerError)
 //	}
 //
+// docs/stores.md has the whole program (examples/exactlyonce/recordorder).
+//
 // After the handler returns, the middleware reads the key once to learn
 // whether the transaction committed:
 //
