@@ -72,8 +72,12 @@ import (
 // A Delivery is only valid while its handler runs; afterwards completing it
 // fails.
 type Delivery struct {
-	d     *delivery
-	claim Record // a copy of the pending record, never handed out
+	d *delivery
+	// claim is the pending record the delivery holds, which stays as it is
+	// while the handler runs; handed out only as copies. A pointer rather
+	// than a copy keeps the delivery, which holds this Delivery, in a
+	// smaller allocation.
+	claim *Record
 	// outer is the response header as the handler found it: what the
 	// middleware around this one set, which it sets on a replay too. nil
 	// when empty, as it mostly is.
@@ -116,7 +120,7 @@ func (x *Delivery) TTL() time.Duration { return x.d.h.rt.TTL }
 // Claim returns a copy of the pending record the delivery holds: what a
 // store's compare-and-set must find under the key.
 func (x *Delivery) Claim() *Record {
-	c := x.claim
+	c := *x.claim
 	return &c
 }
 
@@ -223,7 +227,7 @@ func (h *routeConfig) givenHeader(header http.Header) (http.Header, error) {
 // handler to find.
 func (d *delivery) offerDelivery(pending *Record) *Delivery {
 	x := &d.offered
-	x.d, x.claim = d, *pending
+	x.d, x.claim = d, pending
 	if h := d.out.w.Header(); len(h) > 0 {
 		x.outer = h.Clone()
 	}
