@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -20,25 +21,33 @@ import (
 // store that supports transactions (pgstore.Store.CompleteTx for a pgx.Tx,
 // CompleteSQLTx for a *sql.Tx), as the last statement before its commit:
 //
-//	d, ok := idemhook.DeliveryFromContext(r.Context())
-//	tx, _ := pool.Begin(ctx)
-//	// ... the business writes ...
-//	if ok {
-//		if err := store.CompleteTx(ctx, tx, d, http.StatusCreated, header, body); err != nil {
-//			tx.Rollback(ctx) // ErrNotOwner: another delivery owns the event now
-//			...
-//		}
+//	d, claimed := idemhook.DeliveryFromContext(r.Context())
+//	if !claimed {
+//		// No claim, so no record to commit with the effect: refuse, and
+//		// the provider retries later.
+//		w.Header().Set("Retry-After", "30")
+//		http.Error(w, "retry later", http.StatusServiceUnavailable)
+//		return
 //	}
-//	tx.Commit(ctx)
+//	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+//		// the business writes, then:
+//		return store.CompleteTx(ctx, tx, d, http.StatusCreated, header, body)
+//	})
+//	if err != nil { // rolled back; ErrNotOwner: another delivery owns the event now
+//		http.Error(w, "not recorded", http.StatusInternalServerError)
+//	}
+//
+// docs/stores.md has the whole program (examples/exactlyonce/recordorder).
 //
 // After the handler returns, the middleware reads the key once to learn
 // whether the transaction committed:
 //
 //   - committed: the stored record is the one written in the transaction.
-//     The middleware sends that response (status, header and body as given
-//     to CompleteTx; what the handler wrote to the ResponseWriter is
-//     discarded) and writes nothing more to the store. A re-delivery replays
-//     it. Outcome processed.
+//     The middleware sends that record, as a replay would (see
+//     [Delivery.CompleteWith] for its headers; what else the handler wrote
+//     to the ResponseWriter, status, headers or body, is discarded), and
+//     writes nothing more to the store. Every re-delivery gets the same
+//     answer, replayed. Outcome processed.
 //   - rolled back: the key still holds the delivery's pending claim. The
 //     middleware releases it as for a failed handler, so that the provider's
 //     retry runs afresh, and sends the handler's answer if it is one the
@@ -63,8 +72,16 @@ import (
 // A Delivery is only valid while its handler runs; afterwards completing it
 // fails.
 type Delivery struct {
-	d     *delivery
-	claim Record // a copy of the pending record, never handed out
+	d *delivery
+	// claim is the pending record the delivery holds, which stays as it is
+	// while the handler runs; handed out only as copies. A pointer rather
+	// than a copy keeps the delivery, which holds this Delivery, in a
+	// smaller allocation.
+	claim *Record
+	// outer is the response header as the handler found it: what the
+	// middleware around this one set, which it sets on a replay too. nil
+	// when empty, as it mostly is.
+	outer http.Header
 
 	mu       sync.Mutex
 	finished bool
@@ -72,12 +89,12 @@ type Delivery struct {
 }
 
 // txCompletion is one completion written inside a caller's transaction: the
-// record as stored, and the response as given, to send once it committed.
+// record as stored, and the response it holds, to send once it committed.
 type txCompletion struct {
 	encoded []byte // the stored record, encoded: how the middleware recognizes it
 	status  int
-	header  http.Header
-	body    []byte
+	header  http.Header // the record's header
+	body    []byte      // the body, whole even where the record leaves it out
 }
 
 type deliveryContextKey struct{}
@@ -103,7 +120,7 @@ func (x *Delivery) TTL() time.Duration { return x.d.h.rt.TTL }
 // Claim returns a copy of the pending record the delivery holds: what a
 // store's compare-and-set must find under the key.
 func (x *Delivery) Claim() *Record {
-	c := x.claim
+	c := *x.claim
 	return &c
 }
 
@@ -113,11 +130,17 @@ func (x *Delivery) Claim() *Record {
 // transaction. It is the building block of the stores' transactional
 // completions (pgstore.Store.CompleteTx); a handler calls those instead.
 //
-// CompleteWith builds the record as the middleware would: only the route's
-// replay headers are kept, and a body over the route's MaxStoredBodyBytes is
-// left out of the record (a replay then has an empty body). status must be
-// one the middleware stores (a failure such as a 5xx releases the claim
-// instead, so that the provider's retry runs afresh).
+// CompleteWith builds the record as the middleware would, and the answer
+// sent once the transaction committed is that record, so that the first
+// answer and every replay are the same. Its headers are the route's replay
+// headers ([RepresentationHeaders] and Route.ReplayHeaders), each taken from
+// header or, when header lacks it, from what the handler has set on its
+// ResponseWriter by now. Any other header the handler sets does not go out,
+// since a replay could not carry it; a name in header that the route does
+// not store is an error. A body over the route's MaxStoredBodyBytes is left
+// out of the record (it is still sent whole; a replay then has an empty
+// body). status must be one the middleware stores (a failure such as a 5xx
+// releases the claim instead, so that the provider's retry runs afresh).
 //
 // An error from write is returned as is: [ErrNotOwner] means the claim was
 // lost (its lease lapsed and another delivery took the event over, or it was
@@ -141,18 +164,21 @@ func (x *Delivery) CompleteWith(status int, header http.Header, body []byte, wri
 		CreatedAt:   d.h.m.opts.Now(),
 		Status:      status,
 	}
-	for name, vs := range header {
+	given, err := d.h.givenHeader(header)
+	if err != nil {
+		return err
+	}
+	rw := d.out.w.Header()
+	for _, name := range d.h.replayHeaders {
+		vs := given[name]
 		if len(vs) == 0 {
-			continue
+			vs = rw[name]
 		}
-		name = http.CanonicalHeaderKey(name)
-		for _, rh := range d.h.replayHeaders {
-			if rh == name {
-				if done.Header == nil {
-					done.Header = make(http.Header, len(d.h.replayHeaders))
-				}
-				done.Header[name] = append([]string(nil), vs...)
+		if len(vs) > 0 {
+			if done.Header == nil {
+				done.Header = make(http.Header, len(d.h.replayHeaders))
 			}
+			done.Header[name] = slices.Clone(vs)
 		}
 	}
 	if len(body) > d.h.rt.MaxStoredBodyBytes {
@@ -170,15 +196,41 @@ func (x *Delivery) CompleteWith(status int, header http.Header, body []byte, wri
 	// The row is now locked by the caller's transaction: a renewal would
 	// wait for it to end, and then find the claim gone.
 	d.renew.stop()
-	x.written = append(x.written, txCompletion{encoded: encoded, status: status, header: header.Clone(), body: bytes.Clone(body)})
+	x.written = append(x.written, txCompletion{encoded: encoded, status: status, header: done.Header, body: bytes.Clone(body)})
 	return nil
+}
+
+// givenHeader is the header given to a completion, by canonical name,
+// checked: each name must be one the route stores.
+func (h *routeConfig) givenHeader(header http.Header) (http.Header, error) {
+	var given http.Header
+	for name, vs := range header {
+		if len(vs) == 0 {
+			continue
+		}
+		name = http.CanonicalHeaderKey(name)
+		switch {
+		case neverReplayed[name]:
+			return nil, fmt.Errorf("idemhook: Delivery.CompleteWith: header %s: it is never stored or replayed, so a replay could not carry it", name)
+		case !slices.Contains(h.replayHeaders, name):
+			return nil, fmt.Errorf("idemhook: Delivery.CompleteWith: header %s: route %q does not store it, so a replay could not carry it: add it to Route.ReplayHeaders", name, h.rt.Source)
+		}
+		if given == nil {
+			given = make(http.Header, len(header))
+		}
+		given[name] = vs
+	}
+	return given, nil
 }
 
 // offerDelivery puts the claim's Delivery in the request's context for the
 // handler to find.
 func (d *delivery) offerDelivery(pending *Record) *Delivery {
 	x := &d.offered
-	x.d, x.claim = d, *pending
+	x.d, x.claim = d, pending
+	if h := d.out.w.Header(); len(h) > 0 {
+		x.outer = h.Clone()
+	}
 	d.offerCtx = offerContext{Context: d.r.Context(), x: x}
 	d.r = d.r.WithContext(&d.offerCtx)
 	return x
@@ -228,8 +280,7 @@ func (x *Delivery) settleTx(pending *Record) (Outcome, error) {
 		// Committed or not, the provider's retry finds out: it replays
 		// the committed record, or runs afresh once the lease lapses.
 		d.warnStore("WebhookIdempotencyInterceptor could not tell whether the handler's transaction committed for key=", err)
-		d.out.w.Header().Set("Retry-After", d.h.retryAfter)
-		x.replaceAnswer(http.StatusServiceUnavailable, "Idempotency store unavailable",
+		x.replaceAnswer(http.StatusServiceUnavailable, d.h.retryAfter, "Idempotency store unavailable",
 			"the idempotency store could not tell whether this delivery was committed; retry later")
 		return OutcomeStoreErrorClosed, err
 	}
@@ -255,7 +306,7 @@ func (x *Delivery) settleTx(pending *Record) (Outcome, error) {
 	if d.h.stores(d.out.finalStatus()) {
 		// A success (or any answer the provider won't retry) for work that
 		// did not commit would lose the event.
-		x.replaceAnswer(http.StatusInternalServerError, "Delivery not committed",
+		x.replaceAnswer(http.StatusInternalServerError, "", "Delivery not committed",
 			"the handler's transaction did not commit; retry the delivery")
 		return OutcomeFailedReleased, err
 	}
@@ -265,19 +316,25 @@ func (x *Delivery) settleTx(pending *Record) (Outcome, error) {
 	return OutcomeFailedReleased, err
 }
 
-// replaceAnswer discards what the handler wrote and answers with a problem
-// instead, unless the handler's answer has already gone out.
-func (x *Delivery) replaceAnswer(status int, title, detail string) {
+// replaceAnswer discards what the handler wrote, headers included, and
+// answers with a problem instead (with Retry-After unless retryAfter is ""),
+// unless the handler's answer has already gone out.
+func (x *Delivery) replaceAnswer(status int, retryAfter, title, detail string) {
 	d := x.d
 	if d.out.streaming || d.out.hijacked {
 		return
 	}
 	d.out = responseCapture{w: d.out.w}
+	x.resetHeader(nil)
+	if retryAfter != "" {
+		d.out.w.Header().Set("Retry-After", retryAfter)
+	}
 	d.writeProblem(status, title, detail)
 }
 
 // sendCommitted answers with the response committed in the handler's
-// transaction, in place of whatever the handler wrote.
+// transaction, in place of whatever the handler wrote: the record's status,
+// headers and body, as a replay has them.
 func (x *Delivery) sendCommitted(c txCompletion) {
 	d := x.d
 	if d.out.streaming || d.out.hijacked {
@@ -285,16 +342,27 @@ func (x *Delivery) sendCommitted(c txCompletion) {
 		// cap streams; a hijacked connection is the handler's).
 		return
 	}
+	x.resetHeader(c.header)
 	w := d.out.w
-	h := w.Header()
-	for name, vs := range c.header {
-		h[http.CanonicalHeaderKey(name)] = vs
-	}
-	h.Set("Content-Length", strconv.Itoa(len(c.body)))
+	w.Header().Set("Content-Length", strconv.Itoa(len(c.body)))
 	d.out.streaming = true
 	d.out.status = c.status
 	d.out.written = int64(len(c.body))
 	d.out.buf = nil
 	w.WriteHeader(c.status)
 	w.Write(c.body) //nolint:errcheck // the client may be gone
+}
+
+// resetHeader makes the response header what a replay of a record with
+// header starts from: what the middleware around this one had set when the
+// handler started, and header over it. What the handler set is gone.
+func (x *Delivery) resetHeader(header http.Header) {
+	h := x.d.out.w.Header()
+	clear(h)
+	for name, vs := range x.outer {
+		h[name] = vs
+	}
+	for name, vs := range header {
+		h[name] = vs
+	}
 }

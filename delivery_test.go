@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -58,10 +59,15 @@ func TestDeliveryCommitted(t *testing.T) {
 		if c := d.Claim(); c.State != idemhook.StatePending || c.Token == "" {
 			t.Errorf("Claim() = %+v", c)
 		}
-		hdr := http.Header{"content-type": {"application/json"}, "X-Not-Replayed": {"1"}}
+		// A replay header from the ResponseWriter is stored, one the route
+		// doesn't store is not, and so is not sent either.
+		w.Header().Set("Content-Language", "pt-BR")
+		w.Header().Set("X-Not-Replayed", "1")
+		hdr := http.Header{"content-type": {"application/json"}}
 		err := d.CompleteWith(http.StatusCreated, hdr, []byte(`{"order":1}`), func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
-			if done.Header.Get("Content-Type") != "application/json" || done.Header.Get("X-Not-Replayed") != "" {
-				t.Errorf("stored header %v: want only the replay headers", done.Header)
+			want := http.Header{"Content-Type": {"application/json"}, "Content-Language": {"pt-BR"}}
+			if !reflect.DeepEqual(done.Header, want) {
+				t.Errorf("stored header %v, want %v", done.Header, want)
 			}
 			return e.store.Complete(context.Background(), key, claim, done, ttl)
 		})
@@ -69,12 +75,14 @@ func TestDeliveryCommitted(t *testing.T) {
 			t.Errorf("CompleteWith: %v", err)
 		}
 		// What the handler writes afterwards is discarded.
+		w.Header().Set("Content-Encoding", "gzip")
 		w.WriteHeader(http.StatusAccepted)
 		w.Write([]byte("ignored")) //nolint:errcheck
 	})
 	first := post(h, `{"id":"evt_1"}`)
-	if first.Code != http.StatusCreated || first.Body.String() != `{"order":1}` || first.Header().Get("X-Not-Replayed") != "1" {
-		t.Fatalf("first answer: %d %q %v; want the committed 201", first.Code, first.Body, first.Header())
+	wantHeader := http.Header{"Content-Type": {"application/json"}, "Content-Language": {"pt-BR"}, "Content-Length": {"11"}}
+	if first.Code != http.StatusCreated || first.Body.String() != `{"order":1}` || !reflect.DeepEqual(first.Header(), wantHeader) {
+		t.Fatalf("first answer: %d %q %v; want the committed 201 with %v", first.Code, first.Body, first.Header(), wantHeader)
 	}
 	if got := e.lastOutcome(); got.Outcome != idemhook.OutcomeProcessed || got.Status != http.StatusCreated || got.Err != nil {
 		t.Fatalf("first delivery: %+v", got)
@@ -91,8 +99,9 @@ func TestDeliveryCommitted(t *testing.T) {
 		t.Fatalf("store calls %v, want claim,get", ops)
 	}
 	again := post(h, `{"id":"evt_1"}`)
-	if again.Code != http.StatusCreated || again.Body.String() != `{"order":1}` || again.Header().Get(idemhook.ReplayedHeader) != "true" {
-		t.Fatalf("re-delivery: %d %q %v; want the committed response replayed", again.Code, again.Body, again.Header())
+	wantHeader.Set(idemhook.ReplayedHeader, "true")
+	if again.Code != http.StatusCreated || again.Body.String() != `{"order":1}` || !reflect.DeepEqual(again.Header(), wantHeader) {
+		t.Fatalf("re-delivery: %d %q %v; want the first answer replayed, with %v", again.Code, again.Body, again.Header(), wantHeader)
 	}
 	if runs.Load() != 1 {
 		t.Fatalf("handler ran %d times, want 1", runs.Load())
@@ -126,12 +135,16 @@ func TestDeliveryRolledBack(t *testing.T) {
 					t.Errorf("CompleteWith: %v", err)
 				}
 				if n == 1 && tt.status != 0 {
+					w.Header().Set("Content-Encoding", "gzip")
 					w.WriteHeader(tt.status)
 				}
 			})
 			first := post(h, `{"id":"evt_2"}`)
 			if first.Code != tt.wantStatus {
 				t.Fatalf("after a rollback: status %d, want %d", first.Code, tt.wantStatus)
+			}
+			if replaced := tt.status != tt.wantStatus; replaced && first.Header().Get("Content-Encoding") != "" {
+				t.Fatalf("the problem in place of the handler's %d carries its Content-Encoding: %v", tt.status, first.Header())
 			}
 			if got := e.lastOutcome(); got.Outcome != idemhook.OutcomeFailedReleased || got.Err == nil {
 				t.Fatalf("after a rollback: %+v", got)
@@ -180,11 +193,12 @@ func TestDeliveryCommitUnknown(t *testing.T) {
 		if err != nil {
 			t.Errorf("CompleteWith: %v", err)
 		}
+		w.Header().Set("Content-Encoding", "gzip")
 		st.fail.Store(true)
 	})
 	first := post(h, `{"id":"evt_3"}`)
-	if first.Code != http.StatusServiceUnavailable || first.Header().Get("Retry-After") == "" {
-		t.Fatalf("commit unknown: %d %v; want 503 with Retry-After", first.Code, first.Header())
+	if first.Code != http.StatusServiceUnavailable || first.Header().Get("Retry-After") == "" || first.Header().Get("Content-Encoding") != "" {
+		t.Fatalf("commit unknown: %d %v; want 503 with Retry-After and none of the handler's headers", first.Code, first.Header())
 	}
 	if got := e.lastOutcome(); got.Outcome != idemhook.OutcomeStoreErrorClosed || got.Err == nil {
 		t.Fatalf("commit unknown: %+v", got)
@@ -209,6 +223,18 @@ func TestDeliveryCompleteWithErrors(t *testing.T) {
 		}
 		if err := d.CompleteWith(200, nil, nil, nil); err == nil {
 			t.Error("CompleteWith(nil write): no error")
+		}
+		for _, tt := range []struct {
+			give http.Header
+			want string
+		}{
+			{http.Header{"x-order-id": {"1"}}, `header X-Order-Id: route "orders" does not store it, so a replay could not carry it: add it to Route.ReplayHeaders`},
+			{http.Header{"Set-Cookie": {"s=1"}}, "header Set-Cookie: it is never stored or replayed"},
+			{http.Header{"Content-Length": {"3"}}, "header Content-Length: it is never stored or replayed"},
+		} {
+			if err := d.CompleteWith(200, tt.give, nil, write); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("CompleteWith(header %v): %v, want %q", tt.give, err, tt.want)
+			}
 		}
 		lost := d.CompleteWith(200, nil, nil, func(string, *idemhook.Record, *idemhook.Record, time.Duration) error {
 			return idemhook.ErrNotOwner

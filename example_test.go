@@ -184,18 +184,24 @@ func ExampleDeliveryFromContext() {
 	// 200 ok replayed: true
 }
 
-// The README's quick start must be the program examples/quickstart, which
-// the build compiles and vets, so that it compiles as written.
-func TestReadmeQuickStartIsTheCompiledExample(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := os.ReadFile("examples/quickstart/main.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(readme), "```go\n"+string(src)+"```\n") {
-		t.Fatal("README.md's quick start differs from examples/quickstart/main.go: paste the file into the README's first go block")
+// A program the docs quote whole must be the file the build compiles and
+// vets (and, for recordorder, its test runs), so that it compiles as
+// written: the README's quick start, docs/stores.md's exactly-once handler.
+func TestDocsQuoteTheCompiledExamples(t *testing.T) {
+	for _, tt := range []struct{ doc, program, where string }{
+		{"README.md", "examples/quickstart/main.go", "the README's first go block"},
+		{"docs/stores.md", "examples/exactlyonce/recordorder/main.go", `the go block of "Exactly-once effects"`},
+	} {
+		doc, err := os.ReadFile(tt.doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src, err := os.ReadFile(tt.program)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(doc), "```go\n"+string(src)+"```\n") {
+			t.Errorf("%s differs from %s: paste the file into %s", tt.doc, tt.program, tt.where)
+		}
 	}
 }

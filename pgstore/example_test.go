@@ -2,15 +2,22 @@ package pgstore_test
 
 import (
 	"context"
+	"crypto/rand"
+	"flag"
 	"fmt"
 	"log"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/pgtest"
 	"github.com/idemhook/idemhook/pgstore"
 )
 
@@ -54,17 +61,29 @@ func ExampleSchema() {
 // A handler that records an order exactly once. The order row and the
 // idempotency record commit in one transaction. If the process dies before
 // the commit, neither exists and the provider's retry runs afresh. If it
-// dies after, the retry is answered from the committed record.
+// dies after, the retry is answered from the committed record: the same
+// answer, headers and body, as the first one got.
 //
-// (No output: it needs a PostgreSQL server. The tests run the same flow
-// against the one in IDEMHOOK_POSTGRES_URL.)
+// Without a claim (the store failed and the route fails open, or a
+// duplicate waited past WaitTimeout) there is no record to commit with the
+// order, and recording it anyway would record it again on every retry. So
+// the handler does nothing and answers 503 with Retry-After: the provider
+// retries later, when the store answers again.
+//
+// It runs on the PostgreSQL server of DATABASE_URL (the tests set it).
 func ExampleStore_CompleteTx() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, "postgres://app@127.0.0.1:5432/shop")
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer pool.Close()
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS orders (
+		id       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+		event_id text   NOT NULL
+	)`); err != nil {
+		log.Fatal(err)
+	}
 	store, err := pgstore.New(ctx, pool, pgstore.Config{})
 	if err != nil {
 		log.Fatal(err)
@@ -74,13 +93,18 @@ func ExampleStore_CompleteTx() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	route, err := mw.Route(idemhook.Route{Source: "shop", Header: "Idempotency-Key"})
+	route, err := mw.Route(idemhook.Route{Source: "shop", Header: "Idempotency-Key", ReplayHeaders: []string{"Cache-Control"}})
 	if err != nil {
 		log.Fatal(err)
 	}
-	http.Handle("POST /webhooks/orders", route(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	recordOrder := func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
 		d, claimed := idemhook.DeliveryFromContext(ctx)
+		if !claimed {
+			w.Header().Set("Retry-After", "30")
+			http.Error(w, "retry later", http.StatusServiceUnavailable)
+			return
+		}
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			var id int64
 			err := tx.QueryRow(ctx, `INSERT INTO orders (event_id) VALUES ($1) RETURNING id`,
@@ -88,9 +112,9 @@ func ExampleStore_CompleteTx() {
 			if err != nil {
 				return err
 			}
-			if !claimed { // the store failed and the route fails open: no record to commit
-				return nil
-			}
+			// One of the route's ReplayHeaders: stored with the record,
+			// sent with the first answer and with every replay.
+			w.Header().Set("Cache-Control", "no-store")
 			body := fmt.Appendf(nil, `{"order":%d}`, id)
 			return store.CompleteTx(ctx, tx, d, http.StatusCreated, http.Header{"Content-Type": {"application/json"}}, body)
 		})
@@ -101,16 +125,44 @@ func ExampleStore_CompleteTx() {
 			http.Error(w, "order not recorded", http.StatusInternalServerError)
 		}
 		// Committed: the middleware sends the committed 201 itself.
-	})))
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /webhooks/orders", route(http.HandlerFunc(recordOrder)))
+
+	event := "evt_" + rand.Text() // a new event on every run
+	deliver := func(h http.Handler) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, "/webhooks/orders", strings.NewReader(`{"sku":"book"}`))
+		req.Header.Set("Idempotency-Key", event)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	first, again := deliver(mux), deliver(mux)
+	fmt.Println("first:", first.Code, first.Header().Get("Content-Type"), first.Header().Get("Cache-Control"))
+	fmt.Println("replayed:", again.Header().Get(idemhook.ReplayedHeader), again.Code, again.Header().Get("Content-Type"), again.Header().Get("Cache-Control"),
+		"same body:", again.Body.String() == first.Body.String())
+	// The handler without the middleware's claim, as during a store outage.
+	outage := deliver(http.HandlerFunc(recordOrder))
+	fmt.Println("without a claim:", outage.Code, "Retry-After:", outage.Header().Get("Retry-After"))
+	var orders int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM orders WHERE event_id = $1`, event).Scan(&orders); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("orders for the event:", orders)
+	// Output:
+	// first: 201 application/json no-store
+	// replayed: true 201 application/json no-store same body: true
+	// without a claim: 503 Retry-After: 30
+	// orders for the event: 1
 }
 
 // The same with database/sql, through pgx's stdlib driver. The *sql.DB may
 // be opened with sql.Open("pgx", url) or, as here, on the store's own pool.
 //
-// (No output: it needs a PostgreSQL server.)
+// It runs on the PostgreSQL server of DATABASE_URL (the tests set it).
 func ExampleStore_CompleteSQLTx() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, "postgres://app@127.0.0.1:5432/shop")
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -119,13 +171,18 @@ func ExampleStore_CompleteSQLTx() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer store.Close()
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS refunds (event_key text NOT NULL)`); err != nil {
+		log.Fatal(err)
+	}
 
-	handler := func(w http.ResponseWriter, r *http.Request) {
+	refund := func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
-		d, ok := idemhook.DeliveryFromContext(ctx)
-		if !ok {
+		d, claimed := idemhook.DeliveryFromContext(ctx)
+		if !claimed { // no record to commit with the refund: the provider retries later
+			w.Header().Set("Retry-After", "30")
 			http.Error(w, "retry later", http.StatusServiceUnavailable)
 			return
 		}
@@ -155,5 +212,35 @@ func ExampleStore_CompleteSQLTx() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	http.Handle("POST /webhooks/refunds", route(http.HandlerFunc(handler)))
+	h := route(http.HandlerFunc(refund))
+
+	event := `{"id":"re_` + rand.Text() + `"}` // a new event on every run: keyed by its body's hash
+	for range 2 {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/webhooks/refunds", strings.NewReader(event)))
+		fmt.Printf("%d %q replayed: %q\n", rec.Code, rec.Body, rec.Header().Get(idemhook.ReplayedHeader))
+	}
+	// Output:
+	// 200 "refunded\n" replayed: ""
+	// 200 "refunded\n" replayed: "true"
+}
+
+// TestMain points the Examples that need a server at the tests' one: they
+// read DATABASE_URL, as a service would. Without IDEMHOOK_POSTGRES_URL they
+// are skipped, as the tests are.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if url := os.Getenv(pgtest.EnvVar); url != "" {
+		os.Setenv("DATABASE_URL", url) //nolint:errcheck // only fails for an invalid name
+	} else {
+		skip := "^(ExampleStore_CompleteTx|ExampleStore_CompleteSQLTx)$"
+		if prev := flag.Lookup("test.skip").Value.String(); prev != "" {
+			skip = prev + "|" + skip
+		}
+		if err := flag.Set("test.skip", skip); err != nil {
+			panic(err)
+		}
+		fmt.Fprintln(os.Stderr, "pgstore: "+pgtest.EnvVar+" is unset: the Examples that need PostgreSQL are skipped")
+	}
+	os.Exit(m.Run())
 }

@@ -16,10 +16,15 @@ import (
 // CompleteTx completes the delivery d inside the caller's transaction tx.
 // It runs the same compare-and-set UPDATE as [Store.Complete], so that the
 // record commits together with the handler's business writes, or not at
-// all. status, header and body are the response. The middleware sends them
-// once the handler has returned and the commit is confirmed. It replays
-// them to every re-delivery. See [idemhook.Delivery] for what is stored and
-// what happens on a rollback.
+// all. status, header and body are the response. The record holds the
+// route's replay headers (idemhook.RepresentationHeaders and
+// Route.ReplayHeaders), each from header or else from what the handler has
+// set on its ResponseWriter by then; a name in header that the route does
+// not store is an error. Once the handler has returned and the commit is
+// confirmed, the middleware sends that record, and replays it to every
+// re-delivery: the first answer and the replays are the same, and a header
+// the record lacks goes out on neither. See [idemhook.Delivery.CompleteWith]
+// and [idemhook.Delivery] for what happens on a rollback.
 //
 // Call it as the last statement before tx.Commit, because from then on the
 // idempotency row is locked by tx until it ends. It returns an error

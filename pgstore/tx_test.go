@@ -1,6 +1,7 @@
 package pgstore_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -291,5 +293,170 @@ func TestCompleteTxOtherStore(t *testing.T) {
 		return st.CompleteTx(t.Context(), tx, nil, http.StatusOK, nil, nil)
 	}); err == nil || !strings.Contains(err.Error(), "nil *idemhook.Delivery") {
 		t.Fatalf("CompleteTx(nil delivery): %v", err)
+	}
+}
+
+// TestCompleteTxAnswerIsTheReplay: the answer to the delivery whose
+// transaction committed and every replay of it are the same, header by
+// header and byte by byte, whatever the handler set on its ResponseWriter,
+// with either transaction API. A middleware around the route sets a header
+// of its own on every answer, first and replays alike.
+func TestCompleteTxAnswerIsTheReplay(t *testing.T) {
+	pool := pgtest.Pool(t)
+	st := newStore(t, pool, pgstore.Config{})
+	table := orders(t, pool)
+	db := stdlib.OpenDBFromPool(pool)
+	t.Cleanup(func() { db.Close() })
+
+	// insertAndComplete records the order of r and completes d in one
+	// transaction; between calls the handler sets headers (after).
+	type completion func(r *http.Request, d *idemhook.Delivery, header http.Header, body []byte, after func()) error
+	apis := []struct {
+		name     string
+		complete completion
+	}{
+		{"CompleteTx", func(r *http.Request, d *idemhook.Delivery, header http.Header, body []byte, after func()) error {
+			ctx := r.Context()
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, `INSERT INTO "`+table+`" (event) VALUES ($1)`, eventOf(t, r)); err != nil {
+					return err
+				}
+				if err := st.CompleteTx(ctx, tx, d, http.StatusCreated, header, body); err != nil {
+					return err
+				}
+				after()
+				return nil
+			})
+		}},
+		{"CompleteSQLTx", func(r *http.Request, d *idemhook.Delivery, header http.Header, body []byte, after func()) error {
+			ctx := r.Context()
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+			if _, err := tx.ExecContext(ctx, `INSERT INTO "`+table+`" (event) VALUES ($1)`, eventOf(t, r)); err != nil {
+				return err
+			}
+			if err := st.CompleteSQLTx(ctx, tx, d, http.StatusCreated, header, body); err != nil {
+				return err
+			}
+			after()
+			return tx.Commit()
+		}},
+	}
+	tests := []struct {
+		name   string
+		replay []string          // Route.ReplayHeaders
+		before map[string]string // set on the ResponseWriter before the completion
+		give   http.Header       // the completion's header
+		after  map[string]string // set on the ResponseWriter after it, before the commit
+		want   http.Header       // both answers' headers, beside Date and Idempotent-Replayed
+	}{
+		{
+			name:   "the route's replay headers set on the ResponseWriter",
+			replay: []string{"Cache-Control", "X-Order-Source"},
+			before: map[string]string{"Cache-Control": "no-store", "X-Order-Source": "webhook"},
+			give:   http.Header{"Content-Type": {"application/json"}},
+			want:   http.Header{"Content-Type": {"application/json"}, "Cache-Control": {"no-store"}, "X-Order-Source": {"webhook"}},
+		},
+		{
+			name:   "headers the route doesn't store go out on neither",
+			before: map[string]string{"Cache-Control": "no-store", "X-Trace": "t-1", "Content-Language": "pt-BR"},
+			give:   http.Header{"Content-Type": {"application/json"}},
+			want:   http.Header{"Content-Type": {"application/json"}, "Content-Language": {"pt-BR"}},
+		},
+		{
+			name:   "the completion's header over the ResponseWriter's",
+			replay: []string{"Cache-Control"},
+			before: map[string]string{"Cache-Control": "max-age=60", "Content-Type": "text/plain"},
+			give:   http.Header{"cache-control": {"no-store"}},
+			want:   http.Header{"Content-Type": {"text/plain"}, "Cache-Control": {"no-store"}},
+		},
+		{
+			name:   "set after the completion: not in the record, so not sent",
+			replay: []string{"Cache-Control"},
+			give:   http.Header{"Content-Type": {"application/json"}},
+			after:  map[string]string{"Cache-Control": "no-store", "Content-Type": "text/html"},
+			want:   http.Header{"Content-Type": {"application/json"}},
+		},
+		{
+			name:   "a header of the middleware around it is neither dropped nor changed",
+			before: map[string]string{"X-Request-Id": "changed by the handler", "X-Trace": "t-2"},
+			give:   http.Header{"Content-Type": {"application/json"}},
+			want:   http.Header{"Content-Type": {"application/json"}},
+		},
+	}
+	for _, api := range apis {
+		for i, tt := range tests {
+			t.Run(api.name+"/"+tt.name, func(t *testing.T) {
+				mw, err := idemhook.New(st, idemhook.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				route, err := mw.Route(idemhook.Route{Source: "shop", ReplayHeaders: tt.replay})
+				if err != nil {
+					t.Fatal(err)
+				}
+				body := []byte(`{"order":"` + tt.name + `"}`)
+				inner := route(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					d, ok := idemhook.DeliveryFromContext(r.Context())
+					if !ok {
+						t.Error("no Delivery")
+						return
+					}
+					for name, v := range tt.before {
+						w.Header().Set(name, v)
+					}
+					err := api.complete(r, d, tt.give, body, func() {
+						for name, v := range tt.after {
+							w.Header().Set(name, v)
+						}
+					})
+					if err != nil {
+						t.Errorf("transaction: %v", err)
+						w.WriteHeader(http.StatusInternalServerError)
+					}
+				}))
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					w.Header().Set("X-Request-Id", "outer") // a middleware around the route
+					inner.ServeHTTP(w, r)
+				}))
+				t.Cleanup(srv.Close)
+
+				event := fmt.Sprintf("evt_answer_%s_%d", api.name, i)
+				want := tt.want.Clone()
+				want.Set("X-Request-Id", "outer")
+				want.Set("Content-Length", fmt.Sprint(len(body)))
+				var answers [3]*http.Response
+				var bodies [3][]byte
+				for n := range answers {
+					resp, err := http.Post(srv.URL, "application/json", strings.NewReader(`{"id":"`+event+`"}`))
+					if err != nil {
+						t.Fatal(err)
+					}
+					bodies[n], err = io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if err != nil {
+						t.Fatal(err)
+					}
+					answers[n] = resp
+				}
+				for n, resp := range answers {
+					if replayed := resp.Header.Get(idemhook.ReplayedHeader) == "true"; replayed != (n > 0) {
+						t.Fatalf("answer %d: replayed %t", n, replayed)
+					}
+					h := resp.Header.Clone()
+					h.Del("Date")
+					h.Del(idemhook.ReplayedHeader)
+					if resp.StatusCode != http.StatusCreated || !reflect.DeepEqual(h, want) || !bytes.Equal(bodies[n], body) {
+						t.Errorf("answer %d: %d %v %q\nwant         201 %v %q", n, resp.StatusCode, h, bodies[n], want, body)
+					}
+				}
+				if rows := countRows(t, pool, table, `{"id":"`+event+`"}`); rows != 1 {
+					t.Fatalf("%d orders, want 1", rows)
+				}
+			})
+		}
 	}
 }

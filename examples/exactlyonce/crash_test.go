@@ -175,15 +175,15 @@ func TestCrash(t *testing.T) {
 				if len(ids) != 1 {
 					t.Fatalf("round %d: rows %v for the event, want exactly one", round, ids)
 				}
-				if retry.status != http.StatusCreated || retry.body != orderBody(ids[0]) || retry.replayed != p.committed {
-					t.Fatalf("round %d: retry answered %+v; want 201 %q, replayed %t", round, retry, orderBody(ids[0]), p.committed)
+				if retry.status != http.StatusCreated || retry.body != orderBody(ids[0]) || retry.header != orderHeader || retry.replayed != p.committed {
+					t.Fatalf("round %d: retry answered %+v; want 201 %q %q, replayed %t", round, retry, orderHeader, orderBody(ids[0]), p.committed)
 				}
 				// And every later re-delivery replays that answer.
 				again, err := deliver(fresh.url, key, body)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if again != (answer{http.StatusCreated, retry.body, true}) || len(orderRows(t, pool, cfg, key)) != 1 {
+				if again != (answer{http.StatusCreated, retry.body, true, orderHeader}) || len(orderRows(t, pool, cfg, key)) != 1 {
 					t.Fatalf("round %d: re-delivery %+v", round, again)
 				}
 				fresh.kill(t)

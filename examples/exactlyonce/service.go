@@ -116,6 +116,8 @@ func newService(ctx context.Context, pool *pgxpool.Pool, cfg config) (*service, 
 		Source:   "shop",
 		Header:   "Idempotency-Key",
 		InFlight: inFlight,
+		// Stored with the answer, so that every replay has it too.
+		ReplayHeaders: []string{"Cache-Control"},
 		// Without the store there is no record to commit with the order:
 		// refuse (503) rather than risk recording it twice.
 		OnStoreError: idemhook.StoreErrorClosed,
@@ -178,6 +180,10 @@ func (s *service) recordOrder(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "order not recorded", http.StatusInternalServerError)
 		return
 	}
+	// The record holds the route's replay headers, from those given to
+	// CompleteTx or set on w by now: the first answer and every replay
+	// carry them, and no other header of the handler's.
+	w.Header().Set("Cache-Control", "no-store")
 	body := []byte(`{"order":` + strconv.FormatInt(id, 10) + `}` + "\n")
 	if err := s.store.CompleteTx(ctx, tx, d, http.StatusCreated, http.Header{"Content-Type": {"application/json"}}, body); err != nil {
 		// ErrNotOwner means the lease lapsed and another delivery owns

@@ -46,7 +46,11 @@ type answer struct {
 	status   int
 	body     string
 	replayed bool
+	header   string // what a replay must repeat: every header but Date, Content-Length and Idempotent-Replayed, as lines
 }
+
+// orderHeader is the header of every answer with an order, first or replayed.
+const orderHeader = "Cache-Control: no-store\r\nContent-Type: application/json\r\n"
 
 func deliver(url, key, body string) (answer, error) {
 	req, err := http.NewRequest(http.MethodPost, url+"/webhooks/orders", strings.NewReader(body))
@@ -60,7 +64,9 @@ func deliver(url, key, body string) (answer, error) {
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	return answer{resp.StatusCode, string(b), resp.Header.Get(idemhook.ReplayedHeader) == "true"}, err
+	var h strings.Builder
+	resp.Header.WriteSubset(&h, map[string]bool{"Date": true, "Content-Length": true, idemhook.ReplayedHeader: true}) //nolint:errcheck // a Builder
+	return answer{resp.StatusCode, string(b), resp.Header.Get(idemhook.ReplayedHeader) == "true", h.String()}, err
 }
 
 // orderRows returns the ids of the rows recorded for the event of key.
@@ -95,15 +101,15 @@ func TestRecordsAnOrderOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	ids := orderRows(t, pool, cfg, "evt_once")
-	if len(ids) != 1 || first.status != http.StatusCreated || first.body != orderBody(ids[0]) || first.replayed {
+	if len(ids) != 1 || first.status != http.StatusCreated || first.body != orderBody(ids[0]) || first.replayed || first.header != orderHeader {
 		t.Fatalf("first delivery: %+v, rows %v", first, ids)
 	}
 	again, err := deliver(srv.URL, "evt_once", `{"sku":"book","qty":2}`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again != (answer{http.StatusCreated, first.body, true}) {
-		t.Fatalf("re-delivery: %+v, want %q replayed", again, first.body)
+	if again != (answer{http.StatusCreated, first.body, true, first.header}) {
+		t.Fatalf("re-delivery: %+v, want the first answer replayed: %+v", again, first)
 	}
 	if ids := orderRows(t, pool, cfg, "evt_once"); len(ids) != 1 || svc.runs.Load() != 1 {
 		t.Fatalf("rows %v, runs %d; want one of each", ids, svc.runs.Load())
@@ -176,8 +182,8 @@ func TestConcurrentDuplicates(t *testing.T) {
 				}
 				counts[a.status]++
 				switch {
-				case a.status == http.StatusCreated && a.body != orderBody(ids[0]):
-					t.Fatalf("copy %d: 201 with %q, want %q", i, a.body, orderBody(ids[0]))
+				case a.status == http.StatusCreated && (a.body != orderBody(ids[0]) || a.header != orderHeader):
+					t.Fatalf("copy %d: 201 with %q %q, want %q %q", i, a.header, a.body, orderHeader, orderBody(ids[0]))
 				case a.status == http.StatusConflict && policy == "reject":
 				case a.status != http.StatusCreated:
 					t.Fatalf("copy %d: status %d (%q) under policy %s", i, a.status, a.body, policy)
