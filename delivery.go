@@ -289,6 +289,9 @@ func (x *Delivery) settleTx(pending *Record) (Outcome, error) {
 			for _, c := range x.written {
 				if bytes.Equal(enc, c.encoded) {
 					x.sendCommitted(c)
+					if rec.BodyOmitted {
+						d.omittedBody()
+					}
 					return OutcomeProcessed, nil
 				}
 			}

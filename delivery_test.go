@@ -108,6 +108,35 @@ func TestDeliveryCommitted(t *testing.T) {
 	}
 }
 
+// A committed answer over MaxStoredBodyBytes (16 here) is sent in full and
+// reported as stored without its body, as on the middleware's own path.
+func TestDeliveryCommittedOmittedBody(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	big := strings.Repeat("x", 40)
+	h := txRoute(t, e, func(w http.ResponseWriter, r *http.Request) {
+		d, _ := idemhook.DeliveryFromContext(r.Context())
+		err := d.CompleteWith(http.StatusOK, nil, []byte(big), func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
+			return e.store.Complete(context.Background(), key, claim, done, ttl)
+		})
+		if err != nil {
+			t.Errorf("CompleteWith: %v", err)
+		}
+	})
+	if first := post(h, `{"id":"evt_big"}`); first.Body.String() != big {
+		t.Fatalf("first answer: %d %q, want the whole body", first.Code, first.Body)
+	}
+	if got := e.lastOutcome(); got.Outcome != idemhook.OutcomeProcessed || !got.BodyOmitted {
+		t.Errorf("first delivery: outcome %s, BodyOmitted %v; want processed, true", got.Outcome, got.BodyOmitted)
+	}
+	again := post(h, `{"id":"evt_big"}`)
+	if again.Body.Len() != 0 || again.Header().Get(idemhook.BodyOmittedHeader) != "true" {
+		t.Errorf("replay: %q %v, want an empty body and %s", again.Body, again.Header(), idemhook.BodyOmittedHeader)
+	}
+	if !strings.Contains(e.logs.String(), "over MaxStoredBodyBytes was sent but not stored") {
+		t.Errorf("no WARN for the omitted body:\n%s", e.logs)
+	}
+}
+
 func TestDeliveryRolledBack(t *testing.T) {
 	for _, tt := range []struct {
 		name       string
