@@ -72,7 +72,7 @@ import (
 // A Delivery is only valid while its handler runs; afterwards completing it
 // fails.
 type Delivery struct {
-	d *delivery
+	ex *exchange
 	// claim is the pending record the delivery holds, which stays as it is
 	// while the handler runs; handed out only as copies. A pointer rather
 	// than a copy keeps the delivery, which holds this Delivery, in a
@@ -109,13 +109,13 @@ func DeliveryFromContext(ctx context.Context) (*Delivery, bool) {
 }
 
 // StoreKey returns the key the claim is stored under ("idem:<source>:<key>").
-func (x *Delivery) StoreKey() string { return x.d.storeKey }
+func (x *Delivery) StoreKey() string { return x.ex.storeKey }
 
 // Store returns the store holding the claim: the middleware's store.
-func (x *Delivery) Store() Store { return x.d.h.m.store }
+func (x *Delivery) Store() Store { return x.ex.h.m.store }
 
 // TTL returns how long the route keeps a completed record.
-func (x *Delivery) TTL() time.Duration { return x.d.h.rt.TTL }
+func (x *Delivery) TTL() time.Duration { return x.ex.h.rt.TTL }
 
 // Claim returns a copy of the pending record the delivery holds: what a
 // store's compare-and-set must find under the key.
@@ -149,7 +149,7 @@ func (x *Delivery) CompleteWith(status int, header http.Header, body []byte, wri
 	if write == nil {
 		return errors.New("idemhook: Delivery.CompleteWith: nil write")
 	}
-	if status < 200 || status > 999 || !x.d.h.stores(status) {
+	if status < 200 || status > 999 || !x.ex.h.stores(status) {
 		return fmt.Errorf("idemhook: Delivery.CompleteWith: status %d is not one the middleware stores (it releases the claim of a failed delivery so that a retry runs afresh)", status)
 	}
 	x.mu.Lock()
@@ -157,31 +157,31 @@ func (x *Delivery) CompleteWith(status int, header http.Header, body []byte, wri
 	if x.finished {
 		return errors.New("idemhook: Delivery.CompleteWith: the handler has returned: a Delivery is only valid while its handler runs")
 	}
-	d := x.d
+	ex := x.ex
 	done := &Record{
 		State:       StateCompleted,
-		Fingerprint: d.fp,
-		CreatedAt:   d.h.m.opts.Now(),
+		Fingerprint: ex.fp,
+		CreatedAt:   ex.h.m.opts.Now(),
 		Status:      status,
 	}
-	given, err := d.h.givenHeader(header)
+	given, err := ex.h.givenHeader(header)
 	if err != nil {
 		return err
 	}
-	rw := d.out.w.Header()
-	for _, name := range d.h.replayHeaders {
+	rw := ex.out.w.Header()
+	for _, name := range ex.h.replayHeaders {
 		vs := given[name]
 		if len(vs) == 0 {
 			vs = rw[name]
 		}
 		if len(vs) > 0 {
 			if done.Header == nil {
-				done.Header = make(http.Header, len(d.h.replayHeaders))
+				done.Header = make(http.Header, len(ex.h.replayHeaders))
 			}
 			done.Header[name] = slices.Clone(vs)
 		}
 	}
-	if len(body) > d.h.rt.MaxStoredBodyBytes {
+	if len(body) > ex.h.rt.MaxStoredBodyBytes {
 		done.BodyOmitted = true
 	} else if len(body) > 0 {
 		done.Body = bytes.Clone(body)
@@ -190,12 +190,12 @@ func (x *Delivery) CompleteWith(status int, header http.Header, body []byte, wri
 	if err != nil {
 		return fmt.Errorf("idemhook: Delivery.CompleteWith: %w", err)
 	}
-	if err := write(d.storeKey, x.Claim(), done, d.h.rt.TTL); err != nil {
+	if err := write(ex.storeKey, x.Claim(), done, ex.h.rt.TTL); err != nil {
 		return err
 	}
 	// The row is now locked by the caller's transaction: a renewal would
 	// wait for it to end, and then find the claim gone.
-	d.renew.stop()
+	ex.renew.stop()
 	x.written = append(x.written, txCompletion{encoded: encoded, status: status, header: done.Header, body: bytes.Clone(body)})
 	return nil
 }
@@ -225,14 +225,14 @@ func (h *routeConfig) givenHeader(header http.Header) (http.Header, error) {
 
 // offerDelivery puts the claim's Delivery in the request's context for the
 // handler to find.
-func (d *delivery) offerDelivery(pending *Record) *Delivery {
-	x := &d.offered
-	x.d, x.claim = d, pending
-	if h := d.out.w.Header(); len(h) > 0 {
+func (ex *exchange) offerDelivery(pending *Record) *Delivery {
+	x := &ex.offered
+	x.ex, x.claim = ex, pending
+	if h := ex.out.w.Header(); len(h) > 0 {
 		x.outer = h.Clone()
 	}
-	d.offerCtx = offerContext{Context: d.r.Context(), x: x}
-	d.r = d.r.WithContext(&d.offerCtx)
+	ex.offerCtx = offerContext{Context: ex.r.Context(), x: x}
+	ex.r = ex.r.WithContext(&ex.offerCtx)
 	return x
 }
 
@@ -259,28 +259,28 @@ func (x *Delivery) close() {
 }
 
 // settle runs after the handler returned. When the handler completed the
-// claim in a transaction, it finds out whether that committed, answers, sets
-// v's outcome and reports true; otherwise it reports false and the
+// claim in a transaction, it finds out whether that committed, answers and
+// returns the outcome with settled true; otherwise settled is false and the
 // middleware carries on as usual.
-func (x *Delivery) settle(pending *Record, v *verdict) bool {
+func (x *Delivery) settle(pending *Record) (outcome Outcome, settled bool, err error) {
 	x.close()
 	if len(x.written) == 0 {
-		return false
+		return "", false, nil
 	}
-	v.outcome, v.err = x.settleTx(pending)
-	return true
+	outcome, err = x.settleTx(pending)
+	return outcome, true, err
 }
 
 func (x *Delivery) settleTx(pending *Record) (Outcome, error) {
-	d := x.d
-	rec, err := d.call("get", func(ctx context.Context) (*Record, error) {
-		return d.h.m.store.Get(ctx, d.storeKey)
+	ex := x.ex
+	rec, err := ex.call("get", func(ctx context.Context) (*Record, error) {
+		return ex.h.m.store.Get(ctx, ex.storeKey)
 	})
 	if err != nil {
 		// Committed or not, the provider's retry finds out: it replays
 		// the committed record, or runs afresh once the lease lapses.
-		d.warnStore("WebhookIdempotencyInterceptor could not tell whether the handler's transaction committed for key=", err)
-		x.replaceAnswer(http.StatusServiceUnavailable, d.h.retryAfter, "Idempotency store unavailable",
+		ex.warnStore("WebhookIdempotencyInterceptor could not tell whether the handler's transaction committed for key=", err)
+		x.replaceAnswer(http.StatusServiceUnavailable, ex.h.retryAfter, "Idempotency store unavailable",
 			"the idempotency store could not tell whether this delivery was committed; retry later")
 		return OutcomeStoreErrorClosed, err
 	}
@@ -290,7 +290,7 @@ func (x *Delivery) settleTx(pending *Record) (Outcome, error) {
 				if bytes.Equal(enc, c.encoded) {
 					x.sendCommitted(c)
 					if rec.BodyOmitted {
-						d.omittedBody()
+						ex.omittedBody()
 					}
 					return OutcomeProcessed, nil
 				}
@@ -301,20 +301,20 @@ func (x *Delivery) settleTx(pending *Record) (Outcome, error) {
 	// claim, released now as for a failure), or the claim was lost before
 	// (a release then finds nothing to release).
 	if rec != nil && rec.State == StatePending && rec.Token == pending.Token {
-		d.release(pending)
+		ex.release(pending)
 		err = errors.New("idemhook: the handler completed the claim in a transaction that did not commit; the claim was released")
 	} else {
 		err = errors.New("idemhook: the handler completed the claim in a transaction that did not commit, and the claim was lost meanwhile (lease lapsed or key deleted)")
 	}
-	if d.h.stores(d.out.finalStatus()) {
+	if ex.h.stores(ex.out.finalStatus()) {
 		// A success (or any answer the provider won't retry) for work that
 		// did not commit would lose the event.
 		x.replaceAnswer(http.StatusInternalServerError, "", "Delivery not committed",
 			"the handler's transaction did not commit; retry the delivery")
 		return OutcomeFailedReleased, err
 	}
-	if !d.out.hijacked {
-		d.out.send()
+	if !ex.out.hijacked {
+		ex.out.send()
 	}
 	return OutcomeFailedReleased, err
 }
@@ -323,35 +323,35 @@ func (x *Delivery) settleTx(pending *Record) (Outcome, error) {
 // answers with a problem instead (with Retry-After unless retryAfter is ""),
 // unless the handler's answer has already gone out.
 func (x *Delivery) replaceAnswer(status int, retryAfter, title, detail string) {
-	d := x.d
-	if d.out.streaming || d.out.hijacked {
+	ex := x.ex
+	if ex.out.streaming || ex.out.hijacked {
 		return
 	}
-	d.out = responseCapture{w: d.out.w}
+	ex.out = responseCapture{w: ex.out.w}
 	x.resetHeader(nil)
 	if retryAfter != "" {
-		d.out.w.Header().Set("Retry-After", retryAfter)
+		ex.out.w.Header().Set("Retry-After", retryAfter)
 	}
-	d.writeProblem(status, title, detail)
+	ex.writeProblem(status, title, detail)
 }
 
 // sendCommitted answers with the response committed in the handler's
 // transaction, in place of whatever the handler wrote: the record's status,
 // headers and body, as a replay has them.
 func (x *Delivery) sendCommitted(c txCompletion) {
-	d := x.d
-	if d.out.streaming || d.out.hijacked {
+	ex := x.ex
+	if ex.out.streaming || ex.out.hijacked {
 		// The handler's answer already went out (a body over the storage
 		// cap streams; a hijacked connection is the handler's).
 		return
 	}
 	x.resetHeader(c.header)
-	w := d.out.w
+	w := ex.out.w
 	w.Header().Set("Content-Length", strconv.Itoa(len(c.body)))
-	d.out.streaming = true
-	d.out.status = c.status
-	d.out.written = int64(len(c.body))
-	d.out.buf = nil
+	ex.out.streaming = true
+	ex.out.status = c.status
+	ex.out.written = int64(len(c.body))
+	ex.out.buf = nil
 	w.WriteHeader(c.status)
 	w.Write(c.body) //nolint:errcheck // the client may be gone
 }
@@ -360,7 +360,7 @@ func (x *Delivery) sendCommitted(c txCompletion) {
 // header starts from: what the middleware around this one had set when the
 // handler started, and header over it. What the handler set is gone.
 func (x *Delivery) resetHeader(header http.Header) {
-	h := x.d.out.w.Header()
+	h := x.ex.out.w.Header()
 	clear(h)
 	for name, vs := range x.outer {
 		h[name] = vs

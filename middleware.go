@@ -310,8 +310,11 @@ const (
 	keyFromPreset
 )
 
-// delivery is the state of one request through the middleware.
-type delivery struct {
+// exchange is one request's way through the middleware, from its arrival
+// to its report: what the middleware read, keyed and claimed for it, and
+// the capture of its answer. (The handler's view of a claimed exchange is
+// the exported [Delivery].)
+type exchange struct {
 	h     *handler
 	r     *http.Request
 	start time.Time
@@ -349,9 +352,9 @@ type delivery struct {
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	d := &delivery{h: h, r: r, start: h.m.opts.Now()}
-	d.out = responseCapture{w: w}
-	d.end(d.decide())
+	ex := &exchange{h: h, r: r, start: h.m.opts.Now()}
+	ex.out = responseCapture{w: w}
+	ex.end(ex.decide())
 }
 
 // action is what a delivery does once the middleware has decided.
@@ -363,13 +366,17 @@ const (
 	actRunClaimed               // run the handler holding the claim, then store or release
 	actReplay                   // answer with the stored response
 	actProblem                  // answer with a problem+json document
+	actWait                     // wait for the running delivery of the key (policy wait); never reaches end
 )
 
 // verdict is what the steps of a delivery decided: an action and the
-// outcome it ends in. Every step returns one; [delivery.end] carries it out.
+// outcome it ends in. Every step returns one; [exchange.end] carries it out.
 type verdict struct {
-	act     action
-	outcome Outcome // "" for requests that are not deliveries (safe methods, handshakes): no report
+	act action
+	// outcome is "" for requests that are not deliveries (safe methods,
+	// handshakes), which are not reported, and for actRunClaimed, whose
+	// outcome only the handler's run decides.
+	outcome Outcome
 	err     error
 
 	claim *Record // actRunClaimed: the claim held
@@ -387,8 +394,8 @@ func problemVerdict(status int, title, detail string, outcome Outcome, err error
 
 // decide reads, checks and keys the request, then claims its key: each step
 // returns the verdict that ends the delivery, or leaves it to the next one.
-func (d *delivery) decide() verdict {
-	h, r := d.h, d.r
+func (ex *exchange) decide() verdict {
+	h, r := ex.h, ex.r
 	if h.rt.Source == "" {
 		h.m.warn("WebhookIdempotencyGuard key resolution failed: route has no source configured",
 			slog.String("path", r.URL.Path))
@@ -399,24 +406,24 @@ func (d *delivery) decide() verdict {
 	// answer it. Otherwise it passes through untouched.
 	safe := isSafeMethod(r.Method)
 	if !safe {
-		if v, ok := d.readBody(); !ok {
+		if v, ok := ex.readBody(); !ok {
 			return v
 		}
 	}
 	if p := h.rt.Preset; p != nil {
 		if p.Verify != nil {
-			if err := p.Verify(r, d.body); err != nil {
+			if err := p.Verify(r, ex.body); err != nil {
 				return problemVerdict(http.StatusUnauthorized, "Signature verification failed", err.Error(), OutcomeSignatureInvalid, err)
 			}
 		}
-		if p.Handshake != nil && p.Handshake(d.out.w, r, d.body) {
+		if p.Handshake != nil && p.Handshake(ex.out.w, r, ex.body) {
 			return verdict{act: actNone}
 		}
 	}
 	if safe {
 		return verdict{act: actRun}
 	}
-	if err := d.resolveKey(); err != nil {
+	if err := ex.resolveKey(); err != nil {
 		if err == errKeyRequired {
 			detail := "this route requires an idempotency key"
 			if h.rt.Header != "" {
@@ -427,7 +434,14 @@ func (d *delivery) decide() verdict {
 		h.m.warn("WebhookIdempotencyGuard key resolution failed: "+err.Error(), slog.String("source", h.rt.Source))
 		return verdict{act: actRun, outcome: OutcomeKeyError, err: err}
 	}
-	return d.claim()
+	res := ex.claim()
+	if res.err != nil {
+		return ex.storeError(res.err)
+	}
+	if v := ex.classify(res, false); v.act != actWait {
+		return v
+	}
+	return ex.wait()
 }
 
 func isSafeMethod(m string) bool {
@@ -437,11 +451,11 @@ func isSafeMethod(m string) bool {
 // readBody reads the body once under the route's limit and gives the handler
 // an identical copy. On a body over the limit or one that can't be read it
 // returns the verdict (413, 400) and false.
-func (d *delivery) readBody() (verdict, bool) {
-	limit := d.h.rt.MaxBodyBytes
-	r := d.r
+func (ex *exchange) readBody() (verdict, bool) {
+	limit := ex.h.rt.MaxBodyBytes
+	r := ex.r
 	if r.ContentLength > limit {
-		return d.tooLarge(), false
+		return ex.tooLarge(), false
 	}
 	// The declared length sizes the buffer only up to maxBodyPrealloc: a
 	// sender declares what it likes for free, so memory beyond that follows
@@ -455,7 +469,7 @@ func (d *delivery) readBody() (verdict, bool) {
 		n, err := r.Body.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
 		if int64(len(buf)) > limit {
-			return d.tooLarge(), false
+			return ex.tooLarge(), false
 		}
 		if err == io.EOF {
 			break
@@ -468,10 +482,10 @@ func (d *delivery) readBody() (verdict, bool) {
 		}
 	}
 	r.Body.Close() //nolint:errcheck // fully read
-	d.body = buf
+	ex.body = buf
 	r.ContentLength = int64(len(buf))
-	d.bodyReader.Reset(buf)
-	r.Body = &d.bodyReader
+	ex.bodyReader.Reset(buf)
+	r.Body = &ex.bodyReader
 	r.GetBody = func() (io.ReadCloser, error) { return &bodyReader{*bytes.NewReader(buf)}, nil }
 	return verdict{}, true
 }
@@ -485,64 +499,64 @@ type bodyReader struct{ bytes.Reader }
 
 func (*bodyReader) Close() error { return nil }
 
-func (d *delivery) tooLarge() verdict {
+func (ex *exchange) tooLarge() verdict {
 	return problemVerdict(http.StatusRequestEntityTooLarge, "Request body too large",
-		fmt.Sprintf("the request body exceeds the limit of %d bytes", d.h.rt.MaxBodyBytes), OutcomeTooLarge, nil)
+		fmt.Sprintf("the request body exceeds the limit of %d bytes", ex.h.rt.MaxBodyBytes), OutcomeTooLarge, nil)
 }
 
 // resolveKey applies the key strategies in order: configured header, preset
 // key, body hash (unless the route requires a key).
-func (d *delivery) resolveKey() error {
-	rt := &d.h.rt
-	d.scope = escapeScope(d.h.scope(d.r))
+func (ex *exchange) resolveKey() error {
+	rt := &ex.h.rt
+	ex.scope = escapeScope(ex.h.scope(ex.r))
 	if rt.Header != "" {
-		if v := NormalizeKey(joinFieldValues(d.r.Header[d.h.keyHeader])); v != "" {
-			d.key, d.kind = v, keyFromHeader
-			sum := canonjson.Sum(d.body)
-			copy(d.fp[:], sum[:])
+		if v := NormalizeKey(joinFieldValues(ex.r.Header[ex.h.keyHeader])); v != "" {
+			ex.key, ex.kind = v, keyFromHeader
+			sum := canonjson.Sum(ex.body)
+			copy(ex.fp[:], sum[:])
 		}
 	}
-	if d.key == "" && rt.Preset != nil && rt.Preset.Key != nil {
-		k, err := rt.Preset.Key(d.r, d.body)
+	if ex.key == "" && rt.Preset != nil && rt.Preset.Key != nil {
+		k, err := rt.Preset.Key(ex.r, ex.body)
 		if err != nil {
 			return fmt.Errorf("preset %s: %w", rt.Preset.Name, err)
 		}
 		if k = NormalizeKey(k); k != "" {
-			d.key, d.kind = k, keyFromPreset
+			ex.key, ex.kind = k, keyFromPreset
 		}
 	}
-	if d.key == "" {
+	if ex.key == "" {
 		if rt.RequireKey {
 			return errKeyRequired
 		}
 		// One allocation for both: the key is the tail of the store key.
 		// No fingerprint: the key is the body's hash already, so a
 		// body-hash record can't mismatch and is 16 bytes smaller.
-		sum := requestSum(d.body, d.r.URL.RawQuery)
-		prefix := d.setStoreKey("", &sum)
-		d.key, d.kind = d.storeKey[prefix:], keyFromBody
+		sum := requestSum(ex.body, ex.r.URL.RawQuery)
+		prefix := ex.setStoreKey("", &sum)
+		ex.key, ex.kind = ex.storeKey[prefix:], keyFromBody
 		return nil
 	}
-	d.setStoreKey(d.key, nil)
+	ex.setStoreKey(ex.key, nil)
 	return nil
 }
 
-// setStoreKey sets d.storeKey, whose key part is key, or "sha256:" and the
-// hex of sum when sum is not nil, and d.firstToken, the owner token of the
+// setStoreKey sets ex.storeKey, whose key part is key, or "sha256:" and the
+// hex of sum when sum is not nil, and ex.firstToken, the owner token of the
 // delivery's first claim. Both are slices of one string, the one
-// allocation. It returns where the key part starts in d.storeKey.
-func (d *delivery) setStoreKey(key string, sum *[sha256.Size]byte) int {
-	rt := &d.h.rt
+// allocation. It returns where the key part starts in ex.storeKey.
+func (ex *exchange) setStoreKey(key string, sum *[sha256.Size]byte) int {
+	rt := &ex.h.rt
 	keyLen := len(key)
 	if sum != nil {
 		keyLen = len("sha256:") + hex.EncodedLen(len(sum))
 	}
 	var buf [192]byte // fits the usual source, scope and key: the string below is then the one allocation
 	b := buf[:0]
-	if n := storeKeyLen(rt.Source, d.scope, keyLen) + tokenLen; n > len(buf) {
+	if n := storeKeyLen(rt.Source, ex.scope, keyLen) + tokenLen; n > len(buf) {
 		b = make([]byte, 0, n)
 	}
-	b = appendStoreKeyPrefix(b, rt.Source, d.scope)
+	b = appendStoreKeyPrefix(b, rt.Source, ex.scope)
 	prefix := len(b)
 	if sum != nil {
 		b = hex.AppendEncode(append(b, "sha256:"...), sum[:])
@@ -551,32 +565,43 @@ func (d *delivery) setStoreKey(key string, sum *[sha256.Size]byte) int {
 	}
 	end := len(b)
 	s := string(appendToken(b))
-	d.storeKey, d.firstToken = s[:end], s[end:]
+	ex.storeKey, ex.firstToken = s[:end], s[end:]
 	return prefix
 }
 
 var errKeyRequired = errors.New("idemhook: the route requires a key and the request carries none")
 
-// claim is the heart of the flow: one store round trip decides whether this
-// delivery runs the handler, replays, waits or is refused.
-func (d *delivery) claim() verdict {
-	pending := d.newClaim()
-	existing, err := d.call("claim", func(ctx context.Context) (*Record, error) {
-		return d.h.m.store.Claim(ctx, d.storeKey, pending, d.h.lease)
-	})
-	return d.afterClaim(pending, existing, err, false)
+// claimResult is what one claim found: the store's error, or the record
+// already under the key, or neither (the claim offered is now held).
+type claimResult struct {
+	pending  *Record // the claim offered
+	existing *Record // nil when the claim is held
+	err      error
 }
 
-// afterClaim decides from the result of a claim. waited is true once the
-// delivery has waited for another one (policy wait).
-func (d *delivery) afterClaim(pending, existing *Record, err error, waited bool) verdict {
+// claim is the heart of the flow: one store round trip, whose result
+// decides whether this delivery runs the handler, replays, waits or is
+// refused.
+func (ex *exchange) claim() claimResult {
+	pending := ex.newClaim()
+	existing, err := ex.call("claim", func(ctx context.Context) (*Record, error) {
+		return ex.h.m.store.Claim(ctx, ex.storeKey, pending, ex.h.lease)
+	})
+	return claimResult{pending: pending, existing: existing, err: err}
+}
+
+// classify decides from a claim the store answered (res.err is nil): run
+// the handler holding the claim, replay the stored answer (in_flight_waited
+// once the delivery has waited), refuse a reused header key, or apply the
+// route's in-flight policy to another delivery's pending claim (actWait for
+// policy wait). It does no I/O.
+func (ex *exchange) classify(res claimResult, waited bool) verdict {
+	existing := res.existing
 	switch {
-	case err != nil:
-		return d.storeError(err)
 	case existing == nil:
-		return verdict{act: actRunClaimed, claim: pending}
+		return verdict{act: actRunClaimed, claim: res.pending}
 	case existing.State == StateCompleted:
-		if d.kind == keyFromHeader && existing.Fingerprint != ([FingerprintSize]byte{}) && existing.Fingerprint != d.fp {
+		if ex.kind == keyFromHeader && existing.Fingerprint != ([FingerprintSize]byte{}) && existing.Fingerprint != ex.fp {
 			return problemVerdict(http.StatusUnprocessableEntity, "Idempotency key reused",
 				"this idempotency key was already used for a request with a different body", OutcomeMismatch, nil)
 		}
@@ -587,31 +612,29 @@ func (d *delivery) afterClaim(pending, existing *Record, err error, waited bool)
 		return verdict{act: actReplay, rec: existing, outcome: outcome}
 	}
 	// Pending: another delivery of the event is running.
-	switch d.h.rt.InFlight {
+	switch ex.h.rt.InFlight {
 	case InFlightReject:
 		v := problemVerdict(http.StatusConflict, "Delivery in progress",
 			"a delivery of this event is being processed; retry later", OutcomeInFlightRejected, nil)
-		v.retryAfter = d.h.retryAfter
+		v.retryAfter = ex.h.retryAfter
 		return v
 	case InFlightWait:
-		if !waited {
-			return d.wait()
-		}
+		return verdict{act: actWait}
 	}
 	return verdict{act: actRun, outcome: OutcomeInFlightProceeded}
 }
 
 // newClaim returns a pending record with a fresh owner token. A delivery
 // holds one claim at a time, so each call reuses the same record.
-func (d *delivery) newClaim() *Record {
-	tok := d.firstToken
+func (ex *exchange) newClaim() *Record {
+	tok := ex.firstToken
 	if tok == "" {
 		var buf [tokenLen]byte
 		tok = string(appendToken(buf[:0])) // a claim after a wait: rare
 	}
-	d.firstToken = ""
-	d.claimRec = Record{State: StatePending, Token: tok, Fingerprint: d.fp, CreatedAt: d.h.m.opts.Now()}
-	return &d.claimRec
+	ex.firstToken = ""
+	ex.claimRec = Record{State: StatePending, Token: tok, Fingerprint: ex.fp, CreatedAt: ex.h.m.opts.Now()}
+	return &ex.claimRec
 }
 
 // tokenLen is the length of an owner token.
@@ -638,73 +661,81 @@ func appendToken(b []byte) []byte {
 	return binary.BigEndian.AppendUint64(b, tokenSeq.Add(1))
 }
 
-// wait polls the key until the running delivery completes (replay), goes away
-// (take over) or WaitTimeout passes (409).
-func (d *delivery) wait() verdict {
-	deadline := time.NewTimer(d.h.rt.WaitTimeout)
+// wait holds a duplicate while another delivery of its key runs. It polls
+// the key until that delivery completes (replay), goes away (this one
+// claims the key and runs) or WaitTimeout passes (409), and returns the
+// verdict. A store that is down, or a record that is not one, ends the wait
+// at once with the store-error policy; a slow poll only waits more.
+func (ex *exchange) wait() verdict {
+	deadline := time.NewTimer(ex.h.rt.WaitTimeout)
 	defer deadline.Stop()
 	interval := 5 * time.Millisecond
 	poll := time.NewTimer(interval)
 	defer poll.Stop()
-	start := d.h.m.opts.Now()
+	start := ex.h.m.opts.Now()
 	for {
 		select {
-		case <-d.r.Context().Done():
-			d.waited = d.h.m.opts.Now().Sub(start)
-			return verdict{act: actNone, outcome: OutcomeInFlightWaited, err: d.r.Context().Err()}
+		case <-ex.r.Context().Done():
+			ex.waited = ex.h.m.opts.Now().Sub(start)
+			return verdict{act: actNone, outcome: OutcomeInFlightWaited, err: ex.r.Context().Err()}
 		case <-deadline.C:
-			d.waited = d.h.m.opts.Now().Sub(start)
+			ex.waited = ex.h.m.opts.Now().Sub(start)
 			// The first delivery still holds the claim, alive or dead.
 			// Running the handler unclaimed could run the event twice, so
 			// the provider is told to come back once the claim's lease
 			// has lapsed, when its retry can claim the key.
 			v := problemVerdict(http.StatusConflict, "Delivery in progress",
 				"a delivery of this event is still being processed; retry later", OutcomeInFlightRejected, errWaitTimeout)
-			v.retryAfter = d.h.leaseAfter
+			v.retryAfter = ex.h.leaseAfter
 			return v
 		case <-poll.C:
 		}
-		d.waited = d.h.m.opts.Now().Sub(start)
-		rec, err := d.call("get", func(ctx context.Context) (*Record, error) {
-			return d.h.m.store.Get(ctx, d.storeKey)
+		ex.waited = ex.h.m.opts.Now().Sub(start)
+		rec, err := ex.call("get", func(ctx context.Context) (*Record, error) {
+			return ex.h.m.store.Get(ctx, ex.storeKey)
 		})
+		var res claimResult
 		switch {
-		case err != nil && (d.h.m.breaker.Open() || errors.Is(err, ErrCorruptRecord)):
-			// The store is down, not just slow, or the key holds a value
-			// that is not a record: apply the store-error (or parse-error)
-			// policy now rather than at WaitTimeout.
-			return d.storeError(err)
 		case err != nil:
-			// A slow poll: the claim was seen pending, keep waiting.
-		case rec == nil: // released or lapsed: try to take over
-			pending := d.newClaim()
-			existing, err := d.call("claim", func(ctx context.Context) (*Record, error) {
-				return d.h.m.store.Claim(ctx, d.storeKey, pending, d.h.lease)
-			})
-			slow := err != nil && !d.h.m.breaker.Open() && !errors.Is(err, ErrCorruptRecord)
-			if !slow && (err != nil || existing == nil || existing.State == StateCompleted) {
-				return d.afterClaim(pending, existing, err, true)
-			}
-		case rec.State == StateCompleted:
-			return d.afterClaim(nil, rec, nil, true)
+			res.err = err
+		case rec == nil: // released or lapsed: take it over
+			res = ex.claim()
+		default:
+			res.existing = rec
 		}
+		switch {
+		case res.err != nil && ex.storeDown(res.err):
+			return ex.storeError(res.err)
+		case res.err != nil:
+			// Slow: the claim was seen pending, keep waiting.
+		case res.existing == nil || res.existing.State == StateCompleted:
+			return ex.classify(res, true)
+		}
+		// Still pending (another duplicate may have taken the key over).
 		interval = min(interval*2, 100*time.Millisecond)
 		poll.Reset(interval)
 	}
 }
 
+// storeDown reports whether err, met while waiting, must end the wait: the
+// store is down (the breaker is open), not just slow, or the key holds a
+// value that is not a record.
+func (ex *exchange) storeDown(err error) bool {
+	return ex.h.m.breaker.Open() || errors.Is(err, ErrCorruptRecord)
+}
+
 // storeError applies the route's store-error policy.
-func (d *delivery) storeError(err error) verdict {
-	m := d.h.m
+func (ex *exchange) storeError(err error) verdict {
+	m := ex.h.m
 	if errors.Is(err, ErrCorruptRecord) {
-		d.warnStore("WebhookIdempotencyGuard cached value parse error for key=", err)
+		ex.warnStore("WebhookIdempotencyGuard cached value parse error for key=", err)
 		return verdict{act: actRun, outcome: OutcomeStoreErrorOpen, err: err}
 	}
-	d.warnStore("WebhookIdempotencyGuard "+m.storeName+" error for key=", err)
-	if d.h.rt.OnStoreError == StoreErrorClosed {
+	ex.warnStore("WebhookIdempotencyGuard "+m.storeName+" error for key=", err)
+	if ex.h.rt.OnStoreError == StoreErrorClosed {
 		v := problemVerdict(http.StatusServiceUnavailable, "Idempotency store unavailable",
 			"the idempotency store cannot be reached; retry later", OutcomeStoreErrorClosed, err)
-		v.retryAfter = d.h.retryAfter
+		v.retryAfter = ex.h.retryAfter
 		return v
 	}
 	return verdict{act: actRun, outcome: OutcomeStoreErrorOpen, err: err}
@@ -713,123 +744,130 @@ func (d *delivery) storeError(err error) verdict {
 // end carries out v: the one place every delivery finishes. It writes the
 // answer (or runs the handler), completes or releases the claim, and
 // reports the outcome exactly once, even when the handler panics.
-func (d *delivery) end(v verdict) {
+func (ex *exchange) end(v verdict) {
+	outcome, err := v.outcome, v.err
 	defer func() {
 		// Deferred, so that a handler that panics or exits its goroutine
-		// is reported too: runClaimed has set the outcome by then.
-		if v.outcome != "" {
-			d.report(v.outcome, v.err)
+		// is reported too.
+		if v.act == actRunClaimed && outcome == "" {
+			// runClaimed did not return: the handler panicked, or ended
+			// its goroutine (runtime.Goexit, where recover gives nil).
+			// Either way it never answered, and a claim left behind would
+			// be renewed for good.
+			p := recover()
+			outcome, err = ex.handlerDied(v.claim, p)
+			ex.report(outcome, err)
+			if p != nil {
+				panic(p)
+			}
+			return
+		}
+		if outcome != "" {
+			ex.report(outcome, err)
 		}
 	}()
 	switch v.act {
 	case actRun:
-		if v.outcome == "" {
-			d.h.next.ServeHTTP(d.out.w, d.r) // not a delivery: untouched
+		if outcome == "" {
+			ex.h.next.ServeHTTP(ex.out.w, ex.r) // not a delivery: untouched
 			return
 		}
-		d.panicking = true
-		d.h.next.ServeHTTP(&d.out, d.r)
-		d.panicking = false
+		ex.panicking = true
+		ex.h.next.ServeHTTP(&ex.out, ex.r)
+		ex.panicking = false
 	case actRunClaimed:
-		d.runClaimed(&v)
+		outcome, err = ex.runClaimed(v.claim)
 	case actReplay:
-		d.replay(v.rec)
+		ex.replay(v.rec)
 	case actProblem:
 		if v.retryAfter != "" {
-			d.out.w.Header().Set("Retry-After", v.retryAfter)
+			ex.out.w.Header().Set("Retry-After", v.retryAfter)
 		}
-		d.writeProblem(v.status, v.title, v.detail)
+		ex.writeProblem(v.status, v.title, v.detail)
 	}
 }
 
 // runClaimed runs the handler for a claim this delivery holds, then stores
-// the answer or releases the claim, and only then sends the answer. It sets
-// v's outcome (and error): processed or failed_released.
-func (d *delivery) runClaimed(v *verdict) {
-	m := d.h.m
-	pending := v.claim
-	d.out.buffering = true
-	d.out.limit = d.h.rt.MaxStoredBodyBytes
-	tx := d.offerDelivery(pending) // see delivery.go; before the renewal, which reads d.r
-	d.startRenewal(pending)
-	returned := false
-	defer func() {
-		tx.close()
-		if returned {
-			return
-		}
-		// The handler panicked, or ended its goroutine (runtime.Goexit,
-		// where recover gives nil): either way it never answered, and a
-		// claim left behind would be renewed for good.
-		p := recover()
-		d.renew.stop()
-		d.release(pending)
-		d.handlerFailed()
-		v.outcome, v.err = OutcomeFailedReleased, errGoexit
-		if p != nil {
-			v.err = fmt.Errorf("idemhook: handler panicked: %v", p)
-			panic(p)
-		}
-	}()
-	d.h.next.ServeHTTP(&d.out, d.r)
-	returned = true
-	d.renew.stop()
-	if tx.settle(pending, v) { // the handler completed the claim in its own transaction
-		return
+// the answer or releases the claim, and only then sends the answer. It
+// returns the outcome: processed, failed_released, or what settling the
+// handler's own transaction found. When the handler panics it does not
+// return, and end calls handlerDied.
+func (ex *exchange) runClaimed(pending *Record) (Outcome, error) {
+	m := ex.h.m
+	ex.out.buffering = true
+	ex.out.limit = ex.h.rt.MaxStoredBodyBytes
+	tx := ex.offerDelivery(pending) // see delivery.go; before the renewal, which reads ex.r
+	defer tx.close()
+	ex.startRenewal(pending)
+	ex.h.next.ServeHTTP(&ex.out, ex.r)
+	ex.renew.stop()
+	if outcome, settled, err := tx.settle(pending); settled { // the handler completed the claim in its own transaction
+		return outcome, err
 	}
 
-	v.outcome = OutcomeFailedReleased
-	if d.out.hijacked {
+	if ex.out.hijacked {
 		// The handler answered on the raw connection: its answer is
 		// unknown here, so nothing is stored and a retry runs afresh.
-		d.release(pending)
-		v.err = errHijacked
-		return
+		ex.release(pending)
+		return OutcomeFailedReleased, errHijacked
 	}
-	status := d.out.finalStatus()
-	if cutShort := d.out.status == 0 && d.r.Context().Err() != nil; cutShort || !d.h.stores(status) {
-		d.release(pending)
-		d.out.send()
+	status := ex.out.finalStatus()
+	if cutShort := ex.out.status == 0 && ex.r.Context().Err() != nil; cutShort || !ex.h.stores(status) {
+		ex.release(pending)
+		ex.out.send()
 		if cutShort {
-			v.err = fmt.Errorf("idemhook: delivery cut short: %w", context.Cause(d.r.Context()))
+			return OutcomeFailedReleased, fmt.Errorf("idemhook: delivery cut short: %w", context.Cause(ex.r.Context()))
 		}
-		return
+		return OutcomeFailedReleased, nil
 	}
-	d.doneRec = Record{
+	ex.doneRec = Record{
 		State:       StateCompleted,
-		Fingerprint: d.fp,
+		Fingerprint: ex.fp,
 		CreatedAt:   m.opts.Now(),
 		Status:      status,
-		Header:      d.storedHeader(),
-		BodyOmitted: d.out.omitted,
+		Header:      ex.storedHeader(),
+		BodyOmitted: ex.out.omitted,
 	}
-	if !d.out.omitted {
-		d.doneRec.Body = d.out.buf
+	if !ex.out.omitted {
+		ex.doneRec.Body = ex.out.buf
 	}
-	_, err := d.call("complete", func(ctx context.Context) (*Record, error) {
-		return nil, m.store.Complete(ctx, d.storeKey, pending, &d.doneRec, d.h.rt.TTL)
+	_, err := ex.call("complete", func(ctx context.Context) (*Record, error) {
+		return nil, m.store.Complete(ctx, ex.storeKey, pending, &ex.doneRec, ex.h.rt.TTL)
 	})
-	putHeader(d.doneRec.Header)
+	putHeader(ex.doneRec.Header)
 	if err != nil {
-		d.warnStore("WebhookIdempotencyInterceptor cache write failed for key=", err)
-	} else if d.out.omitted {
-		d.omittedBody()
+		ex.warnStore("WebhookIdempotencyInterceptor cache write failed for key=", err)
+	} else if ex.out.omitted {
+		ex.omittedBody()
 	}
-	d.out.send()
-	v.outcome, v.err = OutcomeProcessed, err
+	ex.out.send()
+	return OutcomeProcessed, err
 }
 
 // omittedBody notes a stored answer whose body was over the route's
 // MaxStoredBodyBytes, and says so once per route in a WARN: its replays
 // will carry an empty body.
-func (d *delivery) omittedBody() {
-	d.bodyOmitted = true
-	if d.h.warnedOmitted.CompareAndSwap(false, true) {
-		d.h.m.warn("idemhook: a response body over MaxStoredBodyBytes was sent but not stored; "+
+func (ex *exchange) omittedBody() {
+	ex.bodyOmitted = true
+	if ex.h.warnedOmitted.CompareAndSwap(false, true) {
+		ex.h.m.warn("idemhook: a response body over MaxStoredBodyBytes was sent but not stored; "+
 			"its replays carry the status and headers, an empty body and "+BodyOmittedHeader+": true (logged once per route)",
-			slog.String("source", d.h.rt.Source), slog.Int("max_stored_body_bytes", d.h.rt.MaxStoredBodyBytes),
-			slog.Int64("body_bytes", d.out.written), slog.String("key", d.storeKey))
+			slog.String("source", ex.h.rt.Source), slog.Int("max_stored_body_bytes", ex.h.rt.MaxStoredBodyBytes),
+			slog.Int64("body_bytes", ex.out.written), slog.String("key", ex.storeKey))
 	}
+}
+
+// handlerDied ends a claimed delivery whose handler panicked (p, the value
+// it panicked with) or exited its goroutine (p nil): it stops the renewal,
+// releases the claim and answers 500 unless an answer is on its way.
+func (ex *exchange) handlerDied(pending *Record, p any) (Outcome, error) {
+	ex.renew.stop()
+	ex.release(pending)
+	ex.handlerFailed()
+	if p != nil {
+		return OutcomeFailedReleased, fmt.Errorf("idemhook: handler panicked: %v", p)
+	}
+	return OutcomeFailedReleased, errGoexit
 }
 
 // handlerFailed answers 500 for a handler that panicked or exited its
@@ -837,26 +875,26 @@ func (d *delivery) omittedBody() {
 // definite failure (and retries), and the hooks report what it got. The
 // answer is flushed, because net/http closes the connection of a panicking
 // handler without sending what is still buffered.
-func (d *delivery) handlerFailed() {
-	if d.out.streaming || d.r.Context().Err() != nil {
+func (ex *exchange) handlerFailed() {
+	if ex.out.streaming || ex.r.Context().Err() != nil {
 		return
 	}
-	d.out.buf, d.out.status, d.out.buffering, d.out.omitted, d.out.written = d.out.buf[:0], 0, false, false, 0
-	h := d.out.w.Header()
+	ex.out.buf, ex.out.status, ex.out.buffering, ex.out.omitted, ex.out.written = ex.out.buf[:0], 0, false, false, 0
+	h := ex.out.w.Header()
 	for _, name := range RepresentationHeaders {
 		h.Del(name)
 	}
-	d.writeProblem(http.StatusInternalServerError, "Handler failed",
+	ex.writeProblem(http.StatusInternalServerError, "Handler failed",
 		"the webhook handler failed; the delivery was not processed, retry it")
-	http.NewResponseController(d.out.w).Flush() //nolint:errcheck // best effort: the connection is about to close
+	http.NewResponseController(ex.out.w).Flush() //nolint:errcheck // best effort: the connection is about to close
 }
 
 // storedHeader picks the replayed headers out of the response, into a
 // pooled map that goes back with putHeader once the record is stored.
-func (d *delivery) storedHeader() http.Header {
-	src := d.out.w.Header()
+func (ex *exchange) storedHeader() http.Header {
+	src := ex.out.w.Header()
 	var h http.Header
-	for _, name := range d.h.replayHeaders {
+	for _, name := range ex.h.replayHeaders {
 		if vs := src[name]; len(vs) > 0 {
 			if h == nil {
 				h = headerPool.Get().(http.Header)
@@ -876,34 +914,34 @@ func putHeader(h http.Header) {
 	}
 }
 
-func (d *delivery) release(pending *Record) {
-	_, err := d.call("release", func(ctx context.Context) (*Record, error) {
-		return nil, d.h.m.store.Release(ctx, d.storeKey, pending)
+func (ex *exchange) release(pending *Record) {
+	_, err := ex.call("release", func(ctx context.Context) (*Record, error) {
+		return nil, ex.h.m.store.Release(ctx, ex.storeKey, pending)
 	})
 	if err != nil {
-		d.warnStore("WebhookIdempotencyInterceptor cache write failed for key=", err)
+		ex.warnStore("WebhookIdempotencyInterceptor cache write failed for key=", err)
 	}
 }
 
 // warnStore logs one of the guard's store WARNs. The message holds its
 // prefix (which alerts match) and the key, once. The source, the store
 // operation and the store's own error are attributes.
-func (d *delivery) warnStore(prefix string, err error) {
-	attrs := []slog.Attr{slog.String("source", d.h.rt.Source)}
+func (ex *exchange) warnStore(prefix string, err error) {
+	attrs := []slog.Attr{slog.String("source", ex.h.rt.Source)}
 	var se *StoreError
 	if errors.As(err, &se) {
 		attrs = append(attrs, slog.String("op", se.Op))
 		err = se.Err // its text repeats the key
 	}
 	// A store's error usually names the key too. The message already does.
-	msg := strings.Replace(err.Error(), " "+d.storeKey, "", 1)
+	msg := strings.Replace(err.Error(), " "+ex.storeKey, "", 1)
 	attrs = append(attrs, slog.String("error", msg))
-	d.h.m.warn(prefix+d.storeKey, attrs...)
+	ex.h.m.warn(prefix+ex.storeKey, attrs...)
 }
 
 // replay answers with a stored response; the handler is not called.
-func (d *delivery) replay(rec *Record) {
-	w := d.out.w
+func (ex *exchange) replay(rec *Record) {
+	w := ex.out.w
 	h := w.Header()
 	for name, vs := range rec.Header {
 		h[name] = vs
@@ -912,22 +950,22 @@ func (d *delivery) replay(rec *Record) {
 	vs[0], vs[1] = "true", strconv.Itoa(len(rec.Body))
 	h[ReplayedHeader], h["Content-Length"] = vs[0:1:1], vs[1:2:2]
 	if rec.BodyOmitted {
-		d.bodyOmitted = true
+		ex.bodyOmitted = true
 		h[BodyOmittedHeader] = vs[0:1:1]
 	}
 	status := rec.Status
-	if p := d.h.rt.Preset; p != nil && p.DuplicateStatus != 0 {
+	if p := ex.h.rt.Preset; p != nil && p.DuplicateStatus != 0 {
 		status = p.DuplicateStatus
 	}
-	d.out.WriteHeader(status)
-	d.out.Write(rec.Body) //nolint:errcheck // the client may be gone
+	ex.out.WriteHeader(status)
+	ex.out.Write(rec.Body) //nolint:errcheck // the client may be gone
 }
 
 // writeProblem answers with an RFC 9457 problem+json body.
-func (d *delivery) writeProblem(status int, title, detail string) {
-	d.out.w.Header().Set("Content-Type", "application/problem+json")
-	d.out.WriteHeader(status)
-	d.out.Write(problemJSON(status, title, detail)) //nolint:errcheck // the client may be gone
+func (ex *exchange) writeProblem(status int, title, detail string) {
+	ex.out.w.Header().Set("Content-Type", "application/problem+json")
+	ex.out.WriteHeader(status)
+	ex.out.Write(problemJSON(status, title, detail)) //nolint:errcheck // the client may be gone
 }
 
 // problemJSON is an RFC 9457 problem document. encoding/json escapes what
@@ -945,52 +983,52 @@ func problemJSON(status int, title, detail string) []byte {
 
 // report calls Options.OnDelivery with the delivery's outcome and the status
 // the caller received.
-func (d *delivery) report(outcome Outcome, err error) {
-	hook := d.h.m.opts.OnDelivery
+func (ex *exchange) report(outcome Outcome, err error) {
+	hook := ex.h.m.opts.OnDelivery
 	if hook == nil {
 		return
 	}
-	status := d.out.status
+	status := ex.out.status
 	switch {
-	case d.out.hijacked:
+	case ex.out.hijacked:
 		status = 0 // answered on the raw connection: unknown here
-	case status == 0 && d.r.Context().Err() == nil && !d.panicking:
+	case status == 0 && ex.r.Context().Err() == nil && !ex.panicking:
 		status = http.StatusOK // the handler wrote nothing: net/http sends 200
 	}
 	hook(DeliveryInfo{
-		Request:       d.r,
-		Source:        d.h.rt.Source,
-		Key:           d.key,
-		Scope:         d.scope,
-		StoreKey:      d.storeKey,
+		Request:       ex.r,
+		Source:        ex.h.rt.Source,
+		Key:           ex.key,
+		Scope:         ex.scope,
+		StoreKey:      ex.storeKey,
 		Outcome:       outcome,
 		Status:        status,
-		Duration:      d.h.m.opts.Now().Sub(d.start),
-		RequestBytes:  int64(len(d.body)),
-		ResponseBytes: d.out.written,
+		Duration:      ex.h.m.opts.Now().Sub(ex.start),
+		RequestBytes:  int64(len(ex.body)),
+		ResponseBytes: ex.out.written,
 		Err:           err,
-		Waited:        d.waited,
-		BodyOmitted:   d.bodyOmitted,
+		Waited:        ex.waited,
+		BodyOmitted:   ex.bodyOmitted,
 	})
 }
 
 // call runs one store operation under the store deadline and the breaker.
-func (d *delivery) call(op string, fn func(context.Context) (*Record, error)) (*Record, error) {
-	m := d.h.m
+func (ex *exchange) call(op string, fn func(context.Context) (*Record, error)) (*Record, error) {
+	m := ex.h.m
 	hook := m.opts.OnStoreCall
 	if !m.breaker.Allow() {
 		if hook != nil {
-			hook(StoreCallInfo{Op: op, Err: errBreakerOpen, Skipped: true, Request: d.r})
+			hook(StoreCallInfo{Op: op, Err: errBreakerOpen, Skipped: true, Request: ex.r})
 		}
 		return nil, errBreakerOpen
 	}
 	// The call outlives the request's cancellation (a claim must be
 	// completed or released even when the sender hung up) but not the
 	// store deadline, which an in-process store has no use for.
-	if d.storeCtx == nil {
-		d.storeCtx = context.WithoutCancel(d.r.Context())
+	if ex.storeCtx == nil {
+		ex.storeCtx = context.WithoutCancel(ex.r.Context())
 	}
-	ctx, cancel := d.storeCtx, context.CancelFunc(func() {})
+	ctx, cancel := ex.storeCtx, context.CancelFunc(func() {})
 	if !m.inProcess {
 		ctx, cancel = context.WithTimeout(ctx, m.opts.StoreTimeout)
 	}
@@ -1013,14 +1051,14 @@ func (d *delivery) call(op string, fn func(context.Context) (*Record, error)) (*
 	reported = true
 	m.breaker.Done(ok)
 	if hook != nil {
-		info := StoreCallInfo{Op: op, Duration: time.Since(start), Err: err, Request: d.r}
+		info := StoreCallInfo{Op: op, Duration: time.Since(start), Err: err, Request: ex.r}
 		if errors.Is(err, ErrNotOwner) {
 			info.Err = nil // the store answered: a success, as documented
 		}
 		hook(info)
 	}
 	if err != nil && !errors.Is(err, ErrCorruptRecord) {
-		err = &StoreError{Op: op, Key: d.storeKey, Err: err}
+		err = &StoreError{Op: op, Key: ex.storeKey, Err: err}
 	}
 	return rec, err
 }

@@ -24,7 +24,7 @@ type renewals struct {
 
 // renewal is one delivery's place in its route's renewals.
 type renewal struct {
-	d     *delivery // nil until started
+	ex    *exchange // nil until started
 	claim *Record
 
 	// Guarded by the route's renewals.mu.
@@ -38,10 +38,10 @@ type renewal struct {
 // monotonic clock.
 var monoBase = time.Now()
 
-func (d *delivery) startRenewal(claim *Record) {
-	rn := &d.renew
-	rn.d, rn.claim = d, claim
-	q := &d.h.renewals
+func (ex *exchange) startRenewal(claim *Record) {
+	rn := &ex.renew
+	rn.ex, rn.claim = ex, claim
+	q := &ex.h.renewals
 	q.mu.Lock()
 	q.push(rn)
 	q.mu.Unlock()
@@ -100,12 +100,12 @@ func (q *renewals) fire() {
 // extend renews the claim's lease, then queues the next renewal unless the
 // delivery stopped meanwhile or the claim was lost.
 func (rn *renewal) extend() {
-	d := rn.d
-	m := d.h.m
-	_, err := d.call("extend", func(ctx context.Context) (*Record, error) {
-		return nil, m.store.Extend(ctx, d.storeKey, rn.claim, d.h.lease)
+	ex := rn.ex
+	m := ex.h.m
+	_, err := ex.call("extend", func(ctx context.Context) (*Record, error) {
+		return nil, m.store.Extend(ctx, ex.storeKey, rn.claim, ex.h.lease)
 	})
-	q := &d.h.renewals
+	q := &ex.h.renewals
 	q.mu.Lock()
 	stopped := rn.stopped
 	lost := !stopped && errors.Is(err, ErrNotOwner)
@@ -115,17 +115,17 @@ func (rn *renewal) extend() {
 	q.mu.Unlock()
 	if lost {
 		m.warn("idemhook: lease lost while the handler runs: another delivery may run it too",
-			slog.String("source", d.h.rt.Source), slog.String("key", d.storeKey))
+			slog.String("source", ex.h.rt.Source), slog.String("key", ex.storeKey))
 	}
 }
 
 // stop ends the renewal; it may be called more than once. An extension
 // under way finishes, and is not followed by another.
 func (rn *renewal) stop() {
-	if rn.d == nil {
+	if rn.ex == nil {
 		return // never started
 	}
-	q := &rn.d.h.renewals
+	q := &rn.ex.h.renewals
 	q.mu.Lock()
 	rn.stopped = true
 	if rn.queued {
