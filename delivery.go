@@ -114,16 +114,6 @@ func (x *Delivery) StoreKey() string { return x.ex.storeKey }
 // Store returns the store holding the claim: the middleware's store.
 func (x *Delivery) Store() Store { return x.ex.h.m.store }
 
-// TTL returns how long the route keeps a completed record.
-func (x *Delivery) TTL() time.Duration { return x.ex.h.rt.TTL }
-
-// Claim returns a copy of the pending record the delivery holds: what a
-// store's compare-and-set must find under the key.
-func (x *Delivery) Claim() *Record {
-	c := *x.claim
-	return &c
-}
-
 // CompleteWith completes the claim with the response status, header and body
 // through write, which must store done under key in place of claim, kept for
 // ttl, with the compare-and-set of [Store.Complete], inside the caller's
@@ -190,7 +180,8 @@ func (x *Delivery) CompleteWith(status int, header http.Header, body []byte, wri
 	if err != nil {
 		return fmt.Errorf("idemhook: Delivery.CompleteWith: %w", err)
 	}
-	if err := write(ex.storeKey, x.Claim(), done, ex.h.rt.TTL); err != nil {
+	claim := *x.claim // a copy: write may keep it
+	if err := write(ex.storeKey, &claim, done, ex.h.rt.TTL); err != nil {
 		return err
 	}
 	// The row is now locked by the caller's transaction: a renewal would

@@ -57,6 +57,7 @@ package idemhook
 import (
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -339,10 +340,14 @@ func (e *RouteError) Error() string {
 	return "idemhook: Route " + strconv.Quote(e.Source) + ": " + e.Reason
 }
 
-// RepresentationHeaders are the response headers that describe the body's
+// RepresentationHeaders returns the response headers that describe the body's
 // bytes (RFC 9110 section 8): every route stores and replays them with the
 // body, so that a compressed answer is replayed with its Content-Encoding.
-var RepresentationHeaders = []string{"Content-Type", "Content-Encoding", "Content-Language", "Content-Range"}
+// It returns a new slice each time: the list is the middleware's, not the
+// caller's to change.
+func RepresentationHeaders() []string { return slices.Clone(representationHeaders[:]) }
+
+var representationHeaders = [...]string{"Content-Type", "Content-Encoding", "Content-Language", "Content-Range"}
 
 // Preset is what a provider adds to a route. Package provider has one per
 // common provider; a custom one is a value of this type.

@@ -155,7 +155,7 @@ func (m *Middleware) Route(rt Route) (func(http.Handler) http.Handler, error) {
 	if h.scope == nil {
 		h.scope = DefaultScope
 	}
-	for _, name := range slices.Concat(RepresentationHeaders, rt.ReplayHeaders) {
+	for _, name := range slices.Concat(representationHeaders[:], rt.ReplayHeaders) {
 		if name = http.CanonicalHeaderKey(name); !slices.Contains(h.replayHeaders, name) {
 			h.replayHeaders = append(h.replayHeaders, name)
 		}
@@ -881,7 +881,7 @@ func (ex *exchange) handlerFailed() {
 	}
 	ex.out.buf, ex.out.status, ex.out.buffering, ex.out.omitted, ex.out.written = ex.out.buf[:0], 0, false, false, 0
 	h := ex.out.w.Header()
-	for _, name := range RepresentationHeaders {
+	for _, name := range representationHeaders {
 		h.Del(name)
 	}
 	ex.writeProblem(http.StatusInternalServerError, "Handler failed",

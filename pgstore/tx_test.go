@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -233,7 +234,7 @@ func TestCompleteTxLostClaim(t *testing.T) {
 		if _, err := st.Delete(ctx, d.StoreKey()); err != nil {
 			t.Error(err)
 		}
-		other := &idemhook.Record{State: idemhook.StatePending, Token: "other", CreatedAt: d.Claim().CreatedAt}
+		other := &idemhook.Record{State: idemhook.StatePending, Token: "other", CreatedAt: time.Now()}
 		if existing, err := st.Claim(ctx, d.StoreKey(), other, idemhook.DefaultLease); err != nil || existing != nil {
 			t.Errorf("the other claim: %v %v", existing, err)
 		}
