@@ -164,7 +164,9 @@ func (g *gateway) keyNotFound(w http.ResponseWriter, r *http.Request, key string
 	p := keyProblem{problem: problem{Type: "about:blank", Title: "no such key", Status: http.StatusNotFound,
 		Detail: "nothing stored under " + key}}
 	switch {
-	case len(prefixes) == 0 && scope != "":
+	case len(prefixes) == 0 && scope == "":
+		p.Detail += " (never stored, expired or deleted)"
+	case len(prefixes) == 0:
 		p.Detail += fmt.Sprintf(". No prefix route has source %q, so its keys have no scope: drop ?scope=", source)
 	case len(prefixes) > 0:
 		found, why := g.scopesHolding(r.Context(), source, idemhook.NormalizeKey(r.PathValue("key")), scope)

@@ -397,7 +397,7 @@ func TestAdminKeysScoped(t *testing.T) {
 				`It is stored under scope /t/acme/orders (from ` + within + `; "scopes" lists it).`, []string{"/t/acme/orders"}},
 		{"exact, with a scope", "GET", "/admin/keys/test/k?scope=/t/acme", http.StatusNotFound,
 			`nothing stored under idem:test@/t/acme:k. No prefix route has source "test", so its keys have no scope: drop ?scope=`, nil},
-		{"exact, missing", "GET", "/admin/keys/test/k", http.StatusNotFound, "nothing stored under idem:test:k", nil},
+		{"exact, missing", "GET", "/admin/keys/test/k", http.StatusNotFound, "nothing stored under idem:test:k (never stored, expired or deleted)", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
