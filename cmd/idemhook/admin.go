@@ -190,7 +190,9 @@ func (g *gateway) keyNotFound(w http.ResponseWriter, r *http.Request, key string
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusNotFound)
-	_ = json.NewEncoder(w).Encode(p)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // "?scope=<path>" as written, not \u003cpath\u003e
+	_ = enc.Encode(p)
 }
 
 // scopesHolding returns the scopes other than skip under which key of
