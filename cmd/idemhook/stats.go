@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -195,7 +197,9 @@ func (g *gateway) countStats(r *http.Request, counter audit.Counter) (statsJSON,
 		}
 		return &out.Sources[i]
 	}
-	for _, rc := range g.cfg.Routes {
+	// The routes in service: those of the last reload, not of the start.
+	routes := slices.SortedFunc(maps.Values(*g.audit.routes.Load()), func(a, b routeSettings) int { return cmp.Compare(a.Line, b.Line) })
+	for _, rc := range routes {
 		out.Routes = append(out.Routes, routeJSON{Path: rc.Path, Source: rc.Route.Source})
 		source(rc.Route.Source)
 	}

@@ -195,6 +195,31 @@ func TestAdminStatsWindows(t *testing.T) {
 	}
 }
 
+// TestAdminStatsReload: the routes and sources of GET /admin/stats are
+// those in service, so a route added by a reload is listed (the console
+// offers it as a filter and gives its source a row).
+func TestAdminStatsReload(t *testing.T) {
+	dir := t.TempDir()
+	text := sqliteConfig(dir, "http://127.0.0.1:1", "")
+	path := writeConfig(t, dir, text)
+	cfg, err := loadConfig(path, envOf())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := newGateway(t.Context(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.res.close() })
+	writeConfig(t, dir, text+"  - path: /t/\n    upstream: http://127.0.0.1:1/t\n    source: tenant\n")
+	g.reload(envOf())
+	s := statsOf(t, &statsHandler{g: g}, "")
+	if got := fmt.Sprint(s.Routes); got != "[{/webhooks/test test} {/webhooks/other other} {/t/ tenant}]" {
+		t.Errorf("routes after a reload = %s, want the new one too, in the file's order", got)
+	}
+	sourceStats(t, s, "tenant")
+}
+
 // TestAdminStats runs real deliveries through a gateway and reads them
 // back from GET /admin/stats, on the SQLite trail and, when
 // IDEMHOOK_POSTGRES_URL is set, on the PostgreSQL one.
