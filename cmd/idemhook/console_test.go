@@ -485,6 +485,11 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	b.shot("console")
 
+	// A count of one outcome lists its deliveries.
+	b.do("click a failed count", chromedp.Click(chromedp.CSS(`#stats tr[data-source="github"] td.failed button`)))
+	b.waitJS("the failed deliveries", rows+`.length === 1 && location.search === '?source=github&outcome=failed_released' && `+
+		`document.querySelector('#deliveries tr[data-id] td.outcome').textContent === 'failed_released'`)
+
 	// Filters.
 	cellsOf := func(class string) string {
 		return `[...document.querySelectorAll('#deliveries tbody td.` + class + `')].map(td => td.textContent)`

@@ -200,7 +200,27 @@
       for (const w of [src.hour, src.day]) {
         for (const [cls] of cols) {
           const td = cell(tr, w[cls], 'num ' + cls + (w[cls] === 0 ? ' zero' : ''));
-          td.title = cls === 'total' ? `${w.total} deliveries` : outcomesOf(w, cls);
+          if (cls === 'total') {
+            td.title = `${w.total} deliveries`;
+            continue;
+          }
+          const outcomes = outcomesOf(w, cls);
+          td.title = outcomes.map(([o, n]) => `${o}: ${n}`).join('\n') || 'none';
+          // A count of one outcome lists those deliveries when clicked.
+          if (outcomes.length === 1) {
+            const [o] = outcomes[0];
+            const b = document.createElement('button');
+            b.type = 'button';
+            b.className = 'link count';
+            b.textContent = w[cls];
+            b.addEventListener('click', () => {
+              $('filters').reset();
+              setOption($('f-source'), src.source);
+              setOption($('f-outcome'), o);
+              applyFilters();
+            });
+            td.replaceChildren(b);
+          }
         }
         const rate = w.duplicate_rate == null ? '–' : (100 * w.duplicate_rate).toFixed(1) + ' %';
         const td = cell(tr, rate, 'num rate window-end');
@@ -245,13 +265,10 @@
     head.replaceChildren(top, sub);
   }
 
-  // outcomesOf lists the outcomes of class cls in window w with their
-  // counts, e.g. "failed_released: 3".
+  // outcomesOf returns the outcomes of class cls in window w with their
+  // counts, e.g. [["failed_released", 3]].
   function outcomesOf(w, cls) {
-    const lines = Object.entries(w.outcomes)
-      .filter(([o]) => (state.classes[o] || 'other') === cls)
-      .map(([o, n]) => `${o}: ${n}`);
-    return lines.length ? lines.join('\n') : 'none';
+    return Object.entries(w.outcomes).filter(([o, n]) => n > 0 && (state.classes[o] || 'other') === cls);
   }
 
   // fillSelect sets the options of sel to values (after the "any" option
