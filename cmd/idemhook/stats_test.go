@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -109,20 +108,27 @@ func sameWindow(t *testing.T, what string, got windowJSON, want windowJSON) {
 	}
 }
 
-// TestAdminStatsWindows writes entries of known ages into the gateway's
-// SQLite trail and checks the hour and day windows, the classes and the
-// duplicate rate of GET /admin/stats.
-func TestAdminStatsWindows(t *testing.T) {
-	dir := t.TempDir()
-	cfg, err := parseConfig("idemhook.yaml", []byte(sqliteConfig(dir, "http://127.0.0.1:1", "")), envOf())
+// newStatsGateway returns a gateway, not serving, of sqliteConfig's two
+// routes in dir (the file idemhook.yaml there, so that it can reload).
+func newStatsGateway(t *testing.T, dir string) *gateway {
+	t.Helper()
+	cfg, err := loadConfig(writeConfig(t, dir, sqliteConfig(dir, "http://127.0.0.1:1", "")), envOf())
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := newGateway(t.Context(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now, nil)
+	g, err := newGateway(t.Context(), cfg, slog.New(slog.DiscardHandler), time.Now, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { g.res.close() })
+	return g
+}
+
+// TestAdminStatsWindows writes entries of known ages into the gateway's
+// SQLite trail and checks the hour and day windows, the classes and the
+// duplicate rate of GET /admin/stats.
+func TestAdminStatsWindows(t *testing.T) {
+	g := newStatsGateway(t, t.TempDir())
 
 	now := time.Now()
 	var entries []audit.Entry
@@ -200,18 +206,8 @@ func TestAdminStatsWindows(t *testing.T) {
 // offers it as a filter and gives its source a row).
 func TestAdminStatsReload(t *testing.T) {
 	dir := t.TempDir()
-	text := sqliteConfig(dir, "http://127.0.0.1:1", "")
-	path := writeConfig(t, dir, text)
-	cfg, err := loadConfig(path, envOf())
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := newGateway(t.Context(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.res.close() })
-	writeConfig(t, dir, text+"  - path: /t/\n    upstream: http://127.0.0.1:1/t\n    source: tenant\n")
+	g := newStatsGateway(t, dir)
+	writeConfig(t, dir, sqliteConfig(dir, "http://127.0.0.1:1", "")+"  - path: /t/\n    upstream: http://127.0.0.1:1/t\n    source: tenant\n")
 	g.reload(envOf())
 	s := statsOf(t, &statsHandler{g: g}, "")
 	if got := fmt.Sprint(s.Routes); got != "[{/webhooks/test test} {/webhooks/other other} {/t/ tenant}]" {
