@@ -1,16 +1,21 @@
 package main
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/url"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/audit"
 )
 
 // adminHandler serves the admin listener:
@@ -107,7 +112,7 @@ func (g *gateway) getKey(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		writeProblem(w, http.StatusServiceUnavailable, "store error", err.Error())
 	case rec == nil:
-		writeProblem(w, http.StatusNotFound, "no such key", "nothing stored under "+key)
+		g.keyNotFound(w, r, key)
 	default:
 		writeJSON(w, http.StatusOK, newRecordJSON(key, rec))
 	}
@@ -120,11 +125,125 @@ func (g *gateway) deleteKey(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		writeProblem(w, http.StatusServiceUnavailable, "store error", err.Error())
 	case !found:
-		writeProblem(w, http.StatusNotFound, "no such key", "nothing stored under "+key)
+		g.keyNotFound(w, r, key)
 	default:
 		g.logger.Info("idemhook key deleted by the admin API", "key", key, "remote", r.RemoteAddr)
 		w.WriteHeader(http.StatusNoContent)
 	}
+}
+
+// scopeLookup bounds what a 404 of /admin/keys reads to name the scopes
+// holding a key: the source's newest audit entries, and at most
+// scopeLookupKeys store reads, one per distinct scope among them.
+const (
+	scopeLookupEntries = audit.MaxLimit
+	scopeLookupKeys    = 10
+)
+
+// keyProblem is the 404 of /admin/keys/{source}/{key}: problem+json with,
+// for a source of prefix routes, the scopes the key is stored under.
+type keyProblem struct {
+	problem
+	Scopes []string `json:"scopes,omitempty"`
+}
+
+// keyNotFound answers 404 for the store key key. A prefix route scopes its
+// keys by the request's path, so a key of one is never found without
+// ?scope=: the answer says so, with an example, and names the scopes that
+// hold the key among the source's newest deliveries in the audit trail.
+// A ?scope= on a source with no prefix route is pointed out too.
+func (g *gateway) keyNotFound(w http.ResponseWriter, r *http.Request, key string) {
+	source, scope := r.PathValue("source"), r.URL.Query().Get("scope")
+	var prefixes []string
+	for path, rc := range *g.audit.routes.Load() {
+		if rc.Route.Source == source && strings.HasSuffix(path, "/") {
+			prefixes = append(prefixes, path)
+		}
+	}
+	slices.Sort(prefixes)
+	p := keyProblem{problem: problem{Type: "about:blank", Title: "no such key", Status: http.StatusNotFound,
+		Detail: "nothing stored under " + key}}
+	switch {
+	case len(prefixes) == 0 && scope == "":
+		p.Detail += " (never stored, expired or deleted)"
+	case len(prefixes) == 0:
+		p.Detail += fmt.Sprintf(". No prefix route has source %q, so its keys have no scope: drop ?scope=", source)
+	case len(prefixes) > 0:
+		found, why := g.scopesHolding(r.Context(), source, idemhook.NormalizeKey(r.PathValue("key")), scope)
+		p.Scopes = found
+		example := strings.TrimSuffix(prefixes[0], "/") + "/acme"
+		if len(found) > 0 {
+			example = found[0]
+		}
+		routes := "the prefix route " + prefixes[0]
+		if len(prefixes) > 1 {
+			routes = "the prefix routes " + strings.Join(prefixes, ", ")
+		}
+		if scope == "" {
+			p.Detail += fmt.Sprintf(". Source %q has %s, whose keys are scoped by the request's path: add ?scope=<path>, e.g. %s?scope=%s",
+				source, routes, r.URL.EscapedPath(), scopeQuery(example))
+		} else {
+			p.Detail += fmt.Sprintf(" (scope %s of %s)", scope, routes)
+		}
+		p.Detail += ". " + why
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusNotFound)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // "?scope=<path>" as written, not \u003cpath\u003e
+	_ = enc.Encode(p)
+}
+
+// scopesHolding returns the scopes other than skip under which key of
+// source holds a record: the scopes of the source's newest
+// scopeLookupEntries deliveries of key in the audit trail, each checked in
+// the store. why says, in a sentence, what was found or why nothing could be.
+func (g *gateway) scopesHolding(ctx context.Context, source, key, skip string) (found []string, why string) {
+	q := g.audit.querier
+	if q == nil {
+		return nil, fmt.Sprintf("The audit trail (sink %s) can't be queried to tell which scopes hold the key.", g.audit.sink)
+	}
+	page, err := q.Query(ctx, audit.Filter{Source: source, Limit: scopeLookupEntries})
+	if err != nil {
+		return nil, "The audit trail could not be read to tell which scopes hold the key: " + err.Error()
+	}
+	var scopes []string
+	keyed := false
+	for _, e := range page.Entries {
+		if e.Key != key {
+			continue
+		}
+		keyed = true
+		if e.Scope != "" && e.Scope != skip && !slices.Contains(scopes, e.Scope) && len(scopes) < scopeLookupKeys {
+			scopes = append(scopes, e.Scope)
+		}
+	}
+	for _, sc := range scopes {
+		if rec, err := g.store.Get(ctx, idemhook.ScopedStoreKey(source, sc, key)); err == nil && rec != nil {
+			found = append(found, sc)
+		}
+	}
+	within := fmt.Sprintf("the audit trail's last %d deliveries of %s", scopeLookupEntries, source)
+	other := ""
+	if skip != "" {
+		other = " other"
+	}
+	switch {
+	case !keyed:
+		return nil, fmt.Sprintf("The key is not among %s, so no scope holding it can be named.", within)
+	case len(found) == 0:
+		return nil, fmt.Sprintf("No%s scope of its deliveries among %s holds it any more (expired or deleted).", other, within)
+	case len(found) == 1:
+		return found, fmt.Sprintf("It is stored under scope %s (from %s; \"scopes\" lists it).", found[0], within)
+	}
+	return found, fmt.Sprintf("It is stored under the scopes %s (from %s; \"scopes\" lists them).", strings.Join(found, ", "), within)
+}
+
+// scopeQuery escapes a scope as a query value, leaving its slashes as they
+// are for legibility.
+func scopeQuery(scope string) string {
+	return strings.ReplaceAll(url.QueryEscape(scope), "%2F", "/")
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

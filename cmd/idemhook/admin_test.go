@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -336,5 +337,87 @@ func TestAdminTokenScheme(t *testing.T) {
 		if r := do(t, "GET", g.adminURL("/admin/deliveries"), "", "Authorization", tt.auth); r.Status != tt.want {
 			t.Errorf("Authorization %q = %d, want %d", tt.auth, r.Status, tt.want)
 		}
+	}
+}
+
+// TestAdminKeysScoped: on a prefix route a key is stored under the
+// request's path (its scope), so GET and DELETE /admin/keys without
+// ?scope= answer 404. The 404 says the route is scoped and how to pass the
+// scope, and names the scopes that hold the key, found through the audit
+// trail and checked in the store. A ?scope= on a source with no prefix
+// route is pointed out.
+func TestAdminKeysScoped(t *testing.T) {
+	up := newUpstream(t)
+	dir := t.TempDir()
+	g := startGateway(t, writeConfig(t, dir, sqliteConfig(dir, up.srv.URL, "")+fmt.Sprintf(`  - path: /t/
+    upstream: %s/tenant
+    source: tenant
+`, up.srv.URL)), startOpts{})
+	body := `{"id":"evt_scoped"}`
+	key := idemhook.BodyKey([]byte(body))
+	for _, p := range []string{"/t/acme/orders", "/t/globex/orders"} {
+		if r := post(t, g.url(p), body); r.Status != http.StatusOK {
+			t.Fatalf("POST %s = %d %s", p, r.Status, r.Body)
+		}
+	}
+	post(t, g.url("/t/acme/orders"), `{"id":"evt_other"}`)
+	deliveries(t, g, "source=tenant", 3)
+	const within = "the audit trail's last 1000 deliveries of tenant"
+
+	type keyProblemJSON struct {
+		Status int      `json:"status"`
+		Detail string   `json:"detail"`
+		Scopes []string `json:"scopes"`
+	}
+	tests := []struct {
+		name, method, path string
+		wantStatus         int
+		wantDetail         string
+		wantScopes         []string
+	}{
+		{"scoped, with its scope", "GET", "/admin/keys/tenant/" + key + "?scope=/t/acme/orders", http.StatusOK, "", nil},
+		{"scoped, without a scope", "GET", "/admin/keys/tenant/" + key, http.StatusNotFound,
+			"nothing stored under idem:tenant:" + key + `. Source "tenant" has the prefix route /t/, whose keys are scoped by the request's path: ` +
+				"add ?scope=<path>, e.g. /admin/keys/tenant/" + key + "?scope=/t/globex/orders. " +
+				`It is stored under the scopes /t/globex/orders, /t/acme/orders (from ` + within + `; "scopes" lists them).`,
+			[]string{"/t/globex/orders", "/t/acme/orders"}},
+		{"scoped, another scope", "GET", "/admin/keys/tenant/" + key + "?scope=/t/acme", http.StatusNotFound,
+			"nothing stored under idem:tenant@/t/acme:" + key + " (scope /t/acme of the prefix route /t/). " +
+				`It is stored under the scopes /t/globex/orders, /t/acme/orders (from ` + within + `; "scopes" lists them).`,
+			[]string{"/t/globex/orders", "/t/acme/orders"}},
+		{"scoped, never delivered", "GET", "/admin/keys/tenant/sha256:nothing", http.StatusNotFound,
+			`nothing stored under idem:tenant:sha256:nothing. Source "tenant" has the prefix route /t/, whose keys are scoped by the request's path: ` +
+				"add ?scope=<path>, e.g. /admin/keys/tenant/sha256:nothing?scope=/t/acme. " +
+				"The key is not among " + within + ", so no scope holding it can be named.", nil},
+		{"delete, without a scope", "DELETE", "/admin/keys/tenant/" + key, http.StatusNotFound, "", []string{"/t/globex/orders", "/t/acme/orders"}},
+		{"delete, with its scope", "DELETE", "/admin/keys/tenant/" + key + "?scope=/t/globex/orders", http.StatusNoContent, "", nil},
+		{"scoped, one scope left", "GET", "/admin/keys/tenant/" + key, http.StatusNotFound, "", []string{"/t/acme/orders"}},
+		{"scoped, the only one asked", "GET", "/admin/keys/tenant/" + key + "?scope=/t/globex/orders", http.StatusNotFound,
+			"nothing stored under idem:tenant@/t/globex/orders:" + key + " (scope /t/globex/orders of the prefix route /t/). " +
+				`It is stored under scope /t/acme/orders (from ` + within + `; "scopes" lists it).`, []string{"/t/acme/orders"}},
+		{"exact, with a scope", "GET", "/admin/keys/test/k?scope=/t/acme", http.StatusNotFound,
+			`nothing stored under idem:test@/t/acme:k. No prefix route has source "test", so its keys have no scope: drop ?scope=`, nil},
+		{"exact, missing", "GET", "/admin/keys/test/k", http.StatusNotFound, "nothing stored under idem:test:k (never stored, expired or deleted)", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := do(t, tt.method, g.adminURL(tt.path), "")
+			if r.Status != tt.wantStatus {
+				t.Fatalf("%s %s = %d %s, want %d", tt.method, tt.path, r.Status, r.Body, tt.wantStatus)
+			}
+			if r.Status != http.StatusNotFound {
+				return
+			}
+			if ct := r.Header.Get("Content-Type"); ct != "application/problem+json" {
+				t.Errorf("Content-Type = %q", ct)
+			}
+			p := decodeJSON[keyProblemJSON](t, r)
+			if p.Status != http.StatusNotFound || (tt.wantDetail != "" && p.Detail != tt.wantDetail) {
+				t.Errorf("detail\n got %q\nwant %q", p.Detail, tt.wantDetail)
+			}
+			if !slices.Equal(p.Scopes, tt.wantScopes) {
+				t.Errorf("scopes = %q, want %q", p.Scopes, tt.wantScopes)
+			}
+		})
 	}
 }

@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,206 +22,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/idemhook/idemhook"
-	"github.com/idemhook/idemhook/audit"
-	"github.com/idemhook/idemhook/internal/pgtest"
 )
-
-// TestOutcomeClasses: every outcome is in exactly one class of the
-// console's table, so a new outcome can't silently fall out of the counts.
-func TestOutcomeClasses(t *testing.T) {
-	if len(outcomeClass) != len(idemhook.Outcomes()) {
-		t.Errorf("%d outcomes classified, %d outcomes exist", len(outcomeClass), len(idemhook.Outcomes()))
-	}
-	for _, o := range idemhook.Outcomes() {
-		switch outcomeClass[o] {
-		case classProcessed, classReplayed, classRefused, classOther:
-		default:
-			t.Errorf("outcome %s has no class", o)
-		}
-	}
-}
-
-// statsOf serves GET /admin/stats through h and decodes it.
-func statsOf(t *testing.T, h http.Handler, auth string) statsJSON {
-	t.Helper()
-	req := httptest.NewRequest("GET", "/admin/stats", nil)
-	if auth != "" {
-		req.Header.Set("Authorization", auth)
-	}
-	rr := httptest.NewRecorder()
-	h.ServeHTTP(rr, req)
-	if rr.Code != 200 {
-		t.Fatalf("GET /admin/stats = %d %s", rr.Code, rr.Body)
-	}
-	return decodeJSON[statsJSON](t, response{Status: rr.Code, Body: rr.Body.String()})
-}
-
-func sourceStats(t *testing.T, s statsJSON, source string) sourceStatsJSON {
-	t.Helper()
-	for _, x := range s.Sources {
-		if x.Source == source {
-			return x
-		}
-	}
-	t.Fatalf("source %q not in %+v", source, s.Sources)
-	return sourceStatsJSON{}
-}
-
-func rate(f float64) *float64 { return &f }
-
-func sameWindow(t *testing.T, what string, got windowJSON, want windowJSON) {
-	t.Helper()
-	rateOf := func(p *float64) string {
-		if p == nil {
-			return "null"
-		}
-		return fmt.Sprintf("%.6f", *p)
-	}
-	if got.Total != want.Total || got.Processed != want.Processed || got.Replayed != want.Replayed ||
-		got.Refused != want.Refused || got.Other != want.Other || got.Duplicates != want.Duplicates ||
-		rateOf(got.DuplicateRate) != rateOf(want.DuplicateRate) || fmt.Sprint(got.Outcomes) != fmt.Sprint(want.Outcomes) {
-		t.Errorf("%s:\n got %+v rate %s\nwant %+v rate %s", what, got, rateOf(got.DuplicateRate), want, rateOf(want.DuplicateRate))
-	}
-}
-
-// TestAdminStatsWindows writes entries of known ages into the gateway's
-// SQLite trail and checks the hour and day windows, the classes and the
-// duplicate rate of GET /admin/stats.
-func TestAdminStatsWindows(t *testing.T) {
-	dir := t.TempDir()
-	cfg, err := parseConfig("idemhook.yaml", []byte(sqliteConfig(dir, "http://127.0.0.1:1", "")), envOf())
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := newGateway(t.Context(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.res.close() })
-
-	now := time.Now()
-	var entries []audit.Entry
-	add := func(age time.Duration, source, outcome string, n int) {
-		for range n {
-			entries = append(entries, audit.Entry{Time: now.Add(-age), Route: "/webhooks/" + source, Source: source,
-				Key: "k", Outcome: outcome, Status: 200})
-		}
-	}
-	add(time.Minute, "test", "processed", 4)
-	add(time.Minute, "test", "replayed", 2)
-	add(time.Minute, "test", "in_flight_waited", 1)
-	add(time.Minute, "test", "in_flight_rejected", 1)
-	add(time.Minute, "test", "signature_invalid", 1)
-	add(time.Minute, "test", "failed_released", 1)
-	add(2*time.Hour, "test", "processed", 3)
-	add(2*time.Hour, "test", "mismatch", 1)
-	add(2*time.Hour, "test", "in_flight_proceeded", 1)
-	add(25*time.Hour, "test", "processed", 10) // older than a day: in neither window
-	add(3*time.Hour, "gone", "replayed", 2)    // a source no route has any more
-	if err := g.audit.querier.(audit.Sink).Write(t.Context(), entries); err != nil {
-		t.Fatal(err)
-	}
-
-	s := statsOf(t, g.admin, "")
-	if got := fmt.Sprint(s.Routes); got != "[{/webhooks/test test} {/webhooks/other other}]" {
-		t.Errorf("routes = %s", got)
-	}
-	if len(s.Outcomes) != len(idemhook.Outcomes()) || s.Outcomes[1] != (outcomeJSON{"replayed", "replayed"}) {
-		t.Errorf("outcomes = %+v", s.Outcomes)
-	}
-	var names []string
-	for _, x := range s.Sources {
-		names = append(names, x.Source)
-	}
-	if got := strings.Join(names, ","); got != "gone,other,test" {
-		t.Errorf("sources = %s, want gone,other,test (sorted; other has no delivery)", got)
-	}
-
-	test := sourceStats(t, s, "test")
-	// Hour: 10 deliveries, duplicates replayed 2 + waited 1 + rejected 1.
-	sameWindow(t, "test, last hour", test.Hour, windowJSON{Total: 10, Processed: 4, Replayed: 3, Refused: 2, Other: 1,
-		Duplicates: 4, DuplicateRate: rate(0.4), Outcomes: map[string]int64{"processed": 4, "replayed": 2,
-			"in_flight_waited": 1, "in_flight_rejected": 1, "signature_invalid": 1, "failed_released": 1}})
-	// Day: 15 deliveries, duplicates 4 + in_flight_proceeded 1.
-	sameWindow(t, "test, last day", test.Day, windowJSON{Total: 15, Processed: 7, Replayed: 3, Refused: 3, Other: 2,
-		Duplicates: 5, DuplicateRate: rate(5.0 / 15), Outcomes: map[string]int64{"processed": 7, "replayed": 2,
-			"in_flight_waited": 1, "in_flight_rejected": 1, "signature_invalid": 1, "failed_released": 1,
-			"mismatch": 1, "in_flight_proceeded": 1}})
-	other := sourceStats(t, s, "other")
-	sameWindow(t, "other, last day", other.Day, windowJSON{Outcomes: map[string]int64{}})
-	gone := sourceStats(t, s, "gone")
-	sameWindow(t, "gone, last hour", gone.Hour, windowJSON{Outcomes: map[string]int64{}})
-	sameWindow(t, "gone, last day", gone.Day, windowJSON{Total: 2, Replayed: 2, Duplicates: 2, DuplicateRate: rate(1),
-		Outcomes: map[string]int64{"replayed": 2}})
-
-	// An answer is reused until it is maxAge old.
-	h := &statsHandler{g: g, maxAge: time.Hour}
-	first := statsOf(t, h, "")
-	if err := g.audit.querier.(audit.Sink).Write(t.Context(), []audit.Entry{{Time: time.Now(), Route: "/webhooks/other",
-		Source: "other", Key: "k", Outcome: "processed", Status: 200}}); err != nil {
-		t.Fatal(err)
-	}
-	if again := statsOf(t, h, ""); !again.Now.Equal(first.Now) || sourceStats(t, again, "other").Hour.Total != 0 {
-		t.Errorf("a second answer within maxAge was counted again: now %v, then %v", first.Now, again.Now)
-	}
-	h.maxAge = 0
-	if fresh := sourceStats(t, statsOf(t, h, ""), "other"); fresh.Hour.Total != 1 {
-		t.Errorf("an answer older than maxAge was reused: other's hour = %+v", fresh.Hour)
-	}
-}
-
-// TestAdminStats runs real deliveries through a gateway and reads them
-// back from GET /admin/stats, on the SQLite trail and, when
-// IDEMHOOK_POSTGRES_URL is set, on the PostgreSQL one.
-func TestAdminStats(t *testing.T) {
-	run := func(t *testing.T, g *gw) {
-		body := `{"id":"evt_stats"}`
-		post(t, g.url("/webhooks/test"), body)                                   // processed
-		post(t, g.url("/webhooks/test"), body)                                   // replayed
-		post(t, g.url("/webhooks/test"), `{"id":"a"}`, "Idempotency-Key", "hk")  // processed
-		post(t, g.url("/webhooks/test"), `{"id":"b"}`, "Idempotency-Key", "hk")  // mismatch: refused
-		post(t, g.url("/webhooks/other"), `{"id":"c"}`, "Idempotency-Key", "hk") // processed (another source)
-		deliveries(t, g, "", 5)
-		r := do(t, "GET", g.adminURL("/admin/stats"), "")
-		if r.Status != 200 {
-			t.Fatalf("GET /admin/stats = %d %s", r.Status, r.Body)
-		}
-		s := decodeJSON[statsJSON](t, r)
-		want := windowJSON{Total: 4, Processed: 2, Replayed: 1, Refused: 1, Duplicates: 1, DuplicateRate: rate(0.25),
-			Outcomes: map[string]int64{"processed": 2, "replayed": 1, "mismatch": 1}}
-		test := sourceStats(t, s, "test")
-		sameWindow(t, "test, last hour", test.Hour, want)
-		sameWindow(t, "test, last day", test.Day, want)
-		sameWindow(t, "other, last hour", sourceStats(t, s, "other").Hour, windowJSON{Total: 1, Processed: 1,
-			DuplicateRate: rate(0), Outcomes: map[string]int64{"processed": 1}})
-
-		if r := do(t, "GET", g.adminURL("/admin/stats?source=test"), ""); r.Status != 400 {
-			t.Errorf("GET /admin/stats?source=test = %d, want 400", r.Status)
-		}
-	}
-	t.Run("sqlite", func(t *testing.T) {
-		up := newUpstream(t)
-		dir := t.TempDir()
-		run(t, startGateway(t, writeConfig(t, dir, sqliteConfig(dir, up.srv.URL, "")), startOpts{}))
-	})
-	t.Run("postgres", func(t *testing.T) {
-		raw := pgtest.URL(t)
-		table := pgtest.Table(t, pgtest.Pool(t), "idemhook_statstest")
-		up := newUpstream(t)
-		dir := t.TempDir()
-		cfg := sqliteConfig(dir, up.srv.URL, "") +
-			fmt.Sprintf("audit: {sink: postgres, url: \"${PG}\", table: %s}\n", table)
-		run(t, startGateway(t, writeConfig(t, dir, cfg), startOpts{getenv: envOf("PG", raw)}))
-	})
-	t.Run("not queryable", func(t *testing.T) {
-		up := newUpstream(t)
-		g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.srv.URL)), startOpts{})
-		if r := do(t, "GET", g.adminURL("/admin/stats"), ""); r.Status != http.StatusNotImplemented ||
-			!strings.Contains(r.Body, `the audit sink is \"none\"`) {
-			t.Errorf("GET /admin/stats with sink none = %d %s, want 501", r.Status, r.Body)
-		}
-	})
-}
 
 // TestConsoleFiles: the console is served at /admin/ without the token,
 // because a browser can't send one when navigating and the files hold no
@@ -386,9 +187,12 @@ func (b *browser) observe(ev any) {
 		}
 	case *log.EventEntryAdded:
 		// The page's first call is answered 401 until the token is
-		// entered: the browser logs that response, and only that one
-		// is expected.
-		if ev.Entry.Level == log.EntryLevelError && !(ev.Entry.Source == log.EntrySourceNetwork && strings.Contains(ev.Entry.Text, "status of 401")) {
+		// entered, and a key that holds nothing 404: the browser logs
+		// those responses, and only those are expected.
+		fromNet := ev.Entry.Source == log.EntrySourceNetwork
+		expected := fromNet && (strings.Contains(ev.Entry.Text, "status of 401") ||
+			strings.Contains(ev.Entry.Text, "status of 404") && strings.Contains(ev.Entry.URL, "/admin/keys/"))
+		if ev.Entry.Level == log.EntryLevelError && !expected {
 			b.problems = append(b.problems, fmt.Sprintf("%s: %s (%s)", ev.Entry.Source, ev.Entry.Text, ev.Entry.URL))
 		}
 	}
@@ -454,8 +258,10 @@ func js(s string) string {
 	return string(q)
 }
 
-// consoleConfig is the browser test's gateway: three sources on SQLite, the
-// admin API behind a token.
+// consoleConfig is the browser test's gateway: four sources on SQLite, the
+// admin API behind a token. shopify lets a duplicate of a running delivery
+// proceed; tenant is a prefix route (its keys scoped by the path) behind the
+// Stripe preset, with the secret in $TENANT_SECRET.
 func consoleConfig(dir, upstreamURL string) string {
 	return fmt.Sprintf(`listen: 127.0.0.1:0
 store: {driver: sqlite, path: %q}
@@ -473,6 +279,12 @@ routes:
     upstream: %[2]s/shop
     source: shopify
     header: X-Shopify-Webhook-Id
+    in_flight: proceed
+  - path: /t/
+    upstream: %[2]s/tenant
+    source: tenant
+    provider: stripe
+    secret_env: TENANT_SECRET
 `, filepath.Join(dir, "idemhook.db"), upstreamURL)
 }
 
@@ -483,18 +295,28 @@ func adminDo(t *testing.T, g *gw, method, path string) response {
 }
 
 // TestConsoleInBrowser drives the console in headless chromium against a
-// real gateway. It signs in with the token and reads the per-source table.
-// It filters by source, outcome, route and time, pages, and sees a new
-// delivery appear without a reload. It opens a key, deletes it through the
-// confirmation, and checks that the next delivery of that event reaches
-// the upstream again. Along the way it checks that keys are shown as text
-// (a key holding HTML stays text), that the page requests nothing from
-// another origin, and that nothing throws.
+// real gateway. It signs in with the token and reads the per-source table,
+// whose columns add up to the total (failures and unprotected deliveries
+// included). It filters by source, outcome, route and time, pages, and sees
+// a new delivery appear without a reload. The filters are the page's
+// address: a reload, a link and Back and Forward give the same view. Rows
+// show their reason, scope and instance. It opens a key, deletes it
+// through the confirmation, and checks that the next delivery of that
+// event reaches the upstream again. A prefix route's key looked up without
+// its scope offers the scopes that hold it, and a long key wraps inside the
+// dialog. Along the way it checks that keys are shown as text (a key
+// holding HTML stays text), that the page requests nothing from another
+// origin, and that nothing throws.
 func TestConsoleInBrowser(t *testing.T) {
 	b := newBrowser(t)
 	up := newUpstream(t)
+	arrived, hold := make(chan struct{}, 1), make(chan struct{})
 	up.handle = func(w http.ResponseWriter, r *http.Request, n int64) {
 		w.Header().Set("Content-Type", "application/json")
+		if r.Header.Get("X-Hold") != "" { // runs until the test lets it go
+			arrived <- struct{}{}
+			<-hold
+		}
 		if r.Header.Get("X-Fail") != "" {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprint(w, `{"error":"backend busy"}`)
@@ -503,7 +325,9 @@ func TestConsoleInBrowser(t *testing.T) {
 		fmt.Fprintf(w, `{"ok":true,"call":%d}`, n)
 	}
 	dir := t.TempDir()
-	g := startGateway(t, writeConfig(t, dir, consoleConfig(dir, up.srv.URL)), startOpts{getenv: envOf("TOKEN", "s3cret")})
+	const tenantSecret = "whsec_console_test"
+	g := startGateway(t, writeConfig(t, dir, consoleConfig(dir, up.srv.URL)),
+		startOpts{getenv: envOf("TOKEN", "s3cret", "TENANT_SECRET", tenantSecret)})
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("gateway log:\n%s", g.stderr)
@@ -546,11 +370,62 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	post(t, g.url("/webhooks/shop"), `{"id":820982911946154500}`, "X-Shopify-Webhook-Id", "b54557e4-bdd9-4b37-8a5f-bf7d70bcd043")
 	post(t, g.url("/webhooks/shop"), `{"id":820982911946154501}`, "X-Shopify-Webhook-Id", "0cb8b3b2-34a4-4d02-a1e5-6a6bd25e3b7a")
-	const total = 15 + 8 + 2
+	// A duplicate of a running delivery proceeds (in_flight: proceed): it
+	// runs unprotected.
+	const shopKey, shopBody = "9a1b4c44-1f0e-4f1c-9a52-5d2f0b8c7e11", `{"id":820982911946154502}`
+	first := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", g.url("/webhooks/shop"), strings.NewReader(shopBody))
+		req.Header.Set("X-Shopify-Webhook-Id", shopKey)
+		req.Header.Set("X-Hold", "1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			first <- 0
+			return
+		}
+		resp.Body.Close()
+		first <- resp.StatusCode
+	}()
+	<-arrived
+	if r := post(t, g.url("/webhooks/shop"), shopBody, "X-Shopify-Webhook-Id", shopKey); r.Status != 200 || r.Header.Get(idemhook.ReplayedHeader) != "" {
+		t.Fatalf("a duplicate of a running delivery = %d replayed=%q, want 200 forwarded (in_flight_proceeded)", r.Status, r.Header.Get(idemhook.ReplayedHeader))
+	}
+	close(hold)
+	if status := <-first; status != 200 {
+		t.Fatalf("the held delivery = %d, want 200", status)
+	}
+	// One signed event to two tenants of a prefix route: two keys, one per
+	// scope. An unsigned delivery is refused before any key is resolved.
+	tenantEvent := `{"id":"evt_tenant_1","type":"invoice.paid"}`
+	mac := hmac.New(sha256.New, []byte(tenantSecret))
+	ts := time.Now().Unix()
+	fmt.Fprintf(mac, "%d.%s", ts, tenantEvent)
+	signature := fmt.Sprintf("t=%d,v1=%s", ts, hex.EncodeToString(mac.Sum(nil)))
+	for _, p := range []string{"/t/acme/orders", "/t/globex/orders"} {
+		if r := post(t, g.url(p), tenantEvent, "Stripe-Signature", signature); r.Status != 200 {
+			t.Fatalf("POST %s = %d %s", p, r.Status, r.Body)
+		}
+	}
+	if r := post(t, g.url("/t/acme/orders"), tenantEvent); r.Status != 401 {
+		t.Fatalf("an unsigned delivery = %d, want 401 (signature_invalid)", r.Status)
+	}
+	const total = 15 + 8 + 4 + 3
+	var trail []deliveryJSON
 	eventually(t, "the audit trail to hold every delivery", func() bool {
 		r := adminDo(t, g, "GET", "/admin/deliveries?limit=1000")
-		return r.Status == 200 && len(decodeJSON[deliveriesJSON](t, r).Deliveries) == total
+		trail = decodeJSON[deliveriesJSON](t, r).Deliveries
+		return r.Status == 200 && len(trail) == total
 	})
+	trailOf := func(outcome string) deliveryJSON {
+		t.Helper()
+		for _, d := range trail {
+			if d.Outcome == outcome {
+				return d
+			}
+		}
+		t.Fatalf("no %s delivery in the trail", outcome)
+		return deliveryJSON{}
+	}
 
 	// The page asks for the token.
 	b.do("open the console", chromedp.Navigate(g.adminURL("/admin/")), chromedp.WaitVisible(chromedp.ID("login")))
@@ -561,9 +436,9 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("a refused token is kept: %q", tok)
 	}
 	b.do("sign in", chromedp.SendKeys(chromedp.ID("token"), "s3cret"), chromedp.Click(chromedp.ID("signin")))
-	rows := `document.querySelectorAll('#deliveries tbody tr')`
+	rows := `document.querySelectorAll('#deliveries tbody tr[data-id]')`
 	b.waitJS("the first page of deliveries", rows+`.length === 25`)
-	b.waitJS("the per-source table", `document.querySelectorAll('#stats tbody tr').length === 3`)
+	b.waitJS("the per-source table", `document.querySelectorAll('#stats tbody tr').length === 4`)
 	if tok := eval[string](b, `sessionStorage.getItem('idemhook.admin.token')`); tok != "s3cret" {
 		t.Errorf("sessionStorage token = %q", tok)
 	}
@@ -571,19 +446,49 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("the console set cookies: %q", c)
 	}
 
-	// Per source: total, processed, replayed, refused, duplicate rate. The
-	// hour and the day hold the same deliveries here.
+	// Per source: total, processed, replayed, refused, failed, unprotected,
+	// duplicate rate. The hour and the day hold the same deliveries here.
+	head := eval[[]string](b, `[...document.querySelectorAll('#stats thead tr:nth-child(2) th')].map(th => th.textContent)`)
+	window := []string{"Total", "Processed", "Replayed", "Refused", "Failed", "Unprotected", "Duplicates"}
+	if want := append(slices.Clone(window), window...); !slices.Equal(head, want) {
+		t.Errorf("per-source columns\n got %q\nwant %q", head, want)
+	}
 	stats := eval[[][]string](b, `[...document.querySelectorAll('#stats tbody tr')].map(tr => [...tr.cells].map(c => c.textContent))`)
 	wantStats := [][]string{
-		{"github", "8", "4", "2", "1", "25.0 %", "8", "4", "2", "1", "25.0 %"},
-		{"shopify", "2", "2", "0", "0", "0.0 %", "2", "2", "0", "0", "0.0 %"},
-		{"stripe", "15", "12", "3", "0", "20.0 %", "15", "12", "3", "0", "20.0 %"},
+		{"github", "8", "4", "2", "1", "1", "0", "25.0 %", "8", "4", "2", "1", "1", "0", "25.0 %"},
+		{"shopify", "4", "3", "0", "0", "0", "1", "25.0 %", "4", "3", "0", "0", "0", "1", "25.0 %"},
+		{"stripe", "15", "12", "3", "0", "0", "0", "20.0 %", "15", "12", "3", "0", "0", "0", "20.0 %"},
+		{"tenant", "3", "2", "0", "1", "0", "0", "0.0 %", "3", "2", "0", "1", "0", "0", "0.0 %"},
 	}
 	if fmt.Sprint(stats) != fmt.Sprint(wantStats) {
 		t.Errorf("per-source table\n got %q\nwant %q", stats, wantStats)
 	}
+	// Every delivery is in one column: they add up to the total.
+	for _, row := range stats {
+		for w := 0; w < 2 && len(row) >= 15; w++ {
+			cells := row[1+7*w : 7+7*w] // total, then the classes
+			var sum, total int
+			fmt.Sscan(cells[0], &total)
+			for _, c := range cells[1:] {
+				var n int
+				fmt.Sscan(c, &n)
+				sum += n
+			}
+			if sum != total {
+				t.Errorf("%s: the columns add up to %d, total %d (%q)", row[0], sum, total, cells)
+			}
+		}
+	}
+	if got := eval[string](b, `document.querySelector('#stats tr[data-source="github"] td.failed').title`); got != "failed_released: 1" {
+		t.Errorf("github's failed count says %q, want its outcomes", got)
+	}
 
 	b.shot("console")
+
+	// A count of one outcome lists its deliveries.
+	b.do("click a failed count", chromedp.Click(chromedp.CSS(`#stats tr[data-source="github"] td.failed button`)))
+	b.waitJS("the failed deliveries", rows+`.length === 1 && location.search === '?source=github&outcome=failed_released' && `+
+		`document.querySelector('#deliveries tr[data-id] td.outcome').textContent === 'failed_released'`)
 
 	// Filters.
 	cellsOf := func(class string) string {
@@ -605,12 +510,65 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	// A source's name in the table filters the list by it.
 	b.do("click a source", chromedp.Click(chromedp.CSS(`#stats tr[data-source="shopify"] button`)))
-	b.waitJS("the deliveries of the clicked source", rows+`.length === 2 && `+cellsOf("source")+`.every(s => s === 'shopify') && document.getElementById('f-source').value === 'shopify'`)
+	b.waitJS("the deliveries of the clicked source", rows+`.length === 4 && `+cellsOf("source")+`.every(s => s === 'shopify') && document.getElementById('f-source').value === 'shopify'`)
 	apply("of source github", map[string]string{"f-source": "github"}, 8, cellsOf("source")+`.every(s => s === 'github')`)
 	b.shot("console-filtered")
-	apply("replayed of source stripe", map[string]string{"f-source": "stripe", "f-outcome": "replayed"}, 3,
-		cellsOf("source")+`.every(s => s === 'stripe') && `+cellsOf("outcome")+`.every(s => s === 'replayed')`)
-	apply("of route /webhooks/shop", map[string]string{"f-route": "/webhooks/shop"}, 2, cellsOf("route")+`.every(s => s === '/webhooks/shop')`)
+	stripeReplayed := cellsOf("source") + `.every(s => s === 'stripe') && ` + cellsOf("outcome") + `.every(s => s === 'replayed')`
+	apply("replayed of source stripe", map[string]string{"f-source": "stripe", "f-outcome": "replayed"}, 3, stripeReplayed)
+
+	// The filters are the page's address: a reload keeps the view, a
+	// source's name is a new history entry, Back and Forward go through
+	// them.
+	search := func() string { return eval[string](b, `location.search`) }
+	if got := search(); got != "?source=stripe&outcome=replayed" {
+		t.Errorf("the address of a filtered view: %q, want ?source=stripe&outcome=replayed", got)
+	}
+	formIs := func(source, outcome string) string {
+		return fmt.Sprintf(`document.getElementById('f-source').value === %s && document.getElementById('f-outcome').value === %s`, js(source), js(outcome))
+	}
+	b.do("reload", chromedp.Reload())
+	b.waitJS("the same view after a reload", rows+`.length === 3 && `+stripeReplayed+` && `+formIs("stripe", "replayed"))
+	b.do("click a source", chromedp.Click(chromedp.CSS(`#stats tr[data-source="github"] button`)))
+	b.waitJS("the clicked source's view", rows+`.length === 8 && location.search === '?source=github' && `+formIs("github", ""))
+	eval[bool](b, `history.back(), true`)
+	b.waitJS("Back: the previous view", rows+`.length === 3 && location.search === '?source=stripe&outcome=replayed' && `+stripeReplayed+` && `+formIs("stripe", "replayed"))
+	eval[bool](b, `history.forward(), true`)
+	b.waitJS("Forward: the source's view again", rows+`.length === 8 && location.search === '?source=github' && `+formIs("github", ""))
+	// A link with a time and a page size, as another browser would open it.
+	hourAgo := time.Now().Add(-time.Hour).UTC().Truncate(time.Second)
+	link := "?source=stripe&since=" + hourAgo.Format(time.RFC3339) + "&limit=10"
+	b.do("open a link", chromedp.Navigate(g.adminURL("/admin/"+link)))
+	b.waitJS("the link's view", rows+`.length === 10 && `+cellsOf("source")+`.every(s => s === 'stripe') && `+
+		`document.getElementById('f-limit').value === '10' && document.getElementById('f-since').value === `+js(hourAgo.Format("2006-01-02T15:04:05")))
+	b.do("open a link with a mistake", chromedp.Navigate(g.adminURL("/admin/?source=github&sort=asc")))
+	b.waitJS("its mistake named", rows+`.length === 8 && !document.getElementById('error').hidden && `+
+		`document.getElementById('error').textContent === 'The page address has unknown parameter "sort" (known: source, outcome, route, since, until, limit).'`)
+	apply("replayed of source stripe", map[string]string{"f-source": "stripe", "f-outcome": "replayed"}, 3, stripeReplayed)
+	if !eval[bool](b, `document.getElementById('error').hidden`) {
+		t.Errorf("the address's mistake is still shown once the filters changed")
+	}
+
+	// Rows say why: a refused delivery has no key but a reason, a failed
+	// one the upstream's status, and each the gateway that answered.
+	reasonOf := func(outcome string) string {
+		return `document.querySelector('#deliveries tr.reason[data-for="' + document.querySelector('#deliveries tr[data-id] td.outcome .badge.` +
+			outcome + `')?.closest('tr').dataset.id + '"] td.why')?.textContent`
+	}
+	invalid, failed := trailOf("signature_invalid"), trailOf("failed_released")
+	if invalid.Reason == "" || failed.Reason == "" || invalid.Instance == "" {
+		t.Fatalf("the trail lacks a reason or an instance: %+v, %+v", invalid, failed)
+	}
+	apply("signature_invalid", map[string]string{"f-outcome": "signature_invalid"}, 1, reasonOf("refused")+` === `+js(invalid.Reason))
+	if got := eval[[]string](b, `[...document.querySelectorAll('#deliveries tr[data-id] td')].map(td => td.textContent)`); len(got) != 10 ||
+		got[3] != "–" || got[9] != invalid.Instance {
+		t.Errorf("the signature_invalid row = %q, want key – and instance %q", got, invalid.Instance)
+	}
+	apply("failed_released", map[string]string{"f-outcome": "failed_released"}, 1, reasonOf("failed")+` === `+js(failed.Reason))
+	b.shot("console-reasons")
+	// A prefix route's deliveries show the scope their key is stored under.
+	apply("of source tenant, processed", map[string]string{"f-source": "tenant", "f-outcome": "processed"}, 2,
+		`[...document.querySelectorAll('#deliveries td.route .scope')].map(s => s.textContent).join() === '/t/globex/orders,/t/acme/orders'`)
+	apply("of route /webhooks/shop", map[string]string{"f-route": "/webhooks/shop"}, 4, cellsOf("route")+`.every(s => s === '/webhooks/shop')`)
 	apply("refused", map[string]string{"f-outcome": "mismatch"}, 1, cellsOf("status")+`[0] === '422'`)
 	// datetime-local takes the browser's local time (UTC here), to the
 	// minute: the input drops ":00" seconds, and SetValue wants its value
@@ -640,7 +598,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	// Live: a new delivery shows up without a reload. Its key holds HTML,
 	// which the page shows as text, never as markup.
 	b.do("reset the filters", chromedp.Click(chromedp.ID("f-reset")))
-	b.waitJS("the unfiltered list", rows+`.length === 25`)
+	b.waitJS("the unfiltered list", rows+`.length === 25 && location.search === ''`)
 	eval[bool](b, `window.__marker = true`)
 	post(t, g.url("/webhooks/shop"), `{"id":1}`, "X-Shopify-Webhook-Id", xssKey)
 	b.waitJS("the new delivery", fmt.Sprintf(`[...document.querySelectorAll('#deliveries button.link')].some(b => b.textContent === %s) && window.__marker === true`, js(xssKey)))
@@ -692,6 +650,28 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.do("look a key up", chromedp.SetValue(chromedp.ID("k-source"), "github"),
 		chromedp.SendKeys(chromedp.ID("k-key"), guid(2)), chromedp.Click(chromedp.ID("k-open")))
 	b.waitJS("the looked-up record", `document.getElementById('record-key')?.textContent === 'idem:github:`+guid(2)+`'`)
+	b.do("close the record", chromedp.Click(chromedp.ID("key-close")))
+
+	// A prefix route's key without its scope: the dialog says a scope is
+	// needed and offers those that hold the key.
+	b.do("look a scoped key up", chromedp.SetValue(chromedp.ID("k-source"), "tenant"), chromedp.SetValue(chromedp.ID("k-key"), "evt_tenant_1"), chromedp.Click(chromedp.ID("k-open")))
+	scopeButtons := `[...document.querySelectorAll('#record-scopes button')].map(b => b.textContent).join()`
+	b.waitJS("the scopes holding the key", scopeButtons+` === '/t/globex/orders,/t/acme/orders' && document.getElementById('record-note').textContent.includes('?scope=')`)
+	b.shot("console-scopes")
+	b.do("open it under a scope", chromedp.Click(chromedp.CSS(`#record-scopes button:last-of-type`)))
+	b.waitJS("the scoped record", `document.getElementById('record-key')?.textContent === 'idem:tenant@/t/acme/orders:evt_tenant_1' && document.getElementById('record-scopes').hidden`)
+	b.do("close the record", chromedp.Click(chromedp.ID("key-close")))
+
+	// A long key that holds nothing: the dialog's text wraps inside it.
+	long := strings.Repeat("0123456789abcdef", 8) // 128 bytes: kept as the key, not hashed
+	b.do("look a long key up", chromedp.SetValue(chromedp.ID("k-source"), "github"), chromedp.SetValue(chromedp.ID("k-key"), long), chromedp.Click(chromedp.ID("k-open")))
+	b.waitJS("the long key's 404", `document.getElementById('record-note').textContent === 'nothing stored under idem:github:`+long+` (never stored, expired or deleted)'`)
+	if over := eval[[]float64](b, `(() => {
+		const d = document.getElementById('key-dialog'), n = document.getElementById('record-note');
+		return [n.scrollWidth - n.clientWidth, n.getBoundingClientRect().right - d.getBoundingClientRect().right, d.scrollWidth - d.clientWidth];
+	})()`); over[0] > 0 || over[1] > 0 || over[2] > 0 {
+		t.Errorf("the 404 text runs past the dialog's edge: by %vpx past the note's box, %vpx past the dialog, %vpx of scrolling", over[0], over[1], over[2])
+	}
 	b.do("close the record", chromedp.Click(chromedp.ID("key-close")))
 
 	// Sign out forgets the token.

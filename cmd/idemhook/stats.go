@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -12,7 +14,8 @@ import (
 	"github.com/idemhook/idemhook/audit"
 )
 
-// Every outcome falls in one class of the console's per-source table.
+// Every outcome falls in one class of the console's per-source table, so
+// that its columns add up to the total.
 //
 //   - processed: the first delivery of its event. The upstream ran and its
 //     answer is stored (outcome processed).
@@ -23,20 +26,30 @@ import (
 //     calling the upstream. Its outcomes are in_flight_rejected (409),
 //     mismatch (422), signature_invalid (401), too_large (413) and
 //     store_error_closed (503).
-//   - other: the upstream was called but no answer got stored, or the
-//     delivery ran unprotected. Its outcomes are in_flight_proceeded,
-//     failed_released, store_error_open and key_error. key_error also
-//     covers a body that could not be read, answered 400, and the outcome
-//     doesn't tell the two apart.
+//   - failed: the upstream was called and its answer was not one to store
+//     (a 5xx, a 4xx, 502 unreachable, 504 too slow, or cut short): the
+//     claim was released, so the provider's retry is forwarded again.
+//     Its outcome is failed_released.
+//   - unprotected: forwarded to the upstream without a claim, so nothing
+//     stops the event running twice. Its outcomes are in_flight_proceeded
+//     (in_flight: proceed), store_error_open (on_store_error: open) and
+//     key_error. key_error also covers a body that could not be read and a
+//     missing key on a require_key route, both answered 400 without
+//     calling the upstream; the outcome doesn't tell them apart.
+//   - other: an outcome this build doesn't know (a newer gateway writing
+//     to a shared PostgreSQL trail). The console shows its column only
+//     when it is not zero.
 //
 // A duplicate is a delivery whose key was already claimed. Its outcomes are
 // replayed, in_flight_waited, in_flight_proceeded and in_flight_rejected.
 // The duplicate rate is duplicates / all deliveries.
 const (
-	classProcessed = "processed"
-	classReplayed  = "replayed"
-	classRefused   = "refused"
-	classOther     = "other"
+	classProcessed   = "processed"
+	classReplayed    = "replayed"
+	classRefused     = "refused"
+	classFailed      = "failed"
+	classUnprotected = "unprotected"
+	classOther       = "other"
 )
 
 var outcomeClass = map[idemhook.Outcome]string{
@@ -48,10 +61,10 @@ var outcomeClass = map[idemhook.Outcome]string{
 	idemhook.OutcomeSignatureInvalid:  classRefused,
 	idemhook.OutcomeTooLarge:          classRefused,
 	idemhook.OutcomeStoreErrorClosed:  classRefused,
-	idemhook.OutcomeInFlightProceeded: classOther,
-	idemhook.OutcomeFailedReleased:    classOther,
-	idemhook.OutcomeStoreErrorOpen:    classOther,
-	idemhook.OutcomeKeyError:          classOther,
+	idemhook.OutcomeFailedReleased:    classFailed,
+	idemhook.OutcomeInFlightProceeded: classUnprotected,
+	idemhook.OutcomeStoreErrorOpen:    classUnprotected,
+	idemhook.OutcomeKeyError:          classUnprotected,
 }
 
 var duplicateOutcomes = []idemhook.Outcome{
@@ -59,15 +72,18 @@ var duplicateOutcomes = []idemhook.Outcome{
 	idemhook.OutcomeInFlightProceeded, idemhook.OutcomeInFlightRejected,
 }
 
-// windowJSON is one source's deliveries over one window.
+// windowJSON is one source's deliveries over one window. Processed,
+// Replayed, Refused, Failed, Unprotected and Other add up to Total.
 type windowJSON struct {
-	Total     int64 `json:"total"`
-	Processed int64 `json:"processed"`
-	Replayed  int64 `json:"replayed"`
-	Refused   int64 `json:"refused"`
-	Other     int64 `json:"other"`
+	Total       int64 `json:"total"`
+	Processed   int64 `json:"processed"`
+	Replayed    int64 `json:"replayed"`
+	Refused     int64 `json:"refused"`
+	Failed      int64 `json:"failed"`
+	Unprotected int64 `json:"unprotected"`
+	Other       int64 `json:"other"` // outcomes this build doesn't know
+	Duplicates  int64 `json:"duplicates"`
 	// Duplicates / Total, or null without deliveries.
-	Duplicates    int64            `json:"duplicates"`
 	DuplicateRate *float64         `json:"duplicate_rate"`
 	Outcomes      map[string]int64 `json:"outcomes"`
 }
@@ -82,7 +98,11 @@ func (w *windowJSON) add(outcome string, n int64) {
 		w.Replayed += n
 	case classRefused:
 		w.Refused += n
-	default: // other, and an outcome this build doesn't know
+	case classFailed:
+		w.Failed += n
+	case classUnprotected:
+		w.Unprotected += n
+	default: // an outcome this build doesn't know
 		w.Other += n
 	}
 	if slices.Contains(duplicateOutcomes, idemhook.Outcome(outcome)) {
@@ -102,7 +122,7 @@ type sourceStatsJSON struct {
 
 type outcomeJSON struct {
 	Name  string `json:"name"`
-	Class string `json:"class"` // processed, replayed, refused or other
+	Class string `json:"class"` // processed, replayed, refused, failed or unprotected
 }
 
 type routeJSON struct {
@@ -177,7 +197,9 @@ func (g *gateway) countStats(r *http.Request, counter audit.Counter) (statsJSON,
 		}
 		return &out.Sources[i]
 	}
-	for _, rc := range g.cfg.Routes {
+	// The routes in service: those of the last reload, not of the start.
+	routes := slices.SortedFunc(maps.Values(*g.audit.routes.Load()), func(a, b routeSettings) int { return cmp.Compare(a.Line, b.Line) })
+	for _, rc := range routes {
 		out.Routes = append(out.Routes, routeJSON{Path: rc.Path, Source: rc.Route.Source})
 		source(rc.Route.Source)
 	}

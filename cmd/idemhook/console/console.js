@@ -6,12 +6,31 @@
 //
 // Every value from the API is put in the page as text (textContent), never
 // as HTML: keys and routes come from webhook senders.
+//
+// The deliveries' filters are the page's query (?source=&outcome=&route=
+// &since=&until=&limit=, the API's names, times in UTC), so that a filtered
+// view can be bookmarked and shared. Each change is a history entry: Back
+// and Forward go through the views.
 'use strict';
 
 (() => {
   const TOKEN_KEY = 'idemhook.admin.token';
   const POLL_MS = 2000; // live updates: the first page of deliveries
   const STATS_EVERY = 3; // and the statistics every third poll
+  const FILTERS = ['source', 'outcome', 'route', 'since', 'until', 'limit'];
+  const DEFAULT_LIMIT = '25';
+  // The per-source table's columns for each window: every class of
+  // outcomes (GET /admin/stats), so that they add up to Total. "other"
+  // (outcomes this build doesn't know) shows only when not zero.
+  const COLUMNS = [
+    ['total', 'Total', 'All deliveries'],
+    ['processed', 'Processed', 'First deliveries: the upstream ran and its answer is stored'],
+    ['replayed', 'Replayed', 'Duplicates answered with the stored answer, upstream not called'],
+    ['refused', 'Refused', 'Answered with an error by the gateway, upstream not called'],
+    ['failed', 'Failed', 'The upstream was called and its answer not stored: claim released, the retry is forwarded again'],
+    ['unprotected', 'Unprotected', 'Forwarded to the upstream without a claim: nothing stopped a second run'],
+    ['other', 'Other', 'Outcomes this console does not know'],
+  ];
 
   const $ = (id) => document.getElementById(id);
   const state = {
@@ -26,6 +45,7 @@
     running: false,
     record: null, // {source, key, path} of the open key
     rendered: '', // the query and rows the table shows
+    addressProblem: '', // what was wrong in the page's query, shown until the filters change
   };
 
   class Unauthorized extends Error {}
@@ -49,6 +69,7 @@
     if (!resp.ok) {
       const err = new Error((body && (body.detail || body.title)) || `${method} ${path}: HTTP ${resp.status}`);
       err.status = resp.status;
+      err.body = body;
       throw err;
     }
     return body;
@@ -59,6 +80,10 @@
     $('error').hidden = false;
   }
   function clearError() {
+    if (state.addressProblem) {
+      showError(state.addressProblem);
+      return;
+    }
     $('error').hidden = true;
   }
 
@@ -152,6 +177,9 @@
     fillSelect($('f-route'), [...new Set(s.routes.map((r) => r.path))], true);
     fillSelect($('f-outcome'), s.outcomes.map((o) => o.name), true);
 
+    const hasOther = s.sources.some((x) => x.hour.other > 0 || x.day.other > 0);
+    const cols = COLUMNS.filter(([name]) => name !== 'other' || hasOther);
+    renderStatsHead(cols);
     const tb = $('stats').tBodies[0];
     const frag = document.createDocumentFragment();
     for (const src of s.sources) {
@@ -165,33 +193,103 @@
       b.title = 'Show the deliveries of ' + src.source;
       b.addEventListener('click', () => {
         $('filters').reset();
-        $('f-source').value = src.source;
+        setOption($('f-source'), src.source);
         applyFilters();
       });
       name.append(b);
       for (const w of [src.hour, src.day]) {
-        cell(tr, w.total, 'num');
-        cell(tr, w.processed, 'num processed');
-        cell(tr, w.replayed, 'num replayed');
-        cell(tr, w.refused, 'num refused');
+        for (const [cls] of cols) {
+          const td = cell(tr, w[cls], 'num ' + cls + (w[cls] === 0 ? ' zero' : ''));
+          if (cls === 'total') {
+            td.title = `${w.total} deliveries`;
+            continue;
+          }
+          const outcomes = outcomesOf(w, cls);
+          td.title = outcomes.map(([o, n]) => `${o}: ${n}`).join('\n') || 'none';
+          // A count of one outcome lists those deliveries when clicked.
+          if (outcomes.length === 1) {
+            const [o] = outcomes[0];
+            const b = document.createElement('button');
+            b.type = 'button';
+            b.className = 'link count';
+            b.textContent = w[cls];
+            b.addEventListener('click', () => {
+              $('filters').reset();
+              setOption($('f-source'), src.source);
+              setOption($('f-outcome'), o);
+              applyFilters();
+            });
+            td.replaceChildren(b);
+          }
+        }
         const rate = w.duplicate_rate == null ? '–' : (100 * w.duplicate_rate).toFixed(1) + ' %';
-        cell(tr, rate, 'num rate').title = `${w.duplicates} of ${w.total} deliveries`;
+        const td = cell(tr, rate, 'num rate window-end');
+        td.title = `${w.duplicates} of ${w.total} deliveries`;
       }
       frag.append(tr);
     }
     tb.replaceChildren(frag);
   }
 
+  // renderStatsHead writes the per-source table's head for cols.
+  function renderStatsHead(cols) {
+    const head = $('stats').tHead;
+    const key = cols.map(([name]) => name).join();
+    if (head.dataset.cols === key) return;
+    head.dataset.cols = key;
+    const top = document.createElement('tr');
+    const src = document.createElement('th');
+    src.rowSpan = 2;
+    src.textContent = 'Source';
+    top.append(src);
+    const sub = document.createElement('tr');
+    for (const win of ['Last hour', 'Last 24 hours']) {
+      const th = document.createElement('th');
+      th.colSpan = cols.length + 1;
+      th.className = 'group window-end';
+      th.textContent = win;
+      top.append(th);
+      for (const [name, label, title] of cols) {
+        const c = document.createElement('th');
+        c.className = 'num ' + name;
+        c.textContent = label;
+        c.title = title;
+        sub.append(c);
+      }
+      const d = document.createElement('th');
+      d.className = 'num window-end';
+      d.textContent = 'Duplicates';
+      d.title = 'Share of deliveries whose key was already claimed';
+      sub.append(d);
+    }
+    head.replaceChildren(top, sub);
+  }
+
+  // outcomesOf returns the outcomes of class cls in window w with their
+  // counts, e.g. [["failed_released", 3]].
+  function outcomesOf(w, cls) {
+    return Object.entries(w.outcomes).filter(([o, n]) => n > 0 && (state.classes[o] || 'other') === cls);
+  }
+
   // fillSelect sets the options of sel to values (after the "any" option
   // when keepFirst), keeping the selected value.
+  // The selected value stays an option, also when values lacks it (a
+  // filter from the page's address that names no configured route).
   function fillSelect(sel, values, keepFirst) {
+    const cur = sel.value;
+    if (cur && !values.includes(cur)) values = [...values, cur];
     const have = [...sel.options].slice(keepFirst ? 1 : 0).map((o) => o.value);
     if (have.length === values.length && have.every((v, i) => v === values[i])) return;
-    const cur = sel.value;
     const opts = values.map((v) => new Option(v, v));
     if (keepFirst) opts.unshift(sel.options[0]);
     sel.replaceChildren(...opts);
-    if (cur && values.includes(cur)) sel.value = cur;
+    if (cur) sel.value = cur;
+  }
+
+  // setOption selects value in sel, adding it as an option if needed.
+  function setOption(sel, value) {
+    if (![...sel.options].some((o) => o.value === value)) sel.append(new Option(value, value));
+    sel.value = value;
   }
 
   function cell(tr, text, cls) {
@@ -215,7 +313,7 @@
       if (!v) continue;
       const t = new Date(v);
       if (isNaN(t)) throw new Error(`${name}: not a time: ${v}`);
-      p.set(name, t.toISOString());
+      p.set(name, t.toISOString().replace('.000Z', 'Z'));
     }
     p.set('limit', $('f-limit').value);
     return p;
@@ -242,6 +340,9 @@
     setUpdated();
   }
 
+  // renderDeliveries shows one row per delivery, and below a delivery
+  // with a reason (why it was refused or failed, or ran unprotected) a
+  // second row with it.
   function renderDeliveries(rows) {
     const tb = $('deliveries').tBodies[0];
     const frag = document.createDocumentFragment();
@@ -250,11 +351,20 @@
     for (const d of rows) {
       const tr = document.createElement('tr');
       tr.dataset.id = d.id;
-      if (mark && d.id > state.maxID) tr.className = 'new';
+      const fresh = mark && d.id > state.maxID;
+      if (fresh) tr.classList.add('new');
       maxID = Math.max(maxID, d.id);
+      const cls = state.classes[d.outcome] || 'other';
       cell(tr, formatTime(d.time), 'time').title = d.time;
       cell(tr, d.source, 'source');
-      cell(tr, d.route, 'route');
+      const route = cell(tr, d.route, 'route');
+      if (d.scope) {
+        const sc = document.createElement('span');
+        sc.className = 'scope';
+        sc.textContent = d.scope;
+        sc.title = `scope ${d.scope}: this delivery's key is stored under it (?scope= of /admin/keys)`;
+        route.append(sc);
+      }
       const k = cell(tr, '', 'key');
       if (d.key) {
         const b = document.createElement('button');
@@ -267,17 +377,29 @@
       } else {
         k.textContent = '–';
         k.classList.add('muted');
+        k.title = 'no key: the delivery was refused or ran before one was resolved';
       }
       const o = cell(tr, '', 'outcome');
       const badge = document.createElement('span');
-      badge.className = 'badge ' + (state.classes[d.outcome] || 'other');
+      badge.className = 'badge ' + cls;
       badge.textContent = d.outcome;
       o.append(badge);
       cell(tr, d.status, 'num status');
       cell(tr, d.duration_ms.toFixed(1), 'num');
       cell(tr, formatBytes(d.request_bytes), 'num');
       cell(tr, formatBytes(d.response_bytes), 'num');
+      cell(tr, d.instance || '', 'instance muted');
       frag.append(tr);
+      if (d.reason) {
+        tr.classList.add('has-reason');
+        const why = document.createElement('tr');
+        why.className = 'reason ' + cls + (fresh ? ' new' : '');
+        why.dataset.for = d.id;
+        cell(why, '').colSpan = 2; // under the time and the source
+        const td = cell(why, d.reason, 'why');
+        td.colSpan = tr.cells.length - 2;
+        frag.append(why);
+      }
     }
     tb.replaceChildren(frag);
     if (state.page === 0) state.maxID = maxID;
@@ -298,11 +420,66 @@
     return (n / 1024 / 1024).toFixed(1) + ' MiB';
   }
 
+  // applyFilters lists the deliveries the form's filters select, from
+  // the first page, and makes them the page's address (a new history
+  // entry when they changed).
   function applyFilters() {
+    state.addressProblem = '';
+    let q;
+    try {
+      q = filterParams();
+    } catch (e) {
+      showError(e.message);
+      return;
+    }
+    if (q.get('limit') === DEFAULT_LIMIT) q.delete('limit');
+    if (q.toString() !== location.search.slice(1)) {
+      history.pushState(null, '', q.size ? '?' + q : location.pathname);
+    }
+    reload();
+  }
+
+  // reload lists the deliveries from the first page.
+  function reload() {
     state.cursors = [''];
     state.page = 0;
     state.maxID = 0;
     loadDeliveries().then(clearError, fail);
+  }
+
+  // restoreFilters sets the form's filters from the page's query. What is
+  // wrong in it (an unknown parameter, a time that isn't one) is shown as
+  // an error and left out; a value the API refuses (an unknown outcome)
+  // gets the API's message.
+  function restoreFilters() {
+    const problems = [];
+    $('filters').reset();
+    for (const [name, v] of new URLSearchParams(location.search)) {
+      if (!FILTERS.includes(name)) {
+        problems.push(`unknown parameter "${name}" (known: ${FILTERS.join(', ')})`);
+      } else if (name === 'since' || name === 'until') {
+        const t = new Date(v);
+        if (isNaN(t)) problems.push(`${name}: "${v}" is not a time (e.g. 2026-12-01T09:00:00Z)`);
+        else $('f-' + name).value = localInput(t);
+      } else if (name === 'limit') {
+        const sizes = [...$('f-limit').options].map((o) => o.value);
+        if (sizes.includes(v)) $('f-limit').value = v;
+        else problems.push(`limit: "${v}" is not one of ${sizes.join(', ')}`);
+      } else if (v) {
+        setOption($('f-' + name), v);
+      }
+    }
+    state.addressProblem = problems.length ? 'The page address has ' + problems.join('; ') + '.' : '';
+    if (state.addressProblem) showError(state.addressProblem);
+  }
+
+  // localInput is t as a datetime-local input's value, in the browser's
+  // time zone.
+  function localInput(t) {
+    let v = `${t.getFullYear()}-${pad(t.getMonth() + 1)}-${pad(t.getDate())}T${pad(t.getHours())}:${pad(t.getMinutes())}`;
+    if (t.getSeconds() || t.getMilliseconds()) v += ':' + pad(t.getSeconds());
+    if (t.getMilliseconds()) v += '.' + pad(t.getMilliseconds(), 3);
+    return v;
   }
 
   // --- one key -----------------------------------------------------------
@@ -314,6 +491,8 @@
     if (scope) path += '?scope=' + encodeURIComponent(scope);
     state.record = { source, key, scope, path };
     $('record').replaceChildren();
+    $('record-scopes').replaceChildren();
+    $('record-scopes').hidden = true;
     $('record-body').hidden = true;
     setNote('loading…');
     $('delete').disabled = true;
@@ -332,8 +511,29 @@
       field('Source', source);
       if (scope) field('Scope', scope);
       field('Key', key);
-      setNote(e.status === 404 ? e.message + ' (never stored, expired or deleted)' : e.message);
+      setNote(e.message, e.status === 404 ? 'muted' : 'error');
+      showScopes(source, key, (e.body && e.body.scopes) || []);
     }
+  }
+
+  // showScopes offers to open the key under each scope a 404 named (a
+  // prefix route's key looked up without its scope).
+  function showScopes(source, key, scopes) {
+    if (!scopes.length) return;
+    const box = $('record-scopes');
+    const label = document.createElement('span');
+    label.className = 'muted';
+    label.textContent = 'Open it under scope';
+    box.append(label);
+    for (const sc of scopes) {
+      const b = document.createElement('button');
+      b.type = 'button';
+      b.className = 'quiet';
+      b.textContent = sc;
+      b.addEventListener('click', () => openKey(source, key, sc));
+      box.append(b);
+    }
+    box.hidden = false;
   }
 
   function field(name, value) {
@@ -432,6 +632,10 @@
       $('filters').reset();
       applyFilters();
     });
+    window.addEventListener('popstate', () => {
+      restoreFilters();
+      if (state.running) reload();
+    });
     $('older').addEventListener('click', () => {
       state.cursors[state.page + 1] = state.next;
       state.page++;
@@ -449,6 +653,7 @@
     $('delete').addEventListener('click', askDelete);
     $('confirm-delete').addEventListener('click', confirmDelete);
     $('confirm-cancel').addEventListener('click', () => $('confirm-dialog').close());
+    restoreFilters();
     start();
   }
 
