@@ -311,7 +311,9 @@ func BodyKey(body []byte) string {
 
 // RequestKey returns the body-hash key of a request with the given body and
 // raw query string: [BodyKey] when rawQuery is empty, else "sha256:" and the
-// hex SHA-256 of the body's hash followed by "?" and rawQuery.
+// hex SHA-256 of the body's hash followed by "?" and rawQuery. It finds the
+// record of an event sent with a query string (?topic=payment&id=123) in a
+// store or through the gateway's admin API, as BodyKey does for the others.
 func RequestKey(body []byte, rawQuery string) string {
 	sum := requestSum(body, rawQuery)
 	return "sha256:" + hex.EncodeToString(sum[:])

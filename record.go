@@ -2,6 +2,7 @@ package idemhook
 
 import (
 	"bytes"
+	"encoding"
 	"encoding/binary"
 	"fmt"
 	"net/http"
@@ -96,7 +97,14 @@ func (r *Record) encodedSizeHint() int {
 	return n
 }
 
-// AppendBinary appends the encoding of r to b.
+var (
+	_ encoding.BinaryAppender    = (*Record)(nil)
+	_ encoding.BinaryMarshaler   = (*Record)(nil)
+	_ encoding.BinaryUnmarshaler = (*Record)(nil)
+)
+
+// AppendBinary appends the encoding of r to b: [encoding.BinaryAppender],
+// for a store that encodes records into buffers of its own.
 //
 // Layout: version byte, state byte, flags byte, created-at as a varint of
 // Unix milliseconds, the fingerprint (when flagged), then for a pending
