@@ -103,6 +103,7 @@ const (
 	OutcomeInFlightProceeded Outcome = "in_flight_proceeded" // duplicate of a running delivery, handler ran without a claim (policy proceed)
 	OutcomeInFlightWaited    Outcome = "in_flight_waited"    // duplicate waited and replayed the first response
 	OutcomeInFlightRejected  Outcome = "in_flight_rejected"  // duplicate of a running delivery, answered 409 (policy reject, or wait timed out)
+	OutcomeInFlightAbandoned Outcome = "in_flight_abandoned" // duplicate whose caller hung up while it waited for the running delivery: nothing sent
 	OutcomeMismatch          Outcome = "mismatch"            // header key reused with another body, answered 422
 	OutcomeFailedReleased    Outcome = "failed_released"     // handler answered no stored status (non-2xx by default), panicked or was cut short; claim released
 	OutcomeStoreErrorOpen    Outcome = "store_error_open"    // store failed, handler ran without protection
@@ -116,7 +117,7 @@ const (
 func Outcomes() []Outcome {
 	return []Outcome{
 		OutcomeProcessed, OutcomeReplayed, OutcomeInFlightProceeded, OutcomeInFlightWaited,
-		OutcomeInFlightRejected, OutcomeMismatch, OutcomeFailedReleased, OutcomeStoreErrorOpen,
+		OutcomeInFlightRejected, OutcomeInFlightAbandoned, OutcomeMismatch, OutcomeFailedReleased, OutcomeStoreErrorOpen,
 		OutcomeStoreErrorClosed, OutcomeKeyError, OutcomeSignatureInvalid, OutcomeTooLarge,
 	}
 }
@@ -145,7 +146,8 @@ type DeliveryInfo struct {
 	// Waited is how long the delivery waited for another delivery of its
 	// key (policy InFlightWait), whatever came of it: a replay
 	// (in_flight_waited), a take-over of a released claim (processed), a
-	// 409 at WaitTimeout. 0 when it did not wait.
+	// 409 at WaitTimeout, a caller that hung up (in_flight_abandoned). 0
+	// when it did not wait.
 	Waited time.Duration
 	// BodyOmitted reports an answer whose body was over the route's
 	// MaxStoredBodyBytes: on a processed delivery, the body was sent in full

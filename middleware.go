@@ -677,7 +677,7 @@ func (ex *exchange) wait() verdict {
 		select {
 		case <-ex.r.Context().Done():
 			ex.waited = ex.h.m.opts.Now().Sub(start)
-			return verdict{act: actNone, outcome: OutcomeInFlightWaited, err: ex.r.Context().Err()}
+			return verdict{act: actNone, outcome: OutcomeInFlightAbandoned, err: context.Cause(ex.r.Context())}
 		case <-deadline.C:
 			ex.waited = ex.h.m.opts.Now().Sub(start)
 			// The first delivery still holds the claim, alive or dead.

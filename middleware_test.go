@@ -1169,6 +1169,37 @@ func TestInFlightWaitSurvivesSlowPolls(t *testing.T) {
 	wantOutcomes(t, e, idemhook.OutcomeProcessed, idemhook.OutcomeInFlightWaited)
 }
 
+// A duplicate whose caller hangs up while it waits for the running delivery
+// is reported as abandoned (not as waited and replayed): nothing was sent,
+// the handler did not run for it, and the first delivery is unaffected.
+func TestInFlightWaitCallerHangsUp(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	b := newBlocker()
+	route := e.route(idemhook.Route{Source: "stone", InFlight: idemhook.InFlightWait, WaitTimeout: time.Minute}, b)
+	first := sendAsync(route, `{"id":1}`)
+	<-b.started
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the duplicate's sender is gone: the wait ends at once
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/webhook", strings.NewReader(`{"id":1}`))
+	rec := httptest.NewRecorder()
+	route.ServeHTTP(rec, req)
+	close(b.release)
+	if r := <-first; r.Body.String() != "execution 1" {
+		t.Fatalf("first delivery got %q", r.Body)
+	}
+	if n := b.n.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+	wantOutcomesSet(t, e, idemhook.OutcomeProcessed, idemhook.OutcomeInFlightAbandoned)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, d := range e.deliveries {
+		if d.Outcome == idemhook.OutcomeInFlightAbandoned && (d.Status != 0 || !errors.Is(d.Err, context.Canceled) || rec.Body.Len() != 0) {
+			t.Errorf("abandoned delivery: status %d, err %v, body %q; want 0, context.Canceled, nothing", d.Status, d.Err, rec.Body)
+		}
+	}
+}
+
 // With the store dead (the breaker open), a waiter applies the store-error
 // policy at once instead of waiting out WaitTimeout.
 func TestInFlightWaitWithADeadStoreFailsOpen(t *testing.T) {

@@ -200,6 +200,8 @@ func reason(d idemhook.DeliveryInfo, rc routeSettings) string {
 		return fmt.Sprintf("the upstream answered %d: claim released, the provider's retry is processed afresh", d.Status)
 	case idemhook.OutcomeReplayed, idemhook.OutcomeInFlightWaited, idemhook.OutcomeInFlightProceeded:
 		return ""
+	case idemhook.OutcomeInFlightAbandoned:
+		return "the sender hung up while a delivery of the same key was running"
 	}
 	if d.Err != nil {
 		return d.Err.Error() // signature_invalid, key_error, store_error_*, processed with a failed write
@@ -231,6 +233,8 @@ func decision(d idemhook.DeliveryInfo, rc routeSettings, why string) string {
 		return waited + fmt.Sprintf("forwarded without a claim while another delivery of the key runs (in_flight: %s)", rc.Route.InFlight)
 	case idemhook.OutcomeInFlightRejected:
 		return waited + "refused with 409: " + why
+	case idemhook.OutcomeInFlightAbandoned:
+		return waited + "the sender hung up: nothing sent, not forwarded"
 	case idemhook.OutcomeFailedReleased:
 		return "claimed the key, forwarded, released the claim: " + why
 	case idemhook.OutcomeMismatch:

@@ -22,10 +22,11 @@ import (
 //   - replayed: a duplicate answered with the stored answer, without
 //     calling the upstream. Its outcomes are replayed and in_flight_waited
 //     (it waited for the first delivery and got its answer).
-//   - refused: answered with an error by the gateway itself, without
-//     calling the upstream. Its outcomes are in_flight_rejected (409),
-//     mismatch (422), signature_invalid (401), too_large (413) and
-//     store_error_closed (503).
+//   - refused: answered with an error by the gateway itself, or not at
+//     all, without calling the upstream. Its outcomes are
+//     in_flight_rejected (409), mismatch (422), signature_invalid (401),
+//     too_large (413), store_error_closed (503) and in_flight_abandoned (a
+//     duplicate whose sender hung up while it waited: nothing sent).
 //   - failed: the upstream was called and its answer was not one to store
 //     (a 5xx, a 4xx, 502 unreachable, 504 too slow, or cut short): the
 //     claim was released, so the provider's retry is forwarded again.
@@ -41,7 +42,8 @@ import (
 //     when it is not zero.
 //
 // A duplicate is a delivery whose key was already claimed. Its outcomes are
-// replayed, in_flight_waited, in_flight_proceeded and in_flight_rejected.
+// replayed, in_flight_waited, in_flight_proceeded, in_flight_rejected and
+// in_flight_abandoned.
 // The duplicate rate is duplicates / all deliveries.
 const (
 	classProcessed   = "processed"
@@ -57,6 +59,7 @@ var outcomeClass = map[idemhook.Outcome]string{
 	idemhook.OutcomeReplayed:          classReplayed,
 	idemhook.OutcomeInFlightWaited:    classReplayed,
 	idemhook.OutcomeInFlightRejected:  classRefused,
+	idemhook.OutcomeInFlightAbandoned: classRefused,
 	idemhook.OutcomeMismatch:          classRefused,
 	idemhook.OutcomeSignatureInvalid:  classRefused,
 	idemhook.OutcomeTooLarge:          classRefused,
@@ -69,7 +72,7 @@ var outcomeClass = map[idemhook.Outcome]string{
 
 var duplicateOutcomes = []idemhook.Outcome{
 	idemhook.OutcomeReplayed, idemhook.OutcomeInFlightWaited,
-	idemhook.OutcomeInFlightProceeded, idemhook.OutcomeInFlightRejected,
+	idemhook.OutcomeInFlightProceeded, idemhook.OutcomeInFlightRejected, idemhook.OutcomeInFlightAbandoned,
 }
 
 // windowJSON is one source's deliveries over one window. Processed,

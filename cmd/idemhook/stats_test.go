@@ -41,6 +41,7 @@ func TestWindowAdds(t *testing.T) {
 		{"replayed", windowJSON{Replayed: 1, Duplicates: 1}},
 		{"in_flight_waited", windowJSON{Replayed: 1, Duplicates: 1}},
 		{"in_flight_rejected", windowJSON{Refused: 1, Duplicates: 1}},
+		{"in_flight_abandoned", windowJSON{Refused: 1, Duplicates: 1}},
 		{"mismatch", windowJSON{Refused: 1}},
 		{"signature_invalid", windowJSON{Refused: 1}},
 		{"too_large", windowJSON{Refused: 1}},

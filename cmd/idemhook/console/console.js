@@ -26,7 +26,7 @@
     ['total', 'Total', 'All deliveries'],
     ['processed', 'Processed', 'First deliveries: the upstream ran and its answer is stored'],
     ['replayed', 'Replayed', 'Duplicates answered with the stored answer, upstream not called'],
-    ['refused', 'Refused', 'Answered with an error by the gateway, upstream not called'],
+    ['refused', 'Refused', 'Answered with an error by the gateway (or not at all: the sender hung up while it waited), upstream not called'],
     ['failed', 'Failed', 'The upstream was called and its answer not stored: claim released, the retry is forwarded again'],
     ['unprotected', 'Unprotected', 'Forwarded to the upstream without a claim: nothing stopped a second run'],
     ['other', 'Other', 'Outcomes this console does not know'],
