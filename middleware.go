@@ -92,7 +92,7 @@ func New(store Store, opts Options) (*Middleware, error) {
 	}
 	if opts.StoreTimeout == 0 {
 		opts.StoreTimeout = DefaultStoreTimeout
-		if st, ok := store.(interface{ StoreTimeout() time.Duration }); ok && st.StoreTimeout() > 0 {
+		if st, ok := store.(TimeoutStore); ok && st.StoreTimeout() > 0 {
 			opts.StoreTimeout = st.StoreTimeout()
 		}
 	}
@@ -109,11 +109,11 @@ func New(store Store, opts Options) (*Middleware, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	name := "store"
-	if n, ok := store.(interface{ Name() string }); ok && n.Name() != "" {
+	if n, ok := store.(NamedStore); ok && n.Name() != "" {
 		name = n.Name()
 	}
 	inProcess := false
-	if l, ok := store.(interface{ InProcess() bool }); ok {
+	if l, ok := store.(InProcessStore); ok {
 		inProcess = l.InProcess()
 	}
 	return &Middleware{

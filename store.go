@@ -21,15 +21,8 @@ import (
 // (their Body may be reused), and must return records that don't alias its
 // own memory.
 //
-// A store may also implement Name() string to name itself in the WARN logs
-// ("WebhookIdempotencyGuard Redis error for key=..."); the default is "store".
-// A store whose calls complete in-process without waiting on I/O (memstore)
-// may implement InProcess() bool, returning true, so that the middleware
-// spares its calls the StoreTimeout deadline. A store whose calls may
-// rightly wait longer than DefaultStoreTimeout (a database file on the same
-// machine, waiting for its writer on a loaded machine: sqlitestore) may
-// implement StoreTimeout() time.Duration, the bound its calls get when
-// Options.StoreTimeout is not set.
+// A store may also implement [NamedStore], [InProcessStore] and
+// [TimeoutStore]; [New] looks for each.
 //
 // Every store in this module passes the conformance suite in package
 // storetest; a third-party store should run it too.
@@ -55,6 +48,32 @@ type Store interface {
 
 	// Delete removes key whatever it holds and reports whether it existed.
 	Delete(ctx context.Context, key string) (bool, error)
+}
+
+// NamedStore is a [Store] that names itself in the WARN logs
+// ("WebhookIdempotencyGuard Redis error for key=..."). A store that is not
+// one is named "store".
+type NamedStore interface {
+	Store
+	Name() string
+}
+
+// InProcessStore is a [Store] that may say its calls complete in-process
+// without waiting on I/O (memstore): when InProcess reports true, the
+// middleware spares its calls the StoreTimeout deadline.
+type InProcessStore interface {
+	Store
+	InProcess() bool
+}
+
+// TimeoutStore is a [Store] whose calls may rightly wait longer than
+// [DefaultStoreTimeout] (a database file on the same machine, waiting for
+// its writer on a loaded machine: sqlitestore). StoreTimeout is the bound
+// its calls get when Options.StoreTimeout is not set; 0 means
+// DefaultStoreTimeout.
+type TimeoutStore interface {
+	Store
+	StoreTimeout() time.Duration
 }
 
 // ErrNotOwner is returned by Complete, Release and Extend when the key no

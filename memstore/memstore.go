@@ -88,7 +88,10 @@ type Store struct {
 	epoch int64
 }
 
-var _ idemhook.Store = (*Store)(nil)
+var (
+	_ idemhook.NamedStore     = (*Store)(nil)
+	_ idemhook.InProcessStore = (*Store)(nil)
+)
 
 type shard struct {
 	mu sync.Mutex

@@ -142,7 +142,7 @@ type Store struct {
 	stopOnce sync.Once
 }
 
-var _ idemhook.Store = (*Store)(nil)
+var _ idemhook.NamedStore = (*Store)(nil)
 
 var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
 

@@ -124,7 +124,7 @@ type Store struct {
 	closeOnce sync.Once
 }
 
-var _ idemhook.Store = (*Store)(nil)
+var _ idemhook.NamedStore = (*Store)(nil)
 
 // conn sends the store's commands through one client library. Each method
 // is one command on one key; eval is EVALSHA, followed by EVAL when the
