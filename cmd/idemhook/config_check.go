@@ -149,7 +149,7 @@ func (c *checker) oneOf(l leaf, at, def string, allowed ...string) string {
 		return def
 	}
 	if !slices.Contains(allowed, v) {
-		c.errorf(l.Node, at, "invalid %s %q (want %s)", lastName(at), v, orList(allowed))
+		c.errorf(l.Node, at, "invalid %s %q%s (want %s)", lastName(at), v, didYouMean(v, allowed), orList(allowed))
 		return def
 	}
 	return v
@@ -657,7 +657,7 @@ func (c *checker) providerSettings(in *routeInputs, rc *routeSettings) {
 	}
 	rc.Provider = name
 	if !slices.Contains(provider.Names(), name) {
-		c.errorf(f.Provider.Node, field("provider"), "unknown provider %q (known: %s)", name, strings.Join(provider.Names(), ", "))
+		c.errorf(f.Provider.Node, field("provider"), "unknown provider %q%s (known: %s)", name, didYouMean(name, provider.Names()), strings.Join(provider.Names(), ", "))
 		return
 	}
 	if !secretsOK {
@@ -676,7 +676,7 @@ func (c *checker) providerSettings(in *routeInputs, rc *routeSettings) {
 	for _, o := range opts {
 		in.optionKeys[o.key.Value] = o.key
 		if err := in.config.SetOption(name, o.key.Value, o.value); err != nil {
-			c.errorf(o.key, join(field("provider_options"), o.key.Value), "%v", err)
+			c.errorf(o.key, join(field("provider_options"), o.key.Value), "%v%s", err, didYouMean(o.key.Value, provider.OptionNames(name)))
 			return
 		}
 	}
