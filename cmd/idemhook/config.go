@@ -577,19 +577,55 @@ func yamlError(file string, err error) configError {
 // character that violates indentation" or "found character that cannot
 // start any token", sometimes at the line before. When the file has a tab
 // in a line's indentation, the error names that line and says "tab".
+//
+// Other errors are reported at the line where the file stops being YAML
+// (see problemLine), not where the YAML parser says.
 func yamlErrorAt(file string, data []byte, err error) configError {
 	ce := yamlError(file, err)
-	if !strings.Contains(ce.Msg, "tab") && !strings.Contains(ce.Msg, "cannot start any token") {
-		return ce
-	}
-	for i, line := range strings.Split(string(data), "\n") {
-		indent := line[:len(line)-len(strings.TrimLeft(line, " \t-"))]
-		if col := strings.IndexByte(indent, '\t'); col >= 0 {
-			return configError{File: file, Line: i + 1,
-				Msg: fmt.Sprintf("invalid YAML: a tab in the indentation (column %d): YAML indents with spaces only", col+1)}
+	if strings.Contains(ce.Msg, "tab") || strings.Contains(ce.Msg, "cannot start any token") {
+		for i, line := range strings.Split(string(data), "\n") {
+			indent := line[:len(line)-len(strings.TrimLeft(line, " \t-"))]
+			if col := strings.IndexByte(indent, '\t'); col >= 0 {
+				return configError{File: file, Line: i + 1,
+					Msg: fmt.Sprintf("invalid YAML: a tab in the indentation (column %d): YAML indents with spaces only", col+1)}
+			}
 		}
 	}
+	ce.Line = problemLine(data, ce)
+	if strings.HasSuffix(ce.Msg, "did not find expected key") || strings.HasSuffix(ce.Msg, "did not find expected '-' indicator") {
+		ce.Msg += " (this line is indented differently from the fields or entries above it)"
+	}
 	return ce
+}
+
+// problemLine returns the line of ce, a syntax error of data, where data
+// stops being YAML: the first line k such that lines 1 to k alone fail
+// with ce's problem. The YAML parser reports most errors ("did not find
+// expected key", "... '-' indicator") at the line before the start of the
+// list or mapping it was parsing, so a mis-indented key on line 3 of a
+// list starting on line 2 is reported at line 1, and one in the fiftieth
+// route at the line of routes:. Cut at a line, a file is valid YAML up to
+// its problem, so a binary search finds that line, from the one the
+// parser names (the problem is never before its context).
+func problemLine(data []byte, ce configError) int {
+	lines := strings.SplitAfter(string(data), "\n")
+	fails := func(k int) bool {
+		var n yaml.Node
+		err := yaml.Unmarshal([]byte(strings.Join(lines[:k], "")), &n)
+		return err != nil && yamlError("", err).Msg == ce.Msg
+	}
+	lo, hi := max(1, ce.Line), len(lines)
+	if lo > hi || !fails(hi) {
+		return ce.Line
+	}
+	for lo < hi { // fails(hi) holds
+		if mid := (lo + hi) / 2; fails(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
 }
 
 // longestLease is the longest claim lease of the routes (a route without

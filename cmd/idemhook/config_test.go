@@ -417,6 +417,40 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
+// A syntax error is reported at the line of the mistake, not at the line
+// before the list or mapping it is in, as the YAML parser says.
+func TestConfigYAMLErrorLine(t *testing.T) {
+	routes := strings.Repeat("  - path: /r\n    upstream: http://h/\n    source: r\n    share_keys: true\n", 20) // lines 2 to 81
+	tests := []struct {
+		name string
+		give string
+		want string
+	}{
+		{"key under-indented in a route", "routes:\n  - path: /x\n   upstream: http://h/\n    source: s\n",
+			`idemhook.yaml:3: invalid YAML: did not find expected '-' indicator (this line is indented differently from the fields or entries above it)`},
+		{"key under-indented in the 21st route", "routes:\n" + routes + "  - path: /x\n    upstream: http://h/\n   source: s\n",
+			`idemhook.yaml:84: invalid YAML: did not find expected '-' indicator (this line is indented differently from the fields or entries above it)`},
+		{"key over-indented", "routes:\n  - path: /x\n      upstream: http://h/\n",
+			`idemhook.yaml:3: invalid YAML: mapping values are not allowed in this context`},
+		{"key out of its route", "routes:\n- path: /x\n  upstream: http://h/\n source: s\n",
+			`idemhook.yaml:4: invalid YAML: did not find expected key (this line is indented differently from the fields or entries above it)`},
+		{"section key indented", "listen: 127.0.0.1:8080\n store: {driver: memory}\n",
+			`idemhook.yaml:2: invalid YAML: mapping values are not allowed in this context`},
+		{"unclosed quote", "routes:\n  - path: /x\n    upstream: \"http://h/\n    source: s\n",
+			`idemhook.yaml:3: invalid YAML: found unexpected end of stream`},
+		{"unclosed list", "store: {driver: memory}\nroutes:\n  - path: /x\n    replay_headers: [A, B\n    source: s\n",
+			`idemhook.yaml:4: invalid YAML: did not find expected ',' or ']'`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parseConfig("idemhook.yaml", []byte(tt.give), envOf())
+			if err == nil || err.Error() != tt.want {
+				t.Errorf("error:\n got %v\nwant %s", err, tt.want)
+			}
+		})
+	}
+}
+
 func TestEditDistance(t *testing.T) {
 	tests := []struct {
 		a, b string
