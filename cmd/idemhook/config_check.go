@@ -596,7 +596,11 @@ func (c *checker) providerSettings(in *routeInputs, rc *routeSettings) {
 	name, hasProvider := c.str(f.Provider, field("provider"))
 	var secrets []string
 	secretsOK := true
-	if v, ok := c.str(f.SecretEnv, field("secret_env")); ok {
+	if l := f.SecretEnv; l.Node != nil && l.Kind == yaml.ScalarNode && strings.Contains(l.Value, "$") {
+		// Not expanded: ${NAME} would put the secret itself in the error.
+		c.errorf(l.Node, field("secret_env"), "%s", secretEnvAdvice(l.Value))
+		secretsOK = false
+	} else if v, ok := c.str(f.SecretEnv, field("secret_env")); ok {
 		switch {
 		case !validEnvName(v):
 			c.errorf(f.SecretEnv.Node, field("secret_env"), "invalid environment variable name %q", v)
@@ -681,6 +685,16 @@ func (c *checker) providerSettings(in *routeInputs, rc *routeSettings) {
 		}
 	}
 	in.preset = true
+}
+
+// secretEnvAdvice is the refusal of v, a secret_env holding a $: the field
+// takes the variable's name, which it reads itself.
+func secretEnvAdvice(v string) string {
+	name := strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(v, "$"), "{"), "}")
+	if name, _, _ = strings.Cut(name, ":-"); validEnvName(name) {
+		return fmt.Sprintf("secret_env takes the variable's name: secret_env: %s", name)
+	}
+	return "secret_env takes the name of an environment variable, without $: secret_env: STRIPE_WEBHOOK_SECRET"
 }
 
 // checkListen checks a host:port listen address.

@@ -127,6 +127,35 @@ func TestConfigWarnsAboutSettingsThatDoNothing(t *testing.T) {
 	}
 }
 
+// secret_env takes a variable's name. Given as $NAME or ${NAME}, the advice
+// is the name alone, and the secret never appears in the error.
+func TestConfigSecretEnv(t *testing.T) {
+	env := envOf("STRIPE_SECRET", "whsec_do_not_show")
+	tests := []struct {
+		give string
+		want string
+	}{
+		{"$STRIPE_SECRET", "secret_env takes the variable's name: secret_env: STRIPE_SECRET"},
+		{`"${STRIPE_SECRET}"`, "secret_env takes the variable's name: secret_env: STRIPE_SECRET"},
+		{`"${UNSET}"`, "secret_env takes the variable's name: secret_env: UNSET"},
+		{`"${A B}"`, "secret_env takes the name of an environment variable, without $: secret_env: STRIPE_WEBHOOK_SECRET"},
+		{`"stripe secret"`, `invalid environment variable name "stripe secret"`},
+		{"UNSET", "environment variable UNSET is not set or empty (export it, or use secrets: [${UNSET}])"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.give, func(t *testing.T) {
+			_, err := parseConfig("idemhook.yaml", []byte(minimal+"    provider: stripe\n    secret_env: "+tt.give+"\n"), env)
+			want := "idemhook.yaml:6: routes[0].secret_env: " + tt.want
+			if err == nil || err.Error() != want {
+				t.Errorf("error:\n got %v\nwant %s", err, want)
+			}
+			if err != nil && strings.Contains(err.Error(), "whsec_do_not_show") {
+				t.Errorf("the error shows the secret: %v", err)
+			}
+		})
+	}
+}
+
 func TestConfigPostgresStore(t *testing.T) {
 	const routes = "routes:\n  - path: /a\n    upstream: http://127.0.0.1:3000\n    source: a\n"
 	t.Run("valid", func(t *testing.T) {
