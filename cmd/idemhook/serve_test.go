@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"compress/gzip"
 	"context"
 	"crypto/ecdsa"
@@ -21,6 +22,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -1004,9 +1006,7 @@ func TestSignalsUnderTraffic(t *testing.T) {
 	writeConfig(t, dir, signalConfig(db, routeYAML("/webhooks/a", up.srv.URL, "    ttl: soon\n")))
 	c.signal(t, syscall.SIGHUP)
 	c.waitLog(t, "idemhook reload refused")
-	if !strings.Contains(c.stderr.String(), `routes[0].ttl: invalid duration \"soon\"`) {
-		t.Errorf("the refused reload does not log the file's error:\n%s", c.stderr)
-	}
+	c.waitLog(t, `routes[0].ttl: invalid duration \"soon\"`) // the file's error, in a record of its own
 	if r := post(t, c.url("/webhooks/b"), `{"id":"b2"}`); r.Status != 200 {
 		t.Errorf("after a refused reload, the route of the last good file: %d", r.Status)
 	}
@@ -1028,6 +1028,76 @@ func TestSignalsUnderTraffic(t *testing.T) {
 		t.Errorf("%d audit rows for %d answered deliveries", rows, answered)
 	}
 	t.Logf("%d answered, %d failed (after the listener closed), %d upstream calls", tr.answered.Load(), tr.failed.Load(), up.calls.Load())
+}
+
+// A refused reload logs a record saying so, then one record per error of
+// the file: no record holds the whole list with its line breaks escaped.
+func TestReloadLogsEachError(t *testing.T) {
+	for _, format := range []string{"text", "json"} {
+		t.Run(format, func(t *testing.T) {
+			dir := t.TempDir()
+			good := strings.Replace(routeConfig("http://127.0.0.1:1"), "log: {level: debug}", "log: {format: "+format+"}", 1)
+			path := writeConfig(t, dir, good)
+			cfg, err := loadConfig(path, envOf())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var log bytes.Buffer
+			g, err := newGateway(t.Context(), cfg, newLogger(cfg.Log, &log), time.Now, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { g.res.close() })
+
+			writeConfig(t, dir, good+"    ttl: soon\n    in_flight: later\n")
+			g.reload(envOf())
+			lines := strings.Split(strings.TrimSuffix(log.String(), "\n"), "\n")
+			want := []string{
+				"idemhook reload refused: the configuration is invalid; the running one keeps serving",
+				"idemhook reload refused: configuration error", // ttl
+				"idemhook reload refused: configuration error", // in_flight
+			}
+			if len(lines) != len(want) {
+				t.Fatalf("%d records, want %d:\n%s", len(lines), len(want), log.String())
+			}
+			errs := []string{"", path + `:10: routes[0].ttl: invalid duration "soon"`, path + `:11: routes[0].in_flight: invalid in_flight "later"`}
+			for i, l := range lines {
+				var rec struct{ Msg, Err, Level string }
+				var count int
+				if format == "json" {
+					var raw map[string]any
+					if err := json.Unmarshal([]byte(l), &raw); err != nil {
+						t.Fatalf("record %d is not JSON: %v\n%s", i, err, l)
+					}
+					rec.Msg, _ = raw["msg"].(string)
+					rec.Err, _ = raw["err"].(string)
+					rec.Level, _ = raw["level"].(string)
+					n, _ := raw["errors"].(float64)
+					count = int(n)
+				} else {
+					rec.Level, _, _ = strings.Cut(strings.TrimPrefix(l[strings.Index(l, "level="):], "level="), " ")
+					if m := regexp.MustCompile(`msg="([^"]*)"`).FindStringSubmatch(l); m != nil {
+						rec.Msg = m[1]
+					}
+					if m := regexp.MustCompile(`err="((?:[^"\\]|\\.)*)"`).FindStringSubmatch(l); m != nil {
+						rec.Err, _ = strconv.Unquote(`"` + m[1] + `"`)
+					}
+					if m := regexp.MustCompile(` errors=(\d+)`).FindStringSubmatch(l); m != nil {
+						count, _ = strconv.Atoi(m[1])
+					}
+				}
+				if strings.Contains(l, `\n`) {
+					t.Errorf("record %d holds an escaped line break: %s", i, l)
+				}
+				if rec.Level != "ERROR" || rec.Msg != want[i] || !strings.HasPrefix(rec.Err, errs[i]) {
+					t.Errorf("record %d: level %q msg %q err %q; want ERROR, %q, an err starting %q", i, rec.Level, rec.Msg, rec.Err, want[i], errs[i])
+				}
+				if i == 0 && count != 2 {
+					t.Errorf("the first record counts %d errors, want 2: %s", count, l)
+				}
+			}
+		})
+	}
 }
 
 // SIGINT while deliveries are at the upstream. Each is answered, the
