@@ -100,6 +100,8 @@ type routeSettings struct {
 	UpstreamTimeout time.Duration
 	Route           idemhook.Route // Source, TTL, Header, policies, Preset...
 	Provider        string
+	SecretFile      string // secret_file: the file the secrets were read from, or ""
+	SecretCount     int    // how many secrets the route accepts
 	ShareKeys       bool   // share_keys: other routes may have the same source
 	at              string // "routes[i]", for errors
 }
@@ -272,6 +274,7 @@ type (
 		Provider        leaf `yaml:"provider"`
 		SecretEnv       leaf `yaml:"secret_env"`
 		Secrets         leaf `yaml:"secrets"`
+		SecretFile      leaf `yaml:"secret_file"`
 		ProviderOptions leaf `yaml:"provider_options"`
 		Tolerance       leaf `yaml:"tolerance"`
 		MaxBody         leaf `yaml:"max_body"`

@@ -391,6 +391,14 @@ func TestRedis(t *testing.T) {
 	}
 }
 
+// stripeSignature is the Stripe-Signature header Stripe sends for body,
+// signed at ts with secret.
+func stripeSignature(secret string, ts int64, body []byte) string {
+	mac := hmac.New(sha256.New, []byte(secret))
+	fmt.Fprintf(mac, "%d.%s", ts, body)
+	return fmt.Sprintf("t=%d,v1=%s", ts, hex.EncodeToString(mac.Sum(nil)))
+}
+
 func TestProviderSignature(t *testing.T) {
 	up := newUpstream(t)
 	const secret = "whsec_test"
@@ -403,11 +411,7 @@ func TestProviderSignature(t *testing.T) {
 	}
 	g := startGateway(t, writeConfig(t, t.TempDir(), cfg), startOpts{getenv: getenv})
 	body := `{"id":"evt_stripe_1","type":"payment_intent.succeeded"}`
-	sign := func(ts int64) string {
-		mac := hmac.New(sha256.New, []byte(secret))
-		fmt.Fprintf(mac, "%d.%s", ts, body)
-		return fmt.Sprintf("t=%d,v1=%s", ts, hex.EncodeToString(mac.Sum(nil)))
-	}
+	sign := func(ts int64) string { return stripeSignature(secret, ts, []byte(body)) }
 	now := time.Now().Unix()
 
 	if r := post(t, g.url("/webhooks/test"), body); r.Status != http.StatusUnauthorized {
