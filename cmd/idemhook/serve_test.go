@@ -1034,6 +1034,158 @@ func TestSignalsUnderTraffic(t *testing.T) {
 	t.Logf("%d answered, %d failed (after the listener closed), %d upstream calls", tr.answered.Load(), tr.failed.Load(), up.calls.Load())
 }
 
+// A Stripe secret rotated with secret_file and SIGHUP, under a steady
+// stream of signed deliveries to a gateway process: the file holds the
+// old secret, then the old and the new (reload), the senders switch to the
+// new one, then the file holds the new one only (reload). No correctly
+// signed delivery gets a 401 at any point; once the old secret is removed,
+// a delivery signed with it does.
+func TestSecretRotationUnderTraffic(t *testing.T) {
+	const (
+		oldSecret = "whsec_old_0123456789"
+		newSecret = "whsec_new_9876543210"
+		workers   = 4
+		perWorker = 400 // deliveries per worker at most
+	)
+	up := newUpstream(t)
+	dir := t.TempDir()
+	secretFile := filepath.Join(dir, "stripe.secrets")
+	writeSecrets := func(text string) {
+		t.Helper()
+		if err := os.WriteFile(secretFile, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeSecrets("# the endpoint's secret\n" + oldSecret + "\n")
+	c := startProc(t, writeConfig(t, dir, fmt.Sprintf(`listen: 127.0.0.1:0
+store: {driver: memory}
+admin: {listen: off}
+audit: {sink: none}
+routes:
+  - path: /webhooks/stripe
+    upstream: %s/hook
+    source: stripe
+    provider: stripe
+    secret_file: %s
+`, up.srv.URL, secretFile)))
+	url := c.url("/webhooks/stripe")
+	deliver := func(client *http.Client, id, secret string) (int, error) {
+		body := []byte(fmt.Sprintf(`{"id":%q,"type":"invoice.paid"}`, id))
+		req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			return 0, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Stripe-Signature", stripeSignature(secret, time.Now().Unix(), body))
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+
+	// The senders sign each delivery with the secret of the moment, and
+	// record the secret of their last answered delivery.
+	var current atomic.Pointer[string]
+	oldP, newP := new(string), new(string)
+	*oldP, *newP = oldSecret, newSecret
+	current.Store(oldP)
+	var (
+		answered, unauthorized atomic.Int64
+		last                   [workers]atomic.Pointer[string]
+		mu                     sync.Mutex
+		failures               []string
+		wg                     sync.WaitGroup
+	)
+	stop := make(chan struct{})
+	for w := range workers {
+		wg.Go(func() {
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}, Timeout: 30 * time.Second}
+			defer client.CloseIdleConnections()
+			for i := range perWorker {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				secret := current.Load()
+				status, err := deliver(client, fmt.Sprintf("evt_w%d_%d", w, i), *secret)
+				if status == http.StatusUnauthorized {
+					unauthorized.Add(1)
+				}
+				if err != nil || status != 200 {
+					mu.Lock()
+					failures = append(failures, fmt.Sprintf("evt_w%d_%d signed with %s: %d %v", w, i, *secret, status, err))
+					mu.Unlock()
+				}
+				last[w].Store(secret)
+				answered.Add(1)
+			}
+		})
+	}
+	stopSenders := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	t.Cleanup(stopSenders)
+	waitAnswered := func(n int64) {
+		t.Helper()
+		eventually(t, fmt.Sprintf("%d answered deliveries", n), func() bool { return answered.Load() >= n })
+	}
+	reloads := 0
+	reload := func() {
+		t.Helper()
+		reloads++
+		c.signal(t, syscall.SIGHUP)
+		eventually(t, fmt.Sprintf("reload %d", reloads), func() bool {
+			if strings.Contains(c.stderr.String(), "idemhook reload refused") {
+				t.Fatalf("a reload was refused:\n%s", c.stderr)
+			}
+			return strings.Count(c.stderr.String(), "idemhook configuration reloaded") == reloads
+		})
+	}
+	single := func(id, secret string) int {
+		t.Helper()
+		status, err := deliver(http.DefaultClient, id, secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return status
+	}
+
+	// The old secret only: the new one is not accepted yet.
+	waitAnswered(100)
+	if s := single("evt_early_new", newSecret); s != http.StatusUnauthorized {
+		t.Errorf("signed with the new secret before the overlap: %d, want 401", s)
+	}
+	// The overlap: both secrets, then the senders switch to the new one.
+	writeSecrets("# new, from today\n" + newSecret + "\n# old, until the senders have switched\n" + oldSecret + "\n")
+	reload()
+	waitAnswered(answered.Load() + 100)
+	current.Store(newP)
+	for w := range workers {
+		eventually(t, fmt.Sprintf("sender %d on the new secret", w), func() bool { return last[w].Load() == newP })
+	}
+	waitAnswered(answered.Load() + 100)
+	// The new secret only.
+	writeSecrets(newSecret + "\n")
+	reload()
+	waitAnswered(answered.Load() + 100)
+	if s := single("evt_late_old", oldSecret); s != http.StatusUnauthorized {
+		t.Errorf("signed with the removed secret: %d, want 401", s)
+	}
+	if s := single("evt_late_new", newSecret); s != 200 {
+		t.Errorf("signed with the new secret after the rotation: %d, want 200", s)
+	}
+
+	stopSenders()
+	mu.Lock()
+	defer mu.Unlock()
+	if n := unauthorized.Load(); n != 0 || len(failures) > 0 {
+		t.Errorf("%d correctly signed deliveries got 401 and %d failed across the rotation: %v", n, len(failures), failures[:min(len(failures), 5)])
+	}
+	t.Logf("%d deliveries across the rotation, %d upstream calls", answered.Load(), up.calls.Load())
+}
+
 // A refused reload logs a record saying so, then one record per error of
 // the file: no record holds the whole list with its line breaks escaped.
 func TestReloadLogsEachError(t *testing.T) {
