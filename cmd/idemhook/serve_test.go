@@ -1176,6 +1176,13 @@ routes:
 	if s := single("evt_late_new", newSecret); s != 200 {
 		t.Errorf("signed with the new secret after the rotation: %d, want 200", s)
 	}
+	// A file gone wrong refuses the reload, and the running secrets serve on.
+	writeSecrets("# emptied by mistake\n")
+	c.signal(t, syscall.SIGHUP)
+	c.waitLog(t, "holds no secret")
+	if s := single("evt_after_refusal", newSecret); s != 200 {
+		t.Errorf("signed with the new secret after a refused reload: %d, want 200", s)
+	}
 
 	stopSenders()
 	mu.Lock()
