@@ -925,17 +925,33 @@ func auditRows(t *testing.T, db string) int {
 }
 
 // traffic sends deliveries from workers, each on its own keep-alive
-// connection, until stop is closed or each worker sent max. It sends every
-// event twice (the second is a replay). It counts the answers and the
-// failures.
+// connection, until stop is closed or each worker sent max. By default it
+// sends every event twice (the second is a replay). It counts the answers
+// and the failures.
 type traffic struct {
 	answered, failed atomic.Int64
 	mu               sync.Mutex
 	errs             []string
 	wg               sync.WaitGroup
+
+	// send, if set, sends delivery i of worker w instead, and returns
+	// its status.
+	send func(client *http.Client, url string, w, i int) (int, error)
 }
 
 func (tr *traffic) run(url string, workers, max int, stop <-chan struct{}) {
+	send := tr.send
+	if send == nil {
+		send = func(client *http.Client, url string, w, i int) (int, error) {
+			resp, err := client.Post(url, "application/json", strings.NewReader(fmt.Sprintf(`{"id":"w%d-%d"}`, w, i/2)))
+			if err != nil {
+				return 0, err
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return resp.StatusCode, nil
+		}
+	}
 	for w := range workers {
 		tr.wg.Go(func() {
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}, Timeout: 30 * time.Second}
@@ -946,22 +962,15 @@ func (tr *traffic) run(url string, workers, max int, stop <-chan struct{}) {
 					return
 				default:
 				}
-				body := fmt.Sprintf(`{"id":"w%d-%d"}`, w, i/2)
-				resp, err := client.Post(url, "application/json", strings.NewReader(body))
-				if err != nil {
+				status, err := send(client, url, w, i)
+				if err != nil || status != 200 {
 					tr.failed.Add(1)
 					tr.mu.Lock()
-					tr.errs = append(tr.errs, err.Error())
+					tr.errs = append(tr.errs, fmt.Sprintf("worker %d, delivery %d: %d %v", w, i, status, err))
 					tr.mu.Unlock()
-					continue
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 {
-					tr.failed.Add(1)
-					tr.mu.Lock()
-					tr.errs = append(tr.errs, resp.Status)
-					tr.mu.Unlock()
+					if err != nil {
+						continue
+					}
 				}
 				tr.answered.Add(1)
 			}
@@ -1087,46 +1096,29 @@ routes:
 	}
 
 	// The senders sign each delivery with the secret of the moment, and
-	// record the secret of their last answered delivery.
+	// record the secret of their last delivery.
 	var current atomic.Pointer[string]
 	oldP, newP := new(string), new(string)
 	*oldP, *newP = oldSecret, newSecret
 	current.Store(oldP)
 	var (
-		answered, unauthorized atomic.Int64
-		last                   [workers]atomic.Pointer[string]
-		mu                     sync.Mutex
-		failures               []string
-		wg                     sync.WaitGroup
+		unauthorized atomic.Int64
+		last         [workers]atomic.Pointer[string]
 	)
+	tr := &traffic{send: func(client *http.Client, _ string, w, i int) (int, error) {
+		secret := current.Load()
+		status, err := deliver(client, fmt.Sprintf("evt_w%d_%d", w, i), *secret)
+		if status == http.StatusUnauthorized {
+			unauthorized.Add(1)
+		}
+		last[w].Store(secret)
+		return status, err
+	}}
 	stop := make(chan struct{})
-	for w := range workers {
-		wg.Go(func() {
-			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}, Timeout: 30 * time.Second}
-			defer client.CloseIdleConnections()
-			for i := range perWorker {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				secret := current.Load()
-				status, err := deliver(client, fmt.Sprintf("evt_w%d_%d", w, i), *secret)
-				if status == http.StatusUnauthorized {
-					unauthorized.Add(1)
-				}
-				if err != nil || status != 200 {
-					mu.Lock()
-					failures = append(failures, fmt.Sprintf("evt_w%d_%d signed with %s: %d %v", w, i, *secret, status, err))
-					mu.Unlock()
-				}
-				last[w].Store(secret)
-				answered.Add(1)
-			}
-		})
-	}
-	stopSenders := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	tr.run(url, workers, perWorker, stop)
+	stopSenders := sync.OnceFunc(func() { close(stop); tr.wg.Wait() })
 	t.Cleanup(stopSenders)
+	answered := &tr.answered
 	waitAnswered := func(n int64) {
 		t.Helper()
 		eventually(t, fmt.Sprintf("%d answered deliveries", n), func() bool { return answered.Load() >= n })
@@ -1185,10 +1177,8 @@ routes:
 	}
 
 	stopSenders()
-	mu.Lock()
-	defer mu.Unlock()
-	if n := unauthorized.Load(); n != 0 || len(failures) > 0 {
-		t.Errorf("%d correctly signed deliveries got 401 and %d failed across the rotation: %v", n, len(failures), failures[:min(len(failures), 5)])
+	if n, failed := unauthorized.Load(), tr.failed.Load(); n != 0 || failed != 0 {
+		t.Errorf("%d correctly signed deliveries got 401 and %d failed across the rotation: %v", n, failed, tr.errs[:min(len(tr.errs), 5)])
 	}
 	t.Logf("%d deliveries across the rotation, %d upstream calls", answered.Load(), up.calls.Load())
 }
