@@ -751,7 +751,10 @@ func readSecretFile(path string) (secrets, warns []string, err error) {
 	for i, w := range warns {
 		warns[i] = fmt.Sprintf("secret file %s: %s", path, w)
 	}
-	if perm := fi.Mode().Perm(); perm&0o004 != 0 {
+	switch perm := fi.Mode().Perm(); {
+	case perm&0o002 != 0:
+		warns = append(warns, fmt.Sprintf("secret file %s is writable by every user (mode %04o): anyone on the machine can add a secret and sign deliveries with it; chmod o-rw %s (0600, or 0640 to share it with a group)", path, perm, path))
+	case perm&0o004 != 0:
 		warns = append(warns, fmt.Sprintf("secret file %s is readable by every user (mode %04o): chmod o-r %s (0600, or 0640 to share it with a group)", path, perm, path))
 	}
 	return secrets, warns, nil

@@ -214,6 +214,8 @@ func TestConfigSecretFile(t *testing.T) {
 		{name: "group-readable", file: secrets, mode: 0o640, give: "    secret_file: DIR/secrets\n", want: 2},
 		{name: "world-readable", file: secrets, mode: 0o644, give: "    secret_file: DIR/secrets\n", want: 2,
 			wantWarns: []string{"idemhook.yaml:6: routes[0].secret_file: secret file DIR/secrets is readable by every user (mode 0644): chmod o-r DIR/secrets (0600, or 0640 to share it with a group)"}},
+		{name: "world-writable", file: secrets, mode: 0o606, give: "    secret_file: DIR/secrets\n", want: 2,
+			wantWarns: []string{"idemhook.yaml:6: routes[0].secret_file: secret file DIR/secrets is writable by every user (mode 0606): anyone on the machine can add a secret and sign deliveries with it; chmod o-rw DIR/secrets (0600, or 0640 to share it with a group)"}},
 		{name: "missing", give: "    secret_file: DIR/none\n",
 			wantErr: "idemhook.yaml:6: routes[0].secret_file: secret file DIR/none does not exist"},
 		{name: "a directory", give: "    secret_file: DIR\n",
