@@ -714,7 +714,21 @@ const maxSecretFile = 1 << 20
 // at every reload. It returns them, with warnings about the file, or an
 // error that names the file and what is wrong with it.
 func readSecretFile(path string) (secrets, warns []string, err error) {
-	f, err := os.Open(path)
+	// Stat first: opening a named pipe would block the reload, and with it
+	// the gateway's signal handling, until something writes to it.
+	fi, err := os.Stat(path)
+	if err == nil {
+		switch {
+		case fi.IsDir():
+			return nil, nil, fmt.Errorf("secret file %s is a directory: give the file holding the secrets, one per line", path)
+		case !fi.Mode().IsRegular():
+			return nil, nil, fmt.Errorf("secret file %s is not a regular file (%s)", path, fi.Mode().Type())
+		}
+	}
+	var f *os.File
+	if err == nil {
+		f, err = os.Open(path)
+	}
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return nil, nil, fmt.Errorf("secret file %s does not exist", path)
@@ -724,16 +738,6 @@ func readSecretFile(path string) (secrets, warns []string, err error) {
 		return nil, nil, fmt.Errorf("cannot read secret file: %v", err)
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	switch {
-	case err != nil:
-		return nil, nil, fmt.Errorf("cannot read secret file: %v", err)
-	case fi.IsDir():
-		return nil, nil, fmt.Errorf("secret file %s is a directory: give the file holding the secrets, one per line", path)
-	case !fi.Mode().IsRegular():
-		// A pipe or a device could block the reload forever.
-		return nil, nil, fmt.Errorf("secret file %s is not a regular file (%s)", path, fi.Mode().Type())
-	}
 	data, err := io.ReadAll(io.LimitReader(f, maxSecretFile+1))
 	if err != nil {
 		return nil, nil, fmt.Errorf("cannot read secret file: %v", err)

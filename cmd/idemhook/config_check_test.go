@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -274,6 +275,16 @@ func TestConfigSecretFile(t *testing.T) {
 	t.Run("without a provider", func(t *testing.T) {
 		_, err := parseConfig("idemhook.yaml", []byte(minimal+"    secret_file: /nonexistent\n"), envOf())
 		if want := "idemhook.yaml:5: routes[0].secret_file: only used with provider: (the signature check of a preset); set provider or remove secret_file"; err == nil || err.Error() != want {
+			t.Errorf("error:\n got %v\nwant %s", err, want)
+		}
+	})
+	t.Run("a named pipe", func(t *testing.T) {
+		p := filepath.Join(t.TempDir(), "secrets")
+		if err := syscall.Mkfifo(p, 0o600); err != nil {
+			t.Skip("no named pipes here:", err)
+		}
+		_, err := parseConfig("idemhook.yaml", []byte(route+"    secret_file: "+p+"\n"), envOf())
+		if want := "idemhook.yaml:6: routes[0].secret_file: secret file " + p + " is not a regular file (p---------)"; err == nil || err.Error() != want {
 			t.Errorf("error:\n got %v\nwant %s", err, want)
 		}
 	})
