@@ -100,6 +100,8 @@ type routeSettings struct {
 	UpstreamTimeout time.Duration
 	Route           idemhook.Route // Source, TTL, Header, policies, Preset...
 	Provider        string
+	SecretFile      string // secret_file: the file the secrets were read from, or ""
+	SecretCount     int    // how many secrets the route accepts
 	ShareKeys       bool   // share_keys: other routes may have the same source
 	at              string // "routes[i]", for errors
 }
@@ -272,6 +274,7 @@ type (
 		Provider        leaf `yaml:"provider"`
 		SecretEnv       leaf `yaml:"secret_env"`
 		Secrets         leaf `yaml:"secrets"`
+		SecretFile      leaf `yaml:"secret_file"`
 		ProviderOptions leaf `yaml:"provider_options"`
 		Tolerance       leaf `yaml:"tolerance"`
 		MaxBody         leaf `yaml:"max_body"`
@@ -407,7 +410,8 @@ func (c *checker) shape(n *yaml.Node, t reflect.Type, at string) *yaml.Node {
 		case k.Kind != yaml.ScalarNode:
 			c.errorf(k, at, "expected a field name, got %s", describe(k))
 		case !known:
-			c.errorf(k, join(at, k.Value), "unknown field %q (known: %s)", k.Value, strings.Join(fieldNames(t), ", "))
+			names := fieldNames(t)
+			c.errorf(k, join(at, k.Value), "unknown field %q%s (known: %s)", k.Value, didYouMean(k.Value, names), strings.Join(names, ", "))
 		case first[k.Value] != nil:
 			c.errorf(k, join(at, k.Value), "field given twice (first at line %d)", first[k.Value].Line)
 		default:
@@ -471,6 +475,50 @@ func fieldNames(t reflect.Type) []string {
 	return names
 }
 
+// didYouMean returns ": did you mean "x"?" for the name of known nearest
+// to name, a misspelt one, or "" when none is near enough to be the one
+// meant. Near is a few edits (an insertion, a deletion, a substitution or
+// two neighbours swapped), fewer for short names; case does not count.
+func didYouMean(name string, known []string) string {
+	best, bestDist := "", 0
+	for _, k := range known {
+		d := editDistance(strings.ToLower(name), k)
+		if best == "" || d < bestDist {
+			best, bestDist = k, d
+		}
+	}
+	if best == "" || bestDist > max(1, min(3, len(best)/3)) {
+		return ""
+	}
+	return fmt.Sprintf(": did you mean %q?", best)
+}
+
+// editDistance is the optimal string alignment distance between a and b:
+// the fewest insertions, deletions, substitutions and swaps of two
+// neighbouring bytes that turn a into b.
+func editDistance(a, b string) int {
+	// prev2, prev and cur are rows i-2, i-1 and i of the usual table.
+	prev2, prev, cur := make([]int, len(b)+1), make([]int, len(b)+1), make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
+		}
+		prev2, prev, cur = prev, cur, prev2
+	}
+	return prev[len(b)]
+}
+
 // null returns a null node to put in the place of n, a value of the wrong
 // kind, and remembers it as such.
 func (c *checker) null(n *yaml.Node) *yaml.Node {
@@ -532,19 +580,55 @@ func yamlError(file string, err error) configError {
 // character that violates indentation" or "found character that cannot
 // start any token", sometimes at the line before. When the file has a tab
 // in a line's indentation, the error names that line and says "tab".
+//
+// Other errors are reported at the line where the file stops being YAML
+// (see problemLine), not where the YAML parser says.
 func yamlErrorAt(file string, data []byte, err error) configError {
 	ce := yamlError(file, err)
-	if !strings.Contains(ce.Msg, "tab") && !strings.Contains(ce.Msg, "cannot start any token") {
-		return ce
-	}
-	for i, line := range strings.Split(string(data), "\n") {
-		indent := line[:len(line)-len(strings.TrimLeft(line, " \t-"))]
-		if col := strings.IndexByte(indent, '\t'); col >= 0 {
-			return configError{File: file, Line: i + 1,
-				Msg: fmt.Sprintf("invalid YAML: a tab in the indentation (column %d): YAML indents with spaces only", col+1)}
+	if strings.Contains(ce.Msg, "tab") || strings.Contains(ce.Msg, "cannot start any token") {
+		for i, line := range strings.Split(string(data), "\n") {
+			indent := line[:len(line)-len(strings.TrimLeft(line, " \t-"))]
+			if col := strings.IndexByte(indent, '\t'); col >= 0 {
+				return configError{File: file, Line: i + 1,
+					Msg: fmt.Sprintf("invalid YAML: a tab in the indentation (column %d): YAML indents with spaces only", col+1)}
+			}
 		}
 	}
+	ce.Line = problemLine(data, ce)
+	if strings.HasSuffix(ce.Msg, "did not find expected key") || strings.HasSuffix(ce.Msg, "did not find expected '-' indicator") {
+		ce.Msg += " (this line is indented differently from the fields or entries above it)"
+	}
 	return ce
+}
+
+// problemLine returns the line of ce, a syntax error of data, where data
+// stops being YAML: the first line k such that lines 1 to k alone fail
+// with ce's problem. The YAML parser reports most errors ("did not find
+// expected key", "... '-' indicator") at the line before the start of the
+// list or mapping it was parsing, so a mis-indented key on line 3 of a
+// list starting on line 2 is reported at line 1, and one in the fiftieth
+// route at the line of routes:. Cut at a line, a file is valid YAML up to
+// its problem, so a binary search finds that line, from the one the
+// parser names (the problem is never before its context).
+func problemLine(data []byte, ce configError) int {
+	lines := strings.SplitAfter(string(data), "\n")
+	fails := func(k int) bool {
+		var n yaml.Node
+		err := yaml.Unmarshal([]byte(strings.Join(lines[:k], "")), &n)
+		return err != nil && yamlError("", err).Msg == ce.Msg
+	}
+	lo, hi := max(1, ce.Line), len(lines)
+	if lo > hi || !fails(hi) {
+		return ce.Line
+	}
+	for lo < hi { // fails(hi) holds
+		if mid := (lo + hi) / 2; fails(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
 }
 
 // longestLease is the longest claim lease of the routes (a route without

@@ -4,10 +4,12 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"path"
 	"slices"
 	"strconv"
@@ -149,7 +151,7 @@ func (c *checker) oneOf(l leaf, at, def string, allowed ...string) string {
 		return def
 	}
 	if !slices.Contains(allowed, v) {
-		c.errorf(l.Node, at, "invalid %s %q (want %s)", lastName(at), v, orList(allowed))
+		c.errorf(l.Node, at, "invalid %s %q%s (want %s)", lastName(at), v, didYouMean(v, allowed), orList(allowed))
 		return def
 	}
 	return v
@@ -596,7 +598,11 @@ func (c *checker) providerSettings(in *routeInputs, rc *routeSettings) {
 	name, hasProvider := c.str(f.Provider, field("provider"))
 	var secrets []string
 	secretsOK := true
-	if v, ok := c.str(f.SecretEnv, field("secret_env")); ok {
+	if l := f.SecretEnv; l.Node != nil && l.Kind == yaml.ScalarNode && strings.Contains(l.Value, "$") {
+		// Not expanded: ${NAME} would put the secret itself in the error.
+		c.errorf(l.Node, field("secret_env"), "%s", secretEnvAdvice(l.Value))
+		secretsOK = false
+	} else if v, ok := c.str(f.SecretEnv, field("secret_env")); ok {
 		switch {
 		case !validEnvName(v):
 			c.errorf(f.SecretEnv.Node, field("secret_env"), "invalid environment variable name %q", v)
@@ -612,6 +618,22 @@ func (c *checker) providerSettings(in *routeInputs, rc *routeSettings) {
 		secrets = append(secrets, list...)
 	} else if f.Secrets.Node != nil {
 		secretsOK = false
+	}
+	if l := f.SecretFile; l.Node != nil && hasProvider { // without a provider, refused below
+		if path, ok := c.str(l, field("secret_file")); !ok {
+			secretsOK = false
+		} else if f.SecretEnv.Node != nil || f.Secrets.Node != nil {
+			c.errorf(c.key(l), field("secret_file"), "give a route's secrets in one place: secret_file, or secret_env and secrets (the file's lines are then every secret the route accepts, so that removing a line and reloading removes that secret)")
+			secretsOK = false
+		} else if list, warns, err := readSecretFile(path); err != nil {
+			c.errorf(l.Node, field("secret_file"), "%v", err)
+			secretsOK = false
+		} else {
+			for _, w := range warns {
+				c.warnf(l.Node, field("secret_file"), "%s", w)
+			}
+			secrets, rc.SecretFile = list, path
+		}
 	}
 	type option struct {
 		key   *yaml.Node
@@ -648,7 +670,7 @@ func (c *checker) providerSettings(in *routeInputs, rc *routeSettings) {
 		for _, o := range []struct {
 			name string
 			l    leaf
-		}{{"secret_env", f.SecretEnv}, {"secrets", f.Secrets}, {"provider_options", f.ProviderOptions}, {"tolerance", f.Tolerance}} {
+		}{{"secret_env", f.SecretEnv}, {"secrets", f.Secrets}, {"secret_file", f.SecretFile}, {"provider_options", f.ProviderOptions}, {"tolerance", f.Tolerance}} {
 			if o.l.Node != nil {
 				c.errorf(c.key(o.l), field(o.name), "only used with provider: (the signature check of a preset); set provider or remove %s", o.name)
 			}
@@ -657,7 +679,7 @@ func (c *checker) providerSettings(in *routeInputs, rc *routeSettings) {
 	}
 	rc.Provider = name
 	if !slices.Contains(provider.Names(), name) {
-		c.errorf(f.Provider.Node, field("provider"), "unknown provider %q (known: %s)", name, strings.Join(provider.Names(), ", "))
+		c.errorf(f.Provider.Node, field("provider"), "unknown provider %q%s (known: %s)", name, didYouMean(name, provider.Names()), strings.Join(provider.Names(), ", "))
 		return
 	}
 	if !secretsOK {
@@ -668,19 +690,121 @@ func (c *checker) providerSettings(in *routeInputs, rc *routeSettings) {
 		if v := valueOf(in.node, "secrets"); v != nil { // also when null
 			node, name = v, "secrets"
 		}
-		c.errorf(node, field(name), "provider %s needs a secret: set secret_env: NAME_OF_VARIABLE (or secrets: [${VAR}] to accept several during a rotation)", rc.Provider)
+		c.errorf(node, field(name), "provider %s needs a secret: set secret_env: NAME_OF_VARIABLE, or secret_file: FILE (one secret per line, read again on every reload: several during a rotation)", rc.Provider)
 		return
 	}
+	rc.SecretCount = len(secrets)
 	in.config = provider.Config{Secrets: secrets, Tolerance: tolerance}
 	in.optionKeys = map[string]*yaml.Node{}
 	for _, o := range opts {
 		in.optionKeys[o.key.Value] = o.key
 		if err := in.config.SetOption(name, o.key.Value, o.value); err != nil {
-			c.errorf(o.key, join(field("provider_options"), o.key.Value), "%v", err)
+			c.errorf(o.key, join(field("provider_options"), o.key.Value), "%v%s", err, didYouMean(o.key.Value, provider.OptionNames(name)))
 			return
 		}
 	}
 	in.preset = true
+}
+
+// maxSecretFile bounds the size of a secret file: a few keys take a few
+// KiB.
+const maxSecretFile = 1 << 20
+
+// readSecretFile reads the secrets of a route's secret_file, at start and
+// at every reload. It returns them, with warnings about the file, or an
+// error that names the file and what is wrong with it.
+func readSecretFile(path string) (secrets, warns []string, err error) {
+	// Stat first: opening a named pipe would block the reload, and with it
+	// the gateway's signal handling, until something writes to it.
+	fi, err := os.Stat(path)
+	if err == nil {
+		switch {
+		case fi.IsDir():
+			return nil, nil, fmt.Errorf("secret file %s is a directory: give the file holding the secrets, one per line", path)
+		case !fi.Mode().IsRegular():
+			return nil, nil, fmt.Errorf("secret file %s is not a regular file (%s)", path, fi.Mode().Type())
+		}
+	}
+	var f *os.File
+	if err == nil {
+		f, err = os.Open(path)
+	}
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil, nil, fmt.Errorf("secret file %s does not exist", path)
+	case errors.Is(err, os.ErrPermission):
+		return nil, nil, fmt.Errorf("cannot read secret file %s: permission denied (the gateway runs as uid %d, gid %d)", path, os.Getuid(), os.Getgid())
+	case err != nil:
+		return nil, nil, fmt.Errorf("cannot read secret file: %v", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxSecretFile+1))
+	if err != nil {
+		return nil, nil, fmt.Errorf("cannot read secret file: %v", err)
+	}
+	if len(data) > maxSecretFile {
+		return nil, nil, fmt.Errorf("secret file %s is larger than 1MiB: not a file of secrets", path)
+	}
+	secrets, warns, err = parseSecrets(data)
+	if err != nil {
+		return nil, nil, fmt.Errorf("secret file %s: %v", path, err)
+	}
+	if len(secrets) == 0 {
+		return nil, nil, fmt.Errorf("secret file %s holds no secret (one per line; blank lines and # comments are ignored)", path)
+	}
+	for i, w := range warns {
+		warns[i] = fmt.Sprintf("secret file %s: %s", path, w)
+	}
+	switch perm := fi.Mode().Perm(); {
+	case perm&0o002 != 0:
+		warns = append(warns, fmt.Sprintf("secret file %s is writable by every user (mode %04o): anyone on the machine can add a secret and sign deliveries with it; chmod o-rw %s (0600, or 0640 to share it with a group)", path, perm, path))
+	case perm&0o004 != 0:
+		warns = append(warns, fmt.Sprintf("secret file %s is readable by every user (mode %04o): chmod o-r %s (0600, or 0640 to share it with a group)", path, perm, path))
+	}
+	return secrets, warns, nil
+}
+
+// parseSecrets reads the text of a secret file: one secret per line,
+// surrounding spaces, tabs and CRs trimmed, blank lines and lines starting
+// with # ignored. A PEM block (-----BEGIN ...----- to -----END ...-----,
+// such as a stone private key) is one secret of several lines. It warns
+// about a " #" inside a secret, which is likely a comment that became part
+// of it.
+func parseSecrets(data []byte) (secrets, warns []string, err error) {
+	var block []string // the PEM block being read
+	begin := 0         // its first line
+	for i, line := range strings.Split(strings.TrimPrefix(string(data), "\ufeff"), "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case block != nil:
+			block = append(block, line)
+			if strings.HasPrefix(line, "-----END ") {
+				secrets, block = append(secrets, strings.Join(block, "\n")+"\n"), nil
+			}
+		case line == "" || strings.HasPrefix(line, "#"):
+		case strings.HasPrefix(line, "-----BEGIN "):
+			block, begin = []string{line}, i+1
+		default:
+			if strings.Contains(line, " #") {
+				warns = append(warns, fmt.Sprintf("line %d: the text after # is part of the secret (a comment goes on a line of its own)", i+1))
+			}
+			secrets = append(secrets, line)
+		}
+	}
+	if block != nil {
+		return nil, nil, fmt.Errorf("the PEM block of line %d has no -----END line", begin)
+	}
+	return secrets, warns, nil
+}
+
+// secretEnvAdvice is the refusal of v, a secret_env holding a $: the field
+// takes the variable's name, which it reads itself.
+func secretEnvAdvice(v string) string {
+	name := strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(v, "$"), "{"), "}")
+	if name, _, _ = strings.Cut(name, ":-"); validEnvName(name) {
+		return fmt.Sprintf("secret_env takes the variable's name: secret_env: %s", name)
+	}
+	return "secret_env takes the name of an environment variable, without $: secret_env: STRIPE_WEBHOOK_SECRET"
 }
 
 // checkListen checks a host:port listen address.

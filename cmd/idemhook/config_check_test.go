@@ -1,11 +1,18 @@
 package main
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -69,7 +76,7 @@ func TestCheckRefusesWhatServeRefuses(t *testing.T) {
 		{"tls files missing", head + "tls: {cert: /nonexistent/c.pem, key: /nonexistent/k.pem}\n" + route,
 			"idemhook.yaml:5: tls.cert: cannot load the certificate and key: open /nonexistent/c.pem: no such file or directory"},
 		{"provider without secret", head + route + "    provider: stripe\n",
-			"idemhook.yaml:9: routes[0].provider: provider stripe needs a secret: set secret_env: NAME_OF_VARIABLE (or secrets: [${VAR}] to accept several during a rotation)"},
+			"idemhook.yaml:9: routes[0].provider: provider stripe needs a secret: set secret_env: NAME_OF_VARIABLE, or secret_file: FILE (one secret per line, read again on every reload: several during a rotation)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -124,6 +131,202 @@ func TestConfigWarnsAboutSettingsThatDoNothing(t *testing.T) {
 				t.Errorf("serve's log lacks the warning %q:\n%s", tt.want, serveLog)
 			}
 		})
+	}
+}
+
+// secret_env takes a variable's name. Given as $NAME or ${NAME}, the advice
+// is the name alone, and the secret never appears in the error.
+func TestConfigSecretEnv(t *testing.T) {
+	env := envOf("STRIPE_SECRET", "whsec_do_not_show")
+	tests := []struct {
+		give string
+		want string
+	}{
+		{"$STRIPE_SECRET", "secret_env takes the variable's name: secret_env: STRIPE_SECRET"},
+		{`"${STRIPE_SECRET}"`, "secret_env takes the variable's name: secret_env: STRIPE_SECRET"},
+		{`"${UNSET}"`, "secret_env takes the variable's name: secret_env: UNSET"},
+		{`"${A B}"`, "secret_env takes the name of an environment variable, without $: secret_env: STRIPE_WEBHOOK_SECRET"},
+		{`"stripe secret"`, `invalid environment variable name "stripe secret"`},
+		{"UNSET", "environment variable UNSET is not set or empty (export it, or use secrets: [${UNSET}])"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.give, func(t *testing.T) {
+			_, err := parseConfig("idemhook.yaml", []byte(minimal+"    provider: stripe\n    secret_env: "+tt.give+"\n"), env)
+			want := "idemhook.yaml:6: routes[0].secret_env: " + tt.want
+			if err == nil || err.Error() != want {
+				t.Errorf("error:\n got %v\nwant %s", err, want)
+			}
+			if err != nil && strings.Contains(err.Error(), "whsec_do_not_show") {
+				t.Errorf("the error shows the secret: %v", err)
+			}
+		})
+	}
+}
+
+func TestParseSecrets(t *testing.T) {
+	const pem = "-----BEGIN PRIVATE KEY-----\nMIIB\nAbCd\n-----END PRIVATE KEY-----\n"
+	tests := []struct {
+		name      string
+		give      string
+		want      []string
+		wantWarns []string
+		wantErr   string
+	}{
+		{name: "one per line", give: "whsec_new\nwhsec_old\n", want: []string{"whsec_new", "whsec_old"}},
+		{name: "no final newline", give: "whsec_new", want: []string{"whsec_new"}},
+		{name: "comments, blank lines, spaces and CRs", give: "\ufeff# new, from 2026-12-01\r\n\r\n  whsec_new \t\r\n# old, until the 8th\nwhsec_old\r\n\n", want: []string{"whsec_new", "whsec_old"}},
+		{name: "nothing but comments", give: "# none yet\n\n"},
+		{name: "a PEM block is one secret", give: "# new key\n" + pem + "\n  " + strings.ReplaceAll(pem, "\n", "\r\n"), want: []string{pem, pem}},
+		{name: "a comment after a secret", give: "whsec_new # new\n", want: []string{"whsec_new # new"},
+			wantWarns: []string{"line 1: the text after # is part of the secret (a comment goes on a line of its own)"}},
+		{name: "a PEM block without its end", give: "a\n-----BEGIN PRIVATE KEY-----\nMIIB\n", wantErr: "the PEM block of line 2 has no -----END line"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, warns, err := parseSecrets([]byte(tt.give))
+			if fmt.Sprint(err) != cmp.Or(tt.wantErr, "<nil>") {
+				t.Fatalf("error %v, want %q", err, tt.wantErr)
+			}
+			if !slices.Equal(got, tt.want) || !slices.Equal(warns, tt.wantWarns) {
+				t.Errorf("secrets %q, warnings %q; want %q, %q", got, warns, tt.want, tt.wantWarns)
+			}
+		})
+	}
+}
+
+// secret_file: the route's secrets from a file, with its problems at the
+// field's line. Each case writes the file it names in a directory of its
+// own (DIR in the messages).
+func TestConfigSecretFile(t *testing.T) {
+	const secrets = "# rotation of 2026-12-01\nwhsec_new\nwhsec_old\n"
+	route := minimal + "    provider: stripe\n"
+	tests := []struct {
+		name      string
+		file      string      // written to DIR/secrets unless empty
+		mode      os.FileMode // of the file; default 0600
+		give      string      // appended to the route
+		env       []string
+		wantErr   string // the whole refusal
+		wantWarns []string
+		want      int // secrets of the route
+	}{
+		{name: "two secrets", file: secrets, give: "    secret_file: DIR/secrets\n", want: 2},
+		{name: "a path from the environment", file: secrets, give: "    secret_file: ${SECRETS}/secrets\n", env: []string{"SECRETS", "DIR"}, want: 2},
+		{name: "group-readable", file: secrets, mode: 0o640, give: "    secret_file: DIR/secrets\n", want: 2},
+		{name: "world-readable", file: secrets, mode: 0o644, give: "    secret_file: DIR/secrets\n", want: 2,
+			wantWarns: []string{"idemhook.yaml:6: routes[0].secret_file: secret file DIR/secrets is readable by every user (mode 0644): chmod o-r DIR/secrets (0600, or 0640 to share it with a group)"}},
+		{name: "world-writable", file: secrets, mode: 0o606, give: "    secret_file: DIR/secrets\n", want: 2,
+			wantWarns: []string{"idemhook.yaml:6: routes[0].secret_file: secret file DIR/secrets is writable by every user (mode 0606): anyone on the machine can add a secret and sign deliveries with it; chmod o-rw DIR/secrets (0600, or 0640 to share it with a group)"}},
+		{name: "missing", give: "    secret_file: DIR/none\n",
+			wantErr: "idemhook.yaml:6: routes[0].secret_file: secret file DIR/none does not exist"},
+		{name: "a directory", give: "    secret_file: DIR\n",
+			wantErr: "idemhook.yaml:6: routes[0].secret_file: secret file DIR is a directory: give the file holding the secrets, one per line"},
+		{name: "no secret in it", file: "# none yet\n", give: "    secret_file: DIR/secrets\n",
+			wantErr: "idemhook.yaml:6: routes[0].secret_file: secret file DIR/secrets holds no secret (one per line; blank lines and # comments are ignored)"},
+		{name: "too large", file: strings.Repeat("x", 1<<20+1), give: "    secret_file: DIR/secrets\n",
+			wantErr: "idemhook.yaml:6: routes[0].secret_file: secret file DIR/secrets is larger than 1MiB: not a file of secrets"},
+		{name: "a PEM block without its end", file: "-----BEGIN PRIVATE KEY-----\n", give: "    secret_file: DIR/secrets\n",
+			wantErr: "idemhook.yaml:6: routes[0].secret_file: secret file DIR/secrets: the PEM block of line 1 has no -----END line"},
+		{name: "with secret_env", file: secrets, give: "    secret_env: S\n    secret_file: DIR/secrets\n", env: []string{"S", "x"},
+			wantErr: "idemhook.yaml:7: routes[0].secret_file: give a route's secrets in one place: secret_file, or secret_env and secrets (the file's lines are then every secret the route accepts, so that removing a line and reloading removes that secret)"},
+		{name: "with secrets", file: secrets, give: "    secret_file: DIR/secrets\n    secrets: [x]\n",
+			wantErr: "idemhook.yaml:6: routes[0].secret_file: give a route's secrets in one place: secret_file, or secret_env and secrets (the file's lines are then every secret the route accepts, so that removing a line and reloading removes that secret)"},
+		{name: "a variable unset", give: "    secret_file: ${SECRETS}/secrets\n",
+			wantErr: "idemhook.yaml:6: routes[0].secret_file: environment variable SECRETS is not set or empty (used as ${SECRETS})"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if tt.file != "" {
+				p := filepath.Join(dir, "secrets")
+				if err := os.WriteFile(p, []byte(tt.file), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chmod(p, cmp.Or(tt.mode, 0o600)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			env := slices.Clone(tt.env)
+			for i := range env {
+				env[i] = strings.ReplaceAll(env[i], "DIR", dir)
+			}
+			cfg, err := parseConfig("idemhook.yaml", []byte(route+strings.ReplaceAll(tt.give, "DIR", dir)), envOf(env...))
+			if tt.wantErr != "" {
+				if want := strings.ReplaceAll(tt.wantErr, "DIR", dir); err == nil || err.Error() != want {
+					t.Fatalf("error:\n got %v\nwant %s", err, want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var warns []string
+			for _, w := range cfg.Warnings {
+				warns = append(warns, strings.ReplaceAll(w.Error(), dir, "DIR"))
+			}
+			if !slices.Equal(warns, tt.wantWarns) {
+				t.Errorf("warnings %q, want %q", warns, tt.wantWarns)
+			}
+			if rc := cfg.Routes[0]; rc.SecretCount != tt.want || rc.SecretFile != filepath.Join(dir, "secrets") {
+				t.Errorf("%d secrets from %q, want %d from DIR/secrets", rc.SecretCount, rc.SecretFile, tt.want)
+			}
+		})
+	}
+	t.Run("without a provider", func(t *testing.T) {
+		_, err := parseConfig("idemhook.yaml", []byte(minimal+"    secret_file: /nonexistent\n"), envOf())
+		if want := "idemhook.yaml:5: routes[0].secret_file: only used with provider: (the signature check of a preset); set provider or remove secret_file"; err == nil || err.Error() != want {
+			t.Errorf("error:\n got %v\nwant %s", err, want)
+		}
+	})
+	t.Run("a named pipe", func(t *testing.T) {
+		p := filepath.Join(t.TempDir(), "secrets")
+		if err := syscall.Mkfifo(p, 0o600); err != nil {
+			t.Skip("no named pipes here:", err)
+		}
+		_, err := parseConfig("idemhook.yaml", []byte(route+"    secret_file: "+p+"\n"), envOf())
+		if want := "idemhook.yaml:6: routes[0].secret_file: secret file " + p + " is not a regular file (p---------)"; err == nil || err.Error() != want {
+			t.Errorf("error:\n got %v\nwant %s", err, want)
+		}
+	})
+	t.Run("unreadable", func(t *testing.T) {
+		if os.Geteuid() == 0 {
+			t.Skip("root reads a file of mode 0000")
+		}
+		p := filepath.Join(t.TempDir(), "secrets")
+		if err := os.WriteFile(p, []byte(secrets), 0); err != nil {
+			t.Fatal(err)
+		}
+		_, err := parseConfig("idemhook.yaml", []byte(route+"    secret_file: "+p+"\n"), envOf())
+		if want := "idemhook.yaml:6: routes[0].secret_file: cannot read secret file " + p + ": permission denied (the gateway runs as uid "; err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("error:\n got %v\nwant %s...", err, want)
+		}
+	})
+}
+
+// The secrets of a secret_file are those the route's preset checks
+// signatures with: a delivery signed with any of them passes, one signed
+// with another secret does not.
+func TestConfigSecretFileSecretsVerify(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "secrets")
+	if err := os.WriteFile(p, []byte("whsec_new\r\n# old\nwhsec_old\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := parseConfig("idemhook.yaml", []byte(minimal+"    provider: stripe\n    secret_file: "+p+"\n"), envOf())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var summary bytes.Buffer
+	printSummary(&summary, cfg)
+	if want := " provider=stripe secret_file=" + p + " secrets=2 "; !strings.Contains(summary.String(), want) {
+		t.Errorf("check's summary lacks %q:\n%s", want, summary.String())
+	}
+	body := []byte(`{"id":"evt_1"}`)
+	for secret, want := range map[string]bool{"whsec_new": true, "whsec_old": true, "whsec_other": false, "# old": false} {
+		req := httptest.NewRequest("POST", "/webhooks/stone", bytes.NewReader(body))
+		req.Header.Set("Stripe-Signature", stripeSignature(secret, time.Now().Unix(), body))
+		if err := cfg.Routes[0].Route.Preset.Verify(req, body); (err == nil) != want {
+			t.Errorf("signed with %q: Verify = %v, want passing %v", secret, err, want)
+		}
 	}
 }
 

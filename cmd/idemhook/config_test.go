@@ -141,12 +141,38 @@ func TestConfigErrors(t *testing.T) {
 		{
 			name: "unknown top-level field",
 			give: "listne: 127.0.0.1:8080\n" + minimal,
-			want: []string{`idemhook.yaml:1: listne: unknown field "listne" (known: listen, store, admin, audit, log, shutdown_timeout, routes, tls, trusted_proxies)`},
+			want: []string{`idemhook.yaml:1: listne: unknown field "listne": did you mean "listen"? (known: listen, store, admin, audit, log, shutdown_timeout, routes, tls, trusted_proxies)`},
 		},
 		{
 			name: "unknown route field",
 			give: route("    tll: 1h\n"),
-			want: []string{`idemhook.yaml:5: routes[0].tll: unknown field "tll" (known: path, upstream, source, ttl, header, in_flight, wait_timeout, on_store_error, provider, secret_env, secrets, provider_options, tolerance, max_body, upstream_timeout, replay_headers, store_statuses, require_key, share_keys, lease, max_stored_body, retry_after)`},
+			want: []string{`idemhook.yaml:5: routes[0].tll: unknown field "tll": did you mean "ttl"? (known: path, upstream, source, ttl, header, in_flight, wait_timeout, on_store_error, provider, secret_env, secrets, secret_file, provider_options, tolerance, max_body, upstream_timeout, replay_headers, store_statuses, require_key, share_keys, lease, max_stored_body, retry_after)`},
+		},
+		{
+			name: "unknown field in a section",
+			give: "store: {driver: memory, drvier: redis}\n" + minimal,
+			want: []string{`idemhook.yaml:1: store.drvier: unknown field "drvier": did you mean "driver"? (known: driver, path, url, addrs, master_name, username, password, prefix, compact_keys, table, timeout)`},
+		},
+		{
+			name: "unknown field, capitalised",
+			give: route("    Provider: stripe\n"),
+			want: []string{`idemhook.yaml:5: routes[0].Provider: unknown field "Provider": did you mean "provider"? (known: ` + strings.Join(routeFields, ", ") + ")"},
+		},
+		{
+			name: "unknown field near none",
+			give: "store: {driver: memory, hostname: h}\n" + minimal,
+			want: []string{`idemhook.yaml:1: store.hostname: unknown field "hostname" (known: driver, path, url, addrs, master_name, username, password, prefix, compact_keys, table, timeout)`},
+		},
+		{
+			name: "misspelt value",
+			give: route("    in_flight: wiat\n"),
+			want: []string{`idemhook.yaml:5: routes[0].in_flight: invalid in_flight "wiat": did you mean "wait"? (want proceed, wait or reject)`},
+		},
+		{
+			name: "misspelt provider option",
+			give: route("    provider: evolution\n    secret_env: S\n    provider_options: {headr: apikey}\n"),
+			env:  []string{"S", "x"},
+			want: []string{`idemhook.yaml:7: routes[0].provider_options.headr: provider evolution: option headr: unknown option (known: header): did you mean "header"?`},
 		},
 		{
 			name: "missing source",
@@ -200,12 +226,12 @@ func TestConfigErrors(t *testing.T) {
 			name: "unknown provider",
 			give: route("    provider: strip\n    secret_env: S\n"),
 			env:  []string{"S", "x"},
-			want: []string{`idemhook.yaml:5: routes[0].provider: unknown provider "strip" (known: asaas, evolution, github, ifood, mercadopago, paddle, shopify, slack, standardwebhooks, stone, stripe, svix, whatsapp-cloud)`},
+			want: []string{`idemhook.yaml:5: routes[0].provider: unknown provider "strip": did you mean "stripe"? (known: asaas, evolution, github, ifood, mercadopago, paddle, shopify, slack, standardwebhooks, stone, stripe, svix, whatsapp-cloud)`},
 		},
 		{
 			name: "provider without secret",
 			give: route("    provider: stripe\n"),
-			want: []string{`idemhook.yaml:5: routes[0].provider: provider stripe needs a secret: set secret_env: NAME_OF_VARIABLE (or secrets: [${VAR}] to accept several during a rotation)`},
+			want: []string{`idemhook.yaml:5: routes[0].provider: provider stripe needs a secret: set secret_env: NAME_OF_VARIABLE, or secret_file: FILE (one secret per line, read again on every reload: several during a rotation)`},
 		},
 		{
 			name: "secret_env unset",
@@ -388,6 +414,61 @@ func TestConfigErrors(t *testing.T) {
 				t.Errorf("errors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
 			}
 		})
+	}
+}
+
+// A syntax error is reported at the line of the mistake, not at the line
+// before the list or mapping it is in, as the YAML parser says.
+func TestConfigYAMLErrorLine(t *testing.T) {
+	routes := strings.Repeat("  - path: /r\n    upstream: http://h/\n    source: r\n    share_keys: true\n", 20) // lines 2 to 81
+	tests := []struct {
+		name string
+		give string
+		want string
+	}{
+		{"key under-indented in a route", "routes:\n  - path: /x\n   upstream: http://h/\n    source: s\n",
+			`idemhook.yaml:3: invalid YAML: did not find expected '-' indicator (this line is indented differently from the fields or entries above it)`},
+		{"key under-indented in the 21st route", "routes:\n" + routes + "  - path: /x\n    upstream: http://h/\n   source: s\n",
+			`idemhook.yaml:84: invalid YAML: did not find expected '-' indicator (this line is indented differently from the fields or entries above it)`},
+		{"key over-indented", "routes:\n  - path: /x\n      upstream: http://h/\n",
+			`idemhook.yaml:3: invalid YAML: mapping values are not allowed in this context`},
+		{"key out of its route", "routes:\n- path: /x\n  upstream: http://h/\n source: s\n",
+			`idemhook.yaml:4: invalid YAML: did not find expected key (this line is indented differently from the fields or entries above it)`},
+		{"section key indented", "listen: 127.0.0.1:8080\n store: {driver: memory}\n",
+			`idemhook.yaml:2: invalid YAML: mapping values are not allowed in this context`},
+		{"unclosed quote", "routes:\n  - path: /x\n    upstream: \"http://h/\n    source: s\n",
+			`idemhook.yaml:3: invalid YAML: found unexpected end of stream`},
+		{"unclosed list", "store: {driver: memory}\nroutes:\n  - path: /x\n    replay_headers: [A, B\n    source: s\n",
+			`idemhook.yaml:4: invalid YAML: did not find expected ',' or ']'`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parseConfig("idemhook.yaml", []byte(tt.give), envOf())
+			if err == nil || err.Error() != tt.want {
+				t.Errorf("error:\n got %v\nwant %s", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestEditDistance(t *testing.T) {
+	tests := []struct {
+		a, b string
+		want int
+	}{
+		{"", "", 0},
+		{"ttl", "ttl", 0},
+		{"", "ttl", 3},
+		{"tll", "ttl", 1},                // a substitution
+		{"listne", "listen", 1},          // two neighbours swapped
+		{"secretfile", "secret_file", 1}, // an insertion
+		{"providers", "provider", 1},     // a deletion
+		{"retries", "retry_after", 6},
+	}
+	for _, tt := range tests {
+		if got := editDistance(tt.a, tt.b); got != tt.want {
+			t.Errorf("editDistance(%q, %q) = %d, want %d", tt.a, tt.b, got, tt.want)
+		}
 	}
 }
 

@@ -197,6 +197,9 @@ func printSummary(w io.Writer, cfg *gatewayConfig) {
 		if rc.Provider != "" {
 			extra = " provider=" + rc.Provider
 		}
+		if rc.SecretFile != "" {
+			extra += fmt.Sprintf(" secret_file=%s secrets=%d", rc.SecretFile, rc.SecretCount)
+		}
 		if r.Preset != nil && r.Preset.RetryWindow > 0 {
 			extra += " retry_window=" + formatDuration(r.Preset.RetryWindow)
 		}

@@ -183,8 +183,7 @@ func (g *gateway) apply(cfg *gatewayConfig) error {
 func (g *gateway) reload(getenv func(string) string) {
 	cfg, err := loadConfig(g.cfg.File, getenv)
 	if err != nil {
-		g.logger.Error("idemhook reload refused: the configuration is invalid; the running one keeps serving",
-			"file", g.cfg.File, "err", err.Error())
+		g.logRefusal(err)
 		return
 	}
 	for _, w := range cfg.Warnings {
@@ -214,6 +213,21 @@ func (g *gateway) reload(getenv func(string) string) {
 		return
 	}
 	g.logger.Info("idemhook configuration reloaded", "file", g.cfg.File, "routes", len(cfg.Routes))
+}
+
+// logRefusal logs the errors of a file a reload refused: a record that
+// says so and how many there are, then one record per error, so that
+// each reads on a line of its own (and is a record of its own in JSON).
+func (g *gateway) logRefusal(err error) {
+	var errs configErrors
+	if !errors.As(err, &errs) { // the file could not be read
+		g.logger.Error("idemhook reload refused: the configuration is invalid; the running one keeps serving", "file", g.cfg.File, "err", err.Error())
+		return
+	}
+	g.logger.Error("idemhook reload refused: the configuration is invalid; the running one keeps serving", "file", g.cfg.File, "errors", len(errs))
+	for _, e := range errs {
+		g.logger.Error("idemhook reload refused: configuration error", "err", e.Error())
+	}
 }
 
 // serve runs the gateway until ctx is done, then shuts down gracefully.

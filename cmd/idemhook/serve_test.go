@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"compress/gzip"
 	"context"
 	"crypto/ecdsa"
@@ -21,6 +22,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -389,6 +391,14 @@ func TestRedis(t *testing.T) {
 	}
 }
 
+// stripeSignature is the Stripe-Signature header Stripe sends for body,
+// signed at ts with secret.
+func stripeSignature(secret string, ts int64, body []byte) string {
+	mac := hmac.New(sha256.New, []byte(secret))
+	fmt.Fprintf(mac, "%d.%s", ts, body)
+	return fmt.Sprintf("t=%d,v1=%s", ts, hex.EncodeToString(mac.Sum(nil)))
+}
+
 func TestProviderSignature(t *testing.T) {
 	up := newUpstream(t)
 	const secret = "whsec_test"
@@ -401,11 +411,7 @@ func TestProviderSignature(t *testing.T) {
 	}
 	g := startGateway(t, writeConfig(t, t.TempDir(), cfg), startOpts{getenv: getenv})
 	body := `{"id":"evt_stripe_1","type":"payment_intent.succeeded"}`
-	sign := func(ts int64) string {
-		mac := hmac.New(sha256.New, []byte(secret))
-		fmt.Fprintf(mac, "%d.%s", ts, body)
-		return fmt.Sprintf("t=%d,v1=%s", ts, hex.EncodeToString(mac.Sum(nil)))
-	}
+	sign := func(ts int64) string { return stripeSignature(secret, ts, []byte(body)) }
 	now := time.Now().Unix()
 
 	if r := post(t, g.url("/webhooks/test"), body); r.Status != http.StatusUnauthorized {
@@ -928,17 +934,33 @@ func auditRows(t *testing.T, db string) int {
 }
 
 // traffic sends deliveries from workers, each on its own keep-alive
-// connection, until stop is closed or each worker sent max. It sends every
-// event twice (the second is a replay). It counts the answers and the
-// failures.
+// connection, until stop is closed or each worker sent max. By default it
+// sends every event twice (the second is a replay). It counts the answers
+// and the failures.
 type traffic struct {
 	answered, failed atomic.Int64
 	mu               sync.Mutex
 	errs             []string
 	wg               sync.WaitGroup
+
+	// send, if set, sends delivery i of worker w instead, and returns
+	// its status.
+	send func(client *http.Client, url string, w, i int) (int, error)
 }
 
 func (tr *traffic) run(url string, workers, max int, stop <-chan struct{}) {
+	send := tr.send
+	if send == nil {
+		send = func(client *http.Client, url string, w, i int) (int, error) {
+			resp, err := client.Post(url, "application/json", strings.NewReader(fmt.Sprintf(`{"id":"w%d-%d"}`, w, i/2)))
+			if err != nil {
+				return 0, err
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return resp.StatusCode, nil
+		}
+	}
 	for w := range workers {
 		tr.wg.Go(func() {
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}, Timeout: 30 * time.Second}
@@ -949,22 +971,15 @@ func (tr *traffic) run(url string, workers, max int, stop <-chan struct{}) {
 					return
 				default:
 				}
-				body := fmt.Sprintf(`{"id":"w%d-%d"}`, w, i/2)
-				resp, err := client.Post(url, "application/json", strings.NewReader(body))
-				if err != nil {
+				status, err := send(client, url, w, i)
+				if err != nil || status != 200 {
 					tr.failed.Add(1)
 					tr.mu.Lock()
-					tr.errs = append(tr.errs, err.Error())
+					tr.errs = append(tr.errs, fmt.Sprintf("worker %d, delivery %d: %d %v", w, i, status, err))
 					tr.mu.Unlock()
-					continue
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 {
-					tr.failed.Add(1)
-					tr.mu.Lock()
-					tr.errs = append(tr.errs, resp.Status)
-					tr.mu.Unlock()
+					if err != nil {
+						continue
+					}
 				}
 				tr.answered.Add(1)
 			}
@@ -1013,9 +1028,7 @@ func TestSignalsUnderTraffic(t *testing.T) {
 	writeConfig(t, dir, signalConfig(db, routeYAML("/webhooks/a", up.srv.URL, "    ttl: soon\n")))
 	c.signal(t, syscall.SIGHUP)
 	c.waitLog(t, "idemhook reload refused")
-	if !strings.Contains(c.stderr.String(), `routes[0].ttl: invalid duration \"soon\"`) {
-		t.Errorf("the refused reload does not log the file's error:\n%s", c.stderr)
-	}
+	c.waitLog(t, `routes[0].ttl: invalid duration \"soon\"`) // the file's error, in a record of its own
 	if r := post(t, c.url("/webhooks/b"), `{"id":"b2"}`); r.Status != 200 {
 		t.Errorf("after a refused reload, the route of the last good file: %d", r.Status)
 	}
@@ -1037,6 +1050,216 @@ func TestSignalsUnderTraffic(t *testing.T) {
 		t.Errorf("%d audit rows for %d answered deliveries", rows, answered)
 	}
 	t.Logf("%d answered, %d failed (after the listener closed), %d upstream calls", tr.answered.Load(), tr.failed.Load(), up.calls.Load())
+}
+
+// A Stripe secret rotated with secret_file and SIGHUP, under a steady
+// stream of signed deliveries to a gateway process: the file holds the
+// old secret, then the old and the new (reload), the senders switch to the
+// new one, then the file holds the new one only (reload). No correctly
+// signed delivery gets a 401 at any point; once the old secret is removed,
+// a delivery signed with it does.
+func TestSecretRotationUnderTraffic(t *testing.T) {
+	const (
+		oldSecret = "whsec_old_0123456789"
+		newSecret = "whsec_new_9876543210"
+		workers   = 4
+		perWorker = 400 // deliveries per worker at most
+	)
+	up := newUpstream(t)
+	dir := t.TempDir()
+	secretFile := filepath.Join(dir, "stripe.secrets")
+	writeSecrets := func(text string) {
+		t.Helper()
+		if err := os.WriteFile(secretFile, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeSecrets("# the endpoint's secret\n" + oldSecret + "\n")
+	c := startProc(t, writeConfig(t, dir, fmt.Sprintf(`listen: 127.0.0.1:0
+store: {driver: memory}
+admin: {listen: off}
+audit: {sink: none}
+routes:
+  - path: /webhooks/stripe
+    upstream: %s/hook
+    source: stripe
+    provider: stripe
+    secret_file: %s
+`, up.srv.URL, secretFile)))
+	url := c.url("/webhooks/stripe")
+	deliver := func(client *http.Client, id, secret string) (int, error) {
+		body := []byte(fmt.Sprintf(`{"id":%q,"type":"invoice.paid"}`, id))
+		req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			return 0, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Stripe-Signature", stripeSignature(secret, time.Now().Unix(), body))
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+
+	// The senders sign each delivery with the secret of the moment, and
+	// record the secret of their last delivery.
+	var current atomic.Pointer[string]
+	oldP, newP := new(string), new(string)
+	*oldP, *newP = oldSecret, newSecret
+	current.Store(oldP)
+	var (
+		unauthorized atomic.Int64
+		last         [workers]atomic.Pointer[string]
+	)
+	tr := &traffic{send: func(client *http.Client, _ string, w, i int) (int, error) {
+		secret := current.Load()
+		status, err := deliver(client, fmt.Sprintf("evt_w%d_%d", w, i), *secret)
+		if status == http.StatusUnauthorized {
+			unauthorized.Add(1)
+		}
+		last[w].Store(secret)
+		return status, err
+	}}
+	stop := make(chan struct{})
+	tr.run(url, workers, perWorker, stop)
+	stopSenders := sync.OnceFunc(func() { close(stop); tr.wg.Wait() })
+	t.Cleanup(stopSenders)
+	answered := &tr.answered
+	waitAnswered := func(n int64) {
+		t.Helper()
+		eventually(t, fmt.Sprintf("%d answered deliveries", n), func() bool { return answered.Load() >= n })
+	}
+	reloads := 0
+	reload := func() {
+		t.Helper()
+		reloads++
+		c.signal(t, syscall.SIGHUP)
+		eventually(t, fmt.Sprintf("reload %d", reloads), func() bool {
+			if strings.Contains(c.stderr.String(), "idemhook reload refused") {
+				t.Fatalf("a reload was refused:\n%s", c.stderr)
+			}
+			return strings.Count(c.stderr.String(), "idemhook configuration reloaded") == reloads
+		})
+	}
+	single := func(id, secret string) int {
+		t.Helper()
+		status, err := deliver(http.DefaultClient, id, secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return status
+	}
+
+	// The old secret only: the new one is not accepted yet.
+	waitAnswered(100)
+	if s := single("evt_early_new", newSecret); s != http.StatusUnauthorized {
+		t.Errorf("signed with the new secret before the overlap: %d, want 401", s)
+	}
+	// The overlap: both secrets, then the senders switch to the new one.
+	writeSecrets("# new, from today\n" + newSecret + "\n# old, until the senders have switched\n" + oldSecret + "\n")
+	reload()
+	waitAnswered(answered.Load() + 100)
+	current.Store(newP)
+	for w := range workers {
+		eventually(t, fmt.Sprintf("sender %d on the new secret", w), func() bool { return last[w].Load() == newP })
+	}
+	waitAnswered(answered.Load() + 100)
+	// The new secret only.
+	writeSecrets(newSecret + "\n")
+	reload()
+	waitAnswered(answered.Load() + 100)
+	if s := single("evt_late_old", oldSecret); s != http.StatusUnauthorized {
+		t.Errorf("signed with the removed secret: %d, want 401", s)
+	}
+	if s := single("evt_late_new", newSecret); s != 200 {
+		t.Errorf("signed with the new secret after the rotation: %d, want 200", s)
+	}
+	// A file gone wrong refuses the reload, and the running secrets serve on.
+	writeSecrets("# emptied by mistake\n")
+	c.signal(t, syscall.SIGHUP)
+	c.waitLog(t, "holds no secret")
+	if s := single("evt_after_refusal", newSecret); s != 200 {
+		t.Errorf("signed with the new secret after a refused reload: %d, want 200", s)
+	}
+
+	stopSenders()
+	if n, failed := unauthorized.Load(), tr.failed.Load(); n != 0 || failed != 0 {
+		t.Errorf("%d correctly signed deliveries got 401 and %d failed across the rotation: %v", n, failed, tr.errs[:min(len(tr.errs), 5)])
+	}
+	t.Logf("%d deliveries across the rotation, %d upstream calls", answered.Load(), up.calls.Load())
+}
+
+// A refused reload logs a record saying so, then one record per error of
+// the file: no record holds the whole list with its line breaks escaped.
+func TestReloadLogsEachError(t *testing.T) {
+	for _, format := range []string{"text", "json"} {
+		t.Run(format, func(t *testing.T) {
+			dir := t.TempDir()
+			good := strings.Replace(routeConfig("http://127.0.0.1:1"), "log: {level: debug}", "log: {format: "+format+"}", 1)
+			path := writeConfig(t, dir, good)
+			cfg, err := loadConfig(path, envOf())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var log bytes.Buffer
+			g, err := newGateway(t.Context(), cfg, newLogger(cfg.Log, &log), time.Now, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { g.res.close() })
+
+			writeConfig(t, dir, good+"    ttl: soon\n    in_flight: later\n")
+			g.reload(envOf())
+			lines := strings.Split(strings.TrimSuffix(log.String(), "\n"), "\n")
+			want := []string{
+				"idemhook reload refused: the configuration is invalid; the running one keeps serving",
+				"idemhook reload refused: configuration error", // ttl
+				"idemhook reload refused: configuration error", // in_flight
+			}
+			if len(lines) != len(want) {
+				t.Fatalf("%d records, want %d:\n%s", len(lines), len(want), log.String())
+			}
+			errs := []string{"", path + `:10: routes[0].ttl: invalid duration "soon"`, path + `:11: routes[0].in_flight: invalid in_flight "later"`}
+			for i, l := range lines {
+				var rec struct{ Msg, Err, Level string }
+				var count int
+				if format == "json" {
+					var raw map[string]any
+					if err := json.Unmarshal([]byte(l), &raw); err != nil {
+						t.Fatalf("record %d is not JSON: %v\n%s", i, err, l)
+					}
+					rec.Msg, _ = raw["msg"].(string)
+					rec.Err, _ = raw["err"].(string)
+					rec.Level, _ = raw["level"].(string)
+					n, _ := raw["errors"].(float64)
+					count = int(n)
+				} else {
+					rec.Level, _, _ = strings.Cut(strings.TrimPrefix(l[strings.Index(l, "level="):], "level="), " ")
+					if m := regexp.MustCompile(`msg="([^"]*)"`).FindStringSubmatch(l); m != nil {
+						rec.Msg = m[1]
+					}
+					if m := regexp.MustCompile(`err="((?:[^"\\]|\\.)*)"`).FindStringSubmatch(l); m != nil {
+						rec.Err, _ = strconv.Unquote(`"` + m[1] + `"`)
+					}
+					if m := regexp.MustCompile(` errors=(\d+)`).FindStringSubmatch(l); m != nil {
+						count, _ = strconv.Atoi(m[1])
+					}
+				}
+				if strings.Contains(l, `\n`) {
+					t.Errorf("record %d holds an escaped line break: %s", i, l)
+				}
+				if rec.Level != "ERROR" || rec.Msg != want[i] || !strings.HasPrefix(rec.Err, errs[i]) {
+					t.Errorf("record %d: level %q msg %q err %q; want ERROR, %q, an err starting %q", i, rec.Level, rec.Msg, rec.Err, want[i], errs[i])
+				}
+				if i == 0 && count != 2 {
+					t.Errorf("the first record counts %d errors, want 2: %s", count, l)
+				}
+			}
+		})
+	}
 }
 
 // SIGINT while deliveries are at the upstream. Each is answered, the
