@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/go-chi/chi/v5"
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/memstore"
 )
@@ -118,10 +117,11 @@ func ExamplePreset() {
 	// 200 replayed: true
 }
 
-// A chi route with a path parameter: the default scope keys each tenant's
-// deliveries apart (chi records the route's pattern in Request.Pattern, and
-// a pattern with a wildcard scopes by path), so one tenant's answer is never
-// replayed to another, even for the same Idempotency-Key.
+// A route with a path parameter: the default scope keys each tenant's
+// deliveries apart (the router records the route's pattern in
+// Request.Pattern, and a pattern with a wildcard scopes by its values), so
+// one tenant's answer is never replayed to another, even for the same
+// Idempotency-Key. chi does the same (examples/chi).
 func ExampleRoute_scope() {
 	store, err := memstore.New(memstore.Config{})
 	if err != nil {
@@ -137,16 +137,16 @@ func ExampleRoute_scope() {
 	if err != nil {
 		panic(err)
 	}
-	r := chi.NewRouter()
-	r.With(orders).Post("/webhooks/orders/{tenant}", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "order for %s", chi.URLParam(r, "tenant"))
-	})
+	mux := http.NewServeMux()
+	mux.Handle("POST /webhooks/orders/{tenant}", orders(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "order for %s", r.PathValue("tenant"))
+	})))
 
-	for _, tenant := range []string{"acme", "globex", "acme"} {
-		req := httptest.NewRequest(http.MethodPost, "/webhooks/orders/"+tenant, strings.NewReader(`{"total":10}`))
+	for _, path := range []string{"/webhooks/orders/acme", "/webhooks/orders/globex", "/webhooks/orders/%61cme"} {
+		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(`{"total":10}`))
 		req.Header.Set("Idempotency-Key", "o-1")
 		rec := httptest.NewRecorder()
-		r.ServeHTTP(rec, req)
+		mux.ServeHTTP(rec, req)
 		fmt.Println(" ->", rec.Body.String())
 	}
 	// Output:
