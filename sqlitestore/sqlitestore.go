@@ -536,78 +536,6 @@ func (s *Store) Claim(ctx context.Context, key string, claim *idemhook.Record, l
 	return s.mode.claim(ctx, key, value, lease)
 }
 
-// Complete replaces the pending claim under key with done, kept for ttl.
-// It returns [idemhook.ErrNotOwner] unless key still holds exactly claim
-// and it hasn't expired.
-func (s *Store) Complete(ctx context.Context, key string, claim, done *idemhook.Record, ttl time.Duration) error {
-	if err := s.file.watch.failure(); err != nil {
-		return err
-	}
-	if err := checkLifetime("complete", ttl); err != nil {
-		return err
-	}
-	old, err := encode("complete", claim)
-	if err != nil {
-		return err
-	}
-	value, err := encode("complete", done)
-	if err != nil {
-		return err
-	}
-	return s.mode.complete(ctx, key, old, value, ttl)
-}
-
-// Release deletes the pending claim under key. It returns
-// [idemhook.ErrNotOwner] unless key still holds exactly claim and it hasn't
-// expired.
-func (s *Store) Release(ctx context.Context, key string, claim *idemhook.Record) error {
-	if err := s.file.watch.failure(); err != nil {
-		return err
-	}
-	old, err := encode("release", claim)
-	if err != nil {
-		return err
-	}
-	return s.mode.release(ctx, key, old)
-}
-
-// Extend renews the lease of the pending claim under key to lease from now.
-// It returns [idemhook.ErrNotOwner] unless key still holds exactly claim and
-// it hasn't expired.
-func (s *Store) Extend(ctx context.Context, key string, claim *idemhook.Record, lease time.Duration) error {
-	if err := s.file.watch.failure(); err != nil {
-		return err
-	}
-	if err := checkLifetime("extend", lease); err != nil {
-		return err
-	}
-	old, err := encode("extend", claim)
-	if err != nil {
-		return err
-	}
-	return s.mode.extend(ctx, key, old, lease)
-}
-
-// Get returns the record under key, or nil when there is none or it has
-// expired.
-func (s *Store) Get(ctx context.Context, key string) (*idemhook.Record, error) {
-	if err := s.file.watch.failure(); err != nil {
-		return nil, err
-	}
-	return s.mode.get(ctx, key)
-}
-
-// Delete removes key whatever it holds and reports whether it held a record
-// that hadn't expired.
-func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
-	if err := s.file.watch.failure(); err != nil {
-		return false, err
-	}
-	return s.mode.delete(ctx, key)
-}
-
-// The file's claims: each step is a statement on idem_keys.
-
 // claim is Claim with the claims in the file.
 func (s *fileStore) claim(ctx context.Context, key string, value []byte, lease time.Duration) (*idemhook.Record, error) {
 	for {
@@ -661,16 +589,68 @@ func (s *fileStore) exec(ctx context.Context, stmt *sql.Stmt, args func() []any)
 	})
 }
 
+// Complete replaces the pending claim under key with done, kept for ttl.
+// It returns [idemhook.ErrNotOwner] unless key still holds exactly claim
+// and it hasn't expired.
+func (s *Store) Complete(ctx context.Context, key string, claim, done *idemhook.Record, ttl time.Duration) error {
+	if err := s.file.watch.failure(); err != nil {
+		return err
+	}
+	if err := checkLifetime("complete", ttl); err != nil {
+		return err
+	}
+	old, err := encode("complete", claim)
+	if err != nil {
+		return err
+	}
+	value, err := encode("complete", done)
+	if err != nil {
+		return err
+	}
+	return s.mode.complete(ctx, key, old, value, ttl)
+}
+
 // complete is Complete with the claims in the file.
 func (s *fileStore) complete(ctx context.Context, key string, old, value []byte, ttl time.Duration) error {
 	n, err := s.exec(ctx, s.completeStmt, func() []any { return []any{key, old, value, s.expiry(ttl), s.nowMillis()} })
 	return casResult("complete", key, n, err)
 }
 
+// Release deletes the pending claim under key. It returns
+// [idemhook.ErrNotOwner] unless key still holds exactly claim and it hasn't
+// expired.
+func (s *Store) Release(ctx context.Context, key string, claim *idemhook.Record) error {
+	if err := s.file.watch.failure(); err != nil {
+		return err
+	}
+	old, err := encode("release", claim)
+	if err != nil {
+		return err
+	}
+	return s.mode.release(ctx, key, old)
+}
+
 // release is Release with the claims in the file.
 func (s *fileStore) release(ctx context.Context, key string, old []byte) error {
 	n, err := s.exec(ctx, s.releaseStmt, func() []any { return []any{key, old, s.nowMillis()} })
 	return casResult("release", key, n, err)
+}
+
+// Extend renews the lease of the pending claim under key to lease from now.
+// It returns [idemhook.ErrNotOwner] unless key still holds exactly claim and
+// it hasn't expired.
+func (s *Store) Extend(ctx context.Context, key string, claim *idemhook.Record, lease time.Duration) error {
+	if err := s.file.watch.failure(); err != nil {
+		return err
+	}
+	if err := checkLifetime("extend", lease); err != nil {
+		return err
+	}
+	old, err := encode("extend", claim)
+	if err != nil {
+		return err
+	}
+	return s.mode.extend(ctx, key, old, lease)
 }
 
 // extend is Extend with the claims in the file.
@@ -687,6 +667,15 @@ func casResult(op, key string, n int64, err error) error {
 		return idemhook.ErrNotOwner
 	}
 	return nil
+}
+
+// Get returns the record under key, or nil when there is none or it has
+// expired.
+func (s *Store) Get(ctx context.Context, key string) (*idemhook.Record, error) {
+	if err := s.file.watch.failure(); err != nil {
+		return nil, err
+	}
+	return s.mode.get(ctx, key)
 }
 
 // get is Get with the claims in the file: a read of the file.
@@ -709,6 +698,15 @@ func (s *fileStore) readLive(ctx context.Context, op, key string) (rec *idemhook
 	}
 	rec, err = decode(key, value)
 	return rec, true, err
+}
+
+// Delete removes key whatever it holds and reports whether it held a record
+// that hadn't expired.
+func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
+	if err := s.file.watch.failure(); err != nil {
+		return false, err
+	}
+	return s.mode.delete(ctx, key)
 }
 
 // delete is Delete with the claims in the file.
