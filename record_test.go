@@ -11,7 +11,6 @@ import (
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/internal/headerdict"
-	"github.com/idemhook/idemhook/internal/recordio"
 )
 
 func TestRecordRoundTrip(t *testing.T) {
@@ -37,7 +36,7 @@ func TestRecordRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := recordio.Decode("", "", b)
+			got, err := decodeRecord(b)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -93,7 +92,7 @@ func TestRecordEncodingLayout(t *testing.T) {
 	// Version 1, as completed records were written before version 2, still
 	// decodes to the same record.
 	v1 := cat([]byte{1, 2, 0}, ms, []byte{0xc8, 0x01, 1, 12}, []byte("Content-Type"), []byte{16}, []byte("application/json"), []byte{11}, []byte(`{"ok":true}`))
-	got, err := recordio.Decode("", "", v1)
+	got, err := decodeRecord(v1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +113,7 @@ func TestRecordDictionaryStrings(t *testing.T) {
 		if bytes.Contains(b, []byte(s)) {
 			t.Errorf("%q is written out in %x", s, b)
 		}
-		got, err := recordio.Decode("", "", b)
+		got, err := decodeRecord(b)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,7 +142,7 @@ func TestRecordDecodeRejectsCorruptValues(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := recordio.Decode("", "", tt.give)
+			_, err := decodeRecord(tt.give)
 			if !errors.Is(err, idemhook.ErrCorruptRecord) {
 				t.Fatalf("err = %v, want ErrCorruptRecord", err)
 			}
@@ -170,7 +169,7 @@ func FuzzDecodeRecord(f *testing.F) {
 	// Version 1 of a completed record, as written before version 2.
 	f.Add([]byte{1, 2, 0, 0, 0xc8, 0x01, 1, 1, 'A', 1, 'b', 1, 'x'})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		rec, err := recordio.Decode("", "", data)
+		rec, err := decodeRecord(data)
 		if err != nil {
 			if !errors.Is(err, idemhook.ErrCorruptRecord) {
 				t.Fatalf("decode error does not wrap ErrCorruptRecord: %v", err)
@@ -181,7 +180,7 @@ func FuzzDecodeRecord(f *testing.F) {
 		if err != nil {
 			t.Fatalf("decoded record does not encode: %v", err)
 		}
-		back, err := recordio.Decode("", "", b)
+		back, err := decodeRecord(b)
 		if err != nil {
 			t.Fatalf("re-encoded record does not decode: %v", err)
 		}
@@ -206,7 +205,7 @@ func TestRecordDecodesHeaderNamesOutOfOrder(t *testing.T) {
 			b = append(append(b, str(e[0])...), str(e[1])...)
 		}
 		b = append(b, 0) // empty body
-		got, err := recordio.Decode("", "", b)
+		got, err := decodeRecord(b)
 		if err != nil {
 			t.Fatalf("version %d: %v", version, err)
 		}
@@ -225,7 +224,7 @@ func TestRecordDecodedHeaderValuesAreIndependent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := recordio.Decode("", "", b)
+	got, err := decodeRecord(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,4 +263,14 @@ func BenchmarkRecord(b *testing.B) {
 			}
 		}
 	})
+}
+
+// decodeRecord decodes b into a new record, as a store does with a value it
+// read.
+func decodeRecord(b []byte) (*idemhook.Record, error) {
+	r := new(idemhook.Record)
+	if err := r.UnmarshalBinary(b); err != nil {
+		return nil, err
+	}
+	return r, nil
 }

@@ -64,9 +64,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -76,6 +74,7 @@ import (
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/internal/periodic"
+	"github.com/idemhook/idemhook/internal/pgschema"
 	"github.com/idemhook/idemhook/internal/recordio"
 	"github.com/idemhook/idemhook/internal/sqlbatch"
 )
@@ -144,15 +143,8 @@ type Store struct {
 
 var _ idemhook.NamedStore = (*Store)(nil)
 
-var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
-
 // ValidateTable reports whether name is accepted as [Config.Table].
-func ValidateTable(name string) error {
-	if !tableName.MatchString(name) {
-		return fmt.Errorf("table %q: want letters, digits and underscores, starting with a letter or an underscore, optionally schema.table, each part at most 63 characters", name)
-	}
-	return nil
-}
+func ValidateTable(name string) error { return pgschema.Check(name) }
 
 // New returns a store keeping its records in the table cfg.Table through
 // pool, creating the table if it is missing (unless cfg.SkipCreate), and
@@ -165,7 +157,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if cfg.Table == "" {
 		cfg.Table = DefaultTable
 	}
-	if err := ValidateTable(cfg.Table); err != nil {
+	id, err := pgschema.Table(cfg.Table)
+	if err != nil {
 		return nil, fmt.Errorf("pgstore: New: %w", err)
 	}
 	if cfg.SweepBatch < 0 {
@@ -174,14 +167,13 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if cfg.SweepBatch == 0 {
 		cfg.SweepBatch = DefaultSweepBatch
 	}
-	id := pgx.Identifier(strings.Split(cfg.Table, "."))
 	s := &Store{pool: pool, table: cfg.Table, ident: id.Sanitize(), batch: cfg.SweepBatch, log: cfg.Logger}
 	s.prepareSQL()
 	if cfg.SkipCreate {
 		if err := s.checkTable(ctx); err != nil {
 			return nil, err
 		}
-	} else if err := s.createTable(ctx, id); err != nil {
+	} else if err := pgschema.Create(ctx, pool, "pgstore", id, ddl(id)); err != nil {
 		return nil, err
 	}
 	if cfg.Batch {
@@ -246,18 +238,16 @@ func Schema(table string) (string, error) {
 	if table == "" {
 		table = DefaultTable
 	}
-	if err := ValidateTable(table); err != nil {
+	id, err := pgschema.Table(table)
+	if err != nil {
 		return "", fmt.Errorf("pgstore: Schema: %w", err)
 	}
-	return strings.Join(ddl(pgx.Identifier(strings.Split(table, "."))), ";\n") + ";\n", nil
+	return strings.Join(ddl(id), ";\n") + ";\n", nil
 }
 
+// ddl is the SQL that creates the table id and its index.
 func ddl(id pgx.Identifier) []string {
-	base := id[len(id)-1]
-	index := base + "_expires_at_idx"
-	if len(index) > 63 {
-		index = base[:63-len("_expires_at_idx")] + "_expires_at_idx"
-	}
+	index := pgschema.IndexName(id[len(id)-1], "expires_at")
 	t := id.Sanitize()
 	return []string{
 		`CREATE TABLE IF NOT EXISTS ` + t + ` (
@@ -267,30 +257,6 @@ func ddl(id pgx.Identifier) []string {
 )`,
 		`CREATE INDEX IF NOT EXISTS ` + pgx.Identifier{index}.Sanitize() + ` ON ` + t + ` (expires_at)`,
 	}
-}
-
-// createTable runs the DDL under a transaction-level advisory lock derived
-// from the table name. CREATE TABLE IF NOT EXISTS is not atomic in
-// PostgreSQL, and instances starting together would otherwise race on it.
-func (s *Store) createTable(ctx context.Context, id pgx.Identifier) error {
-	h := fnv.New64a()
-	h.Write([]byte("idemhook pgstore " + strings.Join(id, "."))) //nolint:errcheck // never fails
-	lock := int64(h.Sum64())
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lock); err != nil {
-			return err
-		}
-		for _, q := range ddl(id) {
-			if _, err := tx.Exec(ctx, q); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("pgstore: create table %s: %w", s.table, err)
-	}
-	return nil
 }
 
 // checkTable checks that the table exists with the columns the statements

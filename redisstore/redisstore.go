@@ -74,7 +74,6 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/idemhook/idemhook"
-	"github.com/idemhook/idemhook/internal/recordio"
 )
 
 // Config configures a [Store]. The zero value is valid.
@@ -251,8 +250,8 @@ func (s *Store) Claim(ctx context.Context, key string, claim *idemhook.Record, l
 	if !found {
 		return nil, nil // the key was absent and now holds the claim
 	}
-	rec, err := recordio.Decode("", "", old)
-	if err != nil {
+	rec := new(idemhook.Record)
+	if err := rec.UnmarshalBinary(old); err != nil {
 		return nil, opError("claim", rkey, err)
 	}
 	return rec, nil
@@ -327,8 +326,8 @@ func (s *Store) Get(ctx context.Context, key string) (*idemhook.Record, error) {
 	if !found {
 		return nil, nil
 	}
-	rec, err := recordio.Decode("", "", val)
-	if err != nil {
+	rec := new(idemhook.Record)
+	if err := rec.UnmarshalBinary(val); err != nil {
 		return nil, opError("get", rkey, err)
 	}
 	return rec, nil

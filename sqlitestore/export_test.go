@@ -7,22 +7,28 @@ import (
 
 // SweepFrom exposes one run of the background sweeper to the tests.
 func (s *Store) SweepFrom(ctx context.Context, after string, steps int) (int64, string, error) {
-	return s.sweepFrom(ctx, after, steps)
+	return s.file.sweepFrom(ctx, after, steps)
 }
 
-// SetClaimReadHook makes f run in every Claim of a store holding its claims
-// in memory, between its read of the file and its second look at the map,
-// until the test ends.
-func SetClaimReadHook(tb testing.TB, f func(s *Store, key string)) {
-	claimReadHook.Store(&f)
-	tb.Cleanup(func() { claimReadHook.Store(nil) })
+// held is the store's mode when it holds its claims in memory
+// (Config.Lock).
+func (s *Store) held() *heldStore { return s.mode.(*heldStore) }
+
+// SetClaimReadHook makes f run in every Claim of s, a store holding its
+// claims in memory, between its read of the file and its second look at
+// the map, until the test ends.
+func (s *Store) SetClaimReadHook(tb testing.TB, f func(key string)) {
+	h := s.held()
+	h.readHook.Store(&f)
+	tb.Cleanup(func() { h.readHook.Store(nil) })
 }
 
 // Cached reports the number and the cost of the completed records the store
 // keeps in memory (Config.CacheBytes).
 func (s *Store) Cached() (records, bytes int) {
-	for i := range s.held.shards {
-		sh := &s.held.shards[i]
+	h := s.held()
+	for i := range h.shards {
+		sh := &h.shards[i]
 		sh.mu.Lock()
 		records += len(sh.records)
 		bytes += sh.bytes
@@ -32,20 +38,21 @@ func (s *Store) Cached() (records, bytes int) {
 }
 
 // WaitKeyFilter waits for the initial build of the key filter.
-func (s *Store) WaitKeyFilter() { <-s.building }
+func (s *Store) WaitKeyFilter() { <-s.held().building }
 
 // KeyFilterOff waits for the key filter's initial build, then drops the
 // filter, so that every Claim reads the file.
 func (s *Store) KeyFilterOff() {
-	<-s.building
-	s.held.filter.current.Store(nil)
+	h := s.held()
+	<-h.building
+	h.filter.current.Store(nil)
 }
 
 // RebuildKeyFilter builds the key filter again, as the sweeper does.
-func (s *Store) RebuildKeyFilter(ctx context.Context) error { return s.buildFilter(ctx) }
+func (s *Store) RebuildKeyFilter(ctx context.Context) error { return s.held().buildFilter(ctx) }
 
 // KeyFilterAbsent reports whether the key filter says key has no row.
-func (s *Store) KeyFilterAbsent(key string) bool { return s.held.filter.absent(key) }
+func (s *Store) KeyFilterAbsent(key string) bool { return s.held().filter.absent(key) }
 
 // SetCommitHook makes f run on the writer's goroutine before each commit,
 // until the test ends. An error f returns fails that commit.

@@ -122,41 +122,41 @@ func (f *keyFilter) added(key string) {
 
 // filterStale reports whether the filter should be built again: it has
 // taken more keys than it was sized for, or its initial build failed.
-func (s *Store) filterStale() bool {
+func (h *heldStore) filterStale() bool {
 	select {
-	case <-s.building:
+	case <-h.building:
 	default:
 		return false // the initial build is still running
 	}
-	b := s.held.filter.current.Load()
+	b := h.filter.current.Load()
 	return b == nil || !b.ready.Load() || b.added.Load() > b.capacity
 }
 
 // buildFilter puts a new filter in place, sized from the file, and scans
 // the file's keys into it. Until the scan is done, Claims read the file.
-func (s *Store) buildFilter(ctx context.Context) error {
+func (h *heldStore) buildFilter(ctx context.Context) error {
 	var pages, pageSize int64
-	if err := s.readDB.QueryRowContext(ctx, "PRAGMA page_count").Scan(&pages); err != nil {
+	if err := h.readDB.QueryRowContext(ctx, "PRAGMA page_count").Scan(&pages); err != nil {
 		return fmt.Errorf("sqlitestore: key filter: %w", err)
 	}
-	if err := s.readDB.QueryRowContext(ctx, "PRAGMA page_size").Scan(&pageSize); err != nil {
+	if err := h.readDB.QueryRowContext(ctx, "PRAGMA page_size").Scan(&pageSize); err != nil {
 		return fmt.Errorf("sqlitestore: key filter: %w", err)
 	}
 	keys := pages * pageSize / filterRowBytes
-	if old := s.held.filter.current.Load(); old != nil {
+	if old := h.filter.current.Load(); old != nil {
 		keys = max(keys, old.added.Load())
 	}
 	b := newBloom(2 * keys)
 	start := time.Now()
 	// Put it in place on the writer's goroutine (see the rules above).
-	if err := s.w.inOrder(ctx, func() { s.held.filter.current.Store(b) }); err != nil {
+	if err := h.w.inOrder(ctx, func() { h.filter.current.Store(b) }); err != nil {
 		return fmt.Errorf("sqlitestore: key filter: %w", err)
 	}
 	// In key order, filterScanRows at a time, so that the scan holds a
 	// connection (db's only one, without Config.Reader) only briefly.
 	after, scanned := "", 0
 	for first := true; ; first = false {
-		n, last, err := s.scanKeysAfter(ctx, b, first, after)
+		n, last, err := h.scanKeysAfter(ctx, b, first, after)
 		scanned += n
 		if err != nil {
 			return fmt.Errorf("sqlitestore: key filter: %w", err)
@@ -167,8 +167,8 @@ func (s *Store) buildFilter(ctx context.Context) error {
 		after = last
 	}
 	b.ready.Store(true)
-	if s.log != nil {
-		s.log.Info("sqlitestore: key filter built: first deliveries of new keys no longer read the file",
+	if h.log != nil {
+		h.log.Info("sqlitestore: key filter built: first deliveries of new keys no longer read the file",
 			"keys", scanned, "sized_for", b.capacity, "bytes", len(b.words)*8, "took", time.Since(start).Round(time.Millisecond))
 	}
 	return nil
@@ -180,10 +180,10 @@ const filterScanRows = 10_000
 // scanKeysAfter adds to b the next keys of the file after the key after
 // (from the first key when first, which "" can't say: it is a key too), and
 // returns how many it read and the last one.
-func (s *Store) scanKeysAfter(ctx context.Context, b *bloom, first bool, after string) (int, string, error) {
-	stmt := s.scanKeys
+func (h *heldStore) scanKeysAfter(ctx context.Context, b *bloom, first bool, after string) (int, string, error) {
+	stmt := h.scanKeys
 	if first {
-		stmt = s.scanFirstKeys
+		stmt = h.scanFirstKeys
 	}
 	rows, err := stmt.QueryContext(ctx, after, filterScanRows)
 	if err != nil {
@@ -195,7 +195,7 @@ func (s *Store) scanKeysAfter(ctx context.Context, b *bloom, first bool, after s
 		if err := rows.Scan(&key); err != nil {
 			return n, key, err
 		}
-		b.add(s.held.filter.seed, key)
+		b.add(h.filter.seed, key)
 		n++
 	}
 	return n, key, rows.Err()

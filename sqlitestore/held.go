@@ -45,15 +45,16 @@ import (
 //     Delete removes it on the writer's goroutine. So the cache never holds
 //     a record the file doesn't, and Claim and Get may answer from it.
 
-// claimReadHook, set by tests only, runs in Claim between its read of the
-// file and its second look at the map: where a record committed meanwhile
-// must not be missed.
-var claimReadHook atomic.Pointer[func(s *Store, key string)]
-
 // heldShards is the number of independently locked parts of the map.
 const heldShards = 32
 
-type heldClaims struct {
+// heldStore is the store of a process holding its file alone (Config.Lock):
+// the file store, whose pending claims are held in memory instead of the
+// file, with recent records and the key filter (filter.go). Its claim,
+// complete, release, extend, get and delete replace the file store's; the
+// rest is the file store's.
+type heldStore struct {
+	*fileStore
 	seed   maphash.Seed
 	budget int // bytes of cached records per shard; 0 caches none
 	shards [heldShards]heldShard
@@ -62,6 +63,15 @@ type heldClaims struct {
 	// while the probe writes run (see the end of this file).
 	writeErr atomic.Pointer[error]
 	healing  atomic.Bool
+
+	building chan struct{}      // closed when the key filter's initial build ends
+	stop     context.CancelFunc // of the initial build
+	lock     *FileLock          // Config.Lock
+
+	// readHook, set by tests only, runs in claim between its read of the
+	// file and its second look at the map: where a record committed
+	// meanwhile must not be missed.
+	readHook atomic.Pointer[func(key string)]
 }
 
 type heldShard struct {
@@ -94,16 +104,52 @@ type heldClaim struct {
 	completing bool   // Complete is writing the record
 }
 
-// newHeldClaims returns the claims of a store, with a cache of completed
-// records of at most cacheBytes.
-func newHeldClaims(cacheBytes int) *heldClaims {
-	h := &heldClaims{seed: maphash.MakeSeed(), budget: cacheBytes / heldShards}
+// newHeldStore returns the store holding its pending claims over the file
+// store s, under lock, with a cache of completed records of at most
+// cacheBytes.
+func newHeldStore(s *fileStore, cacheBytes int, lock *FileLock) *heldStore {
+	h := &heldStore{fileStore: s, seed: maphash.MakeSeed(), budget: cacheBytes / heldShards, lock: lock}
 	h.filter.seed = maphash.MakeSeed()
 	for i := range h.shards {
 		h.shards[i].m = make(map[string]*heldClaim)
 		h.shards[i].records = make(map[string]cachedRecord)
 	}
 	return h
+}
+
+// startFilter starts the key filter's initial build. The store's writer must
+// be running.
+func (h *heldStore) startFilter() {
+	ctx, cancel := context.WithCancel(context.Background())
+	h.building, h.stop = make(chan struct{}), cancel
+	go func() {
+		defer close(h.building)
+		if err := h.buildFilter(ctx); err != nil && ctx.Err() == nil && h.log != nil {
+			h.log.Warn("sqlitestore: building the key filter failed; first deliveries read the file until the sweeper builds it", "err", err)
+		}
+	}()
+}
+
+// close stops the key filter's build, then the file store, and frees the
+// lock for another Store.
+func (h *heldStore) close() {
+	h.stop()
+	<-h.building
+	h.fileStore.close()
+	h.lock.store.Store(false)
+}
+
+// sweepRun is the file store's run of the sweeper, after removing the
+// claims and records that have expired from memory and building the key
+// filter again when it is stale.
+func (h *heldStore) sweepRun(ctx context.Context) error {
+	h.sweepMemory(h.nowMillis())
+	if h.filterStale() {
+		if err := h.buildFilter(ctx); err != nil {
+			return err
+		}
+	}
+	return h.fileStore.sweepRun(ctx)
 }
 
 // cached returns the encoding of the record cached under key if it is live
@@ -149,7 +195,7 @@ func (sh *heldShard) uncache(key string) {
 	}
 }
 
-func (h *heldClaims) shard(key string) *heldShard {
+func (h *heldStore) shard(key string) *heldShard {
 	return &h.shards[maphash.String(h.seed, key)%heldShards]
 }
 
@@ -177,8 +223,9 @@ func (sh *heldShard) owned(key string, value []byte, now int64) *heldClaim {
 	return c
 }
 
-// sweep removes the claims whose lease has lapsed at now.
-func (h *heldClaims) sweep(now int64) {
+// sweepMemory removes the claims whose lease has lapsed at now, and the
+// cached records that have expired.
+func (h *heldStore) sweepMemory(now int64) {
 	for i := range h.shards {
 		sh := &h.shards[i]
 		sh.mu.Lock()
@@ -192,18 +239,18 @@ func (h *heldClaims) sweep(now int64) {
 	}
 }
 
-// claimHeld is Claim with the claims held in memory.
-func (s *Store) claimHeld(ctx context.Context, key string, value []byte, lease time.Duration) (*idemhook.Record, error) {
+// claim is Claim with the claims held in memory.
+func (h *heldStore) claim(ctx context.Context, key string, value []byte, lease time.Duration) (*idemhook.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("sqlitestore: claim %q: %w", key, err)
 	}
-	if err := s.writeFailure(key); err != nil {
+	if err := h.writeFailure(key); err != nil {
 		return nil, err
 	}
-	sh := s.held.shard(key)
+	sh := h.shard(key)
 	for {
 		sh.mu.Lock()
-		now := s.nowMillis()
+		now := h.nowMillis()
 		if c := sh.live(key, now); c != nil {
 			sh.mu.Unlock()
 			return decode(key, c.value)
@@ -212,23 +259,23 @@ func (s *Store) claimHeld(ctx context.Context, key string, value []byte, lease t
 			sh.mu.Unlock()
 			return decode(key, v)
 		}
-		if s.held.filter.absent(key) { // no row: no need to read the file (see filter.go)
-			sh.m[key] = &heldClaim{value: value, expiresAt: s.expiry(lease)}
+		if h.filter.absent(key) { // no row: no need to read the file (see filter.go)
+			sh.m[key] = &heldClaim{value: value, expiresAt: h.expiry(lease)}
 			sh.mu.Unlock()
 			return nil, nil
 		}
 		seen := sh.completions
 		sh.mu.Unlock()
 
-		if rec, found, err := s.readLive(ctx, "claim", key); err != nil || found {
+		if rec, found, err := h.readLive(ctx, "claim", key); err != nil || found {
 			return rec, err
 		}
-		if hook := claimReadHook.Load(); hook != nil {
-			(*hook)(s, key)
+		if hook := h.readHook.Load(); hook != nil {
+			(*hook)(key)
 		}
 
 		sh.mu.Lock()
-		if c := sh.live(key, s.nowMillis()); c != nil {
+		if c := sh.live(key, h.nowMillis()); c != nil {
 			sh.mu.Unlock()
 			return decode(key, c.value)
 		}
@@ -236,23 +283,23 @@ func (s *Store) claimHeld(ctx context.Context, key string, value []byte, lease t
 			sh.mu.Unlock()
 			continue // a record was committed meanwhile, maybe this key's
 		}
-		sh.m[key] = &heldClaim{value: value, expiresAt: s.expiry(lease)}
+		sh.m[key] = &heldClaim{value: value, expiresAt: h.expiry(lease)}
 		sh.mu.Unlock()
 		return nil, nil
 	}
 }
 
-// completeHeld is Complete with the claims held in memory. The check of the
+// complete is Complete with the claims held in memory. The check of the
 // claim and the record's write run on the writer's goroutine, in one order
 // with Delete.
-func (s *Store) completeHeld(ctx context.Context, key string, old, value []byte, ttl time.Duration) error {
-	sh := s.held.shard(key)
+func (h *heldStore) complete(ctx context.Context, key string, old, value []byte, ttl time.Duration) error {
+	sh := h.shard(key)
 	var mine *heldClaim // the claim this call marked completing
 	var expiresAt int64 // the record's, as written
 	run := func(ctx context.Context, tx *sql.Tx) (int64, error) {
 		sh.mu.Lock()
 		if mine == nil { // not on a second run of the write (see writer.run)
-			mine = sh.owned(key, old, s.nowMillis())
+			mine = sh.owned(key, old, h.nowMillis())
 			if mine != nil {
 				mine.completing = true
 			}
@@ -261,9 +308,9 @@ func (s *Store) completeHeld(ctx context.Context, key string, old, value []byte,
 		if mine == nil {
 			return 0, nil
 		}
-		expiresAt = s.expiry(ttl)
-		s.held.filter.added(key) // before the commit (see filter.go)
-		_, err := tx.StmtContext(ctx, s.put).ExecContext(ctx, key, value, expiresAt)
+		expiresAt = h.expiry(ttl)
+		h.filter.added(key) // before the commit (see filter.go)
+		_, err := tx.StmtContext(ctx, h.putStmt).ExecContext(ctx, key, value, expiresAt)
 		if err != nil {
 			return 0, err
 		}
@@ -278,72 +325,106 @@ func (s *Store) completeHeld(ctx context.Context, key string, old, value []byte,
 		if committed {
 			if sh.m[key] == mine { // no Delete took it meanwhile
 				delete(sh.m, key)
-				if s.held.budget > 0 {
-					sh.cache(key, value, expiresAt, s.held.budget)
+				if h.budget > 0 {
+					sh.cache(key, value, expiresAt, h.budget)
 				}
 			}
 			sh.completions++
 		}
 		sh.mu.Unlock()
 	}
-	n, err := s.w.doThen(ctx, run, after)
+	n, err := h.w.doThen(ctx, run, after)
 	return casResult("complete", key, n, err)
 }
 
-// releaseHeld is Release with the claims held in memory.
-func (s *Store) releaseHeld(ctx context.Context, key string, old []byte) error {
+// release is Release with the claims held in memory.
+func (h *heldStore) release(ctx context.Context, key string, old []byte) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("sqlitestore: release %q: %w", key, err)
 	}
-	sh := s.held.shard(key)
+	sh := h.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sh.owned(key, old, s.nowMillis()) == nil {
+	if sh.owned(key, old, h.nowMillis()) == nil {
 		return idemhook.ErrNotOwner
 	}
 	delete(sh.m, key)
 	return nil
 }
 
-// extendHeld is Extend with the claims held in memory.
-func (s *Store) extendHeld(ctx context.Context, key string, old []byte, lease time.Duration) error {
+// extend is Extend with the claims held in memory.
+func (h *heldStore) extend(ctx context.Context, key string, old []byte, lease time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("sqlitestore: extend %q: %w", key, err)
 	}
-	sh := s.held.shard(key)
+	sh := h.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	c := sh.owned(key, old, s.nowMillis())
+	c := sh.owned(key, old, h.nowMillis())
 	if c == nil {
 		return idemhook.ErrNotOwner
 	}
-	c.expiresAt = s.expiry(lease)
+	c.expiresAt = h.expiry(lease)
 	return nil
 }
 
-// getHeld returns the encoding of the live claim held under key, or of
-// the live record cached there, or nil. The caller has checked its context.
-func (s *Store) getHeld(key string) []byte {
-	sh := s.held.shard(key)
+// get is Get with the claims held in memory: the live claim or cached
+// record held under key, or else the file's record.
+func (h *heldStore) get(ctx context.Context, key string) (*idemhook.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("sqlitestore: get %q: %w", key, err)
+	}
+	if value := h.lookup(key); value != nil {
+		return decode(key, value)
+	}
+	return h.fileStore.get(ctx, key)
+}
+
+// lookup returns the encoding of the live claim held under key, or of
+// the live record cached there, or nil.
+func (h *heldStore) lookup(key string) []byte {
+	sh := h.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	now := s.nowMillis()
+	now := h.nowMillis()
 	if c := sh.live(key, now); c != nil {
 		return c.value
 	}
 	return sh.cached(key, now)
 }
 
-// deleteHeld removes the claim held under key, whatever its owner, and
+// delete is Delete with the claims held in memory: the claim held under key
+// and the file's row go in one write.
+func (h *heldStore) delete(ctx context.Context, key string) (bool, error) {
+	var expiresAt int64
+	var heldLive bool
+	var restore func() // puts back the claim held in memory, if Delete failed
+	n, err := h.w.doThen(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+		if restore == nil { // not on a second run (see writer.run)
+			heldLive, restore = h.unhold(key)
+		}
+		return h.deleteRow(ctx, tx, key, &expiresAt)
+	}, func(committed bool) {
+		if !committed && restore != nil {
+			restore()
+		}
+	})
+	if err != nil {
+		return false, fmt.Errorf("sqlitestore: delete %q: %w", key, err)
+	}
+	return heldLive || n == 1 && expiresAt > h.nowMillis(), nil
+}
+
+// unhold removes the claim held under key, whatever its owner, and
 // reports whether it was live. It runs in Delete's write, on the writer's
 // goroutine (see the rules above). restore puts the claim back if that
 // write was not committed and no other claim took the key meanwhile.
-func (s *Store) deleteHeld(key string) (live bool, restore func()) {
-	sh := s.held.shard(key)
+func (h *heldStore) unhold(key string) (live bool, restore func()) {
+	sh := h.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	sh.uncache(key) // the file still has it if the delete fails
-	c := sh.live(key, s.nowMillis())
+	c := sh.live(key, h.nowMillis())
 	if c == nil {
 		return false, func() {}
 	}
@@ -370,37 +451,37 @@ func (s *Store) deleteHeld(key string) (live bool, restore func()) {
 const healInterval = 500 * time.Millisecond
 
 // writeHealth records the outcome of a commit of the writer.
-func (s *Store) writeHealth(err error) {
+func (h *heldStore) writeHealth(err error) {
 	if err == nil {
-		if s.held.writeErr.Load() != nil {
-			s.held.writeErr.Store(nil)
-			if s.log != nil {
-				s.log.Info("sqlitestore: writes to the file succeed again: claims resume")
+		if h.writeErr.Load() != nil {
+			h.writeErr.Store(nil)
+			if h.log != nil {
+				h.log.Info("sqlitestore: writes to the file succeed again: claims resume")
 			}
 		}
 		return
 	}
-	if s.held.writeErr.Swap(&err) == nil && s.log != nil {
-		s.log.Error("sqlitestore: a write to the file failed: claims fail until a write succeeds", "err", err)
+	if h.writeErr.Swap(&err) == nil && h.log != nil {
+		h.log.Error("sqlitestore: a write to the file failed: claims fail until a write succeeds", "err", err)
 	}
-	if s.held.healing.CompareAndSwap(false, true) {
-		go s.heal()
+	if h.healing.CompareAndSwap(false, true) {
+		go h.heal()
 	}
 }
 
 // heal tries a probe write every healInterval until one commits (the
 // writer then clears the failure) or the store is closed.
-func (s *Store) heal() {
-	defer s.held.healing.Store(false)
+func (h *heldStore) heal() {
+	defer h.healing.Store(false)
 	t := time.NewTicker(healInterval)
 	defer t.Stop()
-	for s.held.writeErr.Load() != nil {
+	for h.writeErr.Load() != nil {
 		select {
-		case <-s.w.workers.Stopped():
+		case <-h.w.workers.Stopped():
 			return
 		case <-t.C:
 		}
-		s.w.do(context.Background(), func(ctx context.Context, tx *sql.Tx) (int64, error) { //nolint:errcheck // the writer reports the outcome
+		h.w.do(context.Background(), func(ctx context.Context, tx *sql.Tx) (int64, error) { //nolint:errcheck // the writer reports the outcome
 			// A row that is absent to every call (expired), gone again
 			// before the commit: the write touches pages, changes nothing.
 			if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO idem_keys (key, value, expires_at) VALUES ('idemhook:write-probe', x'', 0)`); err != nil {
@@ -413,8 +494,8 @@ func (s *Store) heal() {
 }
 
 // writeFailure is the error Claim returns while writes fail, or nil.
-func (s *Store) writeFailure(key string) error {
-	if p := s.held.writeErr.Load(); p != nil {
+func (h *heldStore) writeFailure(key string) error {
+	if p := h.writeErr.Load(); p != nil {
 		return fmt.Errorf("sqlitestore: claim %q: the file can't be written (the last write failed: %w); claims fail until a write succeeds", key, *p)
 	}
 	return nil

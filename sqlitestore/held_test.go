@@ -268,8 +268,8 @@ func TestHeldClaimSeesARecordCompletedWhileItReadTheFile(t *testing.T) {
 	s, _ := heldStore(t, sqlitestore.Config{SweepInterval: -1})
 	s.KeyFilterOff() // the filter would spare the read this test is about
 	var fired atomic.Bool
-	sqlitestore.SetClaimReadHook(t, func(hs *sqlitestore.Store, key string) {
-		if hs != s || !fired.CompareAndSwap(false, true) {
+	s.SetClaimReadHook(t, func(key string) {
+		if !fired.CompareAndSwap(false, true) {
 			return
 		}
 		other := pending("other")

@@ -99,13 +99,13 @@ func (s *Store) FreePendingClaims(ctx context.Context, lease time.Duration) (int
 	if lease <= 0 {
 		return 0, fmt.Errorf("sqlitestore: FreePendingClaims: lease %v must be positive", lease)
 	}
-	now := s.nowMillis()
+	now := s.file.nowMillis()
 	// The second byte of an encoded record is its state, and 1 is pending. A
 	// claim's expiry is at most one lease after its last write, so the
 	// range (twice that, for a clock that stepped back since) leaves alone
 	// any row that is not such a claim. The table has no expiry index, so
 	// this reads every row once, at start, about as long as a sweep.
-	res, err := s.db.ExecContext(ctx, `DELETE FROM idem_keys
+	res, err := s.file.db.ExecContext(ctx, `DELETE FROM idem_keys
 		WHERE expires_at > ?1 AND expires_at <= ?2 AND substr(value, 2, 1) = x'01'`,
 		now, now+2*lease.Milliseconds())
 	if err != nil {

@@ -124,30 +124,55 @@ type Config struct {
 // Store is an [idemhook.Store] backed by SQLite. It is safe for concurrent
 // use. Create it with [New].
 type Store struct {
+	file *fileStore // the database file, its statements and its writer
+	// mode keeps the pending claims: file itself when several processes
+	// may share the file, or a *heldStore over it that holds them in
+	// memory (Config.Lock). New chooses it once; the methods of Store check
+	// their arguments, encode the records and hand over to it.
+	mode     claimer
+	stopOnce sync.Once
+}
+
+// claimer is the part of a store that depends on where its pending claims
+// are kept: in the file (*fileStore) or in this process's memory
+// (*heldStore, see held.go). Values are records in their binary encoding.
+type claimer interface {
+	claim(ctx context.Context, key string, value []byte, lease time.Duration) (*idemhook.Record, error)
+	complete(ctx context.Context, key string, old, value []byte, ttl time.Duration) error
+	release(ctx context.Context, key string, old []byte) error
+	extend(ctx context.Context, key string, old []byte, lease time.Duration) error
+	get(ctx context.Context, key string) (*idemhook.Record, error)
+	delete(ctx context.Context, key string) (bool, error)
+	// sweepRun is one run of the background sweeper.
+	sweepRun(ctx context.Context) error
+	// close stops the background work and releases the statements.
+	close()
+}
+
+var (
+	_ claimer = (*fileStore)(nil)
+	_ claimer = (*heldStore)(nil)
+)
+
+// fileStore is the store on the database file: the records and, when it is
+// the Store's mode, the pending claims are rows of idem_keys.
+type fileStore struct {
 	db  *sql.DB
 	now func() time.Time
 	log *slog.Logger
 
-	claim, get, complete, release, extend, del, put *sql.Stmt
-	read                                            *sql.Stmt // get, on Config.Reader when set
-	scanFirstKeys, scanKeys                         *sql.Stmt // the key filter's scan, on Config.Reader when set
-	readDB                                          *sql.DB   // Config.Reader, or db
-	sweepFirst, sweepNext, sweep                    *sql.Stmt
+	claimStmt, getStmt, completeStmt, releaseStmt, extendStmt, deleteStmt, putStmt *sql.Stmt
+	read                                                                           *sql.Stmt // get, on Config.Reader when set
+	scanFirstKeys, scanKeys                                                        *sql.Stmt // the key filter's scan, on Config.Reader when set
+	readDB                                                                         *sql.DB   // Config.Reader, or db
+	sweepFirst, sweepNext, sweep                                                   *sql.Stmt
 
 	w *writer // every write goes through it (see writer.go)
-	// held is what a store holding its file alone (Config.Lock) keeps in
-	// memory: the pending claims, recent records, the key filter, and
-	// whether writes fail (see held.go, filter.go); nil without the lock.
-	held     *heldClaims
-	building chan struct{}      // closed when the key filter's initial build ends
-	stop     context.CancelFunc // of the initial build
-	lock     *FileLock          // Config.Lock
 
 	sweeping  *periodic.Task
 	sweptUpTo string     // the key the sweeper's last step ended at; "" from the start
-	file      *fileCheck // nil for a database without a file
+	watch     *fileCheck // nil for a database without a file
 	checking  *periodic.Task
-	stopOnce  sync.Once
 }
 
 var _ idemhook.Store = (*Store)(nil)
@@ -229,7 +254,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("sqlitestore: New: nil *sql.DB")
 	}
-	s := &Store{db: db, now: cfg.Now, log: cfg.Logger}
+	s := &fileStore{db: db, now: cfg.Now, log: cfg.Logger}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -243,23 +268,23 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	}{
 		// Insert the claim, or take over a row that has expired. RETURNING
 		// yields a row only when the claim was stored.
-		{&s.claim, `INSERT INTO idem_keys (key, value, expires_at) VALUES (?1, ?2, ?3)
+		{&s.claimStmt, `INSERT INTO idem_keys (key, value, expires_at) VALUES (?1, ?2, ?3)
 			ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at
 			WHERE idem_keys.expires_at <= ?4
 			RETURNING 1`},
-		{&s.get, `SELECT value FROM idem_keys WHERE key = ?1 AND expires_at > ?2`},
+		{&s.getStmt, `SELECT value FROM idem_keys WHERE key = ?1 AND expires_at > ?2`},
 		{&s.read, `SELECT value FROM idem_keys WHERE key = ?1 AND expires_at > ?2`},     // on Config.Reader
 		{&s.scanFirstKeys, `SELECT key FROM idem_keys ORDER BY key LIMIT ?2`},           // on Config.Reader
 		{&s.scanKeys, `SELECT key FROM idem_keys WHERE key > ?1 ORDER BY key LIMIT ?2`}, // on Config.Reader
-		{&s.complete, `UPDATE idem_keys SET value = ?3, expires_at = ?4
+		{&s.completeStmt, `UPDATE idem_keys SET value = ?3, expires_at = ?4
 			WHERE key = ?1 AND value = ?2 AND expires_at > ?5`},
-		{&s.release, `DELETE FROM idem_keys WHERE key = ?1 AND value = ?2 AND expires_at > ?3`},
-		{&s.extend, `UPDATE idem_keys SET expires_at = ?3
+		{&s.releaseStmt, `DELETE FROM idem_keys WHERE key = ?1 AND value = ?2 AND expires_at > ?3`},
+		{&s.extendStmt, `UPDATE idem_keys SET expires_at = ?3
 			WHERE key = ?1 AND value = ?2 AND expires_at > ?4`},
-		{&s.del, `DELETE FROM idem_keys WHERE key = ?1 RETURNING expires_at`},
+		{&s.deleteStmt, `DELETE FROM idem_keys WHERE key = ?1 RETURNING expires_at`},
 		// Complete's write when the pending claims are held in memory (see
 		// held.go): the file holds no live row for the key.
-		{&s.put, `INSERT INTO idem_keys (key, value, expires_at) VALUES (?1, ?2, ?3)
+		{&s.putStmt, `INSERT INTO idem_keys (key, value, expires_at) VALUES (?1, ?2, ?3)
 			ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at`},
 		// The sweep walks the table in key order, sweepBatch rows at a
 		// time. It reads the first and last key of the next rows and how
@@ -301,59 +326,37 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 			s.closeStmts()
 			return nil, err
 		}
-		s.file = fc
+		s.watch = fc
 	}
 	if cfg.CacheBytes < 0 || cfg.CacheBytes > 0 && cfg.Lock == nil {
 		s.closeStmts()
 		return nil, fmt.Errorf("sqlitestore: CacheBytes is %d; want 0, or a positive size together with Lock (without the lock another process may change the file under the cache)", cfg.CacheBytes)
 	}
-	if cfg.Lock != nil { // the last check that can fail: it takes the lock's one Store
+	// The one choice of the mode.
+	var mode claimer = s
+	if cfg.Lock == nil {
+		s.w = startWriter(db, nil)
+	} else {
+		// The last check that can fail: it takes the lock's one Store.
 		if err := cfg.Lock.covers(ctx, db); err != nil {
 			s.closeStmts()
 			return nil, err
 		}
-		s.held, s.lock = newHeldClaims(cfg.CacheBytes), cfg.Lock
+		h := newHeldStore(s, cfg.CacheBytes, cfg.Lock)
+		s.w = startWriter(db, h.writeHealth)
+		h.startFilter()
+		mode = h
 	}
-	var health func(error)
-	if s.held != nil {
-		health = s.writeHealth
-	}
-	s.w = startWriter(db, health)
-	if s.held != nil {
-		ctx, cancel := context.WithCancel(context.Background())
-		s.building, s.stop = make(chan struct{}), cancel
-		go func() {
-			defer close(s.building)
-			if err := s.buildFilter(ctx); err != nil && ctx.Err() == nil && s.log != nil {
-				s.log.Warn("sqlitestore: building the key filter failed; first deliveries read the file until the sweeper builds it", "err", err)
-			}
-		}()
-	}
-	s.sweeping = periodic.Start(interval, func(ctx context.Context) error {
-		if s.held != nil {
-			s.held.sweep(s.nowMillis())
-			if s.filterStale() {
-				if err := s.buildFilter(ctx); err != nil {
-					return err
-				}
-			}
-		}
-		// Only the sweeper's goroutine reads and writes sweptUpTo.
-		_, next, err := s.sweepFrom(ctx, s.sweptUpTo, sweepStepsPerRun)
-		if err == nil {
-			s.sweptUpTo = next
-		}
-		return err
-	}, s.log, "sqlitestore: sweeping expired keys failed")
+	s.sweeping = periodic.Start(interval, mode.sweepRun, s.log, "sqlitestore: sweeping expired keys failed")
 	every := cfg.FileCheckInterval
 	switch {
-	case s.file == nil:
+	case s.watch == nil:
 		every = -1
 	case every == 0:
 		every = DefaultFileCheckInterval
 	}
-	s.checking = periodic.Start(every, s.file.check, s.log, "")
-	return s, nil
+	s.checking = periodic.Start(every, s.watch.check, s.log, "")
+	return &Store{file: s, mode: mode}, nil
 }
 
 // Name is how the middleware's WARN messages name this store
@@ -372,24 +375,21 @@ func (s *Store) StoreTimeout() time.Duration { return BusyTimeout }
 // close the *sql.DB, which belongs to the caller. The store must not be used
 // after Close. Close is safe to call more than once.
 func (s *Store) Close() error {
-	s.stopOnce.Do(func() {
-		if s.stop != nil {
-			s.stop()
-			<-s.building
-		}
-		s.sweeping.Stop()
-		s.checking.Stop()
-		s.w.close()
-		s.closeStmts()
-		if s.lock != nil {
-			s.lock.store.Store(false)
-		}
-	})
+	s.stopOnce.Do(s.mode.close)
 	return nil
 }
 
-func (s *Store) closeStmts() {
-	for _, st := range []*sql.Stmt{s.claim, s.get, s.read, s.scanFirstKeys, s.scanKeys, s.complete, s.release, s.extend, s.del, s.put, s.sweepFirst, s.sweepNext, s.sweep} {
+// close stops the sweeper, the file check and the writer, and releases the
+// prepared statements.
+func (s *fileStore) close() {
+	s.sweeping.Stop()
+	s.checking.Stop()
+	s.w.close()
+	s.closeStmts()
+}
+
+func (s *fileStore) closeStmts() {
+	for _, st := range []*sql.Stmt{s.claimStmt, s.getStmt, s.read, s.scanFirstKeys, s.scanKeys, s.completeStmt, s.releaseStmt, s.extendStmt, s.deleteStmt, s.putStmt, s.sweepFirst, s.sweepNext, s.sweep} {
 		if st != nil {
 			st.Close()
 		}
@@ -402,15 +402,26 @@ func (s *Store) closeStmts() {
 // write lock only for a batch holding expired rows, and releases the
 // connection between batches.
 func (s *Store) Sweep(ctx context.Context) (int64, error) {
-	n, _, err := s.sweepFrom(ctx, "", -1)
+	n, _, err := s.file.sweepFrom(ctx, "", -1)
 	return n, err
+}
+
+// sweepRun is one run of the sweeper: sweepStepsPerRun steps from where the
+// last run ended.
+func (s *fileStore) sweepRun(ctx context.Context) error {
+	// Only the sweeper's goroutine reads and writes sweptUpTo.
+	_, next, err := s.sweepFrom(ctx, s.sweptUpTo, sweepStepsPerRun)
+	if err == nil {
+		s.sweptUpTo = next
+	}
+	return err
 }
 
 // sweepFrom sweeps the rows after the key after ("" for the start of the
 // table), in at most steps steps of sweepBatch rows (no bound when steps is
 // negative). It returns the rows deleted and the key to go on from, which is
 // "" once it reached the end of the table.
-func (s *Store) sweepFrom(ctx context.Context, after string, steps int) (int64, string, error) {
+func (s *fileStore) sweepFrom(ctx context.Context, after string, steps int) (int64, string, error) {
 	now := s.now().UnixMilli()
 	var total int64
 	for step, first := 0, after == ""; ; step, first = step+1, false {
@@ -451,10 +462,10 @@ func (s *Store) sweepFrom(ctx context.Context, after string, steps int) (int64, 
 // Within the last millisecond it may already be.
 
 // nowMillis is the current time in Unix milliseconds.
-func (s *Store) nowMillis() int64 { return s.now().UnixMilli() }
+func (s *fileStore) nowMillis() int64 { return s.now().UnixMilli() }
 
 // expiry returns the end of a lifetime d starting now, in Unix milliseconds.
-func (s *Store) expiry(d time.Duration) int64 { return s.now().Add(d).UnixMilli() }
+func (s *fileStore) expiry(d time.Duration) int64 { return s.now().Add(d).UnixMilli() }
 
 func encode(op string, r *idemhook.Record) ([]byte, error) {
 	return recordio.Encode("sqlitestore", op, r)
@@ -512,7 +523,7 @@ func checkLifetime(op string, d time.Duration) error {
 // exactly one of many concurrent claims of an absent key succeeds, in this
 // process or any other sharing the file.
 func (s *Store) Claim(ctx context.Context, key string, claim *idemhook.Record, lease time.Duration) (*idemhook.Record, error) {
-	if err := s.file.failure(); err != nil {
+	if err := s.file.watch.failure(); err != nil {
 		return nil, err
 	}
 	if err := checkLifetime("claim", lease); err != nil {
@@ -522,9 +533,11 @@ func (s *Store) Claim(ctx context.Context, key string, claim *idemhook.Record, l
 	if err != nil {
 		return nil, err
 	}
-	if s.held != nil {
-		return s.claimHeld(ctx, key, value, lease)
-	}
+	return s.mode.claim(ctx, key, value, lease)
+}
+
+// claim is Claim with the claims in the file.
+func (s *fileStore) claim(ctx context.Context, key string, value []byte, lease time.Duration) (*idemhook.Record, error) {
 	for {
 		// Read first: a duplicate, the common case under retries, then
 		// costs one read and takes no write lock.
@@ -538,14 +551,14 @@ func (s *Store) Claim(ctx context.Context, key string, claim *idemhook.Record, l
 		n, err := s.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
 			existing = nil
 			var one int
-			err := tx.StmtContext(ctx, s.claim).QueryRowContext(ctx, key, value, s.expiry(lease), s.nowMillis()).Scan(&one)
+			err := tx.StmtContext(ctx, s.claimStmt).QueryRowContext(ctx, key, value, s.expiry(lease), s.nowMillis()).Scan(&one)
 			if err == nil {
 				return 1, nil
 			}
 			if !errors.Is(err, sql.ErrNoRows) {
 				return 0, err
 			}
-			err = tx.StmtContext(ctx, s.get).QueryRowContext(ctx, key, s.nowMillis()).Scan(&existing)
+			err = tx.StmtContext(ctx, s.getStmt).QueryRowContext(ctx, key, s.nowMillis()).Scan(&existing)
 			if errors.Is(err, sql.ErrNoRows) {
 				return 0, nil // expired in between: try again
 			}
@@ -566,7 +579,7 @@ func (s *Store) Claim(ctx context.Context, key string, claim *idemhook.Record, l
 // exec runs stmt with args through the writer and returns the rows it
 // affected. The arguments computed from the clock are computed by args, at
 // the time the statement runs.
-func (s *Store) exec(ctx context.Context, stmt *sql.Stmt, args func() []any) (int64, error) {
+func (s *fileStore) exec(ctx context.Context, stmt *sql.Stmt, args func() []any) (int64, error) {
 	return s.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
 		res, err := tx.StmtContext(ctx, stmt).ExecContext(ctx, args()...)
 		if err != nil {
@@ -580,7 +593,7 @@ func (s *Store) exec(ctx context.Context, stmt *sql.Stmt, args func() []any) (in
 // It returns [idemhook.ErrNotOwner] unless key still holds exactly claim
 // and it hasn't expired.
 func (s *Store) Complete(ctx context.Context, key string, claim, done *idemhook.Record, ttl time.Duration) error {
-	if err := s.file.failure(); err != nil {
+	if err := s.file.watch.failure(); err != nil {
 		return err
 	}
 	if err := checkLifetime("complete", ttl); err != nil {
@@ -594,10 +607,12 @@ func (s *Store) Complete(ctx context.Context, key string, claim, done *idemhook.
 	if err != nil {
 		return err
 	}
-	if s.held != nil {
-		return s.completeHeld(ctx, key, old, value, ttl)
-	}
-	n, err := s.exec(ctx, s.complete, func() []any { return []any{key, old, value, s.expiry(ttl), s.nowMillis()} })
+	return s.mode.complete(ctx, key, old, value, ttl)
+}
+
+// complete is Complete with the claims in the file.
+func (s *fileStore) complete(ctx context.Context, key string, old, value []byte, ttl time.Duration) error {
+	n, err := s.exec(ctx, s.completeStmt, func() []any { return []any{key, old, value, s.expiry(ttl), s.nowMillis()} })
 	return casResult("complete", key, n, err)
 }
 
@@ -605,17 +620,19 @@ func (s *Store) Complete(ctx context.Context, key string, claim, done *idemhook.
 // [idemhook.ErrNotOwner] unless key still holds exactly claim and it hasn't
 // expired.
 func (s *Store) Release(ctx context.Context, key string, claim *idemhook.Record) error {
-	if err := s.file.failure(); err != nil {
+	if err := s.file.watch.failure(); err != nil {
 		return err
 	}
 	old, err := encode("release", claim)
 	if err != nil {
 		return err
 	}
-	if s.held != nil {
-		return s.releaseHeld(ctx, key, old)
-	}
-	n, err := s.exec(ctx, s.release, func() []any { return []any{key, old, s.nowMillis()} })
+	return s.mode.release(ctx, key, old)
+}
+
+// release is Release with the claims in the file.
+func (s *fileStore) release(ctx context.Context, key string, old []byte) error {
+	n, err := s.exec(ctx, s.releaseStmt, func() []any { return []any{key, old, s.nowMillis()} })
 	return casResult("release", key, n, err)
 }
 
@@ -623,7 +640,7 @@ func (s *Store) Release(ctx context.Context, key string, claim *idemhook.Record)
 // It returns [idemhook.ErrNotOwner] unless key still holds exactly claim and
 // it hasn't expired.
 func (s *Store) Extend(ctx context.Context, key string, claim *idemhook.Record, lease time.Duration) error {
-	if err := s.file.failure(); err != nil {
+	if err := s.file.watch.failure(); err != nil {
 		return err
 	}
 	if err := checkLifetime("extend", lease); err != nil {
@@ -633,10 +650,12 @@ func (s *Store) Extend(ctx context.Context, key string, claim *idemhook.Record, 
 	if err != nil {
 		return err
 	}
-	if s.held != nil {
-		return s.extendHeld(ctx, key, old, lease)
-	}
-	n, err := s.exec(ctx, s.extend, func() []any { return []any{key, old, s.expiry(lease), s.nowMillis()} })
+	return s.mode.extend(ctx, key, old, lease)
+}
+
+// extend is Extend with the claims in the file.
+func (s *fileStore) extend(ctx context.Context, key string, old []byte, lease time.Duration) error {
+	n, err := s.exec(ctx, s.extendStmt, func() []any { return []any{key, old, s.expiry(lease), s.nowMillis()} })
 	return casResult("extend", key, n, err)
 }
 
@@ -653,17 +672,14 @@ func casResult(op, key string, n int64, err error) error {
 // Get returns the record under key, or nil when there is none or it has
 // expired.
 func (s *Store) Get(ctx context.Context, key string) (*idemhook.Record, error) {
-	if err := s.file.failure(); err != nil {
+	if err := s.file.watch.failure(); err != nil {
 		return nil, err
 	}
-	if s.held != nil {
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("sqlitestore: get %q: %w", key, err)
-		}
-		if value := s.getHeld(key); value != nil {
-			return decode(key, value)
-		}
-	}
+	return s.mode.get(ctx, key)
+}
+
+// get is Get with the claims in the file: a read of the file.
+func (s *fileStore) get(ctx context.Context, key string) (*idemhook.Record, error) {
 	rec, _, err := s.readLive(ctx, "get", key)
 	return rec, err
 }
@@ -671,7 +687,7 @@ func (s *Store) Get(ctx context.Context, key string) (*idemhook.Record, error) {
 // readLive reads the live record under key from the file, through the
 // read pool; found is false when the file holds none (or only an expired
 // one). op names the call in the error.
-func (s *Store) readLive(ctx context.Context, op, key string) (rec *idemhook.Record, found bool, err error) {
+func (s *fileStore) readLive(ctx context.Context, op, key string) (rec *idemhook.Record, found bool, err error) {
 	var value []byte
 	err = s.read.QueryRowContext(ctx, key, s.nowMillis()).Scan(&value)
 	switch {
@@ -687,31 +703,33 @@ func (s *Store) readLive(ctx context.Context, op, key string) (rec *idemhook.Rec
 // Delete removes key whatever it holds and reports whether it held a record
 // that hadn't expired.
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
-	if err := s.file.failure(); err != nil {
+	if err := s.file.watch.failure(); err != nil {
 		return false, err
 	}
+	return s.mode.delete(ctx, key)
+}
+
+// delete is Delete with the claims in the file.
+func (s *fileStore) delete(ctx context.Context, key string) (bool, error) {
 	var expiresAt int64
-	var heldLive bool
-	var restore func() // puts back the claim held in memory, if Delete failed
-	n, err := s.w.doThen(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
-		if s.held != nil && restore == nil { // not on a second run (see writer.run)
-			heldLive, restore = s.deleteHeld(key)
-		}
-		err := tx.StmtContext(ctx, s.del).QueryRowContext(ctx, key).Scan(&expiresAt)
-		if errors.Is(err, sql.ErrNoRows) {
-			return 0, nil
-		}
-		if err != nil {
-			return 0, err
-		}
-		return 1, nil
-	}, func(committed bool) {
-		if !committed && restore != nil {
-			restore()
-		}
+	n, err := s.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+		return s.deleteRow(ctx, tx, key, &expiresAt)
 	})
 	if err != nil {
 		return false, fmt.Errorf("sqlitestore: delete %q: %w", key, err)
 	}
-	return heldLive || n == 1 && expiresAt > s.nowMillis(), nil
+	return n == 1 && expiresAt > s.nowMillis(), nil
+}
+
+// deleteRow deletes the row of key in tx, and returns 1 and sets expiresAt
+// to the row's expiry when there was one.
+func (s *fileStore) deleteRow(ctx context.Context, tx *sql.Tx, key string, expiresAt *int64) (int64, error) {
+	err := tx.StmtContext(ctx, s.deleteStmt).QueryRowContext(ctx, key).Scan(expiresAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return 1, nil
 }

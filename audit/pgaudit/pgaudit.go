@@ -11,16 +11,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
-	"regexp"
-	"strings"
 	"time"
 
 	"github.com/idemhook/idemhook/audit"
 	"github.com/idemhook/idemhook/internal/auditpage"
 	"github.com/idemhook/idemhook/internal/auditsql"
 	"github.com/idemhook/idemhook/internal/periodic"
+	"github.com/idemhook/idemhook/internal/pgschema"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -73,8 +71,6 @@ var (
 	_ audit.Counter = (*Sink)(nil)
 )
 
-var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
-
 var columns = []string{"time", "route", "source", "key", "outcome", "status", "duration_ns", "request_bytes", "response_bytes", "reason", "instance", "scope"}
 
 // New returns a sink writing to the table cfg.Table through pool,
@@ -88,15 +84,16 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Sink, error) {
 	if cfg.Table == "" {
 		cfg.Table = DefaultTable
 	}
-	if !tableName.MatchString(cfg.Table) {
-		return nil, fmt.Errorf("audit: pgaudit.New: table %q: want letters, digits and underscores, optionally schema.table, each part at most 63 characters", cfg.Table)
+	table, err := pgschema.Table(cfg.Table)
+	if err != nil {
+		return nil, fmt.Errorf("audit: pgaudit.New: %w", err)
 	}
 	if cfg.Retention < 0 {
 		return nil, fmt.Errorf("audit: pgaudit.New: negative retention %v", cfg.Retention)
 	}
 	p := &Sink{
 		pool:      pool,
-		table:     pgx.Identifier(strings.Split(cfg.Table, ".")),
+		table:     table,
 		retention: cfg.Retention,
 		now:       cfg.Now,
 		log:       cfg.Logger,
@@ -120,15 +117,10 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Sink, error) {
 	return p, nil
 }
 
-// createTable creates the table and indexes if missing. Gateways starting
-// together would race on CREATE TABLE IF NOT EXISTS (it is not atomic in
-// PostgreSQL), so the DDL runs under a transaction-level advisory lock
-// derived from the table name.
+// createTable creates the table and indexes if missing (see pgschema.Create
+// for why several gateways starting together don't race).
 func (p *Sink) createTable(ctx context.Context) error {
 	base := p.table[len(p.table)-1]
-	h := fnv.New64a()
-	h.Write([]byte("idemhook audit " + strings.Join(p.table, ".")))
-	lock := int64(h.Sum64())
 	ddl := []string{
 		`CREATE TABLE IF NOT EXISTS ` + p.ident + ` (
 			id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -149,35 +141,11 @@ func (p *Sink) createTable(ctx context.Context) error {
 		`ALTER TABLE ` + p.ident + ` ADD COLUMN IF NOT EXISTS reason text NOT NULL DEFAULT ''`,
 		`ALTER TABLE ` + p.ident + ` ADD COLUMN IF NOT EXISTS instance text NOT NULL DEFAULT ''`,
 		`ALTER TABLE ` + p.ident + ` ADD COLUMN IF NOT EXISTS scope text NOT NULL DEFAULT ''`,
-		`CREATE INDEX IF NOT EXISTS ` + pgx.Identifier{indexName(base, "time")}.Sanitize() + ` ON ` + p.ident + ` (time, id)`,
-		`CREATE INDEX IF NOT EXISTS ` + pgx.Identifier{indexName(base, "source")}.Sanitize() + ` ON ` + p.ident + ` (source, time, id)`,
-		`CREATE INDEX IF NOT EXISTS ` + pgx.Identifier{indexName(base, "outcome")}.Sanitize() + ` ON ` + p.ident + ` (outcome, time, id)`,
+		`CREATE INDEX IF NOT EXISTS ` + pgx.Identifier{pgschema.IndexName(base, "time")}.Sanitize() + ` ON ` + p.ident + ` (time, id)`,
+		`CREATE INDEX IF NOT EXISTS ` + pgx.Identifier{pgschema.IndexName(base, "source")}.Sanitize() + ` ON ` + p.ident + ` (source, time, id)`,
+		`CREATE INDEX IF NOT EXISTS ` + pgx.Identifier{pgschema.IndexName(base, "outcome")}.Sanitize() + ` ON ` + p.ident + ` (outcome, time, id)`,
 	}
-	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lock); err != nil {
-			return err
-		}
-		for _, q := range ddl {
-			if _, err := tx.Exec(ctx, q); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("audit: create table %s: %w", strings.Join(p.table, "."), err)
-	}
-	return nil
-}
-
-// indexName is the name of an index of table, kept within PostgreSQL's 63
-// bytes.
-func indexName(table, what string) string {
-	suffix := "_" + what + "_idx"
-	if len(table)+len(suffix) > 63 {
-		table = table[:63-len(suffix)]
-	}
-	return table + suffix
+	return pgschema.Create(ctx, p.pool, "audit", p.table, ddl)
 }
 
 // Close stops the background pruning. It does not close the pool. It is

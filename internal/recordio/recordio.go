@@ -1,6 +1,7 @@
-// Package recordio is the stores' shared handling of encoded records. Its
-// errors name the store and the operation or key, so that each store's
-// messages say where they come from.
+// Package recordio is the SQL stores' (sqlitestore, pgstore) handling of
+// encoded records. Its errors name the store and the operation or key, so
+// that each store's messages say where they come from. A store that wants
+// the bare error calls [idemhook.Record.UnmarshalBinary] itself.
 package recordio
 
 import (
@@ -23,14 +24,11 @@ func Encode(store, op string, r *idemhook.Record) ([]byte, error) {
 }
 
 // Decode decodes the value stored under key into a new record. A value
-// that can't be decoded is an error wrapping idemhook.ErrCorruptRecord.
-// With store non-empty, the error names the store and the key.
+// that can't be decoded is an error wrapping idemhook.ErrCorruptRecord,
+// naming the store and the key.
 func Decode(store, key string, value []byte) (*idemhook.Record, error) {
 	r := new(idemhook.Record)
 	if err := r.UnmarshalBinary(value); err != nil {
-		if store == "" {
-			return nil, err
-		}
 		return nil, fmt.Errorf("%s: key %q: %w", store, key, err)
 	}
 	return r, nil
