@@ -175,7 +175,10 @@ type fileStore struct {
 	checking  *periodic.Task
 }
 
-var _ idemhook.Store = (*Store)(nil)
+var (
+	_ idemhook.NamedStore   = (*Store)(nil)
+	_ idemhook.TimeoutStore = (*Store)(nil)
+)
 
 // sweepBatch bounds the rows one sweep step reads and deletes, so that a
 // large table or a large backlog of expired keys doesn't hold the
