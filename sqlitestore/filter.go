@@ -42,7 +42,7 @@ const (
 	filterBitsPerKey = 10 // about 1% false positives with filterHashes probes
 	filterHashes     = 7
 	filterMinKeys    = 1 << 20
-	// filterRowBytes is an estimate of a row's bytes in the file (172 for
+	// filterRowBytes is an estimate of a row's bytes in the file (140.3 for
 	// a typical record: docs/benchmarks.md), to size a filter from the
 	// file's size before scanning it.
 	filterRowBytes = 150
