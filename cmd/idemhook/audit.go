@@ -19,6 +19,7 @@ import (
 	"github.com/idemhook/idemhook/audit/pgaudit"
 	"github.com/idemhook/idemhook/audit/redisaudit"
 	"github.com/idemhook/idemhook/audit/sqliteaudit"
+	"github.com/idemhook/idemhook/gateway/config"
 	"github.com/idemhook/idemhook/sqlitestore"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -31,13 +32,13 @@ type auditTrail struct {
 	sink     string
 	desc     string // the sink as /readyz names it, e.g. "postgres postgres://x@db/audit"
 	instance string
-	decide   bool                                     // entries carry their decision (sink log at level debug)
-	routes   atomic.Pointer[map[string]routeSettings] // by path, for reasons and decisions
+	decide   bool                                    // entries carry their decision (sink log at level debug)
+	routes   atomic.Pointer[map[string]config.Route] // by path, for reasons and decisions
 }
 
 // setRoutes gives the trail the routes in service (at start, on reload).
-func (t *auditTrail) setRoutes(routes []routeSettings) {
-	m := make(map[string]routeSettings, len(routes))
+func (t *auditTrail) setRoutes(routes []config.Route) {
+	m := make(map[string]config.Route, len(routes))
 	for _, rc := range routes {
 		m[rc.Path] = rc
 	}
@@ -47,7 +48,7 @@ func (t *auditTrail) setRoutes(routes []routeSettings) {
 // openAudit opens the configured sink and starts its recorder. A sink on a
 // server (postgres) that can't be reached is not an error: its entries wait
 // in the recorder, which retries in the background.
-func openAudit(ctx context.Context, cfg *gatewayConfig, files *sqliteFiles, logger *slog.Logger, m *metrics) (*auditTrail, error) {
+func openAudit(ctx context.Context, cfg *config.Config, files *sqliteFiles, logger *slog.Logger, m *metrics) (*auditTrail, error) {
 	ac := cfg.Audit
 	t := &auditTrail{sink: ac.Sink, desc: ac.Sink, instance: ac.Instance}
 	t.setRoutes(cfg.Routes)
@@ -100,12 +101,12 @@ func openAudit(ctx context.Context, cfg *gatewayConfig, files *sqliteFiles, logg
 	case "postgres":
 		pool, err := files.pgPool(ctx, ac.URL) // the store's pool when they share the database; connects lazily
 		if err != nil {
-			return nil, fmt.Errorf("audit postgres %s: %w", redactURL(ac.URL), err)
+			return nil, fmt.Errorf("audit postgres %s: %w", config.RedactURL(ac.URL), err)
 		}
 		s := &lazyPostgres{pool: pool, cfg: pgaudit.Config{Retention: ac.Retention, Table: ac.Table, Logger: logger}}
 		files.rs.add(s.Close) // before the pool closes
 		sink, t.querier = s, s
-		t.desc = "postgres " + redactURL(ac.URL)
+		t.desc = "postgres " + config.RedactURL(ac.URL)
 		sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		_, err = s.open(sctx)
 		cancel()
@@ -182,7 +183,7 @@ func (t *auditTrail) record(route string, d idemhook.DeliveryInfo) {
 
 // reason says why a delivery was refused, or not protected, or why its
 // claim was released. It is "" for an ordinary one.
-func reason(d idemhook.DeliveryInfo, rc routeSettings) string {
+func reason(d idemhook.DeliveryInfo, rc config.Route) string {
 	switch d.Outcome {
 	case idemhook.OutcomeTooLarge:
 		return fmt.Sprintf("request body over max_body (%d bytes)", rc.Route.MaxBodyBytes)
@@ -211,7 +212,7 @@ func reason(d idemhook.DeliveryInfo, rc routeSettings) string {
 
 // decision tells, in words, what decided a delivery: the log sink's
 // decision at debug level.
-func decision(d idemhook.DeliveryInfo, rc routeSettings, why string) string {
+func decision(d idemhook.DeliveryInfo, rc config.Route, why string) string {
 	waited := ""
 	if d.Waited > 0 {
 		waited = fmt.Sprintf("waited %s for the running delivery of the key, then ", d.Waited.Round(time.Millisecond))

@@ -263,3 +263,19 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// minimal is the smallest valid configuration.
+const minimal = `routes:
+  - path: /webhooks/stone
+    upstream: http://127.0.0.1:3000/webhook
+    source: stone
+`
+
+// envOf is a getenv over the pairs kv (name, value, ...).
+func envOf(kv ...string) func(string) string {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) string { return m[k] }
+}

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/idemhook/idemhook/gateway/config"
 )
 
 // newTransport returns the transport of one route: its own connection pool,
@@ -45,7 +47,7 @@ func newTransport(timeout time.Duration) *http.Transport {
 // headers within the route's upstream_timeout 504, both with a problem+json
 // body; either way the middleware releases the claim, so the provider's
 // retry is forwarded again.
-func newProxy(rc routeSettings, rt http.RoundTripper, bufs httputil.BufferPool, logger *slog.Logger, trusted []netip.Prefix) *httputil.ReverseProxy {
+func newProxy(rc config.Route, rt http.RoundTripper, bufs httputil.BufferPool, logger *slog.Logger, trusted []netip.Prefix) *httputil.ReverseProxy {
 	target := rc.Upstream
 	prefix := ""
 	if strings.HasSuffix(rc.Path, "/") {
@@ -180,7 +182,7 @@ func (t timedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // probeUpstreams dials every distinct upstream once and logs a WARN for
 // those that don't answer: backends restart, so a down upstream is not a
 // reason to refuse to start (its deliveries get 502 until it is back).
-func probeUpstreams(ctx context.Context, routes []routeSettings, logger *slog.Logger) {
+func probeUpstreams(ctx context.Context, routes []config.Route, logger *slog.Logger) {
 	seen := map[string]bool{}
 	done := make(chan struct{})
 	n := 0
@@ -198,7 +200,7 @@ func probeUpstreams(ctx context.Context, routes []routeSettings, logger *slog.Lo
 		}
 		seen[host] = true
 		n++
-		go func(rc routeSettings, host string) {
+		go func(rc config.Route, host string) {
 			defer func() { done <- struct{}{} }()
 			d := net.Dialer{Timeout: 2 * time.Second}
 			conn, err := d.DialContext(ctx, "tcp", host)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/gateway/config"
 )
 
 // probeLease is the lease of the probe's claim. Were its release lost, the
@@ -48,13 +49,13 @@ func probeStore(ctx context.Context, s idemhook.Store, timeout time.Duration) er
 }
 
 // storeDesc names the store in /readyz and the start-up WARN.
-func storeDesc(sc storeSettings) string {
+func storeDesc(sc config.Store) string {
 	switch sc.Driver {
 	case "sqlite":
 		return "sqlite " + sc.Path
 	case "redis":
 		if sc.URL != "" {
-			return "redis " + redactURL(sc.URL)
+			return "redis " + config.RedactURL(sc.URL)
 		}
 		return "redis " + strings.Join(sc.Addrs, ",")
 	}

@@ -10,6 +10,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"time"
+
+	"github.com/idemhook/idemhook/gateway/config"
 )
 
 const usage = `idemhook: a webhook idempotency gateway. It forwards each webhook event to
@@ -77,7 +79,7 @@ func runEnv(ctx context.Context, e env) error {
 		if err != nil {
 			return ignoreHelp(err)
 		}
-		cfg, err := loadConfig(file, e.getenv)
+		cfg, err := config.Load(file, e.getenv)
 		if err != nil {
 			return err
 		}
@@ -87,7 +89,7 @@ func runEnv(ctx context.Context, e env) error {
 		if err != nil {
 			return ignoreHelp(err)
 		}
-		cfg, err := loadConfig(file, e.getenv)
+		cfg, err := config.Load(file, e.getenv)
 		if err != nil {
 			return err
 		}
@@ -155,7 +157,7 @@ func buildVersion() string {
 
 // printSummary is the output of check: what the file configures, defaults
 // included.
-func printSummary(w io.Writer, cfg *gatewayConfig) {
+func printSummary(w io.Writer, cfg *config.Config) {
 	fmt.Fprintf(w, "%s: OK\n", cfg.File)
 	fmt.Fprintf(w, "  listen   %s\n", cfg.Listen)
 	switch cfg.Store.Driver {
@@ -163,12 +165,12 @@ func printSummary(w io.Writer, cfg *gatewayConfig) {
 		fmt.Fprintf(w, "  store    sqlite %s\n", cfg.Store.Path)
 	case "redis":
 		if cfg.Store.URL != "" {
-			fmt.Fprintf(w, "  store    redis %s\n", redactURL(cfg.Store.URL))
+			fmt.Fprintf(w, "  store    redis %s\n", config.RedactURL(cfg.Store.URL))
 		} else {
 			fmt.Fprintf(w, "  store    redis %s\n", strings.Join(cfg.Store.Addrs, ","))
 		}
 	case "postgres":
-		fmt.Fprintf(w, "  store    postgres %s table %s\n", redactURL(cfg.Store.URL), cfg.Store.Table)
+		fmt.Fprintf(w, "  store    postgres %s table %s\n", config.RedactURL(cfg.Store.URL), cfg.Store.Table)
 	default:
 		fmt.Fprintf(w, "  store    %s\n", cfg.Store.Driver)
 	}
@@ -184,10 +186,10 @@ func printSummary(w io.Writer, cfg *gatewayConfig) {
 	case "sqlite":
 		audit += " " + cfg.Audit.Path
 	case "postgres":
-		audit += " " + redactURL(cfg.Audit.URL)
+		audit += " " + config.RedactURL(cfg.Audit.URL)
 	}
 	if cfg.Audit.Sink == "sqlite" || cfg.Audit.Sink == "postgres" {
-		audit += ", retention " + formatDuration(cfg.Audit.Retention)
+		audit += ", retention " + config.FormatDuration(cfg.Audit.Retention)
 	}
 	fmt.Fprintf(w, "  audit    %s\n", audit)
 	fmt.Fprintf(w, "  routes   %d\n", len(cfg.Routes))
@@ -201,7 +203,7 @@ func printSummary(w io.Writer, cfg *gatewayConfig) {
 			extra += fmt.Sprintf(" secret_file=%s secrets=%d", rc.SecretFile, rc.SecretCount)
 		}
 		if r.Preset != nil && r.Preset.RetryWindow > 0 {
-			extra += " retry_window=" + formatDuration(r.Preset.RetryWindow)
+			extra += " retry_window=" + config.FormatDuration(r.Preset.RetryWindow)
 		}
 		if rc.ShareKeys {
 			extra += " share_keys"
@@ -210,22 +212,6 @@ func printSummary(w io.Writer, cfg *gatewayConfig) {
 			extra += " require_key"
 		}
 		fmt.Fprintf(w, "    %s -> %s source=%s ttl=%s in_flight=%s on_store_error=%s%s\n",
-			rc.Path, rc.Upstream, r.Source, formatDuration(r.TTL), r.InFlight, r.OnStoreError, extra)
+			rc.Path, rc.Upstream, r.Source, config.FormatDuration(r.TTL), r.InFlight, r.OnStoreError, extra)
 	}
-}
-
-// formatDuration prints whole days beyond one as 7d, and other durations
-// as Go does without trailing zero units (24h, 1h30m, 90s).
-func formatDuration(d time.Duration) string {
-	if d > 24*time.Hour && d%(24*time.Hour) == 0 {
-		return fmt.Sprintf("%dd", d/(24*time.Hour))
-	}
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }

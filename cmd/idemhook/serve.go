@@ -18,10 +18,11 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/gateway/config"
 )
 
 // newLogger returns the logger of the gateway, writing to w.
-func newLogger(lc logSettings, w io.Writer) *slog.Logger {
+func newLogger(lc config.Log, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(lc.Level)) // checked by the config parser
 	opts := &slog.HandlerOptions{Level: level}
@@ -33,7 +34,7 @@ func newLogger(lc logSettings, w io.Writer) *slog.Logger {
 
 // gateway is a configured, not yet listening, gateway.
 type gateway struct {
-	cfg     *gatewayConfig
+	cfg     *config.Config
 	logger  *slog.Logger
 	store   idemhook.Store
 	mw      *idemhook.Middleware
@@ -65,7 +66,7 @@ type gateway struct {
 
 // newGateway opens the store and the audit sink and builds the handlers.
 // On error, everything opened so far is closed.
-func newGateway(ctx context.Context, cfg *gatewayConfig, logger *slog.Logger, now func() time.Time, tr *tracing) (_ *gateway, err error) {
+func newGateway(ctx context.Context, cfg *config.Config, logger *slog.Logger, now func() time.Time, tr *tracing) (_ *gateway, err error) {
 	g := &gateway{cfg: cfg, logger: logger, metrics: newMetrics(), tracing: tr}
 	g.base, g.cutShort = context.WithCancelCause(context.WithoutCancel(ctx))
 	g.res.add(tr.shutdown) // closed late: flushes the spans of the last deliveries
@@ -76,7 +77,7 @@ func newGateway(ctx context.Context, cfg *gatewayConfig, logger *slog.Logger, no
 		}
 	}()
 	files := &sqliteFiles{rs: &g.res, logger: logger}
-	g.store, err = openStore(ctx, cfg.Store, files, now, cfg.longestLease())
+	g.store, err = openStore(ctx, cfg.Store, files, now, cfg.LongestLease())
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +128,7 @@ func newGateway(ctx context.Context, cfg *gatewayConfig, logger *slog.Logger, no
 
 // apply builds the routes and the admin handler of cfg and puts them in
 // service. Requests already running finish on the ones they started with.
-func (g *gateway) apply(cfg *gatewayConfig) error {
+func (g *gateway) apply(cfg *config.Config) error {
 	mux := http.NewServeMux()
 	var idle []func()
 	for _, rc := range cfg.Routes {
@@ -140,14 +141,14 @@ func (g *gateway) apply(cfg *gatewayConfig) error {
 		wrap, err := g.mw.Route(route)
 		if err != nil {
 			// check ran the same checks (routeLimits): not reached.
-			return configError{File: cfg.File, Line: rc.Line, Field: rc.at, Msg: err.Error()}
+			return config.Error{File: cfg.File, Line: rc.Line, Field: rc.Field, Msg: err.Error()}
 		}
 		tr := newTransport(rc.UpstreamTimeout)
 		idle = append(idle, tr.CloseIdleConnections)
 		rt := g.tracing.transport(timedTransport{next: tr, observe: g.metrics.upstreamObserver(rc.Path)})
 		mux.Handle(rc.Path, g.tracing.handler(wrap(detach(g.base, newProxy(rc, rt, g.bufs, g.logger, cfg.TrustedProxies)))))
 	}
-	if !slices.ContainsFunc(cfg.Routes, func(rc routeSettings) bool { return rc.Path == "/" }) {
+	if !slices.ContainsFunc(cfg.Routes, func(rc config.Route) bool { return rc.Path == "/" }) {
 		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 			// The configuration file's location is not for the internet.
 			writeProblem(w, http.StatusNotFound, "no route", fmt.Sprintf("no route for %s", r.URL.Path))
@@ -181,7 +182,7 @@ func (g *gateway) apply(cfg *gatewayConfig) error {
 // running configuration keeps serving. Settings only a restart can change
 // are logged and kept.
 func (g *gateway) reload(getenv func(string) string) {
-	cfg, err := loadConfig(g.cfg.File, getenv)
+	cfg, err := config.Load(g.cfg.File, getenv)
 	if err != nil {
 		g.logRefusal(err)
 		return
@@ -219,7 +220,7 @@ func (g *gateway) reload(getenv func(string) string) {
 // says so and how many there are, then one record per error, so that
 // each reads on a line of its own (and is a record of its own in JSON).
 func (g *gateway) logRefusal(err error) {
-	var errs configErrors
+	var errs config.Errors
 	if !errors.As(err, &errs) { // the file could not be read
 		g.logger.Error("idemhook reload refused: the configuration is invalid; the running one keeps serving", "file", g.cfg.File, "err", err.Error())
 		return
@@ -231,7 +232,7 @@ func (g *gateway) logRefusal(err error) {
 }
 
 // serve runs the gateway until ctx is done, then shuts down gracefully.
-func serve(ctx context.Context, cfg *gatewayConfig, e env) error {
+func serve(ctx context.Context, cfg *config.Config, e env) error {
 	logger := newLogger(cfg.Log, e.stderr)
 	for _, w := range cfg.Warnings {
 		logger.Warn("idemhook configuration: " + w.Error())

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/gateway/config"
 	"github.com/idemhook/idemhook/sqlitestore"
 	"github.com/redis/go-redis/v9"
 )
@@ -1200,7 +1201,7 @@ func TestReloadLogsEachError(t *testing.T) {
 			dir := t.TempDir()
 			good := strings.Replace(routeConfig("http://127.0.0.1:1"), "log: {level: debug}", "log: {format: "+format+"}", 1)
 			path := writeConfig(t, dir, good)
-			cfg, err := loadConfig(path, envOf())
+			cfg, err := config.Load(path, envOf())
 			if err != nil {
 				t.Fatal(err)
 			}

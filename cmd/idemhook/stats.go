@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/audit"
+	"github.com/idemhook/idemhook/gateway/config"
 )
 
 // Every outcome falls in one class of the console's per-source table, so
@@ -201,7 +202,7 @@ func (g *gateway) countStats(r *http.Request, counter audit.Counter) (statsJSON,
 		return &out.Sources[i]
 	}
 	// The routes in service: those of the last reload, not of the start.
-	routes := slices.SortedFunc(maps.Values(*g.audit.routes.Load()), func(a, b routeSettings) int { return cmp.Compare(a.Line, b.Line) })
+	routes := slices.SortedFunc(maps.Values(*g.audit.routes.Load()), func(a, b config.Route) int { return cmp.Compare(a.Line, b.Line) })
 	for _, rc := range routes {
 		out.Routes = append(out.Routes, routeJSON{Path: rc.Path, Source: rc.Route.Source})
 		source(rc.Route.Source)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/audit"
+	"github.com/idemhook/idemhook/gateway/config"
 	"github.com/idemhook/idemhook/internal/pgtest"
 )
 
@@ -113,7 +114,7 @@ func sameWindow(t *testing.T, what string, got windowJSON, want windowJSON) {
 // routes in dir (the file idemhook.yaml there, so that it can reload).
 func newStatsGateway(t *testing.T, dir string) *gateway {
 	t.Helper()
-	cfg, err := loadConfig(writeConfig(t, dir, sqliteConfig(dir, "http://127.0.0.1:1", "")), envOf())
+	cfg, err := config.Load(writeConfig(t, dir, sqliteConfig(dir, "http://127.0.0.1:1", "")), envOf())
 	if err != nil {
 		t.Fatal(err)
 	}

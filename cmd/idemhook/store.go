@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/gateway/config"
 	"github.com/idemhook/idemhook/memstore"
 	"github.com/idemhook/idemhook/pgstore"
 	"github.com/idemhook/idemhook/redisstore"
@@ -111,7 +112,7 @@ const postgresStartTimeout = 10 * time.Second
 // openStore opens the configured store.
 // lease is the longest lease of any route. A pending claim in a SQLite file
 // this process holds alone expires at most that long after its last write.
-func openStore(ctx context.Context, sc storeSettings, files *sqliteFiles, now func() time.Time, lease time.Duration) (idemhook.Store, error) {
+func openStore(ctx context.Context, sc config.Store, files *sqliteFiles, now func() time.Time, lease time.Duration) (idemhook.Store, error) {
 	switch sc.Driver {
 	case "memory":
 		s, err := memstore.New(memstore.Config{Now: now})
@@ -198,7 +199,7 @@ func openStore(ctx context.Context, sc storeSettings, files *sqliteFiles, now fu
 	case "postgres":
 		pool, err := files.pgPool(ctx, sc.URL)
 		if err != nil {
-			return nil, fmt.Errorf("postgres store %s: %w", redactURL(sc.URL), err)
+			return nil, fmt.Errorf("postgres store %s: %w", config.RedactURL(sc.URL), err)
 		}
 		// The table is created (or checked) at start, so that a wrong URL
 		// or missing rights fail here rather than at the first delivery.
@@ -209,7 +210,7 @@ func openStore(ctx context.Context, sc storeSettings, files *sqliteFiles, now fu
 		// (docs/benchmarks.md measures what that saves).
 		s, err := pgstore.New(start, pool, pgstore.Config{Table: sc.Table, Batch: true})
 		if err != nil {
-			return nil, fmt.Errorf("postgres store %s: %w", redactURL(sc.URL), err)
+			return nil, fmt.Errorf("postgres store %s: %w", config.RedactURL(sc.URL), err)
 		}
 		files.rs.add(s.Close)
 		return s, nil

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/gateway/config"
 	"github.com/idemhook/idemhook/internal/pgtest"
 	"github.com/idemhook/idemhook/internal/redistest"
 	"github.com/idemhook/idemhook/sqlitestore"
@@ -379,7 +380,7 @@ func TestStoreCallTimeout(t *testing.T) {
 		{"store: {driver: redis, url: \"redis://127.0.0.1:1/0\"}", idemhook.DefaultStoreTimeout},
 		{"store: {driver: redis, url: \"redis://127.0.0.1:1/0\", timeout: 1s}", time.Second},
 	} {
-		cfg, err := parseConfig("f.yaml", []byte(strings.Replace(routeConfig("http://127.0.0.1:1"), "store: {driver: memory}", tt.store, 1)), envOf())
+		cfg, err := config.Parse("f.yaml", []byte(strings.Replace(routeConfig("http://127.0.0.1:1"), "store: {driver: memory}", tt.store, 1)), envOf())
 		if err != nil {
 			t.Fatalf("%s: %v", tt.store, err)
 		}
