@@ -7,32 +7,15 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/gateway/adminapi"
 	"github.com/idemhook/idemhook/internal/pgtest"
 )
-
-// sqliteConfig is a one-route configuration on SQLite (store and audit
-// trail in one file in dir), admin on a free port.
-func sqliteConfig(dir, upstreamURL string, adminExtra string) string {
-	return fmt.Sprintf(`listen: 127.0.0.1:0
-store: {driver: sqlite, path: %q}
-admin: {listen: 127.0.0.1:0%s}
-log: {level: debug}
-routes:
-  - path: /webhooks/test
-    upstream: %s/hook
-    source: test
-  - path: /webhooks/other
-    upstream: %s/other
-    source: other
-`, filepath.Join(dir, "idemhook.db"), adminExtra, upstreamURL, upstreamURL)
-}
 
 func decodeJSON[T any](t *testing.T, r response) T {
 	t.Helper()
@@ -45,15 +28,15 @@ func decodeJSON[T any](t *testing.T, r response) T {
 
 // deliveries polls GET /admin/deliveries?query until it lists want entries:
 // the recorder writes in batches, in the background.
-func deliveries(t *testing.T, g *gw, query string, want int) deliveriesJSON {
+func deliveries(t *testing.T, g *gw, query string, want int) adminapi.Deliveries {
 	t.Helper()
-	var page deliveriesJSON
+	var page adminapi.Deliveries
 	eventually(t, fmt.Sprintf("%d audit rows for %q", want, query), func() bool {
 		r := do(t, "GET", g.adminURL("/admin/deliveries?"+query), "")
 		if r.Status != 200 {
 			t.Fatalf("GET /admin/deliveries?%s = %d %s", query, r.Status, r.Body)
 		}
-		page = decodeJSON[deliveriesJSON](t, r)
+		page = decodeJSON[adminapi.Deliveries](t, r)
 		return len(page.Deliveries) >= want
 	})
 	if len(page.Deliveries) != want {
@@ -132,7 +115,7 @@ func TestAdminAPI(t *testing.T) {
 		}
 		for _, tt := range tests {
 			r := do(t, "GET", g.adminURL("/admin/deliveries?"+tt.query), "")
-			p := decodeJSON[problem](t, r)
+			p := decodeJSON[adminapi.Problem](t, r)
 			if r.Status != 400 || p.Detail != tt.want {
 				t.Errorf("?%s = %d %q, want 400 %q", tt.query, r.Status, p.Detail, tt.want)
 			}
@@ -144,13 +127,13 @@ func TestAdminAPI(t *testing.T) {
 		if r.Status != 200 {
 			t.Fatalf("GET key = %d %s", r.Status, r.Body)
 		}
-		rec := decodeJSON[recordJSON](t, r)
+		rec := decodeJSON[adminapi.Record](t, r)
 		if rec.StoreKey != "idem:test:"+key || rec.State != "completed" || rec.Status != 200 || rec.Body == nil ||
 			*rec.Body != `{"call":1}` || rec.BodyEncoding != "text" || rec.Headers["Content-Type"][0] != "application/json" || rec.CreatedAt.IsZero() {
 			t.Errorf("record = %+v", rec)
 		}
 
-		bin := decodeJSON[recordJSON](t, do(t, "GET", g.adminURL("/admin/keys/other/"+idemhook.BodyKey([]byte(`{"id":"x"}`))), ""))
+		bin := decodeJSON[adminapi.Record](t, do(t, "GET", g.adminURL("/admin/keys/other/"+idemhook.BodyKey([]byte(`{"id":"x"}`))), ""))
 		if raw, err := base64.StdEncoding.DecodeString(*bin.Body); bin.BodyEncoding != "base64" || err != nil || !bytes.Equal(raw, []byte{0xff, 0, 0xfe}) {
 			t.Errorf("binary record body = %q %s (%v)", *bin.Body, bin.BodyEncoding, err)
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/gateway/adminapi"
 )
 
 // TestConsoleFiles: the console is served at /admin/ without the token,
@@ -48,7 +49,7 @@ func TestConsoleFiles(t *testing.T) {
 			t.Errorf("GET %s = %d %q, body has %q: %v", tt.path, r.Status, r.Header.Get("Content-Type"), tt.wantBody, strings.Contains(r.Body, tt.wantBody))
 		}
 		for name, want := range map[string]string{
-			"Content-Security-Policy": consoleCSP,
+			"Content-Security-Policy": adminapi.ConsoleCSP,
 			"X-Content-Type-Options":  "nosniff",
 			"X-Frame-Options":         "DENY",
 			"Referrer-Policy":         "no-referrer",
@@ -59,12 +60,12 @@ func TestConsoleFiles(t *testing.T) {
 		}
 	}
 	for _, d := range []string{"default-src 'none'", "script-src 'self'", "connect-src 'self'", "frame-ancestors 'none'"} {
-		if !strings.Contains(consoleCSP, d) {
+		if !strings.Contains(adminapi.ConsoleCSP, d) {
 			t.Errorf("the CSP lacks %q", d)
 		}
 	}
-	if strings.Contains(consoleCSP, "unsafe") || strings.Contains(consoleCSP, "http") {
-		t.Errorf("the CSP allows inline code or another origin: %s", consoleCSP)
+	if strings.Contains(adminapi.ConsoleCSP, "unsafe") || strings.Contains(adminapi.ConsoleCSP, "http") {
+		t.Errorf("the CSP allows inline code or another origin: %s", adminapi.ConsoleCSP)
 	}
 	for _, p := range []string{"/admin/index.html", "/admin/nothing.js", "/admin/console"} {
 		if r := do(t, "GET", g.adminURL(p), "", "Authorization", "Bearer s3cret"); r.Status != 404 {
@@ -410,13 +411,13 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("an unsigned delivery = %d, want 401 (signature_invalid)", r.Status)
 	}
 	const total = 15 + 8 + 4 + 3
-	var trail []deliveryJSON
+	var trail []adminapi.Delivery
 	eventually(t, "the audit trail to hold every delivery", func() bool {
 		r := adminDo(t, g, "GET", "/admin/deliveries?limit=1000")
-		trail = decodeJSON[deliveriesJSON](t, r).Deliveries
+		trail = decodeJSON[adminapi.Deliveries](t, r).Deliveries
 		return r.Status == 200 && len(trail) == total
 	})
-	trailOf := func(outcome string) deliveryJSON {
+	trailOf := func(outcome string) adminapi.Delivery {
 		t.Helper()
 		for _, d := range trail {
 			if d.Outcome == outcome {
@@ -424,7 +425,7 @@ func TestConsoleInBrowser(t *testing.T) {
 			}
 		}
 		t.Fatalf("no %s delivery in the trail", outcome)
-		return deliveryJSON{}
+		return adminapi.Delivery{}
 	}
 
 	// The page asks for the token.

@@ -8,8 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -18,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhook/idemhook/internal/gatewaytest"
 	"github.com/idemhook/idemhook/internal/syncbuf"
 )
 
@@ -104,16 +103,6 @@ type startOpts struct {
 	now    func() time.Time
 }
 
-// writeConfig writes text to a file in dir and returns its path.
-func writeConfig(t *testing.T, dir, text string) string {
-	t.Helper()
-	p := filepath.Join(dir, "idemhook.yaml")
-	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 // startGateway runs "idemhook serve --config FILE" with FILE holding text,
 // and returns once it listens. It is stopped in t.Cleanup if the test
 // didn't stop it.
@@ -197,29 +186,6 @@ func do(t *testing.T, method, url, body string, header ...string) response {
 	return response{resp.StatusCode, resp.Header, string(b)}
 }
 
-// routeConfig is a one-route configuration over the memory store with the
-// admin listener on a free port. The extra lines are appended to the route.
-func routeConfig(upstreamURL string, extra ...string) string {
-	return fmt.Sprintf(`listen: 127.0.0.1:0
-store: {driver: memory}
-admin: {listen: 127.0.0.1:0}
-audit: {sink: none}
-log: {level: debug}
-routes:
-  - path: /webhooks/test
-    upstream: %s/hook
-    source: test
-%s`, upstreamURL, indent(extra))
-}
-
-func indent(lines []string) string {
-	var b strings.Builder
-	for _, l := range lines {
-		b.WriteString("    " + l + "\n")
-	}
-	return b.String()
-}
-
 // metricValue reads one sample of the gateway's /metrics.
 func metricValue(t *testing.T, adminURL, name string) float64 {
 	t.Helper()
@@ -264,18 +230,15 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// minimal is the smallest valid configuration.
-const minimal = `routes:
-  - path: /webhooks/stone
-    upstream: http://127.0.0.1:3000/webhook
-    source: stone
-`
+// The helpers shared with the other gateway tests (internal/gatewaytest).
+const minimal = gatewaytest.Minimal
 
-// envOf is a getenv over the pairs kv (name, value, ...).
-func envOf(kv ...string) func(string) string {
-	m := map[string]string{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		m[kv[i]] = kv[i+1]
-	}
-	return func(k string) string { return m[k] }
-}
+var (
+	envOf        = gatewaytest.EnvOf
+	writeConfig  = gatewaytest.WriteConfig
+	routeConfig  = gatewaytest.RouteConfig
+	sqliteConfig = gatewaytest.SQLiteConfig
+	sourceStats  = gatewaytest.SourceStats
+	rate         = gatewaytest.Rate
+	sameWindow   = gatewaytest.SameWindow
+)

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/gateway/adminapi"
 )
 
 // TestPrefixRouteKeepsEscapes: on a prefix route the rest of the path is
@@ -258,7 +259,7 @@ func TestSenderDisconnectStillStores(t *testing.T) {
 			state = "absent"
 			return true
 		}
-		state = decodeJSON[recordJSON](t, r).State
+		state = decodeJSON[adminapi.Record](t, r).State
 		return state != "pending"
 	})
 	if state != "completed" {

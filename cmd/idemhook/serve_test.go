@@ -32,6 +32,8 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/gateway"
+	"github.com/idemhook/idemhook/gateway/adminapi"
 	"github.com/idemhook/idemhook/gateway/config"
 	"github.com/idemhook/idemhook/sqlitestore"
 	"github.com/redis/go-redis/v9"
@@ -280,7 +282,7 @@ func TestUpstreamDown(t *testing.T) {
 	if r.Status != http.StatusBadGateway || r.Header.Get("Content-Type") != "application/problem+json" {
 		t.Fatalf("upstream down: %d %s %q, want 502 problem+json", r.Status, r.Header.Get("Content-Type"), r.Body)
 	}
-	var p problem
+	var p adminapi.Problem
 	if err := json.Unmarshal([]byte(r.Body), &p); err != nil || p.Status != 502 || !strings.Contains(p.Detail, "connection refused") {
 		t.Errorf("problem body = %s (%v)", r.Body, err)
 	}
@@ -1206,14 +1208,15 @@ func TestReloadLogsEachError(t *testing.T) {
 				t.Fatal(err)
 			}
 			var log bytes.Buffer
-			g, err := newGateway(t.Context(), cfg, newLogger(cfg.Log, &log), time.Now, nil)
+			logger := newLogger(cfg.Log, &log)
+			g, err := gateway.New(t.Context(), cfg, gateway.Options{Logger: logger, Now: time.Now})
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { g.res.close() })
+			t.Cleanup(func() { g.Close(context.Background()) })
 
 			writeConfig(t, dir, good+"    ttl: soon\n    in_flight: later\n")
-			g.reload(envOf())
+			reload(g, path, envOf(), logger)
 			lines := strings.Split(strings.TrimSuffix(log.String(), "\n"), "\n")
 			want := []string{
 				"idemhook reload refused: the configuration is invalid; the running one keeps serving",

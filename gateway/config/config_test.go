@@ -12,22 +12,13 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/gatewaytest"
 )
 
-// minimal is the smallest valid configuration.
-const minimal = `routes:
-  - path: /webhooks/stone
-    upstream: http://127.0.0.1:3000/webhook
-    source: stone
-`
+// The helpers shared with the other gateway tests (internal/gatewaytest).
+const minimal = gatewaytest.Minimal
 
-func envOf(kv ...string) func(string) string {
-	m := map[string]string{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		m[kv[i]] = kv[i+1]
-	}
-	return func(k string) string { return m[k] }
-}
+var envOf = gatewaytest.EnvOf
 
 func TestConfigDefaults(t *testing.T) {
 	cfg, err := Parse("idemhook.yaml", []byte(minimal), envOf())

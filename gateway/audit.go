@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	"github.com/idemhook/idemhook/audit/pgaudit"
 	"github.com/idemhook/idemhook/audit/redisaudit"
 	"github.com/idemhook/idemhook/audit/sqliteaudit"
+	"github.com/idemhook/idemhook/gateway/adminapi"
 	"github.com/idemhook/idemhook/gateway/config"
 	"github.com/idemhook/idemhook/sqlitestore"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -48,7 +49,7 @@ func (t *auditTrail) setRoutes(routes []config.Route) {
 // openAudit opens the configured sink and starts its recorder. A sink on a
 // server (postgres) that can't be reached is not an error: its entries wait
 // in the recorder, which retries in the background.
-func openAudit(ctx context.Context, cfg *config.Config, files *sqliteFiles, logger *slog.Logger, m *metrics) (*auditTrail, error) {
+func openAudit(ctx context.Context, cfg *config.Config, files *connections, logger *slog.Logger, m *metrics) (*auditTrail, error) {
 	ac := cfg.Audit
 	t := &auditTrail{sink: ac.Sink, desc: ac.Sink, instance: ac.Instance}
 	t.setRoutes(cfg.Routes)
@@ -319,28 +320,6 @@ func (l *lazyPostgres) Close() error {
 	return nil
 }
 
-// deliveryJSON is an audit entry as GET /admin/deliveries shows it.
-type deliveryJSON struct {
-	ID            int64     `json:"id"`
-	Time          time.Time `json:"time"`
-	Route         string    `json:"route"`
-	Source        string    `json:"source"`
-	Key           string    `json:"key"`
-	Outcome       string    `json:"outcome"`
-	Status        int       `json:"status"`
-	DurationMS    float64   `json:"duration_ms"`
-	RequestBytes  int64     `json:"request_bytes"`
-	ResponseBytes int64     `json:"response_bytes"`
-	Reason        string    `json:"reason,omitempty"`
-	Instance      string    `json:"instance,omitempty"`
-	Scope         string    `json:"scope,omitempty"` // give it as ?scope= to /admin/keys
-}
-
-type deliveriesJSON struct {
-	Deliveries []deliveryJSON `json:"deliveries"`
-	Next       string         `json:"next,omitempty"`
-}
-
 // serveDeliveries is GET /admin/deliveries?source=&outcome=&route=&since=&until=&limit=&cursor=
 // (since and until in RFC 3339). It answers newest first, one page at a
 // time. Follow "next" as cursor for the following page.
@@ -364,9 +343,9 @@ func (t *auditTrail) serveDeliveries(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusServiceUnavailable, "audit query failed", err.Error())
 		return
 	}
-	out := deliveriesJSON{Deliveries: make([]deliveryJSON, 0, len(page.Entries)), Next: page.Next}
+	out := adminapi.Deliveries{Deliveries: make([]adminapi.Delivery, 0, len(page.Entries)), Next: page.Next}
 	for _, e := range page.Entries {
-		out.Deliveries = append(out.Deliveries, deliveryJSON{
+		out.Deliveries = append(out.Deliveries, adminapi.Delivery{
 			ID: e.ID, Time: e.Time.UTC(), Route: e.Route, Source: e.Source, Key: e.Key,
 			Outcome: e.Outcome, Status: e.Status, DurationMS: float64(e.Duration.Microseconds()) / 1000,
 			RequestBytes: e.RequestBytes, ResponseBytes: e.ResponseBytes, Reason: e.Reason, Instance: e.Instance,

@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"context"
@@ -69,7 +69,7 @@ func storeDesc(sc config.Store) string {
 // keeps 200. Its entries wait and are retried, and the webhooks are not
 // affected. A load balancer taking every gateway out during an audit
 // database outage would stop the webhooks the trail observes.
-func (g *gateway) serveReady(w http.ResponseWriter, r *http.Request) {
+func (g *Gateway) serveReady(w http.ResponseWriter, r *http.Request) {
 	status := http.StatusOK
 	var b strings.Builder
 	store := "store (" + storeDesc(g.cfg.Store) + "): ok"
