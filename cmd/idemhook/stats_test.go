@@ -42,20 +42,20 @@ func TestAdminStats(t *testing.T) {
 	t.Run("sqlite", func(t *testing.T) {
 		up := newUpstream(t)
 		dir := t.TempDir()
-		run(t, startGateway(t, writeConfig(t, dir, sqliteConfig(dir, up.srv.URL, "")), startOpts{}))
+		run(t, startGateway(t, writeConfig(t, dir, sqliteConfig(dir, up.Srv.URL, "")), startOpts{}))
 	})
 	t.Run("postgres", func(t *testing.T) {
 		raw := pgtest.URL(t)
 		table := pgtest.Table(t, pgtest.Pool(t), "idemhook_statstest")
 		up := newUpstream(t)
 		dir := t.TempDir()
-		cfg := sqliteConfig(dir, up.srv.URL, "") +
+		cfg := sqliteConfig(dir, up.Srv.URL, "") +
 			fmt.Sprintf("audit: {sink: postgres, url: \"${PG}\", table: %s}\n", table)
 		run(t, startGateway(t, writeConfig(t, dir, cfg), startOpts{getenv: envOf("PG", raw)}))
 	})
 	t.Run("not queryable", func(t *testing.T) {
 		up := newUpstream(t)
-		g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.srv.URL)), startOpts{})
+		g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.Srv.URL)), startOpts{})
 		if r := do(t, "GET", g.adminURL("/admin/stats"), ""); r.Status != http.StatusNotImplemented ||
 			!strings.Contains(r.Body, `the audit sink is \"none\"`) {
 			t.Errorf("GET /admin/stats with sink none = %d %s, want 501", r.Status, r.Body)

@@ -40,9 +40,9 @@ func TestKilledGatewayRunsEachEventOnceMore(t *testing.T) {
 			t.Cleanup(func() { holdOnce.Do(func() { close(hold) }) })
 			calls := map[string]int{}
 			var mu sync.Mutex
-			up.handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+			up.Handle = func(w http.ResponseWriter, r *http.Request, n int64) {
 				var ev struct{ ID string }
-				json.Unmarshal(up.received()[n-1].Body, &ev) //nolint:errcheck
+				json.Unmarshal(up.Received()[n-1].Body, &ev) //nolint:errcheck
 				mu.Lock()
 				calls[ev.ID]++
 				first := calls[ev.ID] == 1
@@ -66,7 +66,7 @@ routes:
     upstream: %s/hook
     source: test
     in_flight: %s
-`, filepath.Join(dir, "state.db"), up.srv.URL, policy)
+`, filepath.Join(dir, "state.db"), up.Srv.URL, policy)
 			path := writeConfig(t, dir, cfg)
 
 			const events = 5
@@ -75,7 +75,7 @@ routes:
 				go http.Post(gw.url("/webhooks/test"), "application/json", //nolint:errcheck,bodyclose // the gateway dies under it
 					strings.NewReader(fmt.Sprintf(`{"id":"evt_%d"}`, i)))
 			}
-			for up.calls.Load() < events {
+			for up.Calls.Load() < events {
 				time.Sleep(time.Millisecond)
 			}
 			gw.signal(t, syscall.SIGKILL) // as a crash or an OOM kill would
@@ -108,7 +108,7 @@ func TestSecondGatewayOnOneSQLiteFileIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	db := filepath.Join(dir, "state.db")
 	up := newUpstream(t)
-	cfg := strings.Replace(routeConfig(up.srv.URL), "store: {driver: memory}", fmt.Sprintf("store: {driver: sqlite, path: %q}", db), 1)
+	cfg := strings.Replace(routeConfig(up.Srv.URL), "store: {driver: memory}", fmt.Sprintf("store: {driver: sqlite, path: %q}", db), 1)
 	path := writeConfig(t, dir, cfg)
 	startGateway(t, path, startOpts{})
 	var stderr strings.Builder
@@ -132,12 +132,12 @@ func TestPostgresTwoGateways(t *testing.T) {
 	var once sync.Once
 	releaseOnce := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(releaseOnce) // a failed test must not leave the upstream held
-	up.handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+	up.Handle = func(w http.ResponseWriter, r *http.Request, n int64) {
 		<-release // until every copy has met a running first delivery
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"call":%d}`, n)
 	}
-	cfg := strings.Replace(routeConfig(up.srv.URL, "in_flight: wait"),
+	cfg := strings.Replace(routeConfig(up.Srv.URL, "in_flight: wait"),
 		"store: {driver: memory}",
 		fmt.Sprintf("store: {driver: postgres, url: \"${%s}\", table: %s, timeout: 2s}", pgtest.EnvVar, keys), 1)
 	cfg = strings.Replace(cfg, "audit: {sink: none}", "audit: {sink: postgres, table: "+trail+"}", 1)
@@ -164,7 +164,7 @@ func TestPostgresTwoGateways(t *testing.T) {
 	})
 	releaseOnce()
 	wg.Wait()
-	if n := up.calls.Load(); n != events {
+	if n := up.Calls.Load(); n != events {
 		t.Fatalf("upstream calls = %d, want %d (one per event)", n, events)
 	}
 	for e := range events {
@@ -213,7 +213,7 @@ func TestPostgresTwoGateways(t *testing.T) {
 // serving without its store.
 func TestPostgresStoreUnreachableAtStart(t *testing.T) {
 	up := newUpstream(t)
-	cfg := strings.Replace(routeConfig(up.srv.URL), "store: {driver: memory}",
+	cfg := strings.Replace(routeConfig(up.Srv.URL), "store: {driver: memory}",
 		"store: {driver: postgres, url: \"postgres://postgres:pw@127.0.0.1:1/none?connect_timeout=2\"}", 1)
 	path := writeConfig(t, t.TempDir(), cfg)
 	var stderr strings.Builder
@@ -265,7 +265,7 @@ func TestRedisTopologies(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			up := newUpstream(t)
-			cfg := strings.Replace(routeConfig(up.srv.URL), "store: {driver: memory}", tt.store(t), 1)
+			cfg := strings.Replace(routeConfig(up.Srv.URL), "store: {driver: memory}", tt.store(t), 1)
 			path := writeConfig(t, t.TempDir(), cfg)
 			g1 := startGateway(t, path, startOpts{})
 			g2 := startGateway(t, path, startOpts{})
@@ -277,7 +277,7 @@ func TestRedisTopologies(t *testing.T) {
 					t.Errorf("event %d on the second gateway: %d replayed=%q, want a replay of %q", i, again.Status, again.Header.Get(idemhook.ReplayedHeader), first.Body)
 				}
 			}
-			if n := up.calls.Load(); n != 6 {
+			if n := up.Calls.Load(); n != 6 {
 				t.Errorf("upstream calls = %d, want 6", n)
 			}
 			if r := do(t, "GET", g1.adminURL("/readyz"), ""); r.Status != 200 {
@@ -298,9 +298,9 @@ func TestSQLiteGatewayRunsEachOfManyConcurrentEventsOnce(t *testing.T) {
 	up := newUpstream(t)
 	var mu sync.Mutex
 	calls := map[string]int{}
-	up.handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+	up.Handle = func(w http.ResponseWriter, r *http.Request, n int64) {
 		var ev struct{ ID string }
-		json.Unmarshal(up.received()[n-1].Body, &ev) //nolint:errcheck
+		json.Unmarshal(up.Received()[n-1].Body, &ev) //nolint:errcheck
 		mu.Lock()
 		calls[ev.ID]++
 		mu.Unlock()
@@ -308,7 +308,7 @@ func TestSQLiteGatewayRunsEachOfManyConcurrentEventsOnce(t *testing.T) {
 		fmt.Fprintf(w, `{"processed":%q}`, ev.ID)
 	}
 	dir := t.TempDir()
-	cfg := strings.Replace(routeConfig(up.srv.URL), "store: {driver: memory}",
+	cfg := strings.Replace(routeConfig(up.Srv.URL), "store: {driver: memory}",
 		fmt.Sprintf("store: {driver: sqlite, path: %q}", filepath.Join(dir, "state.db")), 1)
 	g := startGateway(t, writeConfig(t, dir, cfg), startOpts{})
 

@@ -100,15 +100,15 @@ func TestTracingExportsDeliverySpans(t *testing.T) {
 		"OTEL_EXPORTER_OTLP_ENDPOINT": rc.srv.URL,
 		"OTEL_SERVICE_NAME":           "webhooks-gw",
 	}
-	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.srv.URL, "header: X-Event-Id")),
+	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.Srv.URL, "header: X-Event-Id")),
 		startOpts{getenv: func(k string) string { return env[k] }})
 
 	traceparent := "00-" + senderTrace + "-" + senderSpan + "-01"
 	body := `{"card":"4111-1111-secret"}`
 	first := post(t, g.url("/webhooks/test"), body, "X-Event-Id", "e-1", "Traceparent", traceparent)
 	again := post(t, g.url("/webhooks/test"), body, "X-Event-Id", "e-1", "Traceparent", traceparent)
-	if first.Status != 200 || again.Status != 200 || up.calls.Load() != 1 {
-		t.Fatalf("statuses %d, %d and %d upstream calls; want 200, 200 and 1", first.Status, again.Status, up.calls.Load())
+	if first.Status != 200 || again.Status != 200 || up.Calls.Load() != 1 {
+		t.Fatalf("statuses %d, %d and %d upstream calls; want 200, 200 and 1", first.Status, again.Status, up.Calls.Load())
 	}
 	if err := g.stop(); err != nil { // the shutdown flushes the spans
 		t.Fatal(err)
@@ -182,7 +182,7 @@ func TestTracingExportsDeliverySpans(t *testing.T) {
 	}
 	// The upstream got a traceparent naming the gateway's upstream span,
 	// in the sender's trace.
-	got := up.received()[0].Header.Get("Traceparent")
+	got := up.Received()[0].Header.Get("Traceparent")
 	want := "00-" + senderTrace + "-" + hex.EncodeToString(upstreams[0].SpanId) + "-01"
 	if got != want {
 		t.Errorf("upstream traceparent %q, want %q", got, want)
@@ -232,10 +232,10 @@ func TestTracingUpstreamDown(t *testing.T) {
 // gateway forwards the sender's traceparent unchanged.
 func TestTracingOffForwardsTraceparentUnchanged(t *testing.T) {
 	up := newUpstream(t)
-	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.srv.URL)), startOpts{})
+	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.Srv.URL)), startOpts{})
 	traceparent := "00-" + senderTrace + "-" + senderSpan + "-01"
 	post(t, g.url("/webhooks/test"), `{"id":1}`, "Traceparent", traceparent)
-	if got := up.received()[0].Header.Get("Traceparent"); got != traceparent {
+	if got := up.Received()[0].Header.Get("Traceparent"); got != traceparent {
 		t.Errorf("upstream traceparent %q, want the sender's %q", got, traceparent)
 	}
 }

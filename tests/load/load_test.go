@@ -1,4 +1,4 @@
-package main
+package load
 
 import (
 	"cmp"
@@ -26,10 +26,12 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/gatewaytest"
 	"github.com/idemhook/idemhook/internal/pgtest"
 	"github.com/idemhook/idemhook/internal/redistest"
 	"github.com/idemhook/idemhook/memstore"
 	"github.com/idemhook/idemhook/redisstore"
+	"github.com/idemhook/idemhook/tests/internal/testgw"
 )
 
 // The one load command of the repository, behind docs/benchmarks.md. It is
@@ -322,8 +324,8 @@ routes:
     source: load
     ttl: 10m
 `, gwc.store, gwc.audit, upURL)
-		g := startGateway(t, writeConfig(t, t.TempDir(), cfg), startOpts{})
-		pair("gateway", gwc.name, g.url("/hook"), proxy)
+		g := testgw.Start(t, gatewaytest.WriteConfig(t, t.TempDir(), cfg), nil)
+		pair("gateway", gwc.name, g.URL("/hook"), proxy)
 	}
 
 	// Library rows.
