@@ -233,17 +233,3 @@ func (g *Gateway) scopesHolding(ctx context.Context, source, key, skip string) (
 func scopeQuery(scope string) string {
 	return strings.ReplaceAll(url.QueryEscape(scope), "%2F", "/")
 }
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
-}
-
-// trimmed is used for a query parameter.
-func trimmed(r *http.Request, name string) string {
-	return strings.TrimSpace(r.URL.Query().Get(name))
-}

@@ -83,7 +83,13 @@ type Gateway struct {
 // New opens the store and the audit sink of cfg, the tracer that
 // opts.Getenv's OTEL_* variables configure, and builds the handlers. ctx
 // bounds the opening only. On error, everything opened so far is closed.
-func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Gateway, err error) {
+func New(ctx context.Context, cfg *config.Config, opts Options) (*Gateway, error) {
+	return newGateway(ctx, cfg, opts)
+}
+
+// newGateway is New. On error its deferred close needs the gateway built
+// so far, hence the named results.
+func newGateway(ctx context.Context, cfg *config.Config, opts Options) (_ *Gateway, err error) {
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)

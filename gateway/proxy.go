@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net"
@@ -14,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemhook/idemhook/gateway/adminapi"
 	"github.com/idemhook/idemhook/gateway/config"
 )
 
@@ -129,33 +127,6 @@ func isTimeout(err error) bool {
 	}
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
-}
-
-// errText is err's message for the sender: without the URL net/http wraps
-// it in, nor the address a dial or a name lookup names, since the sender is
-// on the internet and the upstream's address is internal (the WARN logged
-// with the full error names it).
-func errText(err error) string {
-	var dnsErr *net.DNSError
-	if errors.As(err, &dnsErr) {
-		return "name lookup: " + dnsErr.Err
-	}
-	var opErr *net.OpError
-	if errors.As(err, &opErr) && opErr.Err != nil {
-		return opErr.Op + ": " + opErr.Err.Error()
-	}
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err.Error()
-	}
-	return err.Error()
-}
-
-func writeProblem(w http.ResponseWriter, status int, title, detail string) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(adminapi.Problem{Type: "about:blank", Title: title, Status: status, Detail: detail})
 }
 
 // timedTransport observes the time each upstream call takes to answer with
