@@ -19,6 +19,7 @@ import (
 	"github.com/idemhook/idemhook/audit/pgaudit"
 	"github.com/idemhook/idemhook/audit/redisaudit"
 	"github.com/idemhook/idemhook/audit/sqliteaudit"
+	"github.com/idemhook/idemhook/audithook"
 	"github.com/idemhook/idemhook/gateway/adminapi"
 	"github.com/idemhook/idemhook/gateway/config"
 	"github.com/idemhook/idemhook/sqlitestore"
@@ -29,6 +30,7 @@ import (
 // delivery, and the admin handler that reads the trail back.
 type auditTrail struct {
 	rec      *audit.Recorder // nil for sink none
+	hook     *audithook.Hook // records each delivery in rec; nil for sink none
 	querier  audit.Querier   // nil when the sink can't be queried (log, none)
 	sink     string
 	desc     string // the sink as /readyz names it, e.g. "postgres postgres://x@db/audit"
@@ -119,6 +121,18 @@ func openAudit(ctx context.Context, cfg *config.Config, files *connections, logg
 		return nil, fmt.Errorf("unknown audit sink %q", ac.Sink)
 	}
 	t.rec = audit.NewRecorder(sink, audit.RecorderConfig{QueueSize: ac.Buffer, Logger: logger})
+	// The entries' route is the pattern the delivery matched: a route's
+	// path, by which the settings of its reasons are found.
+	hook, err := audithook.New(audithook.Config{
+		Recorder:  t.rec,
+		Instance:  t.instance,
+		Decisions: t.decide,
+		Settings:  func(route string) idemhook.Route { return (*t.routes.Load())[route].Route },
+	})
+	if err != nil {
+		return nil, err // not reached: t.rec is set
+	}
+	t.hook = hook
 	files.rs.add(func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -157,102 +171,10 @@ func (t *auditTrail) health() (string, bool) {
 }
 
 // record adds one delivery to the trail. It never blocks.
-func (t *auditTrail) record(route string, d idemhook.DeliveryInfo) {
-	if t.rec == nil {
-		return
+func (t *auditTrail) record(d idemhook.DeliveryInfo) {
+	if t.hook != nil {
+		t.hook.OnDelivery(d)
 	}
-	rc := (*t.routes.Load())[route]
-	e := audit.Entry{
-		Time:          time.Now().Add(-d.Duration),
-		Route:         route,
-		Source:        d.Source,
-		Key:           d.Key,
-		Scope:         d.Scope,
-		Outcome:       string(d.Outcome),
-		Status:        d.Status,
-		Duration:      d.Duration,
-		RequestBytes:  d.RequestBytes,
-		ResponseBytes: d.ResponseBytes,
-		Reason:        reason(d, rc),
-		Instance:      t.instance,
-	}
-	if t.decide {
-		e.Decision = decision(d, rc, e.Reason)
-	}
-	t.rec.Record(e)
-}
-
-// reason says why a delivery was refused, or not protected, or why its
-// claim was released. It is "" for an ordinary one.
-func reason(d idemhook.DeliveryInfo, rc config.Route) string {
-	switch d.Outcome {
-	case idemhook.OutcomeTooLarge:
-		return fmt.Sprintf("request body over max_body (%d bytes)", rc.Route.MaxBodyBytes)
-	case idemhook.OutcomeMismatch:
-		return "the idempotency key was used before with a different body"
-	case idemhook.OutcomeInFlightRejected:
-		if d.Err != nil {
-			return d.Err.Error()
-		}
-		return "a delivery of the same key is running (in_flight: reject)"
-	case idemhook.OutcomeFailedReleased:
-		if d.Err != nil {
-			return d.Err.Error()
-		}
-		return fmt.Sprintf("the upstream answered %d: claim released, the provider's retry is processed afresh", d.Status)
-	case idemhook.OutcomeReplayed, idemhook.OutcomeInFlightWaited, idemhook.OutcomeInFlightProceeded:
-		return ""
-	case idemhook.OutcomeInFlightAbandoned:
-		return "the sender hung up while a delivery of the same key was running"
-	}
-	if d.Err != nil {
-		return d.Err.Error() // signature_invalid, key_error, store_error_*, processed with a failed write
-	}
-	return ""
-}
-
-// decision tells, in words, what decided a delivery: the log sink's
-// decision at debug level.
-func decision(d idemhook.DeliveryInfo, rc config.Route, why string) string {
-	waited := ""
-	if d.Waited > 0 {
-		waited = fmt.Sprintf("waited %s for the running delivery of the key, then ", d.Waited.Round(time.Millisecond))
-	}
-	switch d.Outcome {
-	case idemhook.OutcomeProcessed:
-		if d.Err != nil {
-			return waited + "claimed the key and forwarded; storing the answer failed: " + d.Err.Error()
-		}
-		if d.Waited > 0 {
-			return waited + "took over the key (the running delivery released it), forwarded and stored the answer"
-		}
-		return "claimed the key, forwarded, stored the answer"
-	case idemhook.OutcomeReplayed:
-		return "found a stored answer: replayed it, not forwarded"
-	case idemhook.OutcomeInFlightWaited:
-		return waited + "replayed its stored answer"
-	case idemhook.OutcomeInFlightProceeded:
-		return waited + fmt.Sprintf("forwarded without a claim while another delivery of the key runs (in_flight: %s)", rc.Route.InFlight)
-	case idemhook.OutcomeInFlightRejected:
-		return waited + "refused with 409: " + why
-	case idemhook.OutcomeInFlightAbandoned:
-		return waited + "the sender hung up: nothing sent, not forwarded"
-	case idemhook.OutcomeFailedReleased:
-		return "claimed the key, forwarded, released the claim: " + why
-	case idemhook.OutcomeMismatch:
-		return "refused with 422: " + why
-	case idemhook.OutcomeStoreErrorOpen:
-		return "the store failed; forwarded unprotected (on_store_error: open): " + why
-	case idemhook.OutcomeStoreErrorClosed:
-		return "the store failed; refused with 503 (on_store_error: closed): " + why
-	case idemhook.OutcomeKeyError:
-		return "no key could be resolved; nothing claimed: " + why
-	case idemhook.OutcomeSignatureInvalid:
-		return "signature check failed; refused with 401, nothing claimed: " + why
-	case idemhook.OutcomeTooLarge:
-		return "refused with 413, nothing claimed: " + why
-	}
-	return string(d.Outcome)
 }
 
 // lazyPostgres is the PostgreSQL sink, opened (its table made) on first use

@@ -121,19 +121,13 @@ func newGateway(ctx context.Context, cfg *config.Config, opts Options) (_ *Gatew
 	if err != nil {
 		return nil, err
 	}
-	routeOf := func(r *http.Request) string {
-		if r == nil {
-			return ""
-		}
-		return r.Pattern
-	}
 	g.mw, err = idemhook.New(g.store, g.tracing.instrument(idemhook.Options{
 		Logger:       logger,
 		Now:          now,
 		StoreTimeout: cfg.Store.Timeout, // 0: the store's own default (SQLite's: 10s)
 		OnDelivery: func(d idemhook.DeliveryInfo) {
 			g.metrics.onDelivery(d)
-			g.audit.record(routeOf(d.Request), d)
+			g.audit.record(d)
 		},
 		OnStoreCall:     g.metrics.onStoreCall,
 		OnBreakerChange: g.metrics.onBreakerChange,
