@@ -222,20 +222,9 @@ func printSummary(w io.Writer, cfg *config.Config) {
 	}
 }
 
-// newLogger returns the logger of the gateway, writing to w.
-func newLogger(lc config.Log, w io.Writer) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(lc.Level)) // checked by the config parser
-	opts := &slog.HandlerOptions{Level: level}
-	if lc.Format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
-	}
-	return slog.New(slog.NewTextHandler(w, opts))
-}
-
 // serve runs the gateway until ctx is done, then shuts down gracefully.
 func serve(ctx context.Context, cfg *config.Config, e env) error {
-	logger := newLogger(cfg.Log, e.stderr)
+	logger := cfg.Log.NewLogger(e.stderr)
 	for _, w := range cfg.Warnings {
 		logger.Warn("idemhook configuration: " + w.Error())
 	}

@@ -1208,7 +1208,7 @@ func TestReloadLogsEachError(t *testing.T) {
 				t.Fatal(err)
 			}
 			var log bytes.Buffer
-			logger := newLogger(cfg.Log, &log)
+			logger := cfg.Log.NewLogger(&log)
 			g, err := gateway.New(t.Context(), cfg, gateway.Options{Logger: logger, Now: time.Now})
 			if err != nil {
 				t.Fatal(err)

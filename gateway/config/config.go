@@ -15,6 +15,8 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/netip"
 	"net/url"
 	"os"
@@ -99,6 +101,17 @@ type Audit struct {
 type Log struct {
 	Format string // text | json
 	Level  string // debug | info | warn | error
+}
+
+// NewLogger returns the logger the section configures, writing to w.
+func (lc Log) NewLogger(w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(lc.Level)) // checked by Parse; an unknown level is info
+	opts := &slog.HandlerOptions{Level: level}
+	if lc.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
 }
 
 // TLS is the tls: section. The listener serves HTTPS with this

@@ -4,7 +4,6 @@ package testgw
 
 import (
 	"context"
-	"log/slog"
 	"net"
 	"net/http"
 	"testing"
@@ -39,11 +38,7 @@ func Start(t *testing.T, configPath string, getenv func(string) string) *Gateway
 		t.Fatal(err)
 	}
 	out := &syncbuf.Buffer{}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(cfg.Log.Level)); err != nil {
-		t.Fatal(err)
-	}
-	logger := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: level}))
+	logger := cfg.Log.NewLogger(out)
 	g, err := gateway.New(t.Context(), cfg, gateway.Options{Logger: logger, Getenv: getenv})
 	if err != nil {
 		t.Fatalf("gateway did not start: %v\nlog:\n%s", err, out)
