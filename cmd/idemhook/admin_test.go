@@ -3,57 +3,30 @@ package main
 import (
 	"bytes"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/gateway/adminapi"
 	"github.com/idemhook/idemhook/internal/pgtest"
 )
 
-// sqliteConfig is a one-route configuration on SQLite (store and audit
-// trail in one file in dir), admin on a free port.
-func sqliteConfig(dir, upstreamURL string, adminExtra string) string {
-	return fmt.Sprintf(`listen: 127.0.0.1:0
-store: {driver: sqlite, path: %q}
-admin: {listen: 127.0.0.1:0%s}
-log: {level: debug}
-routes:
-  - path: /webhooks/test
-    upstream: %s/hook
-    source: test
-  - path: /webhooks/other
-    upstream: %s/other
-    source: other
-`, filepath.Join(dir, "idemhook.db"), adminExtra, upstreamURL, upstreamURL)
-}
-
-func decodeJSON[T any](t *testing.T, r response) T {
-	t.Helper()
-	var v T
-	if err := json.Unmarshal([]byte(r.Body), &v); err != nil {
-		t.Fatalf("decode %q: %v", r.Body, err)
-	}
-	return v
-}
-
 // deliveries polls GET /admin/deliveries?query until it lists want entries:
 // the recorder writes in batches, in the background.
-func deliveries(t *testing.T, g *gw, query string, want int) deliveriesJSON {
+func deliveries(t *testing.T, g *gw, query string, want int) adminapi.Deliveries {
 	t.Helper()
-	var page deliveriesJSON
+	var page adminapi.Deliveries
 	eventually(t, fmt.Sprintf("%d audit rows for %q", want, query), func() bool {
 		r := do(t, "GET", g.adminURL("/admin/deliveries?"+query), "")
 		if r.Status != 200 {
 			t.Fatalf("GET /admin/deliveries?%s = %d %s", query, r.Status, r.Body)
 		}
-		page = decodeJSON[deliveriesJSON](t, r)
+		page = decodeJSON[adminapi.Deliveries](t, r)
 		return len(page.Deliveries) >= want
 	})
 	if len(page.Deliveries) != want {
@@ -64,7 +37,7 @@ func deliveries(t *testing.T, g *gw, query string, want int) deliveriesJSON {
 
 func TestAdminAPI(t *testing.T) {
 	up := newUpstream(t)
-	up.handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+	up.Handle = func(w http.ResponseWriter, r *http.Request, n int64) {
 		if r.URL.Path == "/other" {
 			w.Header().Set("Content-Type", "application/octet-stream")
 			w.Write([]byte{0xff, 0x00, 0xfe})
@@ -74,7 +47,7 @@ func TestAdminAPI(t *testing.T) {
 		fmt.Fprintf(w, `{"call":%d}`, n)
 	}
 	dir := t.TempDir()
-	g := startGateway(t, writeConfig(t, dir, sqliteConfig(dir, up.srv.URL, "")), startOpts{})
+	g := startGateway(t, writeConfig(t, dir, sqliteConfig(dir, up.Srv.URL, "")), startOpts{})
 	start := time.Now().Add(-time.Second)
 
 	body := `{"id":"evt_admin"}`
@@ -132,7 +105,7 @@ func TestAdminAPI(t *testing.T) {
 		}
 		for _, tt := range tests {
 			r := do(t, "GET", g.adminURL("/admin/deliveries?"+tt.query), "")
-			p := decodeJSON[problem](t, r)
+			p := decodeJSON[adminapi.Problem](t, r)
 			if r.Status != 400 || p.Detail != tt.want {
 				t.Errorf("?%s = %d %q, want 400 %q", tt.query, r.Status, p.Detail, tt.want)
 			}
@@ -144,13 +117,13 @@ func TestAdminAPI(t *testing.T) {
 		if r.Status != 200 {
 			t.Fatalf("GET key = %d %s", r.Status, r.Body)
 		}
-		rec := decodeJSON[recordJSON](t, r)
+		rec := decodeJSON[adminapi.Record](t, r)
 		if rec.StoreKey != "idem:test:"+key || rec.State != "completed" || rec.Status != 200 || rec.Body == nil ||
 			*rec.Body != `{"call":1}` || rec.BodyEncoding != "text" || rec.Headers["Content-Type"][0] != "application/json" || rec.CreatedAt.IsZero() {
 			t.Errorf("record = %+v", rec)
 		}
 
-		bin := decodeJSON[recordJSON](t, do(t, "GET", g.adminURL("/admin/keys/other/"+idemhook.BodyKey([]byte(`{"id":"x"}`))), ""))
+		bin := decodeJSON[adminapi.Record](t, do(t, "GET", g.adminURL("/admin/keys/other/"+idemhook.BodyKey([]byte(`{"id":"x"}`))), ""))
 		if raw, err := base64.StdEncoding.DecodeString(*bin.Body); bin.BodyEncoding != "base64" || err != nil || !bytes.Equal(raw, []byte{0xff, 0, 0xfe}) {
 			t.Errorf("binary record body = %q %s (%v)", *bin.Body, bin.BodyEncoding, err)
 		}
@@ -171,9 +144,9 @@ func TestAdminAPI(t *testing.T) {
 			t.Errorf("GET deleted key = %d, want 404", r.Status)
 		}
 		// Deleting forces reprocessing.
-		calls := up.calls.Load()
-		if r := post(t, g.url("/webhooks/test"), body); r.Header.Get(idemhook.ReplayedHeader) != "" || up.calls.Load() != calls+1 {
-			t.Errorf("after DELETE: replayed=%q, upstream calls %d, want a fresh delivery", r.Header.Get(idemhook.ReplayedHeader), up.calls.Load()-calls)
+		calls := up.Calls.Load()
+		if r := post(t, g.url("/webhooks/test"), body); r.Header.Get(idemhook.ReplayedHeader) != "" || up.Calls.Load() != calls+1 {
+			t.Errorf("after DELETE: replayed=%q, upstream calls %d, want a fresh delivery", r.Header.Get(idemhook.ReplayedHeader), up.Calls.Load()-calls)
 		}
 	})
 
@@ -199,7 +172,7 @@ func TestAdminAPI(t *testing.T) {
 func TestAdminToken(t *testing.T) {
 	up := newUpstream(t)
 	dir := t.TempDir()
-	g := startGateway(t, writeConfig(t, dir, sqliteConfig(dir, up.srv.URL, ", token: \"${TOKEN}\"")),
+	g := startGateway(t, writeConfig(t, dir, sqliteConfig(dir, up.Srv.URL, ", token: \"${TOKEN}\"")),
 		startOpts{getenv: envOf("TOKEN", "s3cret")})
 	tests := []struct {
 		path, auth string
@@ -230,7 +203,7 @@ func TestAdminToken(t *testing.T) {
 func TestAuditSinks(t *testing.T) {
 	t.Run("log", func(t *testing.T) {
 		up := newUpstream(t)
-		cfg := strings.Replace(routeConfig(up.srv.URL), "audit: {sink: none}", "audit: {sink: log}", 1)
+		cfg := strings.Replace(routeConfig(up.Srv.URL), "audit: {sink: none}", "audit: {sink: log}", 1)
 		g := startGateway(t, writeConfig(t, t.TempDir(), cfg), startOpts{})
 		post(t, g.url("/webhooks/test"), `{"id":"logged"}`)
 		r := do(t, "GET", g.adminURL("/admin/deliveries"), "")
@@ -251,7 +224,7 @@ func TestAuditSinks(t *testing.T) {
 		ctx := t.Context()
 
 		up := newUpstream(t)
-		cfg := strings.Replace(routeConfig(up.srv.URL), "audit: {sink: none}",
+		cfg := strings.Replace(routeConfig(up.Srv.URL), "audit: {sink: none}",
 			fmt.Sprintf("audit: {sink: postgres, url: \"${PG}\", table: %s}", table), 1)
 		g := startGateway(t, writeConfig(t, t.TempDir(), cfg), startOpts{getenv: envOf("PG", raw)})
 		post(t, g.url("/webhooks/test"), `{"id":"pg"}`)
@@ -275,7 +248,7 @@ func TestAuditSinks(t *testing.T) {
 // DELETE must remove it, so the retry is forwarded again.
 func TestAdminKeysOddKeys(t *testing.T) {
 	up := newUpstream(t)
-	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.srv.URL, "header: x-key")), startOpts{})
+	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.Srv.URL, "header: x-key")), startOpts{})
 	long := strings.Repeat("k", 200)
 	tests := []struct {
 		name, key, path string
@@ -299,11 +272,11 @@ func TestAdminKeysOddKeys(t *testing.T) {
 			if r := do(t, "DELETE", g.adminURL("/admin/keys/test/"+tt.path), ""); r.Status != http.StatusNoContent {
 				t.Fatalf("DELETE /admin/keys/test/%s = %d %s", tt.path, r.Status, r.Body)
 			}
-			before := len(up.received())
+			before := len(up.Received())
 			if r := post(t, g.url("/webhooks/test"), body, "x-key", tt.key); r.Status != http.StatusOK {
 				t.Fatalf("retry POST = %d %s", r.Status, r.Body)
 			}
-			if got := len(up.received()); got != before+1 {
+			if got := len(up.Received()); got != before+1 {
 				t.Fatalf("after DELETE the retry was not forwarded (upstream calls %d, want %d)", got, before+1)
 			}
 		})
@@ -317,7 +290,7 @@ func TestAdminKeysOddKeys(t *testing.T) {
 func TestAdminTokenScheme(t *testing.T) {
 	up := newUpstream(t)
 	dir := t.TempDir()
-	g := startGateway(t, writeConfig(t, dir, sqliteConfig(dir, up.srv.URL, ", token: \"${TOKEN}\"")),
+	g := startGateway(t, writeConfig(t, dir, sqliteConfig(dir, up.Srv.URL, ", token: \"${TOKEN}\"")),
 		startOpts{getenv: envOf("TOKEN", "s3cret")})
 	tests := []struct {
 		auth string
@@ -349,10 +322,10 @@ func TestAdminTokenScheme(t *testing.T) {
 func TestAdminKeysScoped(t *testing.T) {
 	up := newUpstream(t)
 	dir := t.TempDir()
-	g := startGateway(t, writeConfig(t, dir, sqliteConfig(dir, up.srv.URL, "")+fmt.Sprintf(`  - path: /t/
+	g := startGateway(t, writeConfig(t, dir, sqliteConfig(dir, up.Srv.URL, "")+fmt.Sprintf(`  - path: /t/
     upstream: %s/tenant
     source: tenant
-`, up.srv.URL)), startOpts{})
+`, up.Srv.URL)), startOpts{})
 	body := `{"id":"evt_scoped"}`
 	key := idemhook.BodyKey([]byte(body))
 	for _, p := range []string{"/t/acme/orders", "/t/globex/orders"} {

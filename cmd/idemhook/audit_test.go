@@ -53,7 +53,7 @@ func TestAuditPostgresDownAtStartAndLater(t *testing.T) {
 	u.Host = proxy.addr
 
 	up := newUpstream(t)
-	cfg := strings.Replace(routeConfig(up.srv.URL), "audit: {sink: none}",
+	cfg := strings.Replace(routeConfig(up.Srv.URL), "audit: {sink: none}",
 		fmt.Sprintf("audit: {sink: postgres, url: \"${PG}\", table: %s, buffer: 10}", table), 1)
 	g := startGateway(t, writeConfig(t, t.TempDir(), cfg), startOpts{getenv: envOf("PG", u.String())})
 	if !strings.Contains(g.stderr.String(), "idemhook audit sink unreachable at start") {
@@ -68,7 +68,7 @@ func TestAuditPostgresDownAtStartAndLater(t *testing.T) {
 		}
 	}
 	send(0, 25)
-	if n := up.calls.Load(); n != 25 {
+	if n := up.Calls.Load(); n != 25 {
 		t.Fatalf("the upstream ran %d times for 25 events", n)
 	}
 	r := do(t, "GET", g.adminURL("/readyz"), "")
@@ -103,7 +103,7 @@ func TestAuditPostgresDownAtStartAndLater(t *testing.T) {
 	if err := pool.QueryRow(ctx, "SELECT count(DISTINCT key) FROM "+table).Scan(&distinct); err != nil || distinct != 15 {
 		t.Errorf("%d distinct keys (%v), want 15", distinct, err)
 	}
-	if n := up.calls.Load(); n != 30 {
+	if n := up.Calls.Load(); n != 30 {
 		t.Errorf("the upstream ran %d times for 30 events", n)
 	}
 }
@@ -177,7 +177,7 @@ func TestAuditOnEveryStore(t *testing.T) {
 	}
 	t.Run("memory", func(t *testing.T) {
 		up := newUpstream(t)
-		g := startGateway(t, writeConfig(t, t.TempDir(), config(up.srv.URL, "{driver: memory}", "gw-0")), startOpts{})
+		g := startGateway(t, writeConfig(t, t.TempDir(), config(up.Srv.URL, "{driver: memory}", "gw-0")), startOpts{})
 		check(t, []*gw{g})
 	})
 	t.Run("redis", func(t *testing.T) {
@@ -190,7 +190,7 @@ func TestAuditOnEveryStore(t *testing.T) {
 		var gws []*gw
 		for i := range 2 {
 			up := newUpstream(t)
-			gws = append(gws, startGateway(t, writeConfig(t, t.TempDir(), config(up.srv.URL, store, fmt.Sprintf("gw-%d", i))), startOpts{}))
+			gws = append(gws, startGateway(t, writeConfig(t, t.TempDir(), config(up.Srv.URL, store, fmt.Sprintf("gw-%d", i))), startOpts{}))
 		}
 		t.Cleanup(func() { cleanRedisPrefix(t, raw, prefix) })
 		check(t, gws)
@@ -201,7 +201,7 @@ func TestAuditOnEveryStore(t *testing.T) {
 // delivery: claimed, waited then replayed, replayed.
 func TestAuditLogDecisions(t *testing.T) {
 	up, arrived, release := blockingUpstream(t)
-	cfg := strings.Replace(routeConfig(up.srv.URL, "in_flight: wait"), "audit: {sink: none}", "audit: {sink: log}", 1)
+	cfg := strings.Replace(routeConfig(up.Srv.URL, "in_flight: wait"), "audit: {sink: none}", "audit: {sink: log}", 1)
 	g := startGateway(t, writeConfig(t, t.TempDir(), cfg), startOpts{})
 	first := make(chan response, 1)
 	go func() { first <- post(t, g.url("/webhooks/test"), `{"id":"d"}`) }()

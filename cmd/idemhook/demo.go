@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/gateway/config"
 )
 
 // demoConfig is the configuration the demo runs the gateway with. Its %s
@@ -120,7 +121,7 @@ func demo(ctx context.Context, e env) error {
 	if err := os.WriteFile(cfgPath, []byte(text), 0o600); err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	cfg, err := loadConfig(cfgPath, func(string) string { return "" })
+	cfg, err := config.Load(cfgPath, func(string) string { return "" })
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}

@@ -2,78 +2,17 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
 	"io"
-	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/idemhook/idemhook/internal/gatewaytest"
 	"github.com/idemhook/idemhook/internal/syncbuf"
 )
-
-// received is one request the test upstream got.
-type received struct {
-	Method, Path, Query, Host string
-	Header                    http.Header
-	Body                      []byte
-}
-
-// upstream is a backend that records what it receives. By default it
-// answers 200 with a JSON body naming the call number and the body's hash,
-// a Set-Cookie header (which must never be replayed) and X-Upstream.
-type upstream struct {
-	srv   *httptest.Server
-	mu    sync.Mutex
-	got   []received
-	calls atomic.Int64
-	// handle, if set, answers call n (1-based) instead of the default.
-	handle func(w http.ResponseWriter, r *http.Request, n int64)
-}
-
-func newUpstream(t *testing.T) *upstream {
-	t.Helper()
-	u := &upstream{}
-	u.srv = httptest.NewServer(http.HandlerFunc(u.serve))
-	t.Cleanup(u.srv.Close)
-	return u
-}
-
-func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	u.mu.Lock() // n and the append in one step: received()[n-1] is this request
-	n := u.calls.Add(1)
-	u.got = append(u.got, received{r.Method, r.URL.Path, r.URL.RawQuery, r.Host, r.Header.Clone(), body})
-	u.mu.Unlock()
-	if u.handle != nil {
-		u.handle(w, r, n)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.Header().Set("Set-Cookie", "session=secret")
-	w.Header().Set("X-Upstream", "yes")
-	fmt.Fprintf(w, `{"call":%d,"sha256":%q}`, n, sha(body))
-}
-
-func (u *upstream) received() []received {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return append([]received(nil), u.got...)
-}
-
-func sha(b []byte) string {
-	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:])
-}
 
 // fakeClock is a settable clock, safe for concurrent use.
 type fakeClock struct{ ns atomic.Int64 }
@@ -102,16 +41,6 @@ func (g *gw) adminURL(path string) string { return "http://" + g.Admin + path }
 type startOpts struct {
 	getenv func(string) string
 	now    func() time.Time
-}
-
-// writeConfig writes text to a file in dir and returns its path.
-func writeConfig(t *testing.T, dir, text string) string {
-	t.Helper()
-	p := filepath.Join(dir, "idemhook.yaml")
-	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // startGateway runs "idemhook serve --config FILE" with FILE holding text,
@@ -163,63 +92,6 @@ func startGateway(t *testing.T, configPath string, o startOpts) *gw {
 	return g
 }
 
-// response is what a sender got back.
-type response struct {
-	Status int
-	Header http.Header
-	Body   string
-}
-
-func post(t *testing.T, url, body string, header ...string) response {
-	t.Helper()
-	return do(t, http.MethodPost, url, body, header...)
-}
-
-// do sends a request. header is name, value pairs.
-func do(t *testing.T, method, url, body string, header ...string) response {
-	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return response{resp.StatusCode, resp.Header, string(b)}
-}
-
-// routeConfig is a one-route configuration over the memory store with the
-// admin listener on a free port. The extra lines are appended to the route.
-func routeConfig(upstreamURL string, extra ...string) string {
-	return fmt.Sprintf(`listen: 127.0.0.1:0
-store: {driver: memory}
-admin: {listen: 127.0.0.1:0}
-audit: {sink: none}
-log: {level: debug}
-routes:
-  - path: /webhooks/test
-    upstream: %s/hook
-    source: test
-%s`, upstreamURL, indent(extra))
-}
-
-func indent(lines []string) string {
-	var b strings.Builder
-	for _, l := range lines {
-		b.WriteString("    " + l + "\n")
-	}
-	return b.String()
-}
-
 // metricValue reads one sample of the gateway's /metrics.
 func metricValue(t *testing.T, adminURL, name string) float64 {
 	t.Helper()
@@ -251,15 +123,31 @@ func claims(t *testing.T, adminURL string) int {
 	return n
 }
 
-// eventually polls cond until it holds. The deadline only guards against a
-// hang and asserts nothing about speed.
-func eventually(t *testing.T, what string, cond func() bool) {
+// The helpers shared with the other gateway tests (internal/gatewaytest).
+const minimal = gatewaytest.Minimal
+
+type (
+	upstream = gatewaytest.Upstream
+	received = gatewaytest.Received
+	response = gatewaytest.Response
+)
+
+var (
+	newUpstream  = gatewaytest.NewUpstream
+	sha          = gatewaytest.SHA
+	post         = gatewaytest.Post
+	do           = gatewaytest.Do
+	eventually   = gatewaytest.Eventually
+	envOf        = gatewaytest.EnvOf
+	writeConfig  = gatewaytest.WriteConfig
+	routeConfig  = gatewaytest.RouteConfig
+	sqliteConfig = gatewaytest.SQLiteConfig
+	sourceStats  = gatewaytest.SourceStats
+	rate         = gatewaytest.Rate
+	sameWindow   = gatewaytest.SameWindow
+)
+
+func decodeJSON[T any](t *testing.T, r response) T {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 30s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return gatewaytest.DecodeJSON[T](t, r)
 }

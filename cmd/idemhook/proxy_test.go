@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/gateway/adminapi"
 )
 
 // TestPrefixRouteKeepsEscapes: on a prefix route the rest of the path is
@@ -21,7 +22,7 @@ import (
 func TestPrefixRouteKeepsEscapes(t *testing.T) {
 	up := newUpstream(t)
 	raw := recordEscapedPaths(up)
-	cfg := strings.Replace(routeConfig(up.srv.URL), "path: /webhooks/test", "path: /hooks/", 1)
+	cfg := strings.Replace(routeConfig(up.Srv.URL), "path: /webhooks/test", "path: /hooks/", 1)
 	cfg = strings.Replace(cfg, "/hook\n", "/in/\n", 1)
 	g := startGateway(t, writeConfig(t, t.TempDir(), cfg), startOpts{})
 	tests := []pathCase{
@@ -37,8 +38,8 @@ func TestPrefixRouteKeepsEscapes(t *testing.T) {
 func TestUpstreamPathKeepsEscapes(t *testing.T) {
 	up := newUpstream(t)
 	raw := recordEscapedPaths(up)
-	cfg := strings.Replace(routeConfig(up.srv.URL), "/hook\n", "/tenants/a%2Fb/hook\n", 1) +
-		"  - path: /p/\n    upstream: " + up.srv.URL + "/tenants/a%2Fb/\n    source: p\n"
+	cfg := strings.Replace(routeConfig(up.Srv.URL), "/hook\n", "/tenants/a%2Fb/hook\n", 1) +
+		"  - path: /p/\n    upstream: " + up.Srv.URL + "/tenants/a%2Fb/\n    source: p\n"
 	g := startGateway(t, writeConfig(t, t.TempDir(), cfg), startOpts{})
 	tests := []pathCase{
 		{"/webhooks/test", "/tenants/a%2Fb/hook"},
@@ -55,10 +56,10 @@ type pathCase struct{ give, want string }
 // recordEscapedPaths makes up record the escaped path of every request.
 func recordEscapedPaths(up *upstream) *[]string {
 	raw := new([]string)
-	up.handle = func(w http.ResponseWriter, r *http.Request, n int64) {
-		up.mu.Lock()
+	up.Handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+		up.Mu.Lock()
 		*raw = append(*raw, r.URL.EscapedPath())
-		up.mu.Unlock()
+		up.Mu.Unlock()
 	}
 	return raw
 }
@@ -71,9 +72,9 @@ func wantForwardedPaths(t *testing.T, g *gw, up *upstream, raw *[]string, tests 
 		if r := post(t, g.url(tt.give), fmt.Sprintf(`{"n":%d}`, i)); r.Status != 200 {
 			t.Fatalf("POST %s = %d %s", tt.give, r.Status, r.Body)
 		}
-		up.mu.Lock()
+		up.Mu.Lock()
 		got := (*raw)[i]
-		up.mu.Unlock()
+		up.Mu.Unlock()
 		if got != tt.want {
 			t.Errorf("POST %s reached %s, want %s", tt.give, got, tt.want)
 		}
@@ -86,7 +87,7 @@ func wantForwardedPaths(t *testing.T, g *gw, up *upstream, raw *[]string, tests 
 // header value in order. The oversized one must not reach it.
 func TestForwardChunkedAndLarge(t *testing.T) {
 	up := newUpstream(t)
-	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.srv.URL, "max_body: 64KiB")), startOpts{})
+	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.Srv.URL, "max_body: 64KiB")), startOpts{})
 	const limit = 64 << 10
 	big := func(n int, seed byte) []byte {
 		b := make([]byte, n)
@@ -130,12 +131,12 @@ func TestForwardChunkedAndLarge(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			before := len(up.received())
+			before := len(up.Received())
 			resp := send(tt.body, tt.chunked)
 			if resp.StatusCode != tt.wantStatus {
 				t.Fatalf("status = %d, want %d", resp.StatusCode, tt.wantStatus)
 			}
-			got := up.received()[before:]
+			got := up.Received()[before:]
 			if !tt.forwarded {
 				if len(got) != 0 {
 					t.Fatalf("an oversized body reached the upstream")
@@ -188,14 +189,14 @@ func TestUpstreamErrorHidesAddress(t *testing.T) {
 // docs/gateway.md says.
 func TestForwardedHeadersReplaced(t *testing.T) {
 	up := newUpstream(t)
-	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.srv.URL)), startOpts{})
+	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.Srv.URL)), startOpts{})
 	r := post(t, g.url("/webhooks/test"), `{"id":"xff"}`,
 		"X-Forwarded-For", "203.0.113.9", "X-Forwarded-Host", "evil.example", "X-Forwarded-Proto", "https",
 		"Forwarded", "for=203.0.113.9")
 	if r.Status != http.StatusOK {
 		t.Fatalf("status = %d %s", r.Status, r.Body)
 	}
-	in := up.received()[0]
+	in := up.Received()[0]
 	checks := []struct{ name, got, want string }{
 		{"X-Forwarded-For", in.Header.Get("X-Forwarded-For"), "127.0.0.1"},
 		{"X-Forwarded-Host", in.Header.Get("X-Forwarded-Host"), g.Listen},
@@ -219,7 +220,7 @@ func TestForwardedHeadersReplaced(t *testing.T) {
 func TestSenderDisconnectStillStores(t *testing.T) {
 	up := newUpstream(t)
 	arrived, release, finished := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	up.handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+	up.Handle = func(w http.ResponseWriter, r *http.Request, n int64) {
 		if n == 1 {
 			close(arrived)
 			<-release // a backend that does not watch its connection
@@ -228,7 +229,7 @@ func TestSenderDisconnectStillStores(t *testing.T) {
 		w.Header().Set("Content-Type", "text/plain")
 		w.Write([]byte("call " + string(rune('0'+n))))
 	}
-	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.srv.URL, "header: x-key")), startOpts{})
+	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.Srv.URL, "header: x-key")), startOpts{})
 
 	ctx, hangUp := context.WithCancel(context.Background())
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.url("/webhooks/test"), strings.NewReader(`{"id":"evt_slow"}`))
@@ -258,15 +259,15 @@ func TestSenderDisconnectStillStores(t *testing.T) {
 			state = "absent"
 			return true
 		}
-		state = decodeJSON[recordJSON](t, r).State
+		state = decodeJSON[adminapi.Record](t, r).State
 		return state != "pending"
 	})
 	if state != "completed" {
 		t.Fatalf("after the sender hung up and the backend answered, the key is %s, want completed", state)
 	}
 	r := post(t, g.url("/webhooks/test"), `{"id":"evt_slow"}`, "x-key", "k1")
-	if r.Body != "call 1" || r.Header.Get(idemhook.ReplayedHeader) != "true" || up.calls.Load() != 1 {
+	if r.Body != "call 1" || r.Header.Get(idemhook.ReplayedHeader) != "true" || up.Calls.Load() != 1 {
 		t.Fatalf("retry = %d %q replayed=%q, upstream calls %d; want the stored \"call 1\" replayed, 1 call",
-			r.Status, r.Body, r.Header.Get(idemhook.ReplayedHeader), up.calls.Load())
+			r.Status, r.Body, r.Header.Get(idemhook.ReplayedHeader), up.Calls.Load())
 	}
 }

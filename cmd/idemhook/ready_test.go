@@ -54,7 +54,7 @@ func TestSQLiteFileDeletedUnderARunningGateway(t *testing.T) {
 	up := newUpstream(t)
 	dir := t.TempDir()
 	db := filepath.Join(dir, "idemhook.db")
-	c := startProc(t, sqliteChildConfig(t, db, up.srv.URL))
+	c := startProc(t, sqliteChildConfig(t, db, up.Srv.URL))
 	for i := range 5 {
 		if r := post(t, c.url("/webhooks/test"), fmt.Sprintf(`{"id":%d}`, i)); r.Status != 200 {
 			t.Fatalf("delivery %d: %d %s", i, r.Status, r.Body)
@@ -81,7 +81,7 @@ func TestSQLiteFileDeletedUnderARunningGateway(t *testing.T) {
 			t.Errorf("delivery %s after the deletion: %d %q, want 503 with Retry-After", b, r.Status, r.Body)
 		}
 	}
-	if n := up.calls.Load(); n != 5 {
+	if n := up.Calls.Load(); n != 5 {
 		t.Errorf("the upstream ran %d times, want 5", n)
 	}
 	c.waitLog(t, "WebhookIdempotencyGuard SQLite error for key=idem:test:")
@@ -102,7 +102,7 @@ func TestSQLiteFileDeletedUnderARunningGateway(t *testing.T) {
 func TestSQLitePagesOverwrittenUnderARunningGateway(t *testing.T) {
 	up := newUpstream(t)
 	db := filepath.Join(t.TempDir(), "idemhook.db")
-	c := startProc(t, sqliteChildConfig(t, db, up.srv.URL))
+	c := startProc(t, sqliteChildConfig(t, db, up.Srv.URL))
 	for i := range 50 {
 		post(t, c.url("/webhooks/test"), fmt.Sprintf(`{"id":%d,"pad":%q}`, i, strings.Repeat("x", 500)))
 	}
@@ -143,12 +143,12 @@ func TestSQLitePagesOverwrittenUnderARunningGateway(t *testing.T) {
 	if !strings.Contains(body, "store (sqlite "+db+"): down: claim of a probe key:") || !strings.Contains(body, "can't be written") {
 		t.Errorf("/readyz does not name the store's failing step: %q", body)
 	}
-	calls := up.calls.Load()
+	calls := up.Calls.Load()
 	r := post(t, c.url("/webhooks/test"), `{"id":"next"}`)
 	if r.Status != http.StatusServiceUnavailable {
 		t.Errorf("a delivery once a write failed: %d %s, want 503 (on_store_error: closed)", r.Status, r.Body)
 	}
-	if n := up.calls.Load(); n != calls {
+	if n := up.Calls.Load(); n != calls {
 		t.Errorf("the upstream ran %d more times after the write failed, want 0", n-calls)
 	}
 }
@@ -162,7 +162,7 @@ func TestReadyzRedisThatRefusesWrites(t *testing.T) {
 	// READONLY.
 	replica := redistest.StartServer(t, "--replicaof", "127.0.0.1", "1", "--replica-read-only", "yes", "--replica-serve-stale-data", "yes")
 	up := newUpstream(t)
-	cfg := strings.Replace(routeConfig(up.srv.URL), "store: {driver: memory}", "store: {driver: redis, url: "+replica.URL()+"}", 1)
+	cfg := strings.Replace(routeConfig(up.Srv.URL), "store: {driver: memory}", "store: {driver: redis, url: "+replica.URL()+"}", 1)
 	g := startGateway(t, writeConfig(t, t.TempDir(), cfg), startOpts{})
 	r := do(t, "GET", g.adminURL("/readyz"), "")
 	if r.Status != http.StatusServiceUnavailable || !strings.Contains(r.Body, "store (redis "+replica.URL()+"): down: claim of a probe key:") ||

@@ -2,14 +2,22 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/idemhook/idemhook/gateway"
+	"github.com/idemhook/idemhook/gateway/config"
 )
 
 const usage = `idemhook: a webhook idempotency gateway. It forwards each webhook event to
@@ -77,7 +85,7 @@ func runEnv(ctx context.Context, e env) error {
 		if err != nil {
 			return ignoreHelp(err)
 		}
-		cfg, err := loadConfig(file, e.getenv)
+		cfg, err := config.Load(file, e.getenv)
 		if err != nil {
 			return err
 		}
@@ -87,7 +95,7 @@ func runEnv(ctx context.Context, e env) error {
 		if err != nil {
 			return ignoreHelp(err)
 		}
-		cfg, err := loadConfig(file, e.getenv)
+		cfg, err := config.Load(file, e.getenv)
 		if err != nil {
 			return err
 		}
@@ -155,7 +163,7 @@ func buildVersion() string {
 
 // printSummary is the output of check: what the file configures, defaults
 // included.
-func printSummary(w io.Writer, cfg *gatewayConfig) {
+func printSummary(w io.Writer, cfg *config.Config) {
 	fmt.Fprintf(w, "%s: OK\n", cfg.File)
 	fmt.Fprintf(w, "  listen   %s\n", cfg.Listen)
 	switch cfg.Store.Driver {
@@ -163,12 +171,12 @@ func printSummary(w io.Writer, cfg *gatewayConfig) {
 		fmt.Fprintf(w, "  store    sqlite %s\n", cfg.Store.Path)
 	case "redis":
 		if cfg.Store.URL != "" {
-			fmt.Fprintf(w, "  store    redis %s\n", redactURL(cfg.Store.URL))
+			fmt.Fprintf(w, "  store    redis %s\n", config.RedactURL(cfg.Store.URL))
 		} else {
 			fmt.Fprintf(w, "  store    redis %s\n", strings.Join(cfg.Store.Addrs, ","))
 		}
 	case "postgres":
-		fmt.Fprintf(w, "  store    postgres %s table %s\n", redactURL(cfg.Store.URL), cfg.Store.Table)
+		fmt.Fprintf(w, "  store    postgres %s table %s\n", config.RedactURL(cfg.Store.URL), cfg.Store.Table)
 	default:
 		fmt.Fprintf(w, "  store    %s\n", cfg.Store.Driver)
 	}
@@ -184,10 +192,10 @@ func printSummary(w io.Writer, cfg *gatewayConfig) {
 	case "sqlite":
 		audit += " " + cfg.Audit.Path
 	case "postgres":
-		audit += " " + redactURL(cfg.Audit.URL)
+		audit += " " + config.RedactURL(cfg.Audit.URL)
 	}
 	if cfg.Audit.Sink == "sqlite" || cfg.Audit.Sink == "postgres" {
-		audit += ", retention " + formatDuration(cfg.Audit.Retention)
+		audit += ", retention " + config.FormatDuration(cfg.Audit.Retention)
 	}
 	fmt.Fprintf(w, "  audit    %s\n", audit)
 	fmt.Fprintf(w, "  routes   %d\n", len(cfg.Routes))
@@ -201,7 +209,7 @@ func printSummary(w io.Writer, cfg *gatewayConfig) {
 			extra += fmt.Sprintf(" secret_file=%s secrets=%d", rc.SecretFile, rc.SecretCount)
 		}
 		if r.Preset != nil && r.Preset.RetryWindow > 0 {
-			extra += " retry_window=" + formatDuration(r.Preset.RetryWindow)
+			extra += " retry_window=" + config.FormatDuration(r.Preset.RetryWindow)
 		}
 		if rc.ShareKeys {
 			extra += " share_keys"
@@ -210,22 +218,173 @@ func printSummary(w io.Writer, cfg *gatewayConfig) {
 			extra += " require_key"
 		}
 		fmt.Fprintf(w, "    %s -> %s source=%s ttl=%s in_flight=%s on_store_error=%s%s\n",
-			rc.Path, rc.Upstream, r.Source, formatDuration(r.TTL), r.InFlight, r.OnStoreError, extra)
+			rc.Path, rc.Upstream, r.Source, config.FormatDuration(r.TTL), r.InFlight, r.OnStoreError, extra)
 	}
 }
 
-// formatDuration prints whole days beyond one as 7d, and other durations
-// as Go does without trailing zero units (24h, 1h30m, 90s).
-func formatDuration(d time.Duration) string {
-	if d > 24*time.Hour && d%(24*time.Hour) == 0 {
-		return fmt.Sprintf("%dd", d/(24*time.Hour))
+// serve runs the gateway until ctx is done, then shuts down gracefully.
+func serve(ctx context.Context, cfg *config.Config, e env) error {
+	logger := cfg.Log.NewLogger(e.stderr)
+	for _, w := range cfg.Warnings {
+		logger.Warn("idemhook configuration: " + w.Error())
 	}
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
+	g, err := gateway.New(ctx, cfg, gateway.Options{Logger: logger, Now: e.now, Getenv: e.getenv, Version: buildVersion()})
+	if err != nil {
+		return err
 	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
+	// Deliveries cut short may still be finishing: their audit entries
+	// must reach the recorder before it closes.
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := g.Close(cctx); err != nil {
+			logger.Warn("idemhook close", "err", err)
+		}
+	}()
+	g.Probe(ctx)
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	return s
+	if cfg.TLS.Cert != "" {
+		// The certificate is read at each handshake from the gateway, whose
+		// Reload replaces it. A renewed certificate needs no restart.
+		ln = tls.NewListener(ln, &tls.Config{
+			MinVersion:     tls.VersionTLS12,
+			GetCertificate: g.GetCertificate,
+		})
+	}
+	var adminLn net.Listener
+	if cfg.Admin.Listen != "" {
+		adminLn, err = net.Listen("tcp", cfg.Admin.Listen)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("admin listen %s: %w", cfg.Admin.Listen, err)
+		}
+	}
+
+	// Deliveries run under g.base: cancelling it after the shutdown bound
+	// cuts the remaining ones short, so that the middleware releases their
+	// claims.
+	base := g.Context()
+	srv := &http.Server{
+		Handler:           g.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		// A whole request, body included, must arrive within a minute. A
+		// sender can't hold a connection by trickling a body (5 MiB at
+		// ~90 KB/s fits).
+		ReadTimeout: 60 * time.Second,
+		IdleTimeout: 120 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return base },
+		ErrorLog:    slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	var adminSrv *http.Server
+	if adminLn != nil {
+		adminSrv = &http.Server{
+			Handler:           g.AdminHandler(),
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		}
+	}
+
+	errc := make(chan error, 2)
+	var wg sync.WaitGroup
+	wg.Go(func() { errc <- srv.Serve(ln) })
+	a := addrs{Listen: ln.Addr().String()}
+	if adminSrv != nil {
+		a.Admin = adminLn.Addr().String()
+		wg.Go(func() { errc <- adminSrv.Serve(adminLn) })
+	}
+	logger.Info("idemhook listening", "listen", a.Listen, "admin", a.Admin, "store", cfg.Store.Driver,
+		"audit", cfg.Audit.Sink, "routes", len(cfg.Routes))
+	if e.ready != nil {
+		e.ready(a)
+	}
+
+	var serveErr error
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			break wait
+		case serveErr = <-errc:
+			break wait
+		case <-e.reload:
+			reload(g, cfg.File, e.getenv, logger)
+		}
+	}
+	timeout := g.ShutdownTimeout()
+	logger.Info("idemhook shutting down", "timeout", timeout)
+	shutdown(srv, timeout, g.CutShort, logger)
+	if adminSrv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if err := adminSrv.Shutdown(sctx); err != nil {
+			adminSrv.Close()
+		}
+		cancel()
+	}
+	wg.Wait()
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	logger.Info("idemhook stopped")
+	return nil
+}
+
+// reload reads the configuration file again (SIGHUP). A valid file replaces
+// the routes, their secrets and limits, the admin token, the TLS
+// certificate and the shutdown bound, without closing a connection or
+// stopping a delivery. An invalid one is logged with its errors, and the
+// running configuration keeps serving. Settings only a restart can change
+// are logged and kept.
+func reload(g *gateway.Gateway, file string, getenv func(string) string, logger *slog.Logger) {
+	cfg, err := config.Load(file, getenv)
+	if err != nil {
+		logRefusal(logger, file, err)
+		return
+	}
+	for _, w := range cfg.Warnings {
+		logger.Warn("idemhook configuration: " + w.Error())
+	}
+	if err := g.Reload(cfg); err != nil {
+		logger.Error("idemhook reload refused; the running configuration keeps serving", "file", file, "err", err.Error())
+		return
+	}
+	logger.Info("idemhook configuration reloaded", "file", file, "routes", len(cfg.Routes))
+}
+
+// logRefusal logs the errors of a file a reload refused: a record that
+// says so and how many there are, then one record per error, so that
+// each reads on a line of its own (and is a record of its own in JSON).
+func logRefusal(logger *slog.Logger, file string, err error) {
+	var errs config.Errors
+	if !errors.As(err, &errs) { // the file could not be read
+		logger.Error("idemhook reload refused: the configuration is invalid; the running one keeps serving", "file", file, "err", err.Error())
+		return
+	}
+	logger.Error("idemhook reload refused: the configuration is invalid; the running one keeps serving", "file", file, "errors", len(errs))
+	for _, e := range errs {
+		logger.Error("idemhook reload refused: configuration error", "err", e.Error())
+	}
+}
+
+// shutdown stops srv accepting, lets the running deliveries finish within
+// timeout, then cuts the rest short (their requests' context is cancelled,
+// the proxy answers 502 and the middleware releases their claims) and waits
+// a moment for them to do so.
+func shutdown(srv *http.Server, timeout time.Duration, cutShort context.CancelCauseFunc, logger *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	err := srv.Shutdown(ctx)
+	cancel()
+	if err == nil {
+		return
+	}
+	logger.Warn("idemhook shutdown timeout reached; cutting the remaining deliveries short (their claims are released)", "timeout", timeout)
+	cutShort(errors.New("idemhook: shutdown timeout reached"))
+	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		srv.Close()
+	}
 }

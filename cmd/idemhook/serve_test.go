@@ -32,13 +32,16 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/gateway"
+	"github.com/idemhook/idemhook/gateway/adminapi"
+	"github.com/idemhook/idemhook/gateway/config"
 	"github.com/idemhook/idemhook/sqlitestore"
 	"github.com/redis/go-redis/v9"
 )
 
 func TestForwardIntact(t *testing.T) {
 	up := newUpstream(t)
-	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.srv.URL)), startOpts{})
+	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.Srv.URL)), startOpts{})
 
 	body := "{\n  \"id\": \"evt_1\",\n  \"amount\": 10\n}"
 	r := post(t, g.url("/webhooks/test?attempt=1"), body,
@@ -46,7 +49,7 @@ func TestForwardIntact(t *testing.T) {
 	if r.Status != http.StatusOK {
 		t.Fatalf("status = %d, body %s", r.Status, r.Body)
 	}
-	got := up.received()
+	got := up.Received()
 	if len(got) != 1 {
 		t.Fatalf("upstream received %d requests, want 1", len(got))
 	}
@@ -63,7 +66,7 @@ func TestForwardIntact(t *testing.T) {
 		{"X-Forwarded-Host", in.Header.Get("X-Forwarded-Host"), g.Listen},
 		{"X-Forwarded-Proto", in.Header.Get("X-Forwarded-Proto"), "http"},
 		{"Content-Length", in.Header.Get("Content-Length"), strconv.Itoa(len(body))},
-		{"Host", in.Host, strings.TrimPrefix(up.srv.URL, "http://")},
+		{"Host", in.Host, strings.TrimPrefix(up.Srv.URL, "http://")},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -74,19 +77,19 @@ func TestForwardIntact(t *testing.T) {
 
 func TestReplayFidelity(t *testing.T) {
 	up := newUpstream(t)
-	up.handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+	up.Handle = func(w http.ResponseWriter, r *http.Request, n int64) {
 		w.Header().Set("Content-Type", "application/vnd.test+json")
 		w.Header().Set("Set-Cookie", "session=secret")
 		w.Header().Set("X-Upstream", "yes")
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"call":%d}`, n)
 	}
-	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.srv.URL)), startOpts{})
+	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.Srv.URL)), startOpts{})
 
 	first := post(t, g.url("/webhooks/test"), `{"id":"evt_1"}`)
 	again := post(t, g.url("/webhooks/test"), `{ "id" : "evt_1" }`) // same JSON, other spacing
-	if up.calls.Load() != 1 {
-		t.Fatalf("upstream calls = %d, want 1", up.calls.Load())
+	if up.Calls.Load() != 1 {
+		t.Fatalf("upstream calls = %d, want 1", up.Calls.Load())
 	}
 	if first.Header.Get(idemhook.ReplayedHeader) != "" {
 		t.Errorf("first delivery has %s", idemhook.ReplayedHeader)
@@ -111,7 +114,7 @@ func TestReplayFidelity(t *testing.T) {
 
 func TestReplayHeadersAndHeaderKey(t *testing.T) {
 	up := newUpstream(t)
-	cfg := routeConfig(up.srv.URL, "header: X-Event-Id", "replay_headers: [Content-Type, X-Upstream]")
+	cfg := routeConfig(up.Srv.URL, "header: X-Event-Id", "replay_headers: [Content-Type, X-Upstream]")
 	g := startGateway(t, writeConfig(t, t.TempDir(), cfg), startOpts{})
 
 	a := post(t, g.url("/webhooks/test"), `{"n":1}`, "X-Event-Id", "e-1")
@@ -127,7 +130,7 @@ func TestReplayHeadersAndHeaderKey(t *testing.T) {
 	if d.Status != 200 || d.Header.Get(idemhook.ReplayedHeader) != "" {
 		t.Errorf("other key: status %d replayed %q, want a fresh 200", d.Status, d.Header.Get(idemhook.ReplayedHeader))
 	}
-	if n := up.calls.Load(); n != 2 {
+	if n := up.Calls.Load(); n != 2 {
 		t.Errorf("upstream calls = %d, want 2 (e-1 once, e-2 once)", n)
 	}
 }
@@ -135,7 +138,7 @@ func TestReplayHeadersAndHeaderKey(t *testing.T) {
 func TestTTLExpiry(t *testing.T) {
 	up := newUpstream(t)
 	clock := newFakeClock()
-	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.srv.URL, "ttl: 1m")), startOpts{now: clock.Now})
+	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.Srv.URL, "ttl: 1m")), startOpts{now: clock.Now})
 
 	post(t, g.url("/webhooks/test"), `{"id":1}`)
 	clock.Advance(59 * time.Second)
@@ -146,7 +149,7 @@ func TestTTLExpiry(t *testing.T) {
 	if r := post(t, g.url("/webhooks/test"), `{"id":1}`); r.Header.Get(idemhook.ReplayedHeader) != "" {
 		t.Fatalf("after the ttl: replayed, want a fresh delivery")
 	}
-	if n := up.calls.Load(); n != 2 {
+	if n := up.Calls.Load(); n != 2 {
 		t.Errorf("upstream calls = %d, want 2", n)
 	}
 }
@@ -156,7 +159,7 @@ func TestTTLExpiry(t *testing.T) {
 func blockingUpstream(t *testing.T) (up *upstream, arrived chan struct{}, release chan struct{}) {
 	up = newUpstream(t)
 	arrived, release = make(chan struct{}), make(chan struct{})
-	up.handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+	up.Handle = func(w http.ResponseWriter, r *http.Request, n int64) {
 		if n == 1 {
 			close(arrived)
 			select {
@@ -187,7 +190,7 @@ func TestInFlightPolicies(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.policy, func(t *testing.T) {
 			up, arrived, release := blockingUpstream(t)
-			g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.srv.URL, "in_flight: "+tt.policy)), startOpts{})
+			g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.Srv.URL, "in_flight: "+tt.policy)), startOpts{})
 
 			firstc := make(chan response, 1)
 			go func() { firstc <- post(t, g.url("/webhooks/test"), body) }()
@@ -218,7 +221,7 @@ func TestInFlightPolicies(t *testing.T) {
 					t.Errorf("duplicate %d: 409 without Retry-After", i)
 				}
 			}
-			if n := up.calls.Load(); n != tt.wantCalls {
+			if n := up.Calls.Load(); n != tt.wantCalls {
 				t.Errorf("upstream calls = %d, want %d", n, tt.wantCalls)
 			}
 			// Whatever the policy, the event is now stored.
@@ -231,14 +234,14 @@ func TestInFlightPolicies(t *testing.T) {
 
 func TestUpstreamFailureReleases(t *testing.T) {
 	up := newUpstream(t)
-	up.handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+	up.Handle = func(w http.ResponseWriter, r *http.Request, n int64) {
 		if n == 1 {
 			http.Error(w, "database down", http.StatusInternalServerError)
 			return
 		}
 		fmt.Fprintf(w, "ok %d", n)
 	}
-	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.srv.URL)), startOpts{})
+	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.Srv.URL)), startOpts{})
 
 	steps := []struct {
 		wantStatus   int
@@ -256,7 +259,7 @@ func TestUpstreamFailureReleases(t *testing.T) {
 			t.Errorf("delivery %d = %d %q replayed=%q, want %d %q replayed=%q", i+1, r.Status, r.Body,
 				r.Header.Get(idemhook.ReplayedHeader), s.wantStatus, s.wantBody, s.wantReplayed)
 		}
-		if n := up.calls.Load(); n != s.wantCalls {
+		if n := up.Calls.Load(); n != s.wantCalls {
 			t.Errorf("after delivery %d: upstream calls = %d, want %d", i+1, n, s.wantCalls)
 		}
 	}
@@ -279,7 +282,7 @@ func TestUpstreamDown(t *testing.T) {
 	if r.Status != http.StatusBadGateway || r.Header.Get("Content-Type") != "application/problem+json" {
 		t.Fatalf("upstream down: %d %s %q, want 502 problem+json", r.Status, r.Header.Get("Content-Type"), r.Body)
 	}
-	var p problem
+	var p adminapi.Problem
 	if err := json.Unmarshal([]byte(r.Body), &p); err != nil || p.Status != 502 || !strings.Contains(p.Detail, "connection refused") {
 		t.Errorf("problem body = %s (%v)", r.Body, err)
 	}
@@ -290,20 +293,20 @@ func TestUpstreamDown(t *testing.T) {
 		t.Skipf("could not listen again on %s: %v", addr, err)
 	}
 	up := &upstream{}
-	srv := &http.Server{Handler: http.HandlerFunc(up.serve)}
+	srv := &http.Server{Handler: up}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	r = post(t, g.url("/webhooks/test"), `{"id":"evt_down"}`)
-	if r.Status != 200 || r.Header.Get(idemhook.ReplayedHeader) != "" || up.calls.Load() != 1 {
+	if r.Status != 200 || r.Header.Get(idemhook.ReplayedHeader) != "" || up.Calls.Load() != 1 {
 		t.Errorf("retry after the upstream came back = %d replayed=%q calls=%d, want 200, fresh, 1 call",
-			r.Status, r.Header.Get(idemhook.ReplayedHeader), up.calls.Load())
+			r.Status, r.Header.Get(idemhook.ReplayedHeader), up.Calls.Load())
 	}
 }
 
 func TestUpstreamTimeout(t *testing.T) {
 	up, _, release := blockingUpstream(t)
 	defer close(release)
-	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.srv.URL, "upstream_timeout: 50ms")), startOpts{})
+	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.Srv.URL, "upstream_timeout: 50ms")), startOpts{})
 	r := post(t, g.url("/webhooks/test"), `{"id":"evt_slow"}`)
 	if r.Status != http.StatusGatewayTimeout {
 		t.Fatalf("status = %d (%s), want 504", r.Status, r.Body)
@@ -318,7 +321,7 @@ func TestUpstreamTimeout(t *testing.T) {
 func TestRestartSQLite(t *testing.T) {
 	up := newUpstream(t)
 	dir := t.TempDir()
-	cfg := strings.Replace(routeConfig(up.srv.URL), "store: {driver: memory}",
+	cfg := strings.Replace(routeConfig(up.Srv.URL), "store: {driver: memory}",
 		fmt.Sprintf("store: {driver: sqlite, path: %q}", filepath.Join(dir, "state.db")), 1)
 	path := writeConfig(t, dir, cfg)
 
@@ -332,7 +335,7 @@ func TestRestartSQLite(t *testing.T) {
 	if again.Header.Get(idemhook.ReplayedHeader) != "true" || again.Body != first.Body {
 		t.Errorf("after restart: replayed=%q body %q, want replay of %q", again.Header.Get(idemhook.ReplayedHeader), again.Body, first.Body)
 	}
-	if n := up.calls.Load(); n != 1 {
+	if n := up.Calls.Load(); n != 1 {
 		t.Errorf("upstream calls = %d, want 1", n)
 	}
 }
@@ -362,7 +365,7 @@ func TestRedis(t *testing.T) {
 	})
 
 	up := newUpstream(t)
-	cfg := strings.Replace(routeConfig(up.srv.URL), "store: {driver: memory}",
+	cfg := strings.Replace(routeConfig(up.Srv.URL), "store: {driver: memory}",
 		fmt.Sprintf("store: {driver: redis, url: \"${REDIS}\", prefix: %q}", prefix), 1)
 	getenv := func(k string) string {
 		if k == "REDIS" {
@@ -379,7 +382,7 @@ func TestRedis(t *testing.T) {
 	if first.Status != 200 || again.Header.Get(idemhook.ReplayedHeader) != "true" || again.Body != first.Body {
 		t.Errorf("second instance: %d replayed=%q %q, want a replay of %q", again.Status, again.Header.Get(idemhook.ReplayedHeader), again.Body, first.Body)
 	}
-	if n := up.calls.Load(); n != 1 {
+	if n := up.Calls.Load(); n != 1 {
 		t.Errorf("upstream calls = %d, want 1", n)
 	}
 	key := prefix + idemhook.StoreKey("test", idemhook.BodyKey([]byte(`{"id":"evt_redis"}`)))
@@ -402,7 +405,7 @@ func stripeSignature(secret string, ts int64, body []byte) string {
 func TestProviderSignature(t *testing.T) {
 	up := newUpstream(t)
 	const secret = "whsec_test"
-	cfg := routeConfig(up.srv.URL, "provider: stripe", "secret_env: STRIPE_SECRET")
+	cfg := routeConfig(up.Srv.URL, "provider: stripe", "secret_env: STRIPE_SECRET")
 	getenv := func(k string) string {
 		if k == "STRIPE_SECRET" {
 			return secret
@@ -425,7 +428,7 @@ func TestProviderSignature(t *testing.T) {
 	if r := post(t, g.url("/webhooks/test"), body, "Stripe-Signature", sign(now+30)); r.Header.Get(idemhook.ReplayedHeader) != "true" {
 		t.Errorf("re-signed retry: status %d, not replayed", r.Status)
 	}
-	if n := up.calls.Load(); n != 1 {
+	if n := up.Calls.Load(); n != 1 {
 		t.Errorf("upstream calls = %d, want 1 (the unsigned request must not reach it)", n)
 	}
 }
@@ -433,7 +436,7 @@ func TestProviderSignature(t *testing.T) {
 func TestGracefulShutdown(t *testing.T) {
 	t.Run("running delivery finishes", func(t *testing.T) {
 		up, arrived, release := blockingUpstream(t)
-		g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.srv.URL)+"shutdown_timeout: 30s\n"), startOpts{})
+		g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.Srv.URL)+"shutdown_timeout: 30s\n"), startOpts{})
 		resc := make(chan response, 1)
 		go func() { resc <- post(t, g.url("/webhooks/test"), `{"id":1}`) }()
 		<-arrived
@@ -452,7 +455,7 @@ func TestGracefulShutdown(t *testing.T) {
 		up, arrived, release := blockingUpstream(t)
 		defer close(release)
 		dir := t.TempDir()
-		cfg := strings.Replace(routeConfig(up.srv.URL), "store: {driver: memory}",
+		cfg := strings.Replace(routeConfig(up.Srv.URL), "store: {driver: memory}",
 			fmt.Sprintf("store: {driver: sqlite, path: %q}", filepath.Join(dir, "s.db")), 1) + "shutdown_timeout: 100ms\n"
 		path := writeConfig(t, dir, cfg)
 		g := startGateway(t, path, startOpts{})
@@ -475,16 +478,16 @@ func TestGracefulShutdown(t *testing.T) {
 
 func TestNoRoute(t *testing.T) {
 	up := newUpstream(t)
-	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.srv.URL)), startOpts{})
+	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.Srv.URL)), startOpts{})
 	r := post(t, g.url("/elsewhere"), `{}`)
-	if r.Status != http.StatusNotFound || up.calls.Load() != 0 {
-		t.Errorf("unknown path = %d, calls %d; want 404 and no upstream call", r.Status, up.calls.Load())
+	if r.Status != http.StatusNotFound || up.Calls.Load() != 0 {
+		t.Errorf("unknown path = %d, calls %d; want 404 and no upstream call", r.Status, up.Calls.Load())
 	}
 }
 
 func TestPrefixRoute(t *testing.T) {
 	up := newUpstream(t)
-	cfg := strings.Replace(routeConfig(up.srv.URL), "path: /webhooks/test", "path: /hooks/", 1)
+	cfg := strings.Replace(routeConfig(up.Srv.URL), "path: /webhooks/test", "path: /hooks/", 1)
 	cfg = strings.Replace(cfg, "/hook\n", "/in/?v=2\n", 1)
 	g := startGateway(t, writeConfig(t, t.TempDir(), cfg), startOpts{})
 	tests := []struct{ give, wantPath, wantQuery string }{
@@ -495,7 +498,7 @@ func TestPrefixRoute(t *testing.T) {
 		if r := post(t, g.url(tt.give), fmt.Sprintf(`{"n":%d}`, i)); r.Status != 200 {
 			t.Fatalf("POST %s = %d %s", tt.give, r.Status, r.Body)
 		}
-		got := up.received()[i]
+		got := up.Received()[i]
 		if got.Path != tt.wantPath || got.Query != tt.wantQuery {
 			t.Errorf("POST %s reached %s?%s, want %s?%s", tt.give, got.Path, got.Query, tt.wantPath, tt.wantQuery)
 		}
@@ -504,10 +507,10 @@ func TestPrefixRoute(t *testing.T) {
 
 func TestRootRoute(t *testing.T) {
 	up := newUpstream(t)
-	cfg := strings.Replace(routeConfig(up.srv.URL), "path: /webhooks/test", "path: /", 1)
+	cfg := strings.Replace(routeConfig(up.Srv.URL), "path: /webhooks/test", "path: /", 1)
 	g := startGateway(t, writeConfig(t, t.TempDir(), cfg), startOpts{})
-	if r := post(t, g.url("/any/where"), `{}`); r.Status != 200 || up.received()[0].Path != "/hook/any/where" {
-		t.Errorf("POST /any/where = %d, reached %q; want 200 and /hook/any/where", r.Status, up.received()[0].Path)
+	if r := post(t, g.url("/any/where"), `{}`); r.Status != 200 || up.Received()[0].Path != "/hook/any/where" {
+		t.Errorf("POST /any/where = %d, reached %q; want 200 and /hook/any/where", r.Status, up.Received()[0].Path)
 	}
 }
 
@@ -531,14 +534,14 @@ func TestStoreDown(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.policy, func(t *testing.T) {
 			up := newUpstream(t)
-			cfg := strings.Replace(routeConfig(up.srv.URL, "on_store_error: "+tt.policy), "store: {driver: memory}",
+			cfg := strings.Replace(routeConfig(up.Srv.URL, "on_store_error: "+tt.policy), "store: {driver: memory}",
 				fmt.Sprintf("store: {driver: redis, url: \"redis://%s/0\"}", dead), 1)
 			cfg = strings.Replace(cfg, "log: {level: debug}", "log: {level: debug, format: json}", 1)
 			g := startGateway(t, writeConfig(t, t.TempDir(), cfg), startOpts{})
 
 			r := post(t, g.url("/webhooks/test"), `{"id":"evt_store_down"}`)
-			if r.Status != tt.wantStatus || up.calls.Load() != tt.wantCalls {
-				t.Errorf("store down, %s: status %d, upstream calls %d; want %d, %d", tt.policy, r.Status, up.calls.Load(), tt.wantStatus, tt.wantCalls)
+			if r.Status != tt.wantStatus || up.Calls.Load() != tt.wantCalls {
+				t.Errorf("store down, %s: status %d, upstream calls %d; want %d, %d", tt.policy, r.Status, up.Calls.Load(), tt.wantStatus, tt.wantCalls)
 			}
 			if r := do(t, "GET", g.adminURL("/readyz"), ""); r.Status != http.StatusServiceUnavailable {
 				t.Errorf("readyz with the store down = %d, want 503", r.Status)
@@ -569,7 +572,7 @@ func TestStoreDown(t *testing.T) {
 // duplicate.
 func TestPrefixRouteScopesKeysByPath(t *testing.T) {
 	up := newUpstream(t)
-	cfg := strings.Replace(routeConfig(up.srv.URL), "path: /webhooks/test", "path: /t/", 1)
+	cfg := strings.Replace(routeConfig(up.Srv.URL), "path: /webhooks/test", "path: /t/", 1)
 	cfg = strings.Replace(cfg, "/hook\n", "/t/\n", 1)
 	cfg = strings.Replace(cfg, "audit: {sink: none}", "audit: {sink: memory}", 1)
 	g := startGateway(t, writeConfig(t, t.TempDir(), cfg), startOpts{})
@@ -582,7 +585,7 @@ func TestPrefixRouteScopesKeysByPath(t *testing.T) {
 			t.Fatalf("POST %s: %d replayed=%q, want replayed %v", tt.path, r.Status, r.Header.Get("Idempotent-Replayed"), tt.replayed)
 		}
 	}
-	got := up.received()
+	got := up.Received()
 	if len(got) != 2 || got[0].Path != "/t/acme" || got[1].Path != "/t/globex" {
 		t.Fatalf("upstream got %+v, want one delivery for each tenant", got)
 	}
@@ -608,7 +611,7 @@ func TestPrefixRouteScopesKeysByPath(t *testing.T) {
 		t.Fatalf("DELETE the scoped key: %d %s", r.Status, r.Body)
 	}
 	post(t, g.url("/t/acme"), `{"e":2}`)
-	if n := up.calls.Load(); n != 3 {
+	if n := up.Calls.Load(); n != 3 {
 		t.Fatalf("after deleting acme's key the upstream got %d calls, want 3", n)
 	}
 }
@@ -618,7 +621,7 @@ func TestPrefixRouteScopesKeysByPath(t *testing.T) {
 func TestCompressedUpstreamIsReplayedAsSent(t *testing.T) {
 	up := newUpstream(t)
 	body := strings.Repeat(`{"line":"compressible text"}`, 100)
-	up.handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+	up.Handle = func(w http.ResponseWriter, r *http.Request, n int64) {
 		if !strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
 			t.Errorf("the sender's Accept-Encoding did not reach the upstream: %q", r.Header.Get("Accept-Encoding"))
 		}
@@ -628,7 +631,7 @@ func TestCompressedUpstreamIsReplayedAsSent(t *testing.T) {
 		fmt.Fprintf(zw, `{"call":%d,"items":[%s]}`, n, body)
 		zw.Close()
 	}
-	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.srv.URL)), startOpts{})
+	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.Srv.URL)), startOpts{})
 	send := func() (string, *http.Response) {
 		resp, err := http.Post(g.url("/webhooks/test"), "application/json", strings.NewReader(`{"id":"evt_gz"}`))
 		if err != nil {
@@ -643,8 +646,8 @@ func TestCompressedUpstreamIsReplayedAsSent(t *testing.T) {
 	}
 	first, fr := send()
 	replay, rr := send()
-	if !fr.Uncompressed || up.calls.Load() != 1 || rr.Header.Get("Idempotent-Replayed") != "true" {
-		t.Fatalf("first gzip-decoded %v, upstream calls %d, replayed %q", fr.Uncompressed, up.calls.Load(), rr.Header.Get("Idempotent-Replayed"))
+	if !fr.Uncompressed || up.Calls.Load() != 1 || rr.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("first gzip-decoded %v, upstream calls %d, replayed %q", fr.Uncompressed, up.Calls.Load(), rr.Header.Get("Idempotent-Replayed"))
 	}
 	if replay != first || !rr.Uncompressed {
 		t.Fatalf("replay (gzip-decoded %v) differs from the first answer:\nfirst  %.60q\nreplay %.60q", rr.Uncompressed, first, replay)
@@ -656,9 +659,9 @@ func TestCompressedUpstreamIsReplayedAsSent(t *testing.T) {
 func TestOnlySuccessIsStoredByDefault(t *testing.T) {
 	up := newUpstream(t)
 	status := atomic.Int64{}
-	up.handle = func(w http.ResponseWriter, r *http.Request, n int64) { w.WriteHeader(int(status.Load())) }
-	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.srv.URL)+`  - path: /gone
-    upstream: `+up.srv.URL+`/gone
+	up.Handle = func(w http.ResponseWriter, r *http.Request, n int64) { w.WriteHeader(int(status.Load())) }
+	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.Srv.URL)+`  - path: /gone
+    upstream: `+up.Srv.URL+`/gone
     source: gone
     store_statuses: [410]
 `), startOpts{})
@@ -673,7 +676,7 @@ func TestOnlySuccessIsStoredByDefault(t *testing.T) {
 	if r := post(t, g.url("/webhooks/test"), `{"id":1}`); r.Header.Get("Idempotent-Replayed") != "true" {
 		t.Fatal("the 200 after the 404s was not stored")
 	}
-	if n := up.calls.Load(); n != 3 {
+	if n := up.Calls.Load(); n != 3 {
 		t.Fatalf("upstream called %d times, want 3 (two 404s released, then one success)", n)
 	}
 	status.Store(410)
@@ -687,22 +690,22 @@ func TestOnlySuccessIsStoredByDefault(t *testing.T) {
 // route with require_key refuses a delivery without a key.
 func TestQueryStringEventsAndRequireKey(t *testing.T) {
 	up := newUpstream(t)
-	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.srv.URL)+`  - path: /strict
-    upstream: `+up.srv.URL+`/strict
+	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.Srv.URL)+`  - path: /strict
+    upstream: `+up.Srv.URL+`/strict
     source: strict
     require_key: true
 `), startOpts{})
 	for _, q := range []string{"?topic=payment&id=0", "?topic=payment&id=1", "?topic=payment&id=2", "?topic=payment&id=1"} {
 		post(t, g.url("/webhooks/test"+q), "")
 	}
-	if n := up.calls.Load(); n != 3 {
+	if n := up.Calls.Load(); n != 3 {
 		t.Fatalf("upstream called %d times for 3 distinct events (one sent twice), want 3", n)
 	}
 	r := post(t, g.url("/strict"), `{"id":1}`)
-	if r.Status != 400 || !strings.Contains(r.Body, "Idempotency-Key") || up.calls.Load() != 3 {
-		t.Fatalf("no key on a require_key route: %d %s (upstream calls %d)", r.Status, r.Body, up.calls.Load())
+	if r.Status != 400 || !strings.Contains(r.Body, "Idempotency-Key") || up.Calls.Load() != 3 {
+		t.Fatalf("no key on a require_key route: %d %s (upstream calls %d)", r.Status, r.Body, up.Calls.Load())
 	}
-	if r := post(t, g.url("/strict"), `{"id":1}`, "Idempotency-Key", "k1"); r.Status != 200 || up.calls.Load() != 4 {
+	if r := post(t, g.url("/strict"), `{"id":1}`, "Idempotency-Key", "k1"); r.Status != 200 || up.Calls.Load() != 4 {
 		t.Fatalf("with a key: %d", r.Status)
 	}
 }
@@ -715,11 +718,11 @@ func TestConcurrentDuplicatesReachTheUpstreamOnce(t *testing.T) {
 	var once sync.Once
 	releaseOnce := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(releaseOnce) // a failed test must not leave the upstream held
-	up.handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+	up.Handle = func(w http.ResponseWriter, r *http.Request, n int64) {
 		<-release
 		fmt.Fprintf(w, `{"call":%d}`, n)
 	}
-	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.srv.URL)), startOpts{})
+	g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.Srv.URL)), startOpts{})
 	const copies = 20
 	var wg sync.WaitGroup
 	bodies := make([]string, copies)
@@ -732,7 +735,7 @@ func TestConcurrentDuplicatesReachTheUpstreamOnce(t *testing.T) {
 	eventually(t, "every copy claimed", func() bool { return claims(t, g.adminURL("/metrics")) >= copies })
 	releaseOnce()
 	wg.Wait()
-	if n := up.calls.Load(); n != 1 {
+	if n := up.Calls.Load(); n != 1 {
 		t.Fatalf("upstream ran the event %d times, want 1", n)
 	}
 	for i, b := range bodies {
@@ -747,7 +750,7 @@ func TestConcurrentDuplicatesReachTheUpstreamOnce(t *testing.T) {
 // configuration file is on disk.
 func TestNoRouteHidesConfigPath(t *testing.T) {
 	up := newUpstream(t)
-	path := writeConfig(t, t.TempDir(), routeConfig(up.srv.URL))
+	path := writeConfig(t, t.TempDir(), routeConfig(up.Srv.URL))
 	g := startGateway(t, path, startOpts{})
 	r := post(t, g.url("/elsewhere"), `{}`)
 	if r.Status != http.StatusNotFound {
@@ -781,7 +784,7 @@ routes:
     source: stripe
     provider: stripe
     secret_env: STRIPE_SECRET
-`, filepath.Join(dir, "idemhook.db"), up.srv.URL)
+`, filepath.Join(dir, "idemhook.db"), up.Srv.URL)
 	g := startGateway(t, writeConfig(t, dir, cfg), startOpts{getenv: envOf("STRIPE_SECRET", secret)})
 	body := `{"id":"evt_real","type":"charge.succeeded"}`
 	sign := func(key string, ts int64, scheme string) string {
@@ -810,7 +813,7 @@ routes:
 	if r.Status != http.StatusOK || r.Header.Get(idemhook.ReplayedHeader) != "" {
 		t.Fatalf("genuine delivery after forgeries = %d replayed=%q %s, want 200 forwarded", r.Status, r.Header.Get(idemhook.ReplayedHeader), r.Body)
 	}
-	if n := up.calls.Load(); n != 1 {
+	if n := up.Calls.Load(); n != 1 {
 		t.Fatalf("upstream calls = %d, want 1", n)
 	}
 	deliveries(t, g, "outcome=signature_invalid", len(forged))
@@ -837,12 +840,12 @@ func TestTrustedProxies(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			up := newUpstream(t)
-			g := startGateway(t, writeConfig(t, t.TempDir(), tt.proxies+routeConfig(up.srv.URL)), startOpts{})
+			g := startGateway(t, writeConfig(t, t.TempDir(), tt.proxies+routeConfig(up.Srv.URL)), startOpts{})
 			if r := post(t, g.url("/webhooks/test"), `{"id":"xff"}`,
 				"X-Forwarded-For", "203.0.113.9", "X-Forwarded-Host", "hooks.example", "X-Forwarded-Proto", "https"); r.Status != 200 {
 				t.Fatalf("status %d", r.Status)
 			}
-			in := up.received()[0]
+			in := up.Received()[0]
 			wantHost := g.Listen
 			if tt.wantHostFromIncoming {
 				wantHost = "hooks.example"
@@ -864,24 +867,24 @@ func TestTrustedProxies(t *testing.T) {
 func TestRouteSettings(t *testing.T) {
 	t.Run("max_stored_body", func(t *testing.T) {
 		up := newUpstream(t)
-		up.handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+		up.Handle = func(w http.ResponseWriter, r *http.Request, n int64) {
 			w.Header().Set("Content-Type", "text/plain")
 			fmt.Fprint(w, strings.Repeat("a", 100))
 		}
-		g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.srv.URL, "max_stored_body: 10B")), startOpts{})
+		g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.Srv.URL, "max_stored_body: 10B")), startOpts{})
 		first := post(t, g.url("/webhooks/test"), `{"id":1}`)
 		replay := post(t, g.url("/webhooks/test"), `{"id":1}`)
 		if len(first.Body) != 100 || replay.Status != 200 || replay.Body != "" || replay.Header.Get("Idempotent-Replayed") != "true" {
 			t.Errorf("first %d bytes; replay %d %q replayed=%q; want 100 bytes, then 200 with an empty body",
 				len(first.Body), replay.Status, replay.Body, replay.Header.Get("Idempotent-Replayed"))
 		}
-		if n := up.calls.Load(); n != 1 {
+		if n := up.Calls.Load(); n != 1 {
 			t.Errorf("upstream ran %d times", n)
 		}
 	})
 	hold := func(t *testing.T, extra ...string) (*gw, chan struct{}) {
 		up, arrived, release := blockingUpstream(t)
-		g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.srv.URL, extra...)), startOpts{})
+		g := startGateway(t, writeConfig(t, t.TempDir(), routeConfig(up.Srv.URL, extra...)), startOpts{})
 		go post(t, g.url("/webhooks/test"), `{"id":"held"}`)
 		<-arrived
 		return g, release
@@ -995,7 +998,7 @@ func TestSignalsUnderTraffic(t *testing.T) {
 	up := newUpstream(t)
 	dir := t.TempDir()
 	db := filepath.Join(dir, "idemhook.db")
-	cfgPath := writeConfig(t, dir, signalConfig(db, routeYAML("/webhooks/a", up.srv.URL, "")))
+	cfgPath := writeConfig(t, dir, signalConfig(db, routeYAML("/webhooks/a", up.Srv.URL, "")))
 	c := startProc(t, cfgPath)
 
 	tr := &traffic{}
@@ -1013,7 +1016,7 @@ func TestSignalsUnderTraffic(t *testing.T) {
 
 	// A valid file: a second route, a smaller max_body on the first.
 	waitAnswered(100)
-	writeConfig(t, dir, signalConfig(db, routeYAML("/webhooks/a", up.srv.URL, "    max_body: 1KiB\n")+routeYAML("/webhooks/b", up.srv.URL, "")))
+	writeConfig(t, dir, signalConfig(db, routeYAML("/webhooks/a", up.Srv.URL, "    max_body: 1KiB\n")+routeYAML("/webhooks/b", up.Srv.URL, "")))
 	c.signal(t, syscall.SIGHUP)
 	c.waitLog(t, "idemhook configuration reloaded")
 	if r := post(t, c.url("/webhooks/b"), `{"id":"b1"}`); r.Status != 200 {
@@ -1025,7 +1028,7 @@ func TestSignalsUnderTraffic(t *testing.T) {
 
 	// An invalid file: refused, the running routes keep serving.
 	waitAnswered(300)
-	writeConfig(t, dir, signalConfig(db, routeYAML("/webhooks/a", up.srv.URL, "    ttl: soon\n")))
+	writeConfig(t, dir, signalConfig(db, routeYAML("/webhooks/a", up.Srv.URL, "    ttl: soon\n")))
 	c.signal(t, syscall.SIGHUP)
 	c.waitLog(t, "idemhook reload refused")
 	c.waitLog(t, `routes[0].ttl: invalid duration \"soon\"`) // the file's error, in a record of its own
@@ -1049,7 +1052,7 @@ func TestSignalsUnderTraffic(t *testing.T) {
 	if rows := auditRows(t, db); int64(rows) != answered {
 		t.Errorf("%d audit rows for %d answered deliveries", rows, answered)
 	}
-	t.Logf("%d answered, %d failed (after the listener closed), %d upstream calls", tr.answered.Load(), tr.failed.Load(), up.calls.Load())
+	t.Logf("%d answered, %d failed (after the listener closed), %d upstream calls", tr.answered.Load(), tr.failed.Load(), up.Calls.Load())
 }
 
 // A Stripe secret rotated with secret_file and SIGHUP, under a steady
@@ -1085,7 +1088,7 @@ routes:
     source: stripe
     provider: stripe
     secret_file: %s
-`, up.srv.URL, secretFile)))
+`, up.Srv.URL, secretFile)))
 	url := c.url("/webhooks/stripe")
 	deliver := func(client *http.Client, id, secret string) (int, error) {
 		body := []byte(fmt.Sprintf(`{"id":%q,"type":"invoice.paid"}`, id))
@@ -1189,7 +1192,7 @@ routes:
 	if n, failed := unauthorized.Load(), tr.failed.Load(); n != 0 || failed != 0 {
 		t.Errorf("%d correctly signed deliveries got 401 and %d failed across the rotation: %v", n, failed, tr.errs[:min(len(tr.errs), 5)])
 	}
-	t.Logf("%d deliveries across the rotation, %d upstream calls", answered.Load(), up.calls.Load())
+	t.Logf("%d deliveries across the rotation, %d upstream calls", answered.Load(), up.Calls.Load())
 }
 
 // A refused reload logs a record saying so, then one record per error of
@@ -1200,19 +1203,20 @@ func TestReloadLogsEachError(t *testing.T) {
 			dir := t.TempDir()
 			good := strings.Replace(routeConfig("http://127.0.0.1:1"), "log: {level: debug}", "log: {format: "+format+"}", 1)
 			path := writeConfig(t, dir, good)
-			cfg, err := loadConfig(path, envOf())
+			cfg, err := config.Load(path, envOf())
 			if err != nil {
 				t.Fatal(err)
 			}
 			var log bytes.Buffer
-			g, err := newGateway(t.Context(), cfg, newLogger(cfg.Log, &log), time.Now, nil)
+			logger := cfg.Log.NewLogger(&log)
+			g, err := gateway.New(t.Context(), cfg, gateway.Options{Logger: logger, Now: time.Now})
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { g.res.close() })
+			t.Cleanup(func() { g.Close(context.Background()) })
 
 			writeConfig(t, dir, good+"    ttl: soon\n    in_flight: later\n")
-			g.reload(envOf())
+			reload(g, path, envOf(), logger)
 			lines := strings.Split(strings.TrimSuffix(log.String(), "\n"), "\n")
 			want := []string{
 				"idemhook reload refused: the configuration is invalid; the running one keeps serving",
@@ -1267,14 +1271,14 @@ func TestReloadLogsEachError(t *testing.T) {
 func TestSIGINTDrains(t *testing.T) {
 	up := newUpstream(t)
 	arrived, release := make(chan struct{}, 100), make(chan struct{})
-	up.handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+	up.Handle = func(w http.ResponseWriter, r *http.Request, n int64) {
 		arrived <- struct{}{}
 		<-release
 		fmt.Fprintf(w, "call %d", n)
 	}
 	dir := t.TempDir()
 	db := filepath.Join(dir, "idemhook.db")
-	c := startProc(t, writeConfig(t, dir, signalConfig(db, routeYAML("/webhooks/a", up.srv.URL, ""))))
+	c := startProc(t, writeConfig(t, dir, signalConfig(db, routeYAML("/webhooks/a", up.Srv.URL, ""))))
 	const n = 10
 	answers := make(chan int, n)
 	for i := range n {
@@ -1348,7 +1352,7 @@ func TestTLSCertificateReloadedOnSIGHUP(t *testing.T) {
 	certPath, keyPath := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	first := writeCert(t, certPath, keyPath)
 	cfg := fmt.Sprintf("tls: {cert: %s, key: %s}\n", certPath, keyPath) +
-		signalConfig(filepath.Join(dir, "idemhook.db"), routeYAML("/webhooks/a", up.srv.URL, ""))
+		signalConfig(filepath.Join(dir, "idemhook.db"), routeYAML("/webhooks/a", up.Srv.URL, ""))
 	c := startProc(t, writeConfig(t, dir, cfg))
 
 	serialOf := func(client *http.Client, body string) *big.Int {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -17,7 +16,6 @@ import (
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/internal/pgtest"
 	"github.com/idemhook/idemhook/internal/redistest"
-	"github.com/idemhook/idemhook/sqlitestore"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )
@@ -42,9 +40,9 @@ func TestKilledGatewayRunsEachEventOnceMore(t *testing.T) {
 			t.Cleanup(func() { holdOnce.Do(func() { close(hold) }) })
 			calls := map[string]int{}
 			var mu sync.Mutex
-			up.handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+			up.Handle = func(w http.ResponseWriter, r *http.Request, n int64) {
 				var ev struct{ ID string }
-				json.Unmarshal(up.received()[n-1].Body, &ev) //nolint:errcheck
+				json.Unmarshal(up.Received()[n-1].Body, &ev) //nolint:errcheck
 				mu.Lock()
 				calls[ev.ID]++
 				first := calls[ev.ID] == 1
@@ -68,7 +66,7 @@ routes:
     upstream: %s/hook
     source: test
     in_flight: %s
-`, filepath.Join(dir, "state.db"), up.srv.URL, policy)
+`, filepath.Join(dir, "state.db"), up.Srv.URL, policy)
 			path := writeConfig(t, dir, cfg)
 
 			const events = 5
@@ -77,7 +75,7 @@ routes:
 				go http.Post(gw.url("/webhooks/test"), "application/json", //nolint:errcheck,bodyclose // the gateway dies under it
 					strings.NewReader(fmt.Sprintf(`{"id":"evt_%d"}`, i)))
 			}
-			for up.calls.Load() < events {
+			for up.Calls.Load() < events {
 				time.Sleep(time.Millisecond)
 			}
 			gw.signal(t, syscall.SIGKILL) // as a crash or an OOM kill would
@@ -110,7 +108,7 @@ func TestSecondGatewayOnOneSQLiteFileIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	db := filepath.Join(dir, "state.db")
 	up := newUpstream(t)
-	cfg := strings.Replace(routeConfig(up.srv.URL), "store: {driver: memory}", fmt.Sprintf("store: {driver: sqlite, path: %q}", db), 1)
+	cfg := strings.Replace(routeConfig(up.Srv.URL), "store: {driver: memory}", fmt.Sprintf("store: {driver: sqlite, path: %q}", db), 1)
 	path := writeConfig(t, dir, cfg)
 	startGateway(t, path, startOpts{})
 	var stderr strings.Builder
@@ -134,12 +132,12 @@ func TestPostgresTwoGateways(t *testing.T) {
 	var once sync.Once
 	releaseOnce := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(releaseOnce) // a failed test must not leave the upstream held
-	up.handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+	up.Handle = func(w http.ResponseWriter, r *http.Request, n int64) {
 		<-release // until every copy has met a running first delivery
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"call":%d}`, n)
 	}
-	cfg := strings.Replace(routeConfig(up.srv.URL, "in_flight: wait"),
+	cfg := strings.Replace(routeConfig(up.Srv.URL, "in_flight: wait"),
 		"store: {driver: memory}",
 		fmt.Sprintf("store: {driver: postgres, url: \"${%s}\", table: %s, timeout: 2s}", pgtest.EnvVar, keys), 1)
 	cfg = strings.Replace(cfg, "audit: {sink: none}", "audit: {sink: postgres, table: "+trail+"}", 1)
@@ -166,7 +164,7 @@ func TestPostgresTwoGateways(t *testing.T) {
 	})
 	releaseOnce()
 	wg.Wait()
-	if n := up.calls.Load(); n != events {
+	if n := up.Calls.Load(); n != events {
 		t.Fatalf("upstream calls = %d, want %d (one per event)", n, events)
 	}
 	for e := range events {
@@ -215,7 +213,7 @@ func TestPostgresTwoGateways(t *testing.T) {
 // serving without its store.
 func TestPostgresStoreUnreachableAtStart(t *testing.T) {
 	up := newUpstream(t)
-	cfg := strings.Replace(routeConfig(up.srv.URL), "store: {driver: memory}",
+	cfg := strings.Replace(routeConfig(up.Srv.URL), "store: {driver: memory}",
 		"store: {driver: postgres, url: \"postgres://postgres:pw@127.0.0.1:1/none?connect_timeout=2\"}", 1)
 	path := writeConfig(t, t.TempDir(), cfg)
 	var stderr strings.Builder
@@ -267,7 +265,7 @@ func TestRedisTopologies(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			up := newUpstream(t)
-			cfg := strings.Replace(routeConfig(up.srv.URL), "store: {driver: memory}", tt.store(t), 1)
+			cfg := strings.Replace(routeConfig(up.Srv.URL), "store: {driver: memory}", tt.store(t), 1)
 			path := writeConfig(t, t.TempDir(), cfg)
 			g1 := startGateway(t, path, startOpts{})
 			g2 := startGateway(t, path, startOpts{})
@@ -279,7 +277,7 @@ func TestRedisTopologies(t *testing.T) {
 					t.Errorf("event %d on the second gateway: %d replayed=%q, want a replay of %q", i, again.Status, again.Header.Get(idemhook.ReplayedHeader), first.Body)
 				}
 			}
-			if n := up.calls.Load(); n != 6 {
+			if n := up.Calls.Load(); n != 6 {
 				t.Errorf("upstream calls = %d, want 6", n)
 			}
 			if r := do(t, "GET", g1.adminURL("/readyz"), ""); r.Status != 200 {
@@ -300,9 +298,9 @@ func TestSQLiteGatewayRunsEachOfManyConcurrentEventsOnce(t *testing.T) {
 	up := newUpstream(t)
 	var mu sync.Mutex
 	calls := map[string]int{}
-	up.handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+	up.Handle = func(w http.ResponseWriter, r *http.Request, n int64) {
 		var ev struct{ ID string }
-		json.Unmarshal(up.received()[n-1].Body, &ev) //nolint:errcheck
+		json.Unmarshal(up.Received()[n-1].Body, &ev) //nolint:errcheck
 		mu.Lock()
 		calls[ev.ID]++
 		mu.Unlock()
@@ -310,7 +308,7 @@ func TestSQLiteGatewayRunsEachOfManyConcurrentEventsOnce(t *testing.T) {
 		fmt.Fprintf(w, `{"processed":%q}`, ev.ID)
 	}
 	dir := t.TempDir()
-	cfg := strings.Replace(routeConfig(up.srv.URL), "store: {driver: memory}",
+	cfg := strings.Replace(routeConfig(up.Srv.URL), "store: {driver: memory}",
 		fmt.Sprintf("store: {driver: sqlite, path: %q}", filepath.Join(dir, "state.db")), 1)
 	g := startGateway(t, writeConfig(t, dir, cfg), startOpts{})
 
@@ -358,40 +356,5 @@ func TestSQLiteGatewayRunsEachOfManyConcurrentEventsOnce(t *testing.T) {
 			}
 		}
 		t.Logf("the gateway's WARN and ERROR lines (%d):\n%s", len(warns), strings.Join(warns[:min(len(warns), 20)], "\n"))
-	}
-}
-
-// TestStoreCallTimeout: the bound of the gateway's store calls (the
-// middleware's, which /readyz probes with) is store.timeout when set, and
-// otherwise the store's own: SQLite's busy timeout, since a call that gives
-// up early on a loaded machine fails its delivery open; the library's 250ms
-// for the others.
-func TestStoreCallTimeout(t *testing.T) {
-	dir := t.TempDir()
-	for _, tt := range []struct {
-		store string
-		want  time.Duration
-	}{
-		{fmt.Sprintf("store: {driver: sqlite, path: %q}", filepath.Join(dir, "a.db")), sqlitestore.BusyTimeout},
-		{fmt.Sprintf("store: {driver: sqlite, path: %q, timeout: 2s}", filepath.Join(dir, "b.db")), 2 * time.Second},
-		{"store: {driver: memory}", idemhook.DefaultStoreTimeout},
-		// go-redis connects at the first command: no server needed.
-		{"store: {driver: redis, url: \"redis://127.0.0.1:1/0\"}", idemhook.DefaultStoreTimeout},
-		{"store: {driver: redis, url: \"redis://127.0.0.1:1/0\", timeout: 1s}", time.Second},
-	} {
-		cfg, err := parseConfig("f.yaml", []byte(strings.Replace(routeConfig("http://127.0.0.1:1"), "store: {driver: memory}", tt.store, 1)), envOf())
-		if err != nil {
-			t.Fatalf("%s: %v", tt.store, err)
-		}
-		g, err := newGateway(t.Context(), cfg, slog.New(slog.DiscardHandler), time.Now, nil)
-		if err != nil {
-			t.Fatalf("%s: %v", tt.store, err)
-		}
-		if got := g.mw.StoreTimeout(); got != tt.want {
-			t.Errorf("%s: store call timeout %v, want %v", tt.store, got, tt.want)
-		}
-		if err := g.res.close(); err != nil {
-			t.Errorf("%s: close: %v", tt.store, err)
-		}
 	}
 }

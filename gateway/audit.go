@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"context"
@@ -19,6 +19,9 @@ import (
 	"github.com/idemhook/idemhook/audit/pgaudit"
 	"github.com/idemhook/idemhook/audit/redisaudit"
 	"github.com/idemhook/idemhook/audit/sqliteaudit"
+	"github.com/idemhook/idemhook/audithook"
+	"github.com/idemhook/idemhook/gateway/adminapi"
+	"github.com/idemhook/idemhook/gateway/config"
 	"github.com/idemhook/idemhook/sqlitestore"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -27,17 +30,18 @@ import (
 // delivery, and the admin handler that reads the trail back.
 type auditTrail struct {
 	rec      *audit.Recorder // nil for sink none
+	hook     *audithook.Hook // records each delivery in rec; nil for sink none
 	querier  audit.Querier   // nil when the sink can't be queried (log, none)
 	sink     string
 	desc     string // the sink as /readyz names it, e.g. "postgres postgres://x@db/audit"
 	instance string
-	decide   bool                                     // entries carry their decision (sink log at level debug)
-	routes   atomic.Pointer[map[string]routeSettings] // by path, for reasons and decisions
+	decide   bool                                    // entries carry their decision (sink log at level debug)
+	routes   atomic.Pointer[map[string]config.Route] // by path, for reasons and decisions
 }
 
 // setRoutes gives the trail the routes in service (at start, on reload).
-func (t *auditTrail) setRoutes(routes []routeSettings) {
-	m := make(map[string]routeSettings, len(routes))
+func (t *auditTrail) setRoutes(routes []config.Route) {
+	m := make(map[string]config.Route, len(routes))
 	for _, rc := range routes {
 		m[rc.Path] = rc
 	}
@@ -47,7 +51,7 @@ func (t *auditTrail) setRoutes(routes []routeSettings) {
 // openAudit opens the configured sink and starts its recorder. A sink on a
 // server (postgres) that can't be reached is not an error: its entries wait
 // in the recorder, which retries in the background.
-func openAudit(ctx context.Context, cfg *gatewayConfig, files *sqliteFiles, logger *slog.Logger, m *metrics) (*auditTrail, error) {
+func openAudit(ctx context.Context, cfg *config.Config, files *connections, logger *slog.Logger, m *metrics) (*auditTrail, error) {
 	ac := cfg.Audit
 	t := &auditTrail{sink: ac.Sink, desc: ac.Sink, instance: ac.Instance}
 	t.setRoutes(cfg.Routes)
@@ -100,12 +104,12 @@ func openAudit(ctx context.Context, cfg *gatewayConfig, files *sqliteFiles, logg
 	case "postgres":
 		pool, err := files.pgPool(ctx, ac.URL) // the store's pool when they share the database; connects lazily
 		if err != nil {
-			return nil, fmt.Errorf("audit postgres %s: %w", redactURL(ac.URL), err)
+			return nil, fmt.Errorf("audit postgres %s: %w", config.RedactURL(ac.URL), err)
 		}
 		s := &lazyPostgres{pool: pool, cfg: pgaudit.Config{Retention: ac.Retention, Table: ac.Table, Logger: logger}}
 		files.rs.add(s.Close) // before the pool closes
 		sink, t.querier = s, s
-		t.desc = "postgres " + redactURL(ac.URL)
+		t.desc = "postgres " + config.RedactURL(ac.URL)
 		sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		_, err = s.open(sctx)
 		cancel()
@@ -117,6 +121,18 @@ func openAudit(ctx context.Context, cfg *gatewayConfig, files *sqliteFiles, logg
 		return nil, fmt.Errorf("unknown audit sink %q", ac.Sink)
 	}
 	t.rec = audit.NewRecorder(sink, audit.RecorderConfig{QueueSize: ac.Buffer, Logger: logger})
+	// The entries' route is the pattern the delivery matched: a route's
+	// path, by which the settings of its reasons are found.
+	hook, err := audithook.New(audithook.Config{
+		Recorder:  t.rec,
+		Instance:  t.instance,
+		Decisions: t.decide,
+		Settings:  func(route string) idemhook.Route { return (*t.routes.Load())[route].Route },
+	})
+	if err != nil {
+		return nil, err // not reached: t.rec is set
+	}
+	t.hook = hook
 	files.rs.add(func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -155,102 +171,10 @@ func (t *auditTrail) health() (string, bool) {
 }
 
 // record adds one delivery to the trail. It never blocks.
-func (t *auditTrail) record(route string, d idemhook.DeliveryInfo) {
-	if t.rec == nil {
-		return
+func (t *auditTrail) record(d idemhook.DeliveryInfo) {
+	if t.hook != nil {
+		t.hook.OnDelivery(d)
 	}
-	rc := (*t.routes.Load())[route]
-	e := audit.Entry{
-		Time:          time.Now().Add(-d.Duration),
-		Route:         route,
-		Source:        d.Source,
-		Key:           d.Key,
-		Scope:         d.Scope,
-		Outcome:       string(d.Outcome),
-		Status:        d.Status,
-		Duration:      d.Duration,
-		RequestBytes:  d.RequestBytes,
-		ResponseBytes: d.ResponseBytes,
-		Reason:        reason(d, rc),
-		Instance:      t.instance,
-	}
-	if t.decide {
-		e.Decision = decision(d, rc, e.Reason)
-	}
-	t.rec.Record(e)
-}
-
-// reason says why a delivery was refused, or not protected, or why its
-// claim was released. It is "" for an ordinary one.
-func reason(d idemhook.DeliveryInfo, rc routeSettings) string {
-	switch d.Outcome {
-	case idemhook.OutcomeTooLarge:
-		return fmt.Sprintf("request body over max_body (%d bytes)", rc.Route.MaxBodyBytes)
-	case idemhook.OutcomeMismatch:
-		return "the idempotency key was used before with a different body"
-	case idemhook.OutcomeInFlightRejected:
-		if d.Err != nil {
-			return d.Err.Error()
-		}
-		return "a delivery of the same key is running (in_flight: reject)"
-	case idemhook.OutcomeFailedReleased:
-		if d.Err != nil {
-			return d.Err.Error()
-		}
-		return fmt.Sprintf("the upstream answered %d: claim released, the provider's retry is processed afresh", d.Status)
-	case idemhook.OutcomeReplayed, idemhook.OutcomeInFlightWaited, idemhook.OutcomeInFlightProceeded:
-		return ""
-	case idemhook.OutcomeInFlightAbandoned:
-		return "the sender hung up while a delivery of the same key was running"
-	}
-	if d.Err != nil {
-		return d.Err.Error() // signature_invalid, key_error, store_error_*, processed with a failed write
-	}
-	return ""
-}
-
-// decision tells, in words, what decided a delivery: the log sink's
-// decision at debug level.
-func decision(d idemhook.DeliveryInfo, rc routeSettings, why string) string {
-	waited := ""
-	if d.Waited > 0 {
-		waited = fmt.Sprintf("waited %s for the running delivery of the key, then ", d.Waited.Round(time.Millisecond))
-	}
-	switch d.Outcome {
-	case idemhook.OutcomeProcessed:
-		if d.Err != nil {
-			return waited + "claimed the key and forwarded; storing the answer failed: " + d.Err.Error()
-		}
-		if d.Waited > 0 {
-			return waited + "took over the key (the running delivery released it), forwarded and stored the answer"
-		}
-		return "claimed the key, forwarded, stored the answer"
-	case idemhook.OutcomeReplayed:
-		return "found a stored answer: replayed it, not forwarded"
-	case idemhook.OutcomeInFlightWaited:
-		return waited + "replayed its stored answer"
-	case idemhook.OutcomeInFlightProceeded:
-		return waited + fmt.Sprintf("forwarded without a claim while another delivery of the key runs (in_flight: %s)", rc.Route.InFlight)
-	case idemhook.OutcomeInFlightRejected:
-		return waited + "refused with 409: " + why
-	case idemhook.OutcomeInFlightAbandoned:
-		return waited + "the sender hung up: nothing sent, not forwarded"
-	case idemhook.OutcomeFailedReleased:
-		return "claimed the key, forwarded, released the claim: " + why
-	case idemhook.OutcomeMismatch:
-		return "refused with 422: " + why
-	case idemhook.OutcomeStoreErrorOpen:
-		return "the store failed; forwarded unprotected (on_store_error: open): " + why
-	case idemhook.OutcomeStoreErrorClosed:
-		return "the store failed; refused with 503 (on_store_error: closed): " + why
-	case idemhook.OutcomeKeyError:
-		return "no key could be resolved; nothing claimed: " + why
-	case idemhook.OutcomeSignatureInvalid:
-		return "signature check failed; refused with 401, nothing claimed: " + why
-	case idemhook.OutcomeTooLarge:
-		return "refused with 413, nothing claimed: " + why
-	}
-	return string(d.Outcome)
 }
 
 // lazyPostgres is the PostgreSQL sink, opened (its table made) on first use
@@ -318,28 +242,6 @@ func (l *lazyPostgres) Close() error {
 	return nil
 }
 
-// deliveryJSON is an audit entry as GET /admin/deliveries shows it.
-type deliveryJSON struct {
-	ID            int64     `json:"id"`
-	Time          time.Time `json:"time"`
-	Route         string    `json:"route"`
-	Source        string    `json:"source"`
-	Key           string    `json:"key"`
-	Outcome       string    `json:"outcome"`
-	Status        int       `json:"status"`
-	DurationMS    float64   `json:"duration_ms"`
-	RequestBytes  int64     `json:"request_bytes"`
-	ResponseBytes int64     `json:"response_bytes"`
-	Reason        string    `json:"reason,omitempty"`
-	Instance      string    `json:"instance,omitempty"`
-	Scope         string    `json:"scope,omitempty"` // give it as ?scope= to /admin/keys
-}
-
-type deliveriesJSON struct {
-	Deliveries []deliveryJSON `json:"deliveries"`
-	Next       string         `json:"next,omitempty"`
-}
-
 // serveDeliveries is GET /admin/deliveries?source=&outcome=&route=&since=&until=&limit=&cursor=
 // (since and until in RFC 3339). It answers newest first, one page at a
 // time. Follow "next" as cursor for the following page.
@@ -363,9 +265,9 @@ func (t *auditTrail) serveDeliveries(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusServiceUnavailable, "audit query failed", err.Error())
 		return
 	}
-	out := deliveriesJSON{Deliveries: make([]deliveryJSON, 0, len(page.Entries)), Next: page.Next}
+	out := adminapi.Deliveries{Deliveries: make([]adminapi.Delivery, 0, len(page.Entries)), Next: page.Next}
 	for _, e := range page.Entries {
-		out.Deliveries = append(out.Deliveries, deliveryJSON{
+		out.Deliveries = append(out.Deliveries, adminapi.Delivery{
 			ID: e.ID, Time: e.Time.UTC(), Route: e.Route, Source: e.Source, Key: e.Key,
 			Outcome: e.Outcome, Status: e.Status, DurationMS: float64(e.Duration.Microseconds()) / 1000,
 			RequestBytes: e.RequestBytes, ResponseBytes: e.ResponseBytes, Reason: e.Reason, Instance: e.Instance,

@@ -1,10 +1,22 @@
-package main
+// Package config reads the gateway's YAML configuration file into a
+// [Config]: it decodes the file, checks every value with the defaults
+// applied, and runs the library's own checks of each route. Every problem
+// of a file is reported at once, as an [Errors] of "file:line: field:
+// message" entries, in line order; settings that are valid but likely wrong
+// are [Config.Warnings].
+//
+// docs/gateway.md is the reference of the file. A program that embeds the
+// gateway may also build a Config by hand (see package gateway); Load and
+// Parse are then not needed.
+package config
 
 import (
 	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/netip"
 	"net/url"
 	"os"
@@ -27,27 +39,32 @@ const (
 	defaultUpstreamTimeout = 30 * time.Second
 )
 
-// gatewayConfig is a checked configuration file, with every default applied.
-type gatewayConfig struct {
+// Config is a checked configuration file, with every default applied: what
+// [Load] and [Parse] return, and what gateway.New runs. A Go program may
+// also build one by hand; the zero values of the sections are then not
+// defaults, so set each field the gateway reads (Listen, Store.Driver,
+// Audit.Sink, Log, ShutdownTimeout and, per route, Path, Upstream,
+// UpstreamTimeout and Route).
+type Config struct {
 	File            string // the file it was read from, as given
 	Listen          string
-	Store           storeSettings
-	Admin           adminSettings
-	Audit           auditSettings
-	Log             logSettings
+	Store           Store
+	Admin           Admin
+	Audit           Audit
+	Log             Log
 	ShutdownTimeout time.Duration
-	Routes          []routeSettings
-	TLS             tlsSettings    // tls: {cert, key}; zero for plain HTTP
+	Routes          []Route
+	TLS             TLS            // tls: {cert, key}; zero for plain HTTP
 	TrustedProxies  []netip.Prefix // trusted_proxies: peers whose X-Forwarded-* are kept
 
 	// Warnings are settings that are valid but likely wrong (a TTL
 	// shorter than the provider's retries); check prints them and serve
 	// logs them.
-	Warnings []configError
+	Warnings []Error
 }
 
-// storeSettings is the store: section.
-type storeSettings struct {
+// Store is the store: section.
+type Store struct {
 	Driver     string        // sqlite | redis | postgres | memory
 	Timeout    time.Duration // bound of every call to the store; 0: the middleware's default for the store
 	Path       string        // sqlite
@@ -61,14 +78,14 @@ type storeSettings struct {
 	Compact    bool // redis: compact_keys
 }
 
-// adminSettings is the admin: section.
-type adminSettings struct {
+// Admin is the admin: section.
+type Admin struct {
 	Listen string // "" when disabled (listen: off)
 	Token  string
 }
 
-// auditSettings is the audit: section.
-type auditSettings struct {
+// Audit is the audit: section.
+type Audit struct {
 	Sink      string // sqlite | postgres | redis | memory | log | none
 	Path      string // sqlite, when the store is not sqlite
 	URL       string // postgres
@@ -80,20 +97,31 @@ type auditSettings struct {
 	Instance  string // names this gateway in the entries
 }
 
-// logSettings is the log: section.
-type logSettings struct {
+// Log is the log: section.
+type Log struct {
 	Format string // text | json
 	Level  string // debug | info | warn | error
 }
 
-// tlsSettings is the tls: section. The listener serves HTTPS with this
+// NewLogger returns the logger the section configures, writing to w.
+func (lc Log) NewLogger(w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(lc.Level)) // checked by Parse; an unknown level is info
+	opts := &slog.HandlerOptions{Level: level}
+	if lc.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// TLS is the tls: section. The listener serves HTTPS with this
 // certificate and key, and reads them again on SIGHUP.
-type tlsSettings struct {
+type TLS struct {
 	Cert, Key string // PEM files; both or neither
 }
 
-// routeSettings is one entry of routes:.
-type routeSettings struct {
+// Route is one entry of routes:.
+type Route struct {
 	Line            int // line of the entry in the file
 	Path            string
 	Upstream        *url.URL
@@ -103,11 +131,11 @@ type routeSettings struct {
 	SecretFile      string // secret_file: the file the secrets were read from, or ""
 	SecretCount     int    // how many secrets the route accepts
 	ShareKeys       bool   // share_keys: other routes may have the same source
-	at              string // "routes[i]", for errors
+	Field           string // "routes[i]": where the route is, for errors
 }
 
-// configError is one problem of a configuration file, at a line and a field.
-type configError struct {
+// Error is one problem of a configuration file, at a line and a field.
+type Error struct {
 	File  string
 	Line  int
 	Field string // path of the field, e.g. "routes[1].ttl"
@@ -116,17 +144,19 @@ type configError struct {
 	column int // orders the errors of one line
 }
 
-func (e configError) Error() string {
+func (e Error) Error() string {
 	if e.Field == "" {
 		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
 	}
 	return fmt.Sprintf("%s:%d: %s: %s", e.File, e.Line, e.Field, e.Msg)
 }
 
-// configErrors is every problem found in a configuration file, in file order.
-type configErrors []configError
+// Errors is every problem found in a configuration file, in file order.
+// Load and Parse return it (as an error) when a file is invalid; get it
+// with errors.As.
+type Errors []Error
 
-func (es configErrors) Error() string {
+func (es Errors) Error() string {
 	if len(es) == 1 {
 		return es[0].Error()
 	}
@@ -139,8 +169,10 @@ func (es configErrors) Error() string {
 	return b.String()
 }
 
-// loadConfig reads and checks the configuration file name.
-func loadConfig(name string, getenv func(string) string) (*gatewayConfig, error) {
+// Load reads and checks the configuration file name, with getenv reading
+// the ${VAR} references of the file (os.Getenv in a process). A file that
+// can't be read is a plain error; a file that is invalid is an [Errors].
+func Load(name string, getenv func(string) string) (*Config, error) {
 	data, err := os.ReadFile(name)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -148,18 +180,18 @@ func loadConfig(name string, getenv func(string) string) (*gatewayConfig, error)
 		}
 		return nil, fmt.Errorf("read config: %w", err)
 	}
-	return parseConfig(name, data, getenv)
+	return Parse(name, data, getenv)
 }
 
-// parseConfig reads data, the text of the file name, in three phases. It
+// Parse reads data, the text of the file name, in three phases. It
 // decodes the YAML into configFile, checking only its structure. It checks
-// every value, with the defaults applied, into a gatewayConfig. Then it
+// every value, with the defaults applied, into a Config. Then it
 // builds the providers' presets and runs the library's own checks of each
 // route. Every phase reports all it finds, so the error holds every problem
 // of the file at once, in line order.
-func parseConfig(name string, data []byte, getenv func(string) string) (*gatewayConfig, error) {
+func Parse(name string, data []byte, getenv func(string) string) (*Config, error) {
 	c := &checker{file: name, getenv: getenv, keys: map[*yaml.Node]*yaml.Node{}, wrong: map[*yaml.Node]bool{}}
-	var cfg *gatewayConfig
+	var cfg *Config
 	if f := c.decode(data); f != nil {
 		cfg = c.check(f)
 		c.build(cfg)
@@ -174,11 +206,11 @@ func parseConfig(name string, data []byte, getenv func(string) string) (*gateway
 }
 
 // byLine orders errors as their places in the file.
-func byLine(a, b configError) int {
+func byLine(a, b Error) int {
 	return cmp.Or(a.Line-b.Line, a.column-b.column)
 }
 
-// checker holds what the phases of parseConfig share: the problems found
+// checker holds what the phases of Parse share: the problems found
 // so far, and the key of every value so that a problem can be reported at
 // the line of its field's name.
 type checker struct {
@@ -187,8 +219,8 @@ type checker struct {
 	keys   map[*yaml.Node]*yaml.Node // a value's node -> its key's node
 	wrong  map[*yaml.Node]bool       // what shape put in place of values of the wrong kind
 	shaped int                       // nodes shape visited, up to maxShaped
-	errs   configErrors
-	warns  []configError
+	errs   Errors
+	warns  []Error
 
 	routes []routeInputs // per route, what the build phase needs
 }
@@ -199,12 +231,12 @@ func (c *checker) errorf(n *yaml.Node, field, format string, args ...any) {
 	if n != nil && n.Line > 0 {
 		line, column = n.Line, n.Column
 	}
-	c.errs = append(c.errs, configError{File: c.file, Line: line, Field: field, Msg: fmt.Sprintf(format, args...), column: column})
+	c.errs = append(c.errs, Error{File: c.file, Line: line, Field: field, Msg: fmt.Sprintf(format, args...), column: column})
 }
 
 // warnf records a warning at n's line.
 func (c *checker) warnf(n *yaml.Node, field, format string, args ...any) {
-	c.warns = append(c.warns, configError{File: c.file, Line: n.Line, Field: field, Msg: fmt.Sprintf(format, args...), column: n.Column})
+	c.warns = append(c.warns, Error{File: c.file, Line: n.Line, Field: field, Msg: fmt.Sprintf(format, args...), column: n.Column})
 }
 
 // The file as decoded. Its structure is checked (known fields, each given
@@ -291,6 +323,10 @@ type (
 
 // routeFields are the fields of a routes: entry.
 var routeFields = fieldNames(reflect.TypeFor[routeFile]())
+
+// RouteFields returns the fields a routes: entry may hold, as the file
+// spells them, in the order the error of an unknown field lists them.
+func RouteFields() []string { return slices.Clone(routeFields) }
 
 // A leaf is one value of the file: its YAML node, kept for the checks that
 // read it and for the line their errors name. It is nil when the field is
@@ -560,9 +596,9 @@ func join(at, name string) string {
 	return at + "." + name
 }
 
-// yamlError turns a YAML syntax or type error into a configError, keeping the
+// yamlError turns a YAML syntax or type error into a Error, keeping the
 // line the YAML library names.
-func yamlError(file string, err error) configError {
+func yamlError(file string, err error) Error {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
 	line := 1
 	if rest, ok := strings.CutPrefix(msg, "line "); ok {
@@ -572,7 +608,7 @@ func yamlError(file string, err error) configError {
 			}
 		}
 	}
-	return configError{File: file, Line: line, Msg: "invalid YAML: " + msg}
+	return Error{File: file, Line: line, Msg: "invalid YAML: " + msg}
 }
 
 // yamlErrorAt is yamlError, made clear about tabs. YAML indents with spaces
@@ -583,13 +619,13 @@ func yamlError(file string, err error) configError {
 //
 // Other errors are reported at the line where the file stops being YAML
 // (see problemLine), not where the YAML parser says.
-func yamlErrorAt(file string, data []byte, err error) configError {
+func yamlErrorAt(file string, data []byte, err error) Error {
 	ce := yamlError(file, err)
 	if strings.Contains(ce.Msg, "tab") || strings.Contains(ce.Msg, "cannot start any token") {
 		for i, line := range strings.Split(string(data), "\n") {
 			indent := line[:len(line)-len(strings.TrimLeft(line, " \t-"))]
 			if col := strings.IndexByte(indent, '\t'); col >= 0 {
-				return configError{File: file, Line: i + 1,
+				return Error{File: file, Line: i + 1,
 					Msg: fmt.Sprintf("invalid YAML: a tab in the indentation (column %d): YAML indents with spaces only", col+1)}
 			}
 		}
@@ -610,7 +646,7 @@ func yamlErrorAt(file string, data []byte, err error) configError {
 // route at the line of routes:. Cut at a line, a file is valid YAML up to
 // its problem, so a binary search finds that line, from the one the
 // parser names (the problem is never before its context).
-func problemLine(data []byte, ce configError) int {
+func problemLine(data []byte, ce Error) int {
 	lines := strings.SplitAfter(string(data), "\n")
 	fails := func(k int) bool {
 		var n yaml.Node
@@ -631,9 +667,9 @@ func problemLine(data []byte, ce configError) int {
 	return lo
 }
 
-// longestLease is the longest claim lease of the routes (a route without
+// LongestLease is the longest claim lease of the routes (a route without
 // one has the library's default).
-func (c *gatewayConfig) longestLease() time.Duration {
+func (c *Config) LongestLease() time.Duration {
 	longest := idemhook.DefaultLease
 	for _, rc := range c.Routes {
 		longest = max(longest, rc.Route.Lease)

@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"context"
@@ -44,7 +44,7 @@ type tracing struct {
 // Export failures (a collector down) are logged to logger at WARN, once per
 // failed batch. The SDK reports them through its process-wide error
 // handler, which the gateway, one per process, points at its logger.
-func openTracing(ctx context.Context, getenv func(string) string, logger *slog.Logger) (*tracing, error) {
+func openTracing(ctx context.Context, getenv func(string) string, logger *slog.Logger, version string) (*tracing, error) {
 	if getenv == nil || strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") || getenv("OTEL_TRACES_EXPORTER") == "none" {
 		return nil, nil
 	}
@@ -77,7 +77,7 @@ func openTracing(ctx context.Context, getenv func(string) string, logger *slog.L
 	}
 	res := resource.NewSchemaless(
 		attribute.String("service.name", service),
-		attribute.String("service.version", buildVersion()),
+		attribute.String("service.version", version),
 	)
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
 		logger.Warn("idemhook trace export failed; spans are dropped until the collector answers", "endpoint", endpoint, "err", err)

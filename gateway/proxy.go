@@ -1,8 +1,7 @@
-package main
+package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/idemhook/idemhook/gateway/config"
 )
 
 // newTransport returns the transport of one route: its own connection pool,
@@ -45,7 +46,7 @@ func newTransport(timeout time.Duration) *http.Transport {
 // headers within the route's upstream_timeout 504, both with a problem+json
 // body; either way the middleware releases the claim, so the provider's
 // retry is forwarded again.
-func newProxy(rc routeSettings, rt http.RoundTripper, bufs httputil.BufferPool, logger *slog.Logger, trusted []netip.Prefix) *httputil.ReverseProxy {
+func newProxy(rc config.Route, rt http.RoundTripper, bufs httputil.BufferPool, logger *slog.Logger, trusted []netip.Prefix) *httputil.ReverseProxy {
 	target := rc.Upstream
 	prefix := ""
 	if strings.HasSuffix(rc.Path, "/") {
@@ -128,41 +129,6 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// errText is err's message for the sender: without the URL net/http wraps
-// it in, nor the address a dial or a name lookup names, since the sender is
-// on the internet and the upstream's address is internal (the WARN logged
-// with the full error names it).
-func errText(err error) string {
-	var dnsErr *net.DNSError
-	if errors.As(err, &dnsErr) {
-		return "name lookup: " + dnsErr.Err
-	}
-	var opErr *net.OpError
-	if errors.As(err, &opErr) && opErr.Err != nil {
-		return opErr.Op + ": " + opErr.Err.Error()
-	}
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err.Error()
-	}
-	return err.Error()
-}
-
-// problem is an RFC 9457 problem detail.
-type problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail,omitempty"`
-}
-
-func writeProblem(w http.ResponseWriter, status int, title, detail string) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(problem{Type: "about:blank", Title: title, Status: status, Detail: detail})
-}
-
 // timedTransport observes the time each upstream call takes to answer with
 // its headers.
 type timedTransport struct {
@@ -180,7 +146,7 @@ func (t timedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // probeUpstreams dials every distinct upstream once and logs a WARN for
 // those that don't answer: backends restart, so a down upstream is not a
 // reason to refuse to start (its deliveries get 502 until it is back).
-func probeUpstreams(ctx context.Context, routes []routeSettings, logger *slog.Logger) {
+func probeUpstreams(ctx context.Context, routes []config.Route, logger *slog.Logger) {
 	seen := map[string]bool{}
 	done := make(chan struct{})
 	n := 0
@@ -198,7 +164,7 @@ func probeUpstreams(ctx context.Context, routes []routeSettings, logger *slog.Lo
 		}
 		seen[host] = true
 		n++
-		go func(rc routeSettings, host string) {
+		go func(rc config.Route, host string) {
 			defer func() { done <- struct{}{} }()
 			d := net.Dialer{Timeout: 2 * time.Second}
 			conn, err := d.DialContext(ctx, "tcp", host)

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"net/url"
@@ -26,8 +26,8 @@ func defaultInstance() string {
 // audit checks the audit: section, n. By default the trail goes where the
 // store is: a table in the SQLite file or the PostgreSQL database, a
 // stream on the Redis, a ring in memory.
-func (c *checker) audit(a *auditFile, n *yaml.Node, sc storeSettings) (ac auditSettings) {
-	ac = auditSettings{Sink: sc.Driver, Retention: audit.DefaultRetention, Buffer: defaultAuditBuffer, Instance: defaultInstance()}
+func (c *checker) audit(a *auditFile, n *yaml.Node, sc Store) (ac Audit) {
+	ac = Audit{Sink: sc.Driver, Retention: audit.DefaultRetention, Buffer: defaultAuditBuffer, Instance: defaultInstance()}
 	switch sc.Driver {
 	case "sqlite":
 		ac.Path = sc.Path
@@ -93,7 +93,7 @@ func (c *checker) audit(a *auditFile, n *yaml.Node, sc storeSettings) (ac auditS
 		c.errorf(at, "audit.url", "sink postgres needs url (postgres://user:password@host:5432/db), unless the store is PostgreSQL too")
 	case ac.Sink == "postgres":
 		if u, err := url.Parse(v); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-			c.errorf(a.URL.Node, "audit.url", "invalid PostgreSQL URL %q (want postgres://user:password@host:5432/db)", redactURL(v))
+			c.errorf(a.URL.Node, "audit.url", "invalid PostgreSQL URL %q (want postgres://user:password@host:5432/db)", RedactURL(v))
 		}
 		ac.URL = v
 	case hasURL:

@@ -1,4 +1,4 @@
-package main
+package load
 
 import (
 	"cmp"
@@ -26,10 +26,12 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/gatewaytest"
 	"github.com/idemhook/idemhook/internal/pgtest"
 	"github.com/idemhook/idemhook/internal/redistest"
 	"github.com/idemhook/idemhook/memstore"
 	"github.com/idemhook/idemhook/redisstore"
+	"github.com/idemhook/idemhook/tests/internal/testgw"
 )
 
 // The one load command of the repository, behind docs/benchmarks.md. It is
@@ -215,17 +217,27 @@ func TestLoadComparison(t *testing.T) {
 	})
 	upURL := serveLoopback(t, handler)
 
-	// The reverse proxy: one hop, no idempotency, with the gateway's own
-	// pooled transport and buffer pool, so that the difference to the
-	// gateway is the idempotency layer alone.
+	// The reverse proxy: one hop, no idempotency, with the settings of the
+	// gateway's pooled transport and buffer pool (gateway/proxy.go), so
+	// that the difference to the gateway is the idempotency layer alone.
 	target, _ := url.Parse(upURL)
 	proxyURL := serveLoopback(t, &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			pr.SetXForwarded()
 		},
-		Transport:  newTransport(30 * time.Second),
-		BufferPool: newBufferPool(),
+		Transport: &http.Transport{
+			Proxy:                 nil,
+			DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			ForceAttemptHTTP2:     true,
+			MaxIdleConns:          512,
+			MaxIdleConnsPerHost:   256,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   10 * time.Second,
+			ExpectContinueTimeout: time.Second,
+			ResponseHeaderTimeout: 30 * time.Second,
+		},
+		BufferPool: &loadBuffers{p: sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}},
 	}) + "/hook"
 
 	redisURL := os.Getenv("IDEMHOOK_REDIS_URL")
@@ -312,8 +324,8 @@ routes:
     source: load
     ttl: 10m
 `, gwc.store, gwc.audit, upURL)
-		g := startGateway(t, writeConfig(t, t.TempDir(), cfg), startOpts{})
-		pair("gateway", gwc.name, g.url("/hook"), proxy)
+		g := testgw.Start(t, gatewaytest.WriteConfig(t, t.TempDir(), cfg), nil)
+		pair("gateway", gwc.name, g.URL("/hook"), proxy)
 	}
 
 	// Library rows.
@@ -478,3 +490,10 @@ func startProfile(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 }
+
+// loadBuffers is the gateway's buffer pool of 32 KiB copy buffers, for the
+// baseline proxy.
+type loadBuffers struct{ p sync.Pool }
+
+func (bp *loadBuffers) Get() []byte  { return *bp.p.Get().(*[]byte) }
+func (bp *loadBuffers) Put(b []byte) { bp.p.Put(&b) }

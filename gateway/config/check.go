@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"crypto/tls"
@@ -29,10 +29,10 @@ import (
 // much memory each.
 const maxBodyWarn = 64 << 20
 
-// check is the second phase of parseConfig: it checks every value of f
+// check is the second phase of Parse: it checks every value of f
 // and returns the configuration with the defaults applied.
-func (c *checker) check(f *configFile) *gatewayConfig {
-	cfg := &gatewayConfig{File: c.file, Listen: defaultListen}
+func (c *checker) check(f *configFile) *Config {
+	cfg := &Config{File: c.file, Listen: defaultListen}
 	if v, ok := c.str(f.Listen, "listen"); ok {
 		if err := checkListen(v); err != nil {
 			c.errorf(f.Listen.Node, "listen", "%v", err)
@@ -43,7 +43,7 @@ func (c *checker) check(f *configFile) *gatewayConfig {
 	cfg.Store = c.store(&f.Store, section(f.root, "store"))
 	cfg.Admin = c.admin(&f.Admin, section(f.root, "admin"), cfg.Listen)
 	cfg.Audit = c.audit(&f.Audit, section(f.root, "audit"), cfg.Store)
-	cfg.Log = logSettings{
+	cfg.Log = Log{
 		Format: c.oneOf(f.Log.Format, "log.format", "text", "text", "json"),
 		Level:  c.oneOf(f.Log.Level, "log.level", "info", "debug", "info", "warn", "error"),
 	}
@@ -202,8 +202,8 @@ func orList(vs []string) string {
 }
 
 // store checks the store: section, n.
-func (c *checker) store(s *storeFile, n *yaml.Node) storeSettings {
-	sc := storeSettings{Driver: "sqlite", Path: defaultSQLitePath}
+func (c *checker) store(s *storeFile, n *yaml.Node) Store {
+	sc := Store{Driver: "sqlite", Path: defaultSQLitePath}
 	if n == nil {
 		return sc
 	}
@@ -232,7 +232,7 @@ func (c *checker) store(s *storeFile, n *yaml.Node) storeSettings {
 			c.errorf(s.Addrs.Node, "store.addrs", "give either url or addrs, not both")
 		case hasURL:
 			if _, err := redis.ParseURL(u); err != nil {
-				c.errorf(s.URL.Node, "store.url", "invalid Redis URL %q: %v (want redis://[user:password@]host:port/db)", redactURL(u), unwrapURLError(err))
+				c.errorf(s.URL.Node, "store.url", "invalid Redis URL %q: %v (want redis://[user:password@]host:port/db)", RedactURL(u), unwrapURLError(err))
 			}
 			sc.URL = u
 		case hasAddrs:
@@ -265,7 +265,7 @@ func (c *checker) store(s *storeFile, n *yaml.Node) storeSettings {
 			c.errorf(needs, "store.url", "driver postgres needs url (postgres://user:password@host:5432/db)")
 		default:
 			if err := checkPostgresURL(u); err != nil {
-				c.errorf(s.URL.Node, "store.url", "invalid PostgreSQL URL %q: %v (want postgres://user:password@host:5432/db)", redactURL(u), err)
+				c.errorf(s.URL.Node, "store.url", "invalid PostgreSQL URL %q: %v (want postgres://user:password@host:5432/db)", RedactURL(u), err)
 			}
 			sc.URL = u
 		}
@@ -319,8 +319,8 @@ func checkPostgresURL(u string) error {
 }
 
 // admin checks the admin: section, n, against the main listener's address.
-func (c *checker) admin(a *adminFile, n *yaml.Node, listen string) adminSettings {
-	ac := adminSettings{Listen: defaultAdminListen}
+func (c *checker) admin(a *adminFile, n *yaml.Node, listen string) Admin {
+	ac := Admin{Listen: defaultAdminListen}
 	if n == nil {
 		return ac
 	}
@@ -351,7 +351,7 @@ func (c *checker) admin(a *adminFile, n *yaml.Node, listen string) adminSettings
 }
 
 // tls checks the tls: section, n.
-func (c *checker) tls(t *tlsFile, n *yaml.Node) tlsSettings {
+func (c *checker) tls(t *tlsFile, n *yaml.Node) TLS {
 	cert, hasCert := c.str(t.Cert, "tls.cert")
 	key, hasKey := c.str(t.Key, "tls.key")
 	switch {
@@ -363,9 +363,9 @@ func (c *checker) tls(t *tlsFile, n *yaml.Node) tlsSettings {
 		if _, err := tls.LoadX509KeyPair(cert, key); err != nil {
 			c.errorf(t.Cert.Node, "tls.cert", "cannot load the certificate and key: %v", err)
 		}
-		return tlsSettings{Cert: cert, Key: key}
+		return TLS{Cert: cert, Key: key}
 	}
-	return tlsSettings{}
+	return TLS{}
 }
 
 // trustedProxies checks trusted_proxies: addresses or CIDR prefixes.
@@ -396,7 +396,7 @@ type routeInputs struct {
 	f    *routeFile
 	at   string     // "routes[i]"
 	node *yaml.Node // the entry
-	i    int        // index in gatewayConfig.Routes
+	i    int        // index in Config.Routes
 
 	preset     bool            // provider, secrets and options are checked: build the preset
 	config     provider.Config // its settings
@@ -415,7 +415,7 @@ func (in *routeInputs) own(name string) *yaml.Node {
 
 // checkRoutes checks the routes: list, each entry and what entries must
 // not share.
-func (c *checker) checkRoutes(f *configFile) []routeSettings {
+func (c *checker) checkRoutes(f *configFile) []Route {
 	seq := section(f.root, "routes")
 	switch {
 	case seq == nil && c.wrong[valueOf(f.root, "routes")]:
@@ -429,7 +429,7 @@ func (c *checker) checkRoutes(f *configFile) []routeSettings {
 		c.errorf(seq, "routes", "empty: the gateway needs at least one route (path, upstream, source)")
 		return nil
 	}
-	var out []routeSettings
+	var out []Route
 	seen := map[string]string{} // path -> "routes[i], line n"
 	type sourceUse struct {
 		at   string
@@ -484,10 +484,10 @@ func (c *checker) checkRoutes(f *configFile) []routeSettings {
 }
 
 // route checks one entry of routes:.
-func (c *checker) route(in *routeInputs) routeSettings {
+func (c *checker) route(in *routeInputs) Route {
 	f, at := in.f, in.at
 	field := func(name string) string { return join(at, name) }
-	rc := routeSettings{Line: in.node.Line, at: at}
+	rc := Route{Line: in.node.Line, Field: at}
 
 	if v, ok := c.str(f.Path, field("path")); ok {
 		if err := checkPath(v); err != nil {
@@ -592,7 +592,7 @@ func (c *checker) route(in *routeInputs) routeSettings {
 // providerSettings checks provider, secret_env, secrets, provider_options
 // and tolerance. When they are usable, in holds the preset's settings for
 // the build phase.
-func (c *checker) providerSettings(in *routeInputs, rc *routeSettings) {
+func (c *checker) providerSettings(in *routeInputs, rc *Route) {
 	f, at := in.f, in.at
 	field := func(name string) string { return join(at, name) }
 	name, hasProvider := c.str(f.Provider, field("provider"))
@@ -870,16 +870,16 @@ func muxAccepts(v string) (err error) {
 func checkUpstream(v string) (*url.URL, error) {
 	u, err := url.Parse(v)
 	if err != nil {
-		return nil, fmt.Errorf("malformed upstream URL %q: %v", redactURL(v), unwrapURLError(err))
+		return nil, fmt.Errorf("malformed upstream URL %q: %v", RedactURL(v), unwrapURLError(err))
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("malformed upstream URL %q: want http:// or https://", redactURL(v))
+		return nil, fmt.Errorf("malformed upstream URL %q: want http:// or https://", RedactURL(v))
 	}
 	if u.Host == "" {
-		return nil, fmt.Errorf("malformed upstream URL %q: no host", redactURL(v))
+		return nil, fmt.Errorf("malformed upstream URL %q: no host", RedactURL(v))
 	}
 	if u.Fragment != "" || u.User != nil {
-		return nil, fmt.Errorf("malformed upstream URL %q: no user info or #fragment allowed", redactURL(v))
+		return nil, fmt.Errorf("malformed upstream URL %q: no user info or #fragment allowed", RedactURL(v))
 	}
 	if u.Path == "" {
 		u.Path = "/"
@@ -895,10 +895,10 @@ func unwrapURLError(err error) error {
 	return err
 }
 
-// redactURL hides the password of a URL in error messages, also when the
+// RedactURL hides the password of a URL in error messages, also when the
 // URL does not parse: everything between "://" and the last "@" of the
 // authority is then replaced, since it may hold a password.
-func redactURL(v string) string {
+func RedactURL(v string) string {
 	u, err := url.Parse(v)
 	if err == nil {
 		if u.User == nil {
@@ -1024,4 +1024,21 @@ func expand(s string, getenv func(string) string) (string, error) {
 		}
 	}
 	return b.String(), nil
+}
+
+// FormatDuration prints d the way a configuration file writes it: whole
+// days beyond one as 7d, other durations as Go does without trailing zero
+// units (24h, 1h30m, 90s).
+func FormatDuration(d time.Duration) string {
+	if d > 24*time.Hour && d%(24*time.Hour) == 0 {
+		return fmt.Sprintf("%dd", d/(24*time.Hour))
+	}
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }

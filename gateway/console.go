@@ -1,8 +1,10 @@
-package main
+package gateway
 
 import (
 	"embed"
 	"net/http"
+
+	"github.com/idemhook/idemhook/gateway/adminapi"
 )
 
 // consoleFiles is the web console: one page, its script, its style sheet
@@ -10,12 +12,6 @@ import (
 //
 //go:embed console/index.html console/console.js console/console.css console/favicon.svg
 var consoleFiles embed.FS
-
-// consoleCSP allows the console's own script, style sheet and API calls and
-// nothing else. It forbids inline script or style, eval, other origins,
-// frames and forms posting elsewhere.
-const consoleCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; " +
-	"connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 // consoleHandler serves the console's files at GET /admin/ (the page),
 // /admin/console.js, /admin/console.css and /admin/favicon.svg.
@@ -29,7 +25,7 @@ const consoleCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img
 func consoleHandler(name string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
-		h.Set("Content-Security-Policy", consoleCSP)
+		h.Set("Content-Security-Policy", adminapi.ConsoleCSP)
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("Referrer-Policy", "no-referrer")
@@ -42,7 +38,7 @@ func consoleHandler(name string) http.Handler {
 
 // handleConsole adds the console and its statistics endpoint to the admin
 // mux. The auth wrapper guards the endpoint.
-func (g *gateway) handleConsole(mux *http.ServeMux, auth func(http.Handler) http.Handler) {
+func (g *Gateway) handleConsole(mux *http.ServeMux, auth func(http.Handler) http.Handler) {
 	mux.Handle("GET /admin/{$}", consoleHandler("index.html"))
 	mux.Handle("GET /admin/console.js", consoleHandler("console.js"))
 	mux.Handle("GET /admin/console.css", consoleHandler("console.css"))

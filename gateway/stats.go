@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"cmp"
@@ -12,6 +12,8 @@ import (
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/audit"
+	"github.com/idemhook/idemhook/gateway/adminapi"
+	"github.com/idemhook/idemhook/gateway/config"
 )
 
 // Every outcome falls in one class of the console's per-source table, so
@@ -75,23 +77,8 @@ var duplicateOutcomes = []idemhook.Outcome{
 	idemhook.OutcomeInFlightProceeded, idemhook.OutcomeInFlightRejected, idemhook.OutcomeInFlightAbandoned,
 }
 
-// windowJSON is one source's deliveries over one window. Processed,
-// Replayed, Refused, Failed, Unprotected and Other add up to Total.
-type windowJSON struct {
-	Total       int64 `json:"total"`
-	Processed   int64 `json:"processed"`
-	Replayed    int64 `json:"replayed"`
-	Refused     int64 `json:"refused"`
-	Failed      int64 `json:"failed"`
-	Unprotected int64 `json:"unprotected"`
-	Other       int64 `json:"other"` // outcomes this build doesn't know
-	Duplicates  int64 `json:"duplicates"`
-	// Duplicates / Total, or null without deliveries.
-	DuplicateRate *float64         `json:"duplicate_rate"`
-	Outcomes      map[string]int64 `json:"outcomes"`
-}
-
-func (w *windowJSON) add(outcome string, n int64) {
+// addOutcome counts n deliveries of outcome in w, in its class.
+func addOutcome(w *adminapi.Window, outcome string, n int64) {
 	w.Total += n
 	w.Outcomes[outcome] += n
 	switch outcomeClass[idemhook.Outcome(outcome)] {
@@ -117,30 +104,6 @@ func (w *windowJSON) add(outcome string, n int64) {
 	}
 }
 
-type sourceStatsJSON struct {
-	Source string     `json:"source"`
-	Hour   windowJSON `json:"hour"`
-	Day    windowJSON `json:"day"`
-}
-
-type outcomeJSON struct {
-	Name  string `json:"name"`
-	Class string `json:"class"` // processed, replayed, refused, failed or unprotected
-}
-
-type routeJSON struct {
-	Path   string `json:"path"`
-	Source string `json:"source"`
-}
-
-// statsJSON is GET /admin/stats.
-type statsJSON struct {
-	Now      time.Time         `json:"now"`
-	Sources  []sourceStatsJSON `json:"sources"`
-	Routes   []routeJSON       `json:"routes"`
-	Outcomes []outcomeJSON     `json:"outcomes"`
-}
-
 // statsMaxAge is how long an answer of GET /admin/stats is reused. However
 // many consoles are open, the trail is counted at most once per period.
 const statsMaxAge = 5 * time.Second
@@ -154,12 +117,12 @@ const statsMaxAge = 5 * time.Second
 // (a removed route, or another gateway sharing a PostgreSQL trail). The
 // answer is up to statsMaxAge old ("now" says when it was counted).
 type statsHandler struct {
-	g      *gateway
+	g      *Gateway
 	maxAge time.Duration // statsMaxAge
 
 	mu   sync.Mutex // held while counting: concurrent requests wait for one count
 	at   time.Time
-	last statsJSON
+	last adminapi.Stats
 }
 
 func (h *statsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -186,44 +149,44 @@ func (h *statsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, h.last)
 }
 
-func (g *gateway) countStats(r *http.Request, counter audit.Counter) (statsJSON, error) {
+func (g *Gateway) countStats(r *http.Request, counter audit.Counter) (adminapi.Stats, error) {
 	now := time.Now().UTC()
-	out := statsJSON{Now: now, Sources: []sourceStatsJSON{}}
+	out := adminapi.Stats{Now: now, Sources: []adminapi.SourceStats{}}
 	bySource := map[string]int{}
-	source := func(name string) *sourceStatsJSON {
+	source := func(name string) *adminapi.SourceStats {
 		i, ok := bySource[name]
 		if !ok {
 			i = len(out.Sources)
 			bySource[name] = i
-			out.Sources = append(out.Sources, sourceStatsJSON{Source: name,
-				Hour: windowJSON{Outcomes: map[string]int64{}}, Day: windowJSON{Outcomes: map[string]int64{}}})
+			out.Sources = append(out.Sources, adminapi.SourceStats{Source: name,
+				Hour: adminapi.Window{Outcomes: map[string]int64{}}, Day: adminapi.Window{Outcomes: map[string]int64{}}})
 		}
 		return &out.Sources[i]
 	}
 	// The routes in service: those of the last reload, not of the start.
-	routes := slices.SortedFunc(maps.Values(*g.audit.routes.Load()), func(a, b routeSettings) int { return cmp.Compare(a.Line, b.Line) })
+	routes := slices.SortedFunc(maps.Values(*g.audit.routes.Load()), func(a, b config.Route) int { return cmp.Compare(a.Line, b.Line) })
 	for _, rc := range routes {
-		out.Routes = append(out.Routes, routeJSON{Path: rc.Path, Source: rc.Route.Source})
+		out.Routes = append(out.Routes, adminapi.Route{Path: rc.Path, Source: rc.Route.Source})
 		source(rc.Route.Source)
 	}
 	for _, win := range []struct {
 		since time.Duration
-		pick  func(*sourceStatsJSON) *windowJSON
+		pick  func(*adminapi.SourceStats) *adminapi.Window
 	}{
-		{time.Hour, func(s *sourceStatsJSON) *windowJSON { return &s.Hour }},
-		{24 * time.Hour, func(s *sourceStatsJSON) *windowJSON { return &s.Day }},
+		{time.Hour, func(s *adminapi.SourceStats) *adminapi.Window { return &s.Hour }},
+		{24 * time.Hour, func(s *adminapi.SourceStats) *adminapi.Window { return &s.Day }},
 	} {
 		counts, err := counter.Counts(r.Context(), audit.Filter{Since: now.Add(-win.since)})
 		if err != nil {
-			return statsJSON{}, err
+			return adminapi.Stats{}, err
 		}
 		for _, c := range counts {
-			win.pick(source(c.Source)).add(c.Outcome, c.N)
+			addOutcome(win.pick(source(c.Source)), c.Outcome, c.N)
 		}
 	}
-	slices.SortFunc(out.Sources, func(a, b sourceStatsJSON) int { return strings.Compare(a.Source, b.Source) })
+	slices.SortFunc(out.Sources, func(a, b adminapi.SourceStats) int { return strings.Compare(a.Source, b.Source) })
 	for _, o := range idemhook.Outcomes() {
-		out.Outcomes = append(out.Outcomes, outcomeJSON{Name: string(o), Class: outcomeClass[o]})
+		out.Outcomes = append(out.Outcomes, adminapi.Outcome{Name: string(o), Class: outcomeClass[o]})
 	}
 	return out, nil
 }

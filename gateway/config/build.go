@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"errors"
@@ -9,13 +9,13 @@ import (
 	"github.com/idemhook/idemhook/provider"
 )
 
-// build is the last phase of parseConfig. For each route it creates the
+// build is the last phase of Parse. For each route it creates the
 // provider's preset, runs the library's own checks of the route (the ones
 // Middleware.Route makes when serve starts, so that check refuses exactly
 // what serve would), and sets the TTL from the preset when the file sets
 // none. Problems are reported at the line of the field they are about,
 // read from the typed errors of the provider and the library.
-func (c *checker) build(cfg *gatewayConfig) {
+func (c *checker) build(cfg *Config) {
 	for _, in := range c.routes {
 		rc := &cfg.Routes[in.i]
 		r := &rc.Route
@@ -33,7 +33,7 @@ func (c *checker) build(cfg *gatewayConfig) {
 			r.TTL = r.Preset.DefaultTTL()
 		} else if r.Preset != nil && r.TTL < r.Preset.RetryWindow {
 			c.warnf(in.own("ttl"), join(in.at, "ttl"), "%s is shorter than %s's retry window (%s): a retry after the TTL runs the event again; the preset's default is %s",
-				formatDuration(r.TTL), r.Preset.Name, formatDuration(r.Preset.RetryWindow), formatDuration(r.Preset.DefaultTTL()))
+				FormatDuration(r.TTL), r.Preset.Name, FormatDuration(r.Preset.RetryWindow), FormatDuration(r.Preset.DefaultTTL()))
 		}
 	}
 }

@@ -1,7 +1,6 @@
-package main
+package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -13,25 +12,16 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/gatewaytest"
 )
 
-// minimal is the smallest valid configuration.
-const minimal = `routes:
-  - path: /webhooks/stone
-    upstream: http://127.0.0.1:3000/webhook
-    source: stone
-`
+// The helpers shared with the other gateway tests (internal/gatewaytest).
+const minimal = gatewaytest.Minimal
 
-func envOf(kv ...string) func(string) string {
-	m := map[string]string{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		m[kv[i]] = kv[i+1]
-	}
-	return func(k string) string { return m[k] }
-}
+var envOf = gatewaytest.EnvOf
 
 func TestConfigDefaults(t *testing.T) {
-	cfg, err := parseConfig("idemhook.yaml", []byte(minimal), envOf())
+	cfg, err := Parse("idemhook.yaml", []byte(minimal), envOf())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +83,7 @@ routes:
     secrets: ["${GH_NEW}", "${GH_OLD}"]
     tolerance: 1m
 `
-	cfg, err := parseConfig("f.yaml", []byte(text), envOf("REDIS_PASSWORD", "pw", "ADMIN_TOKEN", "tok", "GH_NEW", "n", "GH_OLD", "o"))
+	cfg, err := Parse("f.yaml", []byte(text), envOf("REDIS_PASSWORD", "pw", "ADMIN_TOKEN", "tok", "GH_NEW", "n", "GH_OLD", "o"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,10 +391,10 @@ func TestConfigErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := parseConfig("idemhook.yaml", []byte(tt.give), envOf(tt.env...))
-			var errs configErrors
+			_, err := Parse("idemhook.yaml", []byte(tt.give), envOf(tt.env...))
+			var errs Errors
 			if !errors.As(err, &errs) {
-				t.Fatalf("err = %v, want configErrors", err)
+				t.Fatalf("err = %v, want Errors", err)
 			}
 			var got []string
 			for _, e := range errs {
@@ -443,7 +433,7 @@ func TestConfigYAMLErrorLine(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := parseConfig("idemhook.yaml", []byte(tt.give), envOf())
+			_, err := Parse("idemhook.yaml", []byte(tt.give), envOf())
 			if err == nil || err.Error() != tt.want {
 				t.Errorf("error:\n got %v\nwant %s", err, tt.want)
 			}
@@ -472,79 +462,6 @@ func TestEditDistance(t *testing.T) {
 	}
 }
 
-func TestCheckCommand(t *testing.T) {
-	dir := t.TempDir()
-	good := writeConfig(t, dir, minimal)
-	var stdout, stderr bytes.Buffer
-	if err := run(t.Context(), []string{"check", "--config", good}, envOf(), &stdout, &stderr); err != nil {
-		t.Fatalf("check of a valid file: %v", err)
-	}
-	for _, want := range []string{good + ": OK", "store    sqlite idemhook.db", "/webhooks/stone -> http://127.0.0.1:3000/webhook source=stone ttl=24h"} {
-		if !strings.Contains(stdout.String(), want) {
-			t.Errorf("check output lacks %q:\n%s", want, stdout.String())
-		}
-	}
-
-	bad := filepath.Join(dir, "bad.yaml")
-	if err := os.WriteFile(bad, []byte("listen: nowhere\nroutes:\n  - path: /a\n    upstream: http://h/\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	err := run(t.Context(), []string{"check", "--config", bad}, envOf(), &stdout, &stderr)
-	want := "2 errors in the configuration:\n" +
-		"  " + bad + `:1: listen: invalid address "nowhere": want host:port, e.g. 127.0.0.1:8080 or :8080` + "\n" +
-		"  " + bad + `:3: routes[0].source: missing: the provider's label, e.g. source: stone (it names the keys: idem:<source>:<key>)`
-	if err == nil || err.Error() != want {
-		t.Errorf("check of a bad file = %v\nwant %s", err, want)
-	}
-
-	// serve refuses the same file before opening anything.
-	if err := run(t.Context(), []string{"serve", "--config", bad}, envOf(), &stdout, &stderr); err == nil || err.Error() != want {
-		t.Errorf("serve of a bad file = %v", err)
-	}
-	missing := filepath.Join(dir, "nope.yaml")
-	err = run(t.Context(), []string{"check", "--config", missing}, envOf(), &stdout, &stderr)
-	if err == nil || !strings.Contains(err.Error(), "config file "+missing+" does not exist") {
-		t.Errorf("check of a missing file = %v", err)
-	}
-}
-
-func TestCommands(t *testing.T) {
-	tests := []struct {
-		args       []string
-		wantOut    string // in stdout
-		wantErr    string // exact error, "" for none
-		wantUsage  bool
-		wantStderr string
-	}{
-		{args: []string{"version"}, wantOut: "idemhook "},
-		{args: []string{"help"}, wantOut: "idemhook serve --config FILE"},
-		{args: nil, wantErr: `no command given (run "idemhook help")`, wantUsage: true, wantStderr: "Usage:"},
-		{args: []string{"frobnicate"}, wantErr: `unknown command "frobnicate" (run "idemhook help")`, wantUsage: true},
-		{args: []string{"check", "extra"}, wantErr: `unexpected argument "extra" (idemhook check --config FILE) (run "idemhook help")`, wantUsage: true},
-		{args: []string{"serve", "--conf", "x"}, wantErr: `flag provided but not defined: -conf (run "idemhook help")`, wantUsage: true},
-		{args: []string{"serve", "-h"}, wantStderr: "-config string"},
-		{args: []string{"demo", "now"}, wantErr: `demo takes no arguments (run "idemhook help")`, wantUsage: true},
-	}
-	for _, tt := range tests {
-		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			var stdout, stderr bytes.Buffer
-			err := run(t.Context(), tt.args, envOf(), &stdout, &stderr)
-			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || err.Error() != tt.wantErr) {
-				t.Fatalf("err = %v, want %q", err, tt.wantErr)
-			}
-			if tt.wantUsage && !errors.As(err, new(usageError)) {
-				t.Errorf("err is not a usageError (exit 2)")
-			}
-			if !strings.Contains(stdout.String(), tt.wantOut) {
-				t.Errorf("stdout lacks %q:\n%s", tt.wantOut, stdout.String())
-			}
-			if !strings.Contains(stderr.String(), tt.wantStderr) {
-				t.Errorf("stderr lacks %q:\n%s", tt.wantStderr, stderr.String())
-			}
-		})
-	}
-}
-
 func TestExampleConfigs(t *testing.T) {
 	env := envOf("STRIPE_WEBHOOK_SECRET", "whsec_x", "GITHUB_WEBHOOK_SECRET", "gh", "REDIS_URL", "redis://127.0.0.1:6379/0",
 		"AUDIT_URL", "postgres://postgres@127.0.0.1:5432/test", "IDEMHOOK_ADMIN_TOKEN", "t",
@@ -558,7 +475,7 @@ func TestExampleConfigs(t *testing.T) {
 		{"postgres.yaml", 1},
 	}
 	for _, tt := range tests {
-		cfg, err := loadConfig(filepath.Join("../../examples", tt.file), env)
+		cfg, err := Load(filepath.Join("../../examples", tt.file), env)
 		if err != nil {
 			t.Errorf("examples/%s: %v", tt.file, err)
 			continue
@@ -579,11 +496,11 @@ func FuzzConfig(f *testing.F) {
 		f.Add(data)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		cfg, err := parseConfig("fuzz.yaml", data, envOf("X", "1"))
+		cfg, err := Parse("fuzz.yaml", data, envOf("X", "1"))
 		if err == nil && (cfg == nil || len(cfg.Routes) == 0) {
 			t.Fatalf("no error and no routes")
 		}
-		var errs configErrors
+		var errs Errors
 		if err != nil && !errors.As(err, &errs) {
 			t.Fatalf("error of type %T: %v", err, err)
 		}
@@ -597,7 +514,7 @@ func FuzzConfig(f *testing.F) {
 
 // Two routes may share a source, and so their keys, when both say so.
 func TestConfigShareKeys(t *testing.T) {
-	cfg, err := parseConfig("idemhook.yaml", []byte("routes:\n"+
+	cfg, err := Parse("idemhook.yaml", []byte("routes:\n"+
 		"  - {path: /a, upstream: 'http://h/', source: s, share_keys: true}\n"+
 		"  - {path: /b, upstream: 'http://h/', source: s, share_keys: true}\n"), envOf())
 	if err != nil {
@@ -614,16 +531,16 @@ func TestConfigShareKeys(t *testing.T) {
 // would start with another configuration than the file shows.
 func TestConfigSecondDocument(t *testing.T) {
 	text := minimal + "---\nlisten: 0.0.0.0:9999\n"
-	_, err := parseConfig("f.yaml", []byte(text), envOf())
+	_, err := Parse("f.yaml", []byte(text), envOf())
 	if err == nil {
-		t.Fatal("parseConfig accepted a file whose second YAML document is ignored")
+		t.Fatal("Parse accepted a file whose second YAML document is ignored")
 	}
 	if want := "f.yaml:6:"; !strings.Contains(err.Error(), want) {
 		t.Fatalf("error %q does not name %s (the second document)", err, want)
 	}
 	// One document with --- before or after it stays valid.
 	for _, text := range []string{"---\n" + minimal, minimal + "---\n", minimal + "---\n# end\n", minimal + "...\n"} {
-		if _, err := parseConfig("f.yaml", []byte(text), envOf()); err != nil {
+		if _, err := Parse("f.yaml", []byte(text), envOf()); err != nil {
 			t.Fatalf("one document %q: %v", text, err)
 		}
 	}
@@ -650,7 +567,7 @@ func TestConfigMergeKeys(t *testing.T) {
     path: /c
     source: c
 `
-	cfg, err := parseConfig("f.yaml", []byte(text), envOf())
+	cfg, err := Parse("f.yaml", []byte(text), envOf())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -692,7 +609,7 @@ func TestConfigMergeKeys(t *testing.T) {
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := parseConfig("f.yaml", []byte(tt.text), envOf())
+			_, err := Parse("f.yaml", []byte(tt.text), envOf())
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("error = %v, want it to contain %q", err, tt.want)
 			}
@@ -709,7 +626,7 @@ func TestConfigAliasBomb(t *testing.T) {
 		lines = append(lines, fmt.Sprintf("x%d: &a%d {<<: [*a%d, *a%d]}", i, i, i-1, i-1))
 	}
 	lines = append(lines, "routes:", "  - <<: [*a24, *a24]", "    upstream: http://h/", "    source: s")
-	_, err := parseConfig("f.yaml", []byte(strings.Join(lines, "\n")), envOf())
+	_, err := Parse("f.yaml", []byte(strings.Join(lines, "\n")), envOf())
 	want := ": routes[0]: the file stands for more than 200000 values once its aliases are expanded"
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("error = %v, want it to contain %q", err, want)
@@ -731,9 +648,9 @@ func TestConfigProviderOptionsDuplicate(t *testing.T) {
       verify_token: first
       verify_token: second
 `
-	_, err := parseConfig("f.yaml", []byte(text), envOf())
+	_, err := Parse("f.yaml", []byte(text), envOf())
 	if err == nil {
-		t.Fatal("parseConfig accepted provider_options with verify_token twice")
+		t.Fatal("Parse accepted provider_options with verify_token twice")
 	}
 	if want := "f.yaml:9: routes[0].provider_options.verify_token: field given twice (first at line 8)"; !strings.Contains(err.Error(), want) {
 		t.Fatalf("error = %v, want it to contain %q", err, want)
@@ -760,9 +677,9 @@ func TestConfigErrorsHideURLPasswords(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := parseConfig("f.yaml", []byte(tt.yaml), envOf("PW", pw))
+			_, err := Parse("f.yaml", []byte(tt.yaml), envOf("PW", pw))
 			if err == nil {
-				t.Fatal("parseConfig accepted the file")
+				t.Fatal("Parse accepted the file")
 			}
 			if !strings.Contains(err.Error(), tt.field) {
 				t.Fatalf("error %q does not name %s", err, tt.field)
@@ -784,9 +701,9 @@ func TestConfigWrongTypeOneError(t *testing.T) {
     upstream: {url: http://127.0.0.1:3000/a}
     source: [a, b]
 `
-	_, err := parseConfig("f.yaml", []byte(text), envOf())
+	_, err := Parse("f.yaml", []byte(text), envOf())
 	if err == nil {
-		t.Fatal("parseConfig accepted wrong types")
+		t.Fatal("Parse accepted wrong types")
 	}
 	msg := err.Error()
 	for _, want := range []string{
@@ -821,7 +738,7 @@ func parserFields(t *testing.T) []string {
 	known := regexp.MustCompile(`unknown field "zz_unknown" \(known: ([^)]*)\)`)
 	var out []string
 	for _, s := range sections {
-		_, err := parseConfig("x.yaml", []byte(s.give), envOf())
+		_, err := Parse("x.yaml", []byte(s.give), envOf())
 		m := known.FindStringSubmatch(strings.ReplaceAll(err.Error(), "\n", " "))
 		if m == nil {
 			t.Fatalf("section %q: no list of known fields in %v", s.prefix, err)

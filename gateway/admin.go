@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"context"
@@ -11,11 +11,11 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/audit"
+	"github.com/idemhook/idemhook/gateway/adminapi"
 )
 
 // adminHandler serves the admin listener:
@@ -32,7 +32,7 @@ import (
 // With admin.token set, /metrics and /admin/ require
 // "Authorization: Bearer <token>". The health probes never do, nor the
 // console's static files, which hold no data.
-func (g *gateway) adminHandler(token string) http.Handler {
+func (g *Gateway) adminHandler(token string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -69,20 +69,8 @@ func bearer(token string, next http.Handler) http.Handler {
 	})
 }
 
-// recordJSON is a stored record as the admin API shows it.
-type recordJSON struct {
-	StoreKey     string              `json:"store_key"`
-	State        string              `json:"state"`
-	CreatedAt    time.Time           `json:"created_at"`
-	Status       int                 `json:"status,omitempty"`
-	Headers      map[string][]string `json:"headers,omitempty"`
-	Body         *string             `json:"body,omitempty"`
-	BodyEncoding string              `json:"body_encoding,omitempty"` // "text" or "base64"
-	BodyOmitted  bool                `json:"body_omitted,omitempty"`
-}
-
-func newRecordJSON(key string, rec *idemhook.Record) recordJSON {
-	out := recordJSON{StoreKey: key, State: rec.State.String(), CreatedAt: rec.CreatedAt.UTC()}
+func newRecordJSON(key string, rec *idemhook.Record) adminapi.Record {
+	out := adminapi.Record{StoreKey: key, State: rec.State.String(), CreatedAt: rec.CreatedAt.UTC()}
 	if rec.State != idemhook.StateCompleted {
 		return out
 	}
@@ -105,7 +93,7 @@ func adminStoreKey(r *http.Request) string {
 	return idemhook.ScopedStoreKey(r.PathValue("source"), r.URL.Query().Get("scope"), idemhook.NormalizeKey(r.PathValue("key")))
 }
 
-func (g *gateway) getKey(w http.ResponseWriter, r *http.Request) {
+func (g *Gateway) getKey(w http.ResponseWriter, r *http.Request) {
 	key := adminStoreKey(r)
 	rec, err := g.store.Get(r.Context(), key)
 	switch {
@@ -118,7 +106,7 @@ func (g *gateway) getKey(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (g *gateway) deleteKey(w http.ResponseWriter, r *http.Request) {
+func (g *Gateway) deleteKey(w http.ResponseWriter, r *http.Request) {
 	key := adminStoreKey(r)
 	found, err := g.store.Delete(r.Context(), key)
 	switch {
@@ -143,7 +131,7 @@ const (
 // keyProblem is the 404 of /admin/keys/{source}/{key}: problem+json with,
 // for a source of prefix routes, the scopes the key is stored under.
 type keyProblem struct {
-	problem
+	adminapi.Problem
 	Scopes []string `json:"scopes,omitempty"`
 }
 
@@ -152,7 +140,7 @@ type keyProblem struct {
 // ?scope=: the answer says so, with an example, and names the scopes that
 // hold the key among the source's newest deliveries in the audit trail.
 // A ?scope= on a source with no prefix route is pointed out too.
-func (g *gateway) keyNotFound(w http.ResponseWriter, r *http.Request, key string) {
+func (g *Gateway) keyNotFound(w http.ResponseWriter, r *http.Request, key string) {
 	source, scope := r.PathValue("source"), r.URL.Query().Get("scope")
 	var prefixes []string
 	for path, rc := range *g.audit.routes.Load() {
@@ -161,7 +149,7 @@ func (g *gateway) keyNotFound(w http.ResponseWriter, r *http.Request, key string
 		}
 	}
 	slices.Sort(prefixes)
-	p := keyProblem{problem: problem{Type: "about:blank", Title: "no such key", Status: http.StatusNotFound,
+	p := keyProblem{Problem: adminapi.Problem{Type: "about:blank", Title: "no such key", Status: http.StatusNotFound,
 		Detail: "nothing stored under " + key}}
 	switch {
 	case len(prefixes) == 0 && scope == "":
@@ -199,7 +187,7 @@ func (g *gateway) keyNotFound(w http.ResponseWriter, r *http.Request, key string
 // source holds a record: the scopes of the source's newest
 // scopeLookupEntries deliveries of key in the audit trail, each checked in
 // the store. why says, in a sentence, what was found or why nothing could be.
-func (g *gateway) scopesHolding(ctx context.Context, source, key, skip string) (found []string, why string) {
+func (g *Gateway) scopesHolding(ctx context.Context, source, key, skip string) (found []string, why string) {
 	q := g.audit.querier
 	if q == nil {
 		return nil, fmt.Sprintf("The audit trail (sink %s) can't be queried to tell which scopes hold the key.", g.audit.sink)
@@ -244,18 +232,4 @@ func (g *gateway) scopesHolding(ctx context.Context, source, key, skip string) (
 // are for legibility.
 func scopeQuery(scope string) string {
 	return strings.ReplaceAll(url.QueryEscape(scope), "%2F", "/")
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
-}
-
-// trimmed is used for a query parameter.
-func trimmed(r *http.Request, name string) string {
-	return strings.TrimSpace(r.URL.Query().Get(name))
 }

@@ -1,138 +1,16 @@
-package main
+package config
 
 import (
-	"bytes"
 	"cmp"
-	"context"
 	"fmt"
-	"io"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/idemhook/idemhook/internal/syncbuf"
 )
-
-// configLine is the format of every refusal and warning.
-var configLine = regexp.MustCompile(`^idemhook\.yaml:\d+: (\S+: )?\S`)
-
-// runCommand runs "idemhook <cmd> --config path" in-process and returns its
-// error and stderr. serve is stopped as soon as it listens.
-func runCommand(t *testing.T, cmd, path string) (error, string) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stderr := &syncbuf.Buffer{}
-	err := runEnv(ctx, env{
-		args: []string{cmd, "--config", path}, getenv: envOf(), stdout: io.Discard, stderr: stderr,
-		ready: func(addrs) { cancel() },
-	})
-	return err, stderr.String()
-}
-
-// Every refusal comes out of the same validation for check and serve, in
-// the "file:line: field: message" format. The cases cover each kind of
-// check: YAML syntax, unknown fields, field values, the listener, and the
-// library's own route checks (which serve alone used to make, after check
-// had passed the file).
-func TestCheckRefusesWhatServeRefuses(t *testing.T) {
-	const head = "listen: 127.0.0.1:0\nstore: {driver: memory}\nadmin: {listen: off}\naudit: {sink: none}\n"
-	const route = "routes:\n  - path: /wh\n    upstream: http://127.0.0.1:1/x\n    source: s\n"
-	tests := []struct {
-		name string
-		give string
-		want string // the refusal, whole
-	}{
-		{"replay Content-Length", head + route + "    replay_headers: [Content-Type, Content-Length]\n",
-			"idemhook.yaml:9: routes[0].replay_headers[1]: Content-Length is never stored or replayed (Set-Cookie, Authorization, hop-by-hop headers and Content-Length never are): remove it"},
-		{"replay Set-Cookie", head + route + "    replay_headers:\n      - set-cookie\n",
-			"idemhook.yaml:10: routes[0].replay_headers[0]: Set-Cookie is never stored or replayed (Set-Cookie, Authorization, hop-by-hop headers and Content-Length never are): remove it"},
-		{"replay Authorization", head + route + "    replay_headers: [Authorization]\n",
-			"idemhook.yaml:9: routes[0].replay_headers[0]: Authorization is never stored or replayed (Set-Cookie, Authorization, hop-by-hop headers and Content-Length never are): remove it"},
-		{"replay Connection", head + route + "    replay_headers: [Connection]\n",
-			"idemhook.yaml:9: routes[0].replay_headers[0]: Connection is never stored or replayed (Set-Cookie, Authorization, hop-by-hop headers and Content-Length never are): remove it"},
-		{"lease under the library's minimum", head + route + "    lease: 500us\n",
-			"idemhook.yaml:9: routes[0].lease: Lease 500µs is under the minimum of 1ms"},
-		{"tab in the indentation", head + "routes:\n  - path: /wh\n\t  upstream: x\n",
-			"idemhook.yaml:7: invalid YAML: a tab in the indentation (column 1): YAML indents with spaces only"},
-		{"tab after a dash", head + "routes:\n  -\tpath: /wh\n",
-			"idemhook.yaml:6: invalid YAML: a tab in the indentation (column 4): YAML indents with spaces only"},
-		{"unknown field", head + route + "    retries: 3\n",
-			`idemhook.yaml:9: routes[0].retries: unknown field "retries" (known: ` + strings.Join(routeFields, ", ") + ")"},
-		{"bad duration", head + route + "    retry_after: soon\n",
-			`idemhook.yaml:9: routes[0].retry_after: invalid duration "soon" (examples: 500ms, 30s, 10m, 24h, 7d)`},
-		{"max_stored_body too large", head + route + "    max_stored_body: 2GiB\n",
-			"idemhook.yaml:9: routes[0].max_stored_body: 2GiB is over 1GiB: a stored answer that large would be replayed from the store on every duplicate"},
-		{"bad trusted proxy", head + "trusted_proxies: [10.0.0.0/8, lb]\n" + route,
-			`idemhook.yaml:5: trusted_proxies[1]: invalid address or CIDR "lb" (e.g. 10.0.0.0/8, 192.168.1.10, fd00::/8)`},
-		{"tls without key", head + "tls: {cert: c.pem}\n" + route,
-			"idemhook.yaml:5: tls.key: missing: the private key file (PEM), with cert: the certificate file"},
-		{"tls files missing", head + "tls: {cert: /nonexistent/c.pem, key: /nonexistent/k.pem}\n" + route,
-			"idemhook.yaml:5: tls.cert: cannot load the certificate and key: open /nonexistent/c.pem: no such file or directory"},
-		{"provider without secret", head + route + "    provider: stripe\n",
-			"idemhook.yaml:9: routes[0].provider: provider stripe needs a secret: set secret_env: NAME_OF_VARIABLE, or secret_file: FILE (one secret per line, read again on every reload: several during a rotation)"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			path := writeConfig(t, t.TempDir(), tt.give)
-			checkErr, _ := runCommand(t, "check", path)
-			serveErr, _ := runCommand(t, "serve", path)
-			if checkErr == nil || serveErr == nil {
-				t.Fatalf("check: %v; serve: %v; want both to refuse", checkErr, serveErr)
-			}
-			c, s := strings.ReplaceAll(checkErr.Error(), path, "idemhook.yaml"), strings.ReplaceAll(serveErr.Error(), path, "idemhook.yaml")
-			if c != s {
-				t.Errorf("check and serve differ:\ncheck: %s\nserve: %s", c, s)
-			}
-			if c != tt.want {
-				t.Errorf("refusal:\n got %s\nwant %s", c, tt.want)
-			}
-			if !configLine.MatchString(c) {
-				t.Errorf("%q is not in the file:line: field: message format", c)
-			}
-		})
-	}
-}
-
-// Settings that do nothing are warned about, not refused, by both commands
-// alike.
-func TestConfigWarnsAboutSettingsThatDoNothing(t *testing.T) {
-	const head = "listen: 127.0.0.1:0\nstore: {driver: memory}\nadmin: {listen: off}\naudit: {sink: none}\nroutes:\n  - path: /wh\n    upstream: http://127.0.0.1:1/x\n    source: s\n"
-	tests := []struct {
-		name, give, want string
-	}{
-		{"wait_timeout without wait", head + "    in_flight: proceed\n    wait_timeout: 3s\n",
-			"idemhook.yaml:10: routes[0].wait_timeout: does nothing with in_flight: proceed (only in_flight: wait waits)"},
-		{"retry_after without reject or closed", head + "    retry_after: 9s\n",
-			"idemhook.yaml:9: routes[0].retry_after: does nothing here: it is the Retry-After of in_flight: reject and of on_store_error: closed"},
-		{"a huge max_body", head + "    max_body: 256MiB\n",
-			"idemhook.yaml:9: routes[0].max_body: 268435456 bytes: each delivery buffers its whole body, so 10 concurrent deliveries of that size take 2560 MiB"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			path := writeConfig(t, t.TempDir(), tt.give)
-			checkErr, checkOut := runCommand(t, "check", path)
-			serveErr, serveLog := runCommand(t, "serve", path)
-			if checkErr != nil || serveErr != nil {
-				t.Fatalf("a warning refused the file: check %v, serve %v", checkErr, serveErr)
-			}
-			checkOut = strings.ReplaceAll(checkOut, path, "idemhook.yaml")
-			serveLog = strings.ReplaceAll(serveLog, path, "idemhook.yaml")
-			if !strings.Contains(checkOut, "warning: "+tt.want+"\n") {
-				t.Errorf("check's output lacks the warning %q:\n%s", tt.want, checkOut)
-			}
-			if !strings.Contains(serveLog, tt.want) {
-				t.Errorf("serve's log lacks the warning %q:\n%s", tt.want, serveLog)
-			}
-		})
-	}
-}
 
 // secret_env takes a variable's name. Given as $NAME or ${NAME}, the advice
 // is the name alone, and the secret never appears in the error.
@@ -151,7 +29,7 @@ func TestConfigSecretEnv(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.give, func(t *testing.T) {
-			_, err := parseConfig("idemhook.yaml", []byte(minimal+"    provider: stripe\n    secret_env: "+tt.give+"\n"), env)
+			_, err := Parse("idemhook.yaml", []byte(minimal+"    provider: stripe\n    secret_env: "+tt.give+"\n"), env)
 			want := "idemhook.yaml:6: routes[0].secret_env: " + tt.want
 			if err == nil || err.Error() != want {
 				t.Errorf("error:\n got %v\nwant %s", err, want)
@@ -250,7 +128,7 @@ func TestConfigSecretFile(t *testing.T) {
 			for i := range env {
 				env[i] = strings.ReplaceAll(env[i], "DIR", dir)
 			}
-			cfg, err := parseConfig("idemhook.yaml", []byte(route+strings.ReplaceAll(tt.give, "DIR", dir)), envOf(env...))
+			cfg, err := Parse("idemhook.yaml", []byte(route+strings.ReplaceAll(tt.give, "DIR", dir)), envOf(env...))
 			if tt.wantErr != "" {
 				if want := strings.ReplaceAll(tt.wantErr, "DIR", dir); err == nil || err.Error() != want {
 					t.Fatalf("error:\n got %v\nwant %s", err, want)
@@ -273,7 +151,7 @@ func TestConfigSecretFile(t *testing.T) {
 		})
 	}
 	t.Run("without a provider", func(t *testing.T) {
-		_, err := parseConfig("idemhook.yaml", []byte(minimal+"    secret_file: /nonexistent\n"), envOf())
+		_, err := Parse("idemhook.yaml", []byte(minimal+"    secret_file: /nonexistent\n"), envOf())
 		if want := "idemhook.yaml:5: routes[0].secret_file: only used with provider: (the signature check of a preset); set provider or remove secret_file"; err == nil || err.Error() != want {
 			t.Errorf("error:\n got %v\nwant %s", err, want)
 		}
@@ -283,7 +161,7 @@ func TestConfigSecretFile(t *testing.T) {
 		if err := syscall.Mkfifo(p, 0o600); err != nil {
 			t.Skip("no named pipes here:", err)
 		}
-		_, err := parseConfig("idemhook.yaml", []byte(route+"    secret_file: "+p+"\n"), envOf())
+		_, err := Parse("idemhook.yaml", []byte(route+"    secret_file: "+p+"\n"), envOf())
 		if want := "idemhook.yaml:6: routes[0].secret_file: secret file " + p + " is not a regular file (p---------)"; err == nil || err.Error() != want {
 			t.Errorf("error:\n got %v\nwant %s", err, want)
 		}
@@ -296,49 +174,22 @@ func TestConfigSecretFile(t *testing.T) {
 		if err := os.WriteFile(p, []byte(secrets), 0); err != nil {
 			t.Fatal(err)
 		}
-		_, err := parseConfig("idemhook.yaml", []byte(route+"    secret_file: "+p+"\n"), envOf())
+		_, err := Parse("idemhook.yaml", []byte(route+"    secret_file: "+p+"\n"), envOf())
 		if want := "idemhook.yaml:6: routes[0].secret_file: cannot read secret file " + p + ": permission denied (the gateway runs as uid "; err == nil || !strings.HasPrefix(err.Error(), want) {
 			t.Errorf("error:\n got %v\nwant %s...", err, want)
 		}
 	})
 }
 
-// The secrets of a secret_file are those the route's preset checks
-// signatures with: a delivery signed with any of them passes, one signed
-// with another secret does not.
-func TestConfigSecretFileSecretsVerify(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "secrets")
-	if err := os.WriteFile(p, []byte("whsec_new\r\n# old\nwhsec_old\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := parseConfig("idemhook.yaml", []byte(minimal+"    provider: stripe\n    secret_file: "+p+"\n"), envOf())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var summary bytes.Buffer
-	printSummary(&summary, cfg)
-	if want := " provider=stripe secret_file=" + p + " secrets=2 "; !strings.Contains(summary.String(), want) {
-		t.Errorf("check's summary lacks %q:\n%s", want, summary.String())
-	}
-	body := []byte(`{"id":"evt_1"}`)
-	for secret, want := range map[string]bool{"whsec_new": true, "whsec_old": true, "whsec_other": false, "# old": false} {
-		req := httptest.NewRequest("POST", "/webhooks/stone", bytes.NewReader(body))
-		req.Header.Set("Stripe-Signature", stripeSignature(secret, time.Now().Unix(), body))
-		if err := cfg.Routes[0].Route.Preset.Verify(req, body); (err == nil) != want {
-			t.Errorf("signed with %q: Verify = %v, want passing %v", secret, err, want)
-		}
-	}
-}
-
 func TestConfigPostgresStore(t *testing.T) {
 	const routes = "routes:\n  - path: /a\n    upstream: http://127.0.0.1:3000\n    source: a\n"
 	t.Run("valid", func(t *testing.T) {
 		text := "store:\n  driver: postgres\n  url: ${PG}\n  table: hooks.idemhook_keys\n" + routes
-		cfg, err := parseConfig("f.yaml", []byte(text), envOf("PG", "postgres://gw:pw@db.internal:5432/shop"))
+		cfg, err := Parse("f.yaml", []byte(text), envOf("PG", "postgres://gw:pw@db.internal:5432/shop"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := storeSettings{Driver: "postgres", URL: "postgres://gw:pw@db.internal:5432/shop", Table: "hooks.idemhook_keys"}
+		want := Store{Driver: "postgres", URL: "postgres://gw:pw@db.internal:5432/shop", Table: "hooks.idemhook_keys"}
 		if fmt.Sprint(cfg.Store) != fmt.Sprint(want) {
 			t.Fatalf("store %+v, want %+v", cfg.Store, want)
 		}
@@ -349,7 +200,7 @@ func TestConfigPostgresStore(t *testing.T) {
 	})
 	t.Run("defaults and audit overrides", func(t *testing.T) {
 		text := "store: {driver: postgres, url: \"postgresql://127.0.0.1/x\"}\naudit: {sink: log}\n" + routes
-		cfg, err := parseConfig("f.yaml", []byte(text), envOf())
+		cfg, err := Parse("f.yaml", []byte(text), envOf())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -357,7 +208,7 @@ func TestConfigPostgresStore(t *testing.T) {
 			t.Fatalf("store %+v audit %+v", cfg.Store, cfg.Audit)
 		}
 		text = "store: {driver: postgres, url: \"postgresql://127.0.0.1/x\"}\naudit: {sink: postgres, table: trail}\n" + routes
-		if cfg, err = parseConfig("f.yaml", []byte(text), envOf()); err != nil || cfg.Audit.URL != "postgresql://127.0.0.1/x" || cfg.Audit.Table != "trail" {
+		if cfg, err = Parse("f.yaml", []byte(text), envOf()); err != nil || cfg.Audit.URL != "postgresql://127.0.0.1/x" || cfg.Audit.Table != "trail" {
 			t.Fatalf("audit postgres without url: %+v, %v", cfg.Audit, err)
 		}
 	})
@@ -375,7 +226,7 @@ func TestConfigPostgresStore(t *testing.T) {
 		{"unknown driver", "store:\n  driver: mysql\n", "f.yaml:2: store.driver: "},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := parseConfig("f.yaml", []byte(tt.store+routes), envOf())
+			_, err := Parse("f.yaml", []byte(tt.store+routes), envOf())
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("got %v\nwant an error containing %q", err, tt.want)
 			}
@@ -439,9 +290,9 @@ func TestExpandBareVariable(t *testing.T) {
 	}
 	// Through the parser: the error names the file, line and field.
 	text := "admin: {listen: \"0.0.0.0:9090\", token: $TOKEN}\n" + minimal
-	_, err := parseConfig("f.yaml", []byte(text), env)
+	_, err := Parse("f.yaml", []byte(text), env)
 	if err == nil || !strings.Contains(err.Error(), "f.yaml:1: admin.token:") {
-		t.Fatalf("parseConfig error = %v, want f.yaml:1: admin.token: ...", err)
+		t.Fatalf("Parse error = %v, want f.yaml:1: admin.token: ...", err)
 	}
 }
 

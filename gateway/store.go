@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/gateway/config"
 	"github.com/idemhook/idemhook/memstore"
 	"github.com/idemhook/idemhook/pgstore"
 	"github.com/idemhook/idemhook/redisstore"
@@ -36,12 +37,13 @@ func (rs *resources) close() error {
 	return first
 }
 
-// sqliteFiles shares one *sql.DB per SQLite file, and one PostgreSQL pool
-// per URL, between the store and the audit sink. A SQLite file is used by
+// connections are the gateway's connections to its store and audit sink,
+// shared between the two: one *sql.DB per SQLite file, one PostgreSQL pool
+// per URL and the Redis store's client. A SQLite file is used by
 // one gateway process at a time. open takes its lock (sqlitestore.Lock),
 // so that claims found pending at start belong to a process that died and
 // can be freed at once.
-type sqliteFiles struct {
+type connections struct {
 	rs     *resources
 	logger *slog.Logger
 	dbs    map[string]*sql.DB
@@ -54,7 +56,7 @@ type sqliteFiles struct {
 
 // pgPool returns the pool for url, made on first use. It connects lazily:
 // a server that is down fails the first statement, not this call.
-func (f *sqliteFiles) pgPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+func (f *connections) pgPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	if p, ok := f.pools[url]; ok {
 		return p, nil
 	}
@@ -70,7 +72,7 @@ func (f *sqliteFiles) pgPool(ctx context.Context, url string) (*pgxpool.Pool, er
 	return p, nil
 }
 
-func (f *sqliteFiles) open(path string) (*sql.DB, error) {
+func (f *connections) open(path string) (*sql.DB, error) {
 	if db, ok := f.dbs[path]; ok {
 		return db, nil
 	}
@@ -111,7 +113,7 @@ const postgresStartTimeout = 10 * time.Second
 // openStore opens the configured store.
 // lease is the longest lease of any route. A pending claim in a SQLite file
 // this process holds alone expires at most that long after its last write.
-func openStore(ctx context.Context, sc storeSettings, files *sqliteFiles, now func() time.Time, lease time.Duration) (idemhook.Store, error) {
+func openStore(ctx context.Context, sc config.Store, files *connections, now func() time.Time, lease time.Duration) (idemhook.Store, error) {
 	switch sc.Driver {
 	case "memory":
 		s, err := memstore.New(memstore.Config{Now: now})
@@ -198,7 +200,7 @@ func openStore(ctx context.Context, sc storeSettings, files *sqliteFiles, now fu
 	case "postgres":
 		pool, err := files.pgPool(ctx, sc.URL)
 		if err != nil {
-			return nil, fmt.Errorf("postgres store %s: %w", redactURL(sc.URL), err)
+			return nil, fmt.Errorf("postgres store %s: %w", config.RedactURL(sc.URL), err)
 		}
 		// The table is created (or checked) at start, so that a wrong URL
 		// or missing rights fail here rather than at the first delivery.
@@ -209,7 +211,7 @@ func openStore(ctx context.Context, sc storeSettings, files *sqliteFiles, now fu
 		// (docs/benchmarks.md measures what that saves).
 		s, err := pgstore.New(start, pool, pgstore.Config{Table: sc.Table, Batch: true})
 		if err != nil {
-			return nil, fmt.Errorf("postgres store %s: %w", redactURL(sc.URL), err)
+			return nil, fmt.Errorf("postgres store %s: %w", config.RedactURL(sc.URL), err)
 		}
 		files.rs.add(s.Close)
 		return s, nil

@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/gateway/config"
 )
 
 // probeLease is the lease of the probe's claim. Were its release lost, the
@@ -48,13 +49,13 @@ func probeStore(ctx context.Context, s idemhook.Store, timeout time.Duration) er
 }
 
 // storeDesc names the store in /readyz and the start-up WARN.
-func storeDesc(sc storeSettings) string {
+func storeDesc(sc config.Store) string {
 	switch sc.Driver {
 	case "sqlite":
 		return "sqlite " + sc.Path
 	case "redis":
 		if sc.URL != "" {
-			return "redis " + redactURL(sc.URL)
+			return "redis " + config.RedactURL(sc.URL)
 		}
 		return "redis " + strings.Join(sc.Addrs, ",")
 	}
@@ -68,7 +69,7 @@ func storeDesc(sc storeSettings) string {
 // keeps 200. Its entries wait and are retried, and the webhooks are not
 // affected. A load balancer taking every gateway out during an audit
 // database outage would stop the webhooks the trail observes.
-func (g *gateway) serveReady(w http.ResponseWriter, r *http.Request) {
+func (g *Gateway) serveReady(w http.ResponseWriter, r *http.Request) {
 	status := http.StatusOK
 	var b strings.Builder
 	store := "store (" + storeDesc(g.cfg.Store) + "): ok"

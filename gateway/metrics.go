@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"net/http"
@@ -20,9 +20,9 @@ type metrics struct {
 	upstream *prometheus.HistogramVec
 }
 
-func newMetrics() *metrics {
+func newMetrics(version string) *metrics {
 	reg := prometheus.NewRegistry()
-	hooks, err := promhook.New(reg, promhook.WithVersion(buildVersion()))
+	hooks, err := promhook.New(reg, promhook.WithVersion(version))
 	if err != nil {
 		panic(err) // a fresh registry holds no metric of the same name
 	}

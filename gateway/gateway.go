@@ -1,0 +1,326 @@
+// Package gateway is the idemhook gateway as a Go package: a reverse proxy
+// that makes the backend behind each route run once per webhook event, and
+// answers every re-delivery with the first answer. Command idemhook runs it
+// from a YAML file; a Go program can run it inside its own binary, with its
+// own listeners, TLS and mux, from a [config.Config] read by [config.Load]
+// or built by hand:
+//
+//	g, err := gateway.New(ctx, cfg, gateway.Options{Logger: logger})
+//	...
+//	defer g.Close(context.Background())
+//	srv := &http.Server{Handler: g.Handler(), BaseContext: func(net.Listener) context.Context { return g.Context() }}
+//
+// [Gateway.Handler] serves the routes; [Gateway.AdminHandler] serves
+// /readyz, /metrics, /admin/... and the console (docs/operations.md).
+package gateway
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/gateway/config"
+)
+
+// Options are what a gateway takes from the program that runs it, beside
+// its configuration.
+type Options struct {
+	// Logger receives the gateway's logs. nil: none.
+	Logger *slog.Logger
+	// Now, if set, is the clock of the middleware and of the memory store.
+	Now func() time.Time
+	// Getenv reads the OTEL_* variables that turn tracing on (see
+	// docs/operations.md). nil: tracing is off.
+	Getenv func(string) string
+	// Version is the gateway's version, in idemhook_build_info and in the
+	// traces' service.version. "": "(devel)".
+	Version string
+}
+
+// Gateway is a configured gateway, not listening: New builds it, the
+// program serves Handler and AdminHandler on listeners of its own.
+type Gateway struct {
+	cfg     *config.Config
+	logger  *slog.Logger
+	store   idemhook.Store
+	mw      *idemhook.Middleware
+	metrics *metrics
+	audit   *auditTrail
+	tracing *tracing     // nil: off
+	handler http.Handler // the routes: g.routes, counted in g.inflight
+	admin   http.Handler // the admin routes: g.adminRoutes
+	res     resources
+
+	// What a reload replaces: the routes and the admin handler (its
+	// token), the TLS certificate and the shutdown bound. The store, the
+	// audit sink and the listeners stay those of the start.
+	routes          atomic.Pointer[http.Handler]
+	adminRoutes     atomic.Pointer[http.Handler]
+	cert            atomic.Pointer[tls.Certificate]
+	shutdownTimeout atomic.Int64
+	idle            []func() // closes the idle upstream connections of the routes in use
+	bufs            httputil.BufferPool
+	// inflight counts the requests inside the routes, so that the audit
+	// recorder closes only after the last delivery recorded its entry.
+	inflight sync.WaitGroup
+
+	// base is the context deliveries and their upstream calls run under.
+	// cutShort cancels it after the shutdown bound.
+	base     context.Context
+	cutShort context.CancelCauseFunc
+}
+
+// New opens the store and the audit sink of cfg, the tracer that
+// opts.Getenv's OTEL_* variables configure, and builds the handlers. ctx
+// bounds the opening only. On error, everything opened so far is closed.
+func New(ctx context.Context, cfg *config.Config, opts Options) (*Gateway, error) {
+	return newGateway(ctx, cfg, opts)
+}
+
+// newGateway is New. On error its deferred close needs the gateway built
+// so far, hence the named results.
+func newGateway(ctx context.Context, cfg *config.Config, opts Options) (_ *Gateway, err error) {
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	now := opts.Now
+	version := opts.Version
+	if version == "" {
+		version = "(devel)"
+	}
+	tr, err := openTracing(ctx, opts.Getenv, logger, version)
+	if err != nil {
+		return nil, err
+	}
+	g := &Gateway{cfg: cfg, logger: logger, metrics: newMetrics(version), tracing: tr}
+	g.base, g.cutShort = context.WithCancelCause(context.WithoutCancel(ctx))
+	g.res.add(tr.shutdown) // closed late: flushes the spans of the last deliveries
+	g.res.add(func() error { g.cutShort(nil); return nil })
+	defer func() {
+		if err != nil {
+			g.res.close()
+		}
+	}()
+	files := &connections{rs: &g.res, logger: logger}
+	g.store, err = openStore(ctx, cfg.Store, files, now, cfg.LongestLease())
+	if err != nil {
+		return nil, err
+	}
+	g.audit, err = openAudit(ctx, cfg, files, logger, g.metrics)
+	if err != nil {
+		return nil, err
+	}
+	g.mw, err = idemhook.New(g.store, g.tracing.instrument(idemhook.Options{
+		Logger:       logger,
+		Now:          now,
+		StoreTimeout: cfg.Store.Timeout, // 0: the store's own default (SQLite's: 10s)
+		OnDelivery: func(d idemhook.DeliveryInfo) {
+			g.metrics.onDelivery(d)
+			g.audit.record(d)
+		},
+		OnStoreCall:     g.metrics.onStoreCall,
+		OnBreakerChange: g.metrics.onBreakerChange,
+	}))
+	if err != nil {
+		return nil, err
+	}
+	g.bufs = newBufferPool()
+	if err := g.apply(cfg); err != nil {
+		return nil, err
+	}
+	g.res.add(func() error {
+		for _, f := range g.idle {
+			f()
+		}
+		return nil
+	})
+	g.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g.inflight.Add(1)
+		defer g.inflight.Done()
+		(*g.routes.Load()).ServeHTTP(w, r)
+	})
+	g.admin = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		(*g.adminRoutes.Load()).ServeHTTP(w, r)
+	})
+	return g, nil
+}
+
+// Probe tries the store (a claim and a release, each within a second) and,
+// in the background, each route's upstream, and logs a warning for each one
+// that does not answer. The gateway serves either way: a program calls it
+// once at start, to learn of a mistyped address before the first delivery.
+func (g *Gateway) Probe(ctx context.Context) {
+	if err := probeStore(ctx, g.store, time.Second); err != nil {
+		g.logger.Warn("idemhook store not reachable at start; deliveries fail open (or closed, per route) until it is back",
+			"store", storeDesc(g.cfg.Store), "err", err)
+	}
+	probeUpstreams(ctx, g.cfg.Routes, g.logger)
+}
+
+// Handler is the public listener's handler: the routes of the
+// configuration in use.
+func (g *Gateway) Handler() http.Handler { return g.handler }
+
+// AdminHandler is the admin listener's handler: /readyz, /metrics,
+// /admin/... and the console, behind the bearer token of admin.token.
+func (g *Gateway) AdminHandler() http.Handler { return g.admin }
+
+// Context is the context the deliveries and their upstream calls run
+// under. A server of Handler returns it from its BaseContext, so that
+// CutShort also ends the deliveries' waits and store calls.
+func (g *Gateway) Context() context.Context { return g.base }
+
+// CutShort cancels the deliveries still running: their requests' context
+// is cancelled, the proxy answers 502 and the middleware releases their
+// claims. A program calls it when the shutdown bound has passed.
+func (g *Gateway) CutShort(cause error) { g.cutShort(cause) }
+
+// ShutdownTimeout is the shutdown bound (shutdown_timeout) of the
+// configuration in use.
+func (g *Gateway) ShutdownTimeout() time.Duration { return time.Duration(g.shutdownTimeout.Load()) }
+
+// GetCertificate returns the certificate of tls: in the configuration in
+// use, for a tls.Config's GetCertificate. It is read at each handshake, so
+// a Reload that renews it needs no restart. nil without tls:.
+func (g *Gateway) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	return g.cert.Load(), nil
+}
+
+// Ready reports whether the store takes a claim and a release within the
+// store deadline, as GET /readyz does: nil, or the failing step's error.
+func (g *Gateway) Ready(ctx context.Context) error {
+	return probeStore(ctx, g.store, g.mw.StoreTimeout())
+}
+
+// Reload puts cfg in service: its routes, their secrets and limits, the
+// admin token, the TLS certificate and the shutdown bound, without closing
+// a connection or stopping a delivery (requests already running finish on
+// the routes they started with). Settings only a restart can change (listen,
+// store, admin.listen, audit, log, tls on or off) are logged and kept. On
+// error the running configuration keeps serving.
+func (g *Gateway) Reload(cfg *config.Config) error {
+	var kept []string
+	for _, s := range []struct {
+		name string
+		same bool
+	}{
+		{"listen", cfg.Listen == g.cfg.Listen},
+		{"store", reflect.DeepEqual(cfg.Store, g.cfg.Store)},
+		{"admin.listen", cfg.Admin.Listen == g.cfg.Admin.Listen},
+		{"audit", cfg.Audit == g.cfg.Audit},
+		{"log", cfg.Log == g.cfg.Log},
+		{"tls (on or off)", (cfg.TLS.Cert == "") == (g.cfg.TLS.Cert == "")},
+	} {
+		if !s.same {
+			kept = append(kept, s.name)
+		}
+	}
+	if len(kept) > 0 {
+		g.logger.Warn("idemhook reload: these settings change only with a restart; the running ones are kept", "settings", strings.Join(kept, ", "))
+	}
+	return g.apply(cfg)
+}
+
+// apply builds the routes and the admin handler of cfg and puts them in
+// service. Requests already running finish on the ones they started with.
+func (g *Gateway) apply(cfg *config.Config) error {
+	mux := http.NewServeMux()
+	var idle []func()
+	for _, rc := range cfg.Routes {
+		// The check refused, at the file's line, a source that routes share
+		// without share_keys. Beyond those, every route shares its keys
+		// with the route of its source in the configuration before a
+		// reload, whose deliveries may still be running: on purpose.
+		route := rc.Route
+		route.ShareKeys = true
+		wrap, err := g.mw.Route(route)
+		if err != nil {
+			// check ran the same checks (routeLimits): not reached.
+			return config.Error{File: cfg.File, Line: rc.Line, Field: rc.Field, Msg: err.Error()}
+		}
+		tr := newTransport(rc.UpstreamTimeout)
+		idle = append(idle, tr.CloseIdleConnections)
+		rt := g.tracing.transport(timedTransport{next: tr, observe: g.metrics.upstreamObserver(rc.Path)})
+		mux.Handle(rc.Path, g.tracing.handler(wrap(detach(g.base, newProxy(rc, rt, g.bufs, g.logger, cfg.TrustedProxies)))))
+	}
+	if !slices.ContainsFunc(cfg.Routes, func(rc config.Route) bool { return rc.Path == "/" }) {
+		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+			// The configuration file's location is not for the internet.
+			writeProblem(w, http.StatusNotFound, "no route", fmt.Sprintf("no route for %s", r.URL.Path))
+		})
+	}
+	if cfg.TLS.Cert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLS.Cert, cfg.TLS.Key)
+		if err != nil {
+			return fmt.Errorf("tls: %w", err)
+		}
+		g.cert.Store(&cert)
+	}
+	var routes http.Handler = mux
+	admin := g.adminHandler(cfg.Admin.Token)
+	g.routes.Store(&routes)
+	g.adminRoutes.Store(&admin)
+	g.audit.setRoutes(cfg.Routes)
+	g.shutdownTimeout.Store(int64(cfg.ShutdownTimeout))
+	old := g.idle
+	g.idle = idle
+	for _, f := range old {
+		f() // connections in use are not idle: they finish first
+	}
+	return nil
+}
+
+// detach runs next, the proxy to the upstream, under a context that the
+// sender hanging up does not cancel. Only base (the shutdown's cut) cancels
+// it. A provider that gives up on a slow answer retries. Aborting the
+// upstream call would release the claim while the backend, which usually
+// keeps working when its connection closes, may still process the event.
+// The retry would then be processed a second time. Running on, the answer
+// is stored and the retry gets it replayed (or waits for it, with
+// in_flight: wait). The upstream call stays bounded by upstream_timeout.
+func detach(base context.Context, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
+		stop := context.AfterFunc(base, func() { cancel(context.Cause(base)) })
+		defer func() {
+			stop()
+			cancel(nil)
+		}()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// Close ends the gateway. It waits, until ctx is done, for the deliveries
+// still inside Handler (cut short by CutShort or not) to record their audit
+// entries, then closes what New opened, last opened first: the audit
+// recorder flushes its queue before the sinks and the SQLite file close.
+// Call it once the servers of Handler and AdminHandler are shut down.
+func (g *Gateway) Close(ctx context.Context) error {
+	start := time.Now()
+	done := make(chan struct{})
+	go func() {
+		g.inflight.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		bound := time.Duration(0)
+		if dl, ok := ctx.Deadline(); ok {
+			bound = dl.Sub(start).Round(time.Second)
+		}
+		g.logger.Warn("idemhook shutdown: deliveries still running after the bound; their audit entries may be lost", "bound", bound)
+	}
+	return g.res.close()
+}
