@@ -189,6 +189,20 @@ func (m *Middleware) addSource(rt *Route) error {
 	return nil
 }
 
+// ValidSource reports whether source can be a Route.Source: it holds no
+// ':', '@' or NUL byte, which separate the parts of a store key. "" is
+// valid: a route without a source, which protects nothing.
+func ValidSource(source string) bool {
+	return !strings.ContainsAny(source, ":@\x00")
+}
+
+// StorableStatus reports whether status may be listed in
+// Route.StoreStatuses: a 3xx or 4xx status. 2xx is always stored; 1xx and
+// 5xx never are.
+func StorableStatus(status int) bool {
+	return status >= 300 && status <= 499
+}
+
 // Validate reports whether [Middleware.Route] would accept rt, with the
 // same [*RouteError], without a Middleware: for a program that checks its
 // routes (a configuration file, say) before it serves them. It checks rt
@@ -206,7 +220,7 @@ func (rt *Route) applyDefaults() error {
 	fail := func(field string, index int, format string, args ...any) error {
 		return &RouteError{Source: rt.Source, Field: field, Index: index, Reason: fmt.Sprintf(format, args...)}
 	}
-	if strings.ContainsAny(rt.Source, ":@\x00") {
+	if !ValidSource(rt.Source) {
 		return fail("Source", 0, "Source must not contain ':' or '@'")
 	}
 	for _, d := range []struct {
@@ -246,7 +260,7 @@ func (rt *Route) applyDefaults() error {
 		}
 	}
 	for i, st := range rt.StoreStatuses {
-		if st < 300 || st > 499 {
+		if !StorableStatus(st) {
 			return fail("StoreStatuses", i, "StoreStatuses: %d is not a status from 300 to 499 (2xx is always stored; 1xx and 5xx never are)", st)
 		}
 	}

@@ -413,6 +413,31 @@ func TestRoutesPerTenantKeepTheirAnswers(t *testing.T) {
 	}
 }
 
+// The rules a configuration checker shares with Route: a Source the store
+// key can hold, and the statuses StoreStatuses may list.
+func TestValidSourceAndStorableStatus(t *testing.T) {
+	for _, tt := range []struct {
+		give string
+		want bool
+	}{{"stone", true}, {"", true}, {"stripe-acme", true}, {"a:b", false}, {"a@b", false}, {"a\x00b", false}} {
+		if got := idemhook.ValidSource(tt.give); got != tt.want {
+			t.Errorf("ValidSource(%q) = %v, want %v", tt.give, got, tt.want)
+		}
+		_, err := newMemEnv(t, idemhook.Options{}).mw.Route(idemhook.Route{Source: tt.give})
+		if (err == nil) != tt.want {
+			t.Errorf("Route(Source %q): error %v, want ValidSource's verdict %v", tt.give, err, tt.want)
+		}
+	}
+	for _, tt := range []struct {
+		give int
+		want bool
+	}{{200, false}, {299, false}, {300, true}, {410, true}, {499, true}, {500, false}, {100, false}} {
+		if got := idemhook.StorableStatus(tt.give); got != tt.want {
+			t.Errorf("StorableStatus(%d) = %v, want %v", tt.give, got, tt.want)
+		}
+	}
+}
+
 // Validate refuses what Route refuses about a route on its own, with the
 // same error, and needs no Middleware.
 func TestRouteValidate(t *testing.T) {

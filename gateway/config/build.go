@@ -70,6 +70,9 @@ func (c *checker) routeError(in *routeInputs, r *idemhook.Route, err error) {
 		c.errorf(in.node, in.at, "%v", err)
 		return
 	}
+	if re.Field == "Source" {
+		return // the check refused it at the field's line, by the same rule (idemhook.ValidSource)
+	}
 	if l := in.f.ReplayHeaders; re.Field == "ReplayHeaders" && l.Node != nil && re.Index < len(l.Content) {
 		c.errorf(l.Content[re.Index], fmt.Sprintf("%s[%d]", join(in.at, "replay_headers"), re.Index),
 			"%s is never stored or replayed (Set-Cookie, Authorization, hop-by-hop headers and Content-Length never are): remove it",

@@ -510,8 +510,8 @@ func (c *checker) route(in *routeInputs) Route {
 
 	r := &rc.Route
 	if v, ok := c.str(f.Source, field("source")); ok {
-		if v == "" || strings.ContainsAny(v, ": \t") {
-			c.errorf(f.Source.Node, field("source"), "invalid source %q: a non-empty label without ':' or spaces, e.g. stone", v)
+		if v == "" || strings.ContainsAny(v, " \t") || !idemhook.ValidSource(v) {
+			c.errorf(f.Source.Node, field("source"), "invalid source %q: a non-empty label without ':', '@' or spaces, e.g. stone", v)
 		}
 		r.Source = v
 	} else if f.Source.Node == nil {
@@ -527,7 +527,7 @@ func (c *checker) route(in *routeInputs) Route {
 	if vs, ok := c.strList(f.StoreStatuses, field("store_statuses")); ok {
 		for i, v := range vs {
 			st, err := strconv.Atoi(v)
-			if err != nil || st < 300 || st > 499 {
+			if err != nil || !idemhook.StorableStatus(st) {
 				c.errorf(f.StoreStatuses.Content[i], fmt.Sprintf("%s[%d]", field("store_statuses"), i),
 					"invalid status %q: want a 3xx or 4xx status to store and replay like a success (2xx always is; 1xx and 5xx never are)", v)
 				continue

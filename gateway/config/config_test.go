@@ -367,6 +367,15 @@ func TestConfigErrors(t *testing.T) {
 			},
 		},
 		{
+			name: "a source the keys can't hold",
+			give: "routes:\n  - path: /a\n    upstream: http://h/\n    source: a@b\n  - path: /b\n    upstream: http://h/\n    source: \"c d\"\n  - path: /c\n    upstream: http://h/\n    source: e:f\n",
+			want: []string{
+				`idemhook.yaml:4: routes[0].source: invalid source "a@b": a non-empty label without ':', '@' or spaces, e.g. stone`,
+				`idemhook.yaml:7: routes[1].source: invalid source "c d": a non-empty label without ':', '@' or spaces, e.g. stone`,
+				`idemhook.yaml:10: routes[2].source: invalid source "e:f": a non-empty label without ':', '@' or spaces, e.g. stone`,
+			},
+		},
+		{
 			name: "store_statuses and booleans",
 			give: route("    store_statuses: [404, 200, 503, x]\n    require_key: yes\n"),
 			want: []string{
