@@ -82,7 +82,9 @@ type Gateway struct {
 
 // New opens the store and the audit sink of cfg, the tracer that
 // opts.Getenv's OTEL_* variables configure, and builds the handlers. ctx
-// bounds the opening only. On error, everything opened so far is closed.
+// bounds the opening only. A cfg that [config.Config.Validate] refuses (one
+// built by hand) is refused before anything is opened, with its
+// config.Errors. On error, everything opened so far is closed.
 func New(ctx context.Context, cfg *config.Config, opts Options) (*Gateway, error) {
 	return newGateway(ctx, cfg, opts)
 }
@@ -90,6 +92,9 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (*Gateway, error
 // newGateway is New. On error its deferred close needs the gateway built
 // so far, hence the named results.
 func newGateway(ctx context.Context, cfg *config.Config, opts Options) (_ *Gateway, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -208,8 +213,12 @@ func (g *Gateway) Ready(ctx context.Context) error {
 // a connection or stopping a delivery (requests already running finish on
 // the routes they started with). Settings only a restart can change (listen,
 // store, admin.listen, audit, log, tls on or off) are logged and kept. On
-// error the running configuration keeps serving.
+// error (a cfg that config.Config.Validate refuses, say) the running
+// configuration keeps serving.
 func (g *Gateway) Reload(cfg *config.Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
 	var kept []string
 	for _, s := range []struct {
 		name string

@@ -1,0 +1,65 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/idemhook/idemhook"
+)
+
+// Validate checks what the gateway needs of a Config built by hand, before
+// it serves one: every route has a path of its own starting with '/', an
+// http or https upstream with a host, and a source that no other route has
+// unless all of them set ShareKeys, and its idemhook.Route passes
+// idemhook.Route.Validate. Load and Parse only return Configs that pass,
+// so gateway.New and Gateway.Reload call it for hand-built ones. Each
+// problem is an Error naming the route's field (routes[1].upstream); its
+// Line is the route's Line, 0 for a Config built by hand.
+func (c *Config) Validate() error {
+	var errs Errors
+	add := func(rc *Route, i int, name, format string, args ...any) {
+		errs = append(errs, Error{File: c.File, Line: rc.Line, Field: fmt.Sprintf("routes[%d].%s", i, name), Msg: fmt.Sprintf(format, args...)})
+	}
+	paths := map[string]int{}
+	sources := map[string]int{} // routes per source
+	for i := range c.Routes {
+		rc := &c.Routes[i]
+		switch j, seen := paths[rc.Path]; {
+		case !strings.HasPrefix(rc.Path, "/"):
+			add(rc, i, "path", "%q: a route's path starts with /", rc.Path)
+		case seen:
+			add(rc, i, "path", "%s is also the path of routes[%d]: give each route its own", rc.Path, j)
+		default:
+			paths[rc.Path] = i
+		}
+		if u := rc.Upstream; u == nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add(rc, i, "upstream", "missing or not an http(s) URL with a host: the URL deliveries are forwarded to, e.g. http://127.0.0.1:3000/webhook")
+		}
+		if rc.Route.Source == "" {
+			add(rc, i, "source", "missing: the provider's label, e.g. stone")
+		} else {
+			sources[rc.Route.Source]++
+		}
+		if err := rc.Route.Validate(); err != nil {
+			var re *idemhook.RouteError
+			name := "route"
+			if errors.As(err, &re) {
+				name = "route." + re.Field
+			}
+			add(rc, i, name, "%v", err)
+		}
+	}
+	for i := range c.Routes {
+		rc := &c.Routes[i]
+		if src := rc.Route.Source; sources[src] > 1 && !rc.ShareKeys {
+			add(rc, i, "source", "source %q is also used by another route: routes with one source share keys and answer each other's deliveries; give each route its own source, or set ShareKeys on every route of the source", src)
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(errs, byLine)
+	return errs
+}
