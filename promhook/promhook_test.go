@@ -26,6 +26,24 @@ func deliver(t *testing.T, h http.Handler, body string) int {
 	return rec.Code
 }
 
+// memRoute is the route rt of a middleware on a memory store, with opts.
+func memRoute(t *testing.T, opts idemhook.Options, rt idemhook.Route) func(http.Handler) http.Handler {
+	t.Helper()
+	store, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := idemhook.New(store, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	route, err := mw.Route(rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return route
+}
+
 func TestRegisterCountsOutcomesAndStoreCalls(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	var prevDeliveries, prevCalls int
@@ -36,18 +54,7 @@ func TestRegisterCountsOutcomesAndStoreCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := memstore.New(memstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mw, err := idemhook.New(store, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	route, err := mw.Route(idemhook.Route{Source: "stone"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	route := memRoute(t, opts, idemhook.Route{Source: "stone"})
 	runs := 0
 	h := route(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs++ }))
 	for range 3 {
@@ -87,18 +94,7 @@ func TestRegisterCountsOmittedBodies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := memstore.New(memstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mw, err := idemhook.New(store, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	route, err := mw.Route(idemhook.Route{Source: "stone", MaxStoredBodyBytes: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
+	route := memRoute(t, opts, idemhook.Route{Source: "stone", MaxStoredBodyBytes: 4})
 	h := route(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "0123456789") }))
 	for range 3 {
 		deliver(t, h, `{"id":"evt_1"}`)
