@@ -120,7 +120,16 @@ func patternScope(p string, exact bool, r *http.Request) (string, bool) {
 		case !more && seg == "": // the pattern ends in '/'
 			b.WriteByte('/')
 			if !exact { // a subtree: its rest is the path's segments after the pattern's n
-				segs := pathSegments(r.URL.EscapedPath())
+				path := r.URL.EscapedPath()
+				if isCleanPath(path) { // the rest as it is: after the path's first n segments
+					rest := path
+					for range n + 1 {
+						_, rest, _ = strings.Cut(rest, "/")
+					}
+					b.WriteString(rest)
+					return b.String(), true
+				}
+				segs := pathSegments(path)
 				if len(segs) < n {
 					return "", false
 				}
@@ -174,10 +183,36 @@ func patternScope(p string, exact bool, r *http.Request) (string, bool) {
 // [pathSegments] gives them, each with a leading '/'; "/" for a path with
 // none, "" for an empty path.
 func cleanPath(p string) string {
-	if p == "" {
-		return ""
+	if p == "" || isCleanPath(p) {
+		return p // as most paths are: no allocation
 	}
 	return "/" + strings.Join(pathSegments(p), "/")
+}
+
+// isCleanPath reports whether p is in cleanPath's form already: "/", or
+// segments after a '/' each, none empty, "." or "..", holding only bytes
+// that escapeSegment keeps (so no escape either).
+func isCleanPath(p string) bool {
+	if p == "/" {
+		return true
+	}
+	if len(p) < 2 || p[0] != '/' || p[len(p)-1] == '/' {
+		return false
+	}
+	start := 1
+	for i := 1; i <= len(p); i++ {
+		if i < len(p) && p[i] != '/' {
+			if !isPchar(p[i]) {
+				return false
+			}
+			continue
+		}
+		if seg := p[start:i]; seg == "" || seg == "." || seg == ".." {
+			return false
+		}
+		start = i + 1
+	}
+	return true
 }
 
 // pathSegments splits an escaped path into canonical segments

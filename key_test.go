@@ -116,6 +116,8 @@ func TestDefaultScope(t *testing.T) {
 		{"subtree, percent-encoded letter", "/t/", nil, "/t/%61cme", "/t/acme"},
 		{"subtree, its own path", "/t/", nil, "/t/", "/t/"},
 		{"subtree after a wildcard", "/t/{tenant}/", values{"tenant": "acme"}, "/t/acme/x/y/", "/t/acme/x/y"},
+		{"subtree after a wildcard, clean path", "/t/{tenant}/", values{"tenant": "acme"}, "/t/acme/x/y", "/t/acme/x/y"},
+		{"subtree, path shorter than the prefix", "/t/", nil, "/t", "/t/"},
 		{"no value for a wildcard: the path", "/t/{tenant}/orders", nil, "/t/acme/orders/", "/t/acme/orders"},
 		{"wildcard inside a segment: the path", "/t/x-{id}", values{"id": "1"}, "/t/x-1/", "/t/x-1"},
 		{"no pattern: the path", "", nil, "/t/acme/orders", "/t/acme/orders"},
@@ -125,6 +127,8 @@ func TestDefaultScope(t *testing.T) {
 		{"no pattern, encoded slash kept", "", nil, "/t/a%2Fb", "/t/a%2Fb"},
 		{"no pattern, lower-case escapes", "", nil, "/t/s%c3%a3o", "/t/s%C3%A3o"},
 		{"no pattern, root", "", nil, "/", "/"},
+		{"no pattern, clean with sub-delims", "", nil, "/t/a!b/c@d", "/t/a!b/c@d"},
+		{"no pattern, a dot inside a segment", "", nil, "/t/a.b/..c", "/t/a.b/..c"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
