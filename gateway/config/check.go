@@ -477,10 +477,16 @@ func (c *checker) checkRoutes(f *configFile) []Route {
 					others = append(others, fmt.Sprintf("%s, line %d", o.at, o.node.Line))
 				}
 			}
-			c.errorf(u.node, join(u.at, "source"), "source %q is also used by %s: routes with one source share keys and answer each other's deliveries; give each route its own source, or set share_keys: true on every route of the source", src, strings.Join(others, "; "))
+			c.errorf(u.node, join(u.at, "source"), "%s", sharedSource(src, others))
 		}
 	}
 	return out
+}
+
+// sharedSource is the error of a route whose source the routes named in
+// others also have, none of them saying share_keys.
+func sharedSource(src string, others []string) string {
+	return fmt.Sprintf("source %q is also used by %s: routes with one source share keys and answer each other's deliveries; give each route its own source, or set share_keys: true on every route of the source", src, strings.Join(others, "; "))
 }
 
 // route checks one entry of routes:.

@@ -23,7 +23,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, Error{File: c.File, Line: rc.Line, Field: fmt.Sprintf("routes[%d].%s", i, name), Msg: fmt.Sprintf(format, args...)})
 	}
 	paths := map[string]int{}
-	sources := map[string]int{} // routes per source
+	sources := map[string][]int{} // the routes of each source
 	for i := range c.Routes {
 		rc := &c.Routes[i]
 		switch j, seen := paths[rc.Path]; {
@@ -40,7 +40,7 @@ func (c *Config) Validate() error {
 		if rc.Route.Source == "" {
 			add(rc, i, "source", "missing: the provider's label, e.g. stone")
 		} else {
-			sources[rc.Route.Source]++
+			sources[rc.Route.Source] = append(sources[rc.Route.Source], i)
 		}
 		if err := rc.Route.Validate(); err != nil {
 			var re *idemhook.RouteError
@@ -53,9 +53,17 @@ func (c *Config) Validate() error {
 	}
 	for i := range c.Routes {
 		rc := &c.Routes[i]
-		if src := rc.Route.Source; sources[src] > 1 && !rc.ShareKeys {
-			add(rc, i, "source", "source %q is also used by another route: routes with one source share keys and answer each other's deliveries; give each route its own source, or set ShareKeys on every route of the source", src)
+		src := rc.Route.Source
+		if rc.ShareKeys || len(sources[src]) < 2 {
+			continue
 		}
+		var others []string
+		for _, j := range sources[src] {
+			if j != i {
+				others = append(others, fmt.Sprintf("routes[%d], line %d", j, c.Routes[j].Line))
+			}
+		}
+		add(rc, i, "source", "%s", sharedSource(src, others))
 	}
 	if len(errs) == 0 {
 		return nil

@@ -41,7 +41,7 @@ func TestValidate(t *testing.T) {
 			`routes[0].upstream: missing or not an http(s) URL with a host: the URL deliveries are forwarded to, e.g. http://127.0.0.1:3000/webhook`,
 		}},
 		{"shared source without ShareKeys", []Route{route("/a", "s"), route("/b", "s", share)}, []string{
-			`routes[0].source: source "s" is also used by another route: routes with one source share keys and answer each other's deliveries; give each route its own source, or set ShareKeys on every route of the source`,
+			`routes[0].source: source "s" is also used by routes[1], line 0: routes with one source share keys and answer each other's deliveries; give each route its own source, or set share_keys: true on every route of the source`,
 		}},
 		{"a route the library refuses", []Route{route("/a", "a", func(rc *Route) { rc.Route.TTL = -time.Second })}, []string{
 			`routes[0].route.TTL: idemhook: Route "a": TTL -1s is negative`,
