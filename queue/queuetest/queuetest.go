@@ -1,0 +1,479 @@
+// Package queuetest is the conformance suite of queue.Engine: every engine
+// of this module (the memory engine, sqlitestore's and pgstore's) passes it,
+// and a third-party engine should too.
+package queuetest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/queue"
+)
+
+// Harness makes the engines the suite tests.
+type Harness struct {
+	// New returns an empty engine and the store whose claims its Accept
+	// completes. Engines that share a server may keep other tests' events;
+	// the suite uses a fresh route name in every subtest. Required.
+	New func(tb testing.TB) (idemhook.Store, queue.Engine)
+}
+
+// lease is the short lease the suite lets lapse; engines count time in
+// milliseconds at least.
+const lease = 300 * time.Millisecond
+
+// Run runs the suite.
+func Run(t *testing.T, h Harness) {
+	t.Helper()
+	if h.New == nil {
+		t.Fatal("queuetest: Harness.New is nil")
+	}
+	tests := []struct {
+		name string
+		f    func(t *testing.T, s *suite)
+	}{
+		{"AcceptThenClaim", testAcceptThenClaim},
+		{"AcceptNeedsTheClaim", testAcceptNeedsTheClaim},
+		{"LeaseLapses", testLeaseLapses},
+		{"SettleIsFenced", testSettleIsFenced},
+		{"RetryAndKill", testRetryAndKill},
+		{"Ordered", testOrdered},
+		{"Pause", testPause},
+		{"RedriveAndPurge", testRedriveAndPurge},
+		{"Hasten", testHasten},
+		{"AttemptsKept", testAttemptsKept},
+		{"ListPages", testListPages},
+		{"ConcurrentClaims", testConcurrentClaims},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st, eng := h.New(t)
+			tc.f(t, &suite{t: t, st: st, eng: eng, route: "r-" + randHex(6)})
+		})
+	}
+}
+
+type suite struct {
+	t     *testing.T
+	st    idemhook.Store
+	eng   queue.Engine
+	route string
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func ctx(t *testing.T) context.Context { return t.Context() }
+
+// accept claims a new key and accepts an event on it.
+func (s *suite) accept(order string) *queue.Event {
+	s.t.Helper()
+	key := "idem:queuetest:" + randHex(8)
+	claim := &idemhook.Record{State: idemhook.StatePending, Token: randHex(8), CreatedAt: time.Now()}
+	if existing, err := s.st.Claim(ctx(s.t), key, claim, time.Minute); err != nil || existing != nil {
+		s.t.Fatalf("Claim(%s) = %v, %v; want a new claim", key, existing, err)
+	}
+	done := &idemhook.Record{State: idemhook.StateCompleted, CreatedAt: time.Now(), Status: http.StatusAccepted,
+		Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"accepted":true}`)}
+	ev := &queue.Event{
+		Route: s.route, Key: key, OrderKey: order, Method: http.MethodPost, Target: "/hook?x=1",
+		Header:     http.Header{"Content-Type": {"application/json"}, "X-Two": {"a", "b"}},
+		Body:       []byte(`{"id":"` + key + `"}`),
+		ReceivedAt: time.Now().Truncate(time.Millisecond),
+	}
+	if err := s.eng.Accept(ctx(s.t), queue.Completion{Key: key, Claim: claim, Done: done, TTL: time.Hour}, ev); err != nil {
+		s.t.Fatalf("Accept: %v", err)
+	}
+	if ev.ID == 0 {
+		s.t.Fatal("Accept left Event.ID 0")
+	}
+	return ev
+}
+
+func (s *suite) claim(n int, l time.Duration) []*queue.Event {
+	s.t.Helper()
+	evs, err := s.eng.Claim(ctx(s.t), s.route, n, l, "worker-"+s.route)
+	if err != nil {
+		s.t.Fatalf("Claim: %v", err)
+	}
+	return evs
+}
+
+func (s *suite) settle(ev *queue.Event, v queue.Verdict, next time.Time, reason string) error {
+	return s.eng.Settle(ctx(s.t), queue.Settlement{Token: ev.Token(), Verdict: v, NextAt: next, Reason: reason,
+		Attempt: queue.Attempt{Attempt: ev.Attempt, Started: time.Now(), Latency: time.Millisecond, Status: 503, Error: "", BodyHead: []byte("busy")}})
+}
+
+func (s *suite) stats() queue.Stats {
+	s.t.Helper()
+	st, err := s.eng.Stats(ctx(s.t), s.route)
+	if err != nil {
+		s.t.Fatalf("Stats: %v", err)
+	}
+	return st
+}
+
+func ids(evs []*queue.Event) []int64 {
+	out := make([]int64, len(evs))
+	for i, e := range evs {
+		out[i] = e.ID
+	}
+	return out
+}
+
+func testAcceptThenClaim(t *testing.T, s *suite) {
+	a, b := s.accept(""), s.accept("")
+	if b.ID <= a.ID {
+		t.Fatalf("IDs %d then %d: want increasing", a.ID, b.ID)
+	}
+	rec, err := s.st.Get(ctx(t), a.Key)
+	if err != nil || rec == nil || rec.State != idemhook.StateCompleted || rec.Status != http.StatusAccepted {
+		t.Fatalf("the key's record after Accept = %+v, %v; want the accept answer", rec, err)
+	}
+	if st := s.stats(); st.Queued != 2 || st.Pending() != 2 || st.Oldest.IsZero() || st.NextAt.IsZero() {
+		t.Fatalf("Stats = %+v; want 2 queued with Oldest and NextAt", st)
+	}
+	evs := s.claim(10, time.Minute)
+	if !slices.Equal(ids(evs), []int64{a.ID, b.ID}) {
+		t.Fatalf("Claim = %v; want %v in order", ids(evs), []int64{a.ID, b.ID})
+	}
+	got := evs[0]
+	if got.Attempt != 1 || got.Key != a.Key || got.Method != a.Method || got.Target != a.Target ||
+		string(got.Body) != string(a.Body) || !slices.Equal(got.Header["X-Two"], []string{"a", "b"}) ||
+		!got.ReceivedAt.Equal(a.ReceivedAt) || got.Route != s.route {
+		t.Fatalf("claimed %+v; want the accepted event %+v at attempt 1", got, a)
+	}
+	if more := s.claim(10, time.Minute); len(more) != 0 {
+		t.Fatalf("a second Claim got %v while the leases hold", ids(more))
+	}
+	if st := s.stats(); st.Running != 2 || st.Queued != 0 {
+		t.Fatalf("Stats = %+v; want 2 running", st)
+	}
+	for _, ev := range evs {
+		if err := s.settle(ev, queue.Delivered, time.Time{}, ""); err != nil {
+			t.Fatalf("Settle: %v", err)
+		}
+	}
+	if st := s.stats(); st.Pending() != 0 || st.Dead != 0 || !st.Oldest.IsZero() {
+		t.Fatalf("Stats after delivery = %+v; want empty", st)
+	}
+	if sum, _, err := s.eng.Get(ctx(t), a.ID); err != nil || sum != nil {
+		t.Fatalf("Get of a delivered event = %+v, %v; want nil", sum, err)
+	}
+}
+
+func testAcceptNeedsTheClaim(t *testing.T, s *suite) {
+	key := "idem:queuetest:" + randHex(8)
+	claim := &idemhook.Record{State: idemhook.StatePending, Token: "mine", CreatedAt: time.Now()}
+	if _, err := s.st.Claim(ctx(t), key, claim, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	other := &idemhook.Record{State: idemhook.StatePending, Token: "not-mine", CreatedAt: claim.CreatedAt}
+	done := &idemhook.Record{State: idemhook.StateCompleted, CreatedAt: time.Now(), Status: 202}
+	ev := &queue.Event{Route: s.route, Key: key, Method: "POST", Target: "/", ReceivedAt: time.Now()}
+	err := s.eng.Accept(ctx(t), queue.Completion{Key: key, Claim: other, Done: done, TTL: time.Hour}, ev)
+	if !errors.Is(err, idemhook.ErrNotOwner) {
+		t.Fatalf("Accept with a claim not held = %v; want ErrNotOwner", err)
+	}
+	if st := s.stats(); st.Pending() != 0 {
+		t.Fatalf("Stats = %+v; a refused Accept appended an event", st)
+	}
+	if rec, _ := s.st.Get(ctx(t), key); rec == nil || rec.State != idemhook.StatePending {
+		t.Fatalf("the key after a refused Accept = %+v; want the claim still pending", rec)
+	}
+}
+
+func testLeaseLapses(t *testing.T, s *suite) {
+	a := s.accept("")
+	first := s.claim(1, lease)
+	if len(first) != 1 || first[0].Attempt != 1 {
+		t.Fatalf("Claim = %+v; want attempt 1", first)
+	}
+	again := s.waitClaim(lease)
+	if again.ID != a.ID || again.Attempt != 2 {
+		t.Fatalf("after the lease lapsed Claim = id %d attempt %d; want id %d attempt 2", again.ID, again.Attempt, a.ID)
+	}
+}
+
+// waitClaim claims until one event comes back, within a bound.
+func (s *suite) waitClaim(l time.Duration) *queue.Event {
+	s.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if evs := s.claim(1, l); len(evs) == 1 {
+			return evs[0]
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.t.Fatal("no event became due within 10s")
+	return nil
+}
+
+func testSettleIsFenced(t *testing.T, s *suite) {
+	s.accept("")
+	stale := s.claim(1, lease)[0]
+	fresh := s.waitClaim(time.Minute)
+	if err := s.settle(stale, queue.Delivered, time.Time{}, ""); !errors.Is(err, queue.ErrSuperseded) {
+		t.Fatalf("Settle with the stale token = %v; want ErrSuperseded", err)
+	}
+	if err := s.eng.Extend(ctx(t), stale.Token(), time.Minute); !errors.Is(err, queue.ErrSuperseded) {
+		t.Fatalf("Extend with the stale token = %v; want ErrSuperseded", err)
+	}
+	if st := s.stats(); st.Running != 1 {
+		t.Fatalf("Stats = %+v; the stale settle changed the event", st)
+	}
+	if err := s.eng.Extend(ctx(t), fresh.Token(), time.Minute); err != nil {
+		t.Fatalf("Extend with the live token: %v", err)
+	}
+	if err := s.settle(fresh, queue.Delivered, time.Time{}, ""); err != nil {
+		t.Fatalf("Settle with the live token: %v", err)
+	}
+	if err := s.settle(fresh, queue.Delivered, time.Time{}, ""); !errors.Is(err, queue.ErrSuperseded) {
+		t.Fatalf("a second Settle of one attempt = %v; want ErrSuperseded", err)
+	}
+}
+
+func testRetryAndKill(t *testing.T, s *suite) {
+	a, b := s.accept(""), s.accept("")
+	evs := s.claim(2, time.Minute)
+	if err := s.settle(evs[0], queue.Retry, time.Now().Add(time.Hour), ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.settle(evs[1], queue.Kill, time.Time{}, "the backend answered 400, which is not retried"); err != nil {
+		t.Fatal(err)
+	}
+	st := s.stats()
+	if st.Retrying != 1 || st.Dead != 1 || st.Queued != 0 || st.Running != 0 {
+		t.Fatalf("Stats = %+v; want 1 retrying, 1 dead", st)
+	}
+	if d := time.Until(st.NextAt); d < 59*time.Minute || d > 61*time.Minute {
+		t.Fatalf("Stats.NextAt in %s; want the retry's hour", d)
+	}
+	if more := s.claim(10, time.Minute); len(more) != 0 {
+		t.Fatalf("Claim got %v: a retry not yet due, or a dead event", ids(more))
+	}
+	sum, _, err := s.eng.Get(ctx(t), b.ID)
+	if err != nil || sum == nil || sum.State != queue.Dead || sum.Reason != "the backend answered 400, which is not retried" || sum.Attempt != 1 || sum.LastStatus != 503 {
+		t.Fatalf("Get(dead) = %+v, %v", sum, err)
+	}
+	sum, _, _ = s.eng.Get(ctx(t), a.ID)
+	if sum == nil || sum.State != queue.Queued || sum.Attempt != 1 {
+		t.Fatalf("Get(retrying) = %+v", sum)
+	}
+}
+
+func testOrdered(t *testing.T, s *suite) {
+	g1a, g2a, g1b, free, g1c := s.accept("g1"), s.accept("g2"), s.accept("g1"), s.accept(""), s.accept("g1")
+	evs := s.claim(10, time.Minute)
+	if !slices.Equal(ids(evs), []int64{g1a.ID, g2a.ID, free.ID}) {
+		t.Fatalf("Claim = %v; want the heads of g1 and g2 and the unordered event %v", ids(evs), []int64{g1a.ID, g2a.ID, free.ID})
+	}
+	// A retry keeps the head's place: the group waits for it.
+	if err := s.settle(evs[0], queue.Retry, time.Now(), ""); err != nil {
+		t.Fatal(err)
+	}
+	evs2 := s.claim(10, time.Minute)
+	if !slices.Equal(ids(evs2), []int64{g1a.ID}) {
+		t.Fatalf("after the head's retry Claim = %v; want the head %d again", ids(evs2), g1a.ID)
+	}
+	if err := s.settle(evs2[0], queue.Delivered, time.Time{}, ""); err != nil {
+		t.Fatal(err)
+	}
+	evs3 := s.claim(10, time.Minute)
+	if !slices.Equal(ids(evs3), []int64{g1b.ID}) {
+		t.Fatalf("after the head's delivery Claim = %v; want the next of g1, %d", ids(evs3), g1b.ID)
+	}
+	// A dead head holds its group back until redriven or purged.
+	if err := s.settle(evs3[0], queue.Kill, time.Time{}, "refused"); err != nil {
+		t.Fatal(err)
+	}
+	if more := s.claim(10, time.Minute); len(more) != 0 {
+		t.Fatalf("Claim = %v past a dead head", ids(more))
+	}
+	if _, err := s.eng.Purge(ctx(t), queue.Filter{Route: s.route, IDs: []int64{g1b.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	if evs4 := s.claim(10, time.Minute); !slices.Equal(ids(evs4), []int64{g1c.ID}) {
+		t.Fatalf("after the dead head was purged Claim = %v; want %d", ids(evs4), g1c.ID)
+	}
+}
+
+func testPause(t *testing.T, s *suite) {
+	if err := s.eng.SetPaused(ctx(t), s.route, true); err != nil {
+		t.Fatal(err)
+	}
+	a := s.accept("")
+	if st := s.stats(); !st.Paused || st.Queued != 1 {
+		t.Fatalf("Stats = %+v; want paused with the event queued", st)
+	}
+	if evs := s.claim(10, time.Minute); len(evs) != 0 {
+		t.Fatalf("Claim on a paused route = %v", ids(evs))
+	}
+	if err := s.eng.SetPaused(ctx(t), s.route, false); err != nil {
+		t.Fatal(err)
+	}
+	if evs := s.claim(10, time.Minute); !slices.Equal(ids(evs), []int64{a.ID}) {
+		t.Fatalf("Claim after resume = %v; want %d", ids(evs), a.ID)
+	}
+}
+
+func testRedriveAndPurge(t *testing.T, s *suite) {
+	a, b, c := s.accept(""), s.accept(""), s.accept("")
+	evs := s.claim(3, time.Minute)
+	for _, ev := range evs {
+		if err := s.settle(ev, queue.Kill, time.Time{}, "status "+fmt.Sprint(ev.ID%2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.eng.Redrive(ctx(t), queue.Filter{}); err == nil {
+		t.Fatal("Redrive with no route: want an error")
+	}
+	n, err := s.eng.Redrive(ctx(t), queue.Filter{Route: s.route, IDs: []int64{a.ID}})
+	if err != nil || n != 1 {
+		t.Fatalf("Redrive(one) = %d, %v; want 1", n, err)
+	}
+	got := s.claim(10, time.Minute)
+	if len(got) != 1 || got[0].ID != a.ID || got[0].Attempt != 2 || got[0].Base != 1 || got[0].Since.Before(a.ReceivedAt) {
+		t.Fatalf("after redrive Claim = %+v; want %d at attempt 2 with Base 1", got, a.ID)
+	}
+	n, err = s.eng.Redrive(ctx(t), queue.Filter{Route: s.route, States: []queue.State{queue.Dead}, Reason: "status " + fmt.Sprint(b.ID%2)})
+	if err != nil || n != 1 {
+		t.Fatalf("Redrive(by reason) = %d, %v; want 1", n, err)
+	}
+	keys, err := s.eng.Purge(ctx(t), queue.Filter{Route: s.route, States: []queue.State{queue.Dead}})
+	if err != nil || len(keys) != 1 || keys[0] != c.Key {
+		t.Fatalf("Purge(dead) = %v, %v; want [%s]", keys, err, c.Key)
+	}
+	if st := s.stats(); st.Dead != 0 || st.Queued+st.Retrying != 1 || st.Running != 1 {
+		t.Fatalf("Stats = %+v; want the redriven one queued and the claimed one running", st)
+	}
+	if keys, err := s.eng.Purge(ctx(t), queue.Filter{Route: s.route}); err != nil || len(keys) != 1 {
+		t.Fatalf("Purge(all) = %v, %v; want the one not running", keys, err)
+	}
+}
+
+func testHasten(t *testing.T, s *suite) {
+	s.accept("")
+	ev := s.claim(1, time.Minute)[0]
+	if err := s.settle(ev, queue.Retry, time.Now().Add(time.Hour), ""); err != nil {
+		t.Fatal(err)
+	}
+	n, err := s.eng.Hasten(ctx(t), s.route)
+	if err != nil || n != 1 {
+		t.Fatalf("Hasten = %d, %v; want 1", n, err)
+	}
+	if got := s.claim(1, time.Minute); len(got) != 1 || got[0].Attempt != 2 {
+		t.Fatalf("after Hasten Claim = %+v; want attempt 2 now", got)
+	}
+}
+
+func testAttemptsKept(t *testing.T, s *suite) {
+	a := s.accept("")
+	const n = queue.KeptAttempts + 5
+	for i := 1; i <= n; i++ {
+		ev := s.claim(1, time.Minute)
+		if len(ev) != 1 || ev[0].Attempt != i {
+			t.Fatalf("claim %d = %+v", i, ev)
+		}
+		if err := s.eng.Settle(ctx(t), queue.Settlement{Token: ev[0].Token(), Verdict: queue.Retry, NextAt: time.Now(),
+			Attempt: queue.Attempt{Attempt: i, Started: time.Now(), Latency: time.Duration(i) * time.Millisecond, Status: 500 + i, Error: fmt.Sprint("e", i), BodyHead: []byte(fmt.Sprint("b", i)), Worker: "w"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, attempts, err := s.eng.Get(ctx(t), a.ID)
+	if err != nil || len(attempts) != queue.KeptAttempts {
+		t.Fatalf("Get kept %d attempts, %v; want %d", len(attempts), err, queue.KeptAttempts)
+	}
+	if attempts[0].Attempt != 1 || attempts[len(attempts)-1].Attempt != n || attempts[len(attempts)-1].Status != 500+n ||
+		string(attempts[len(attempts)-1].BodyHead) != fmt.Sprint("b", n) || attempts[0].Error != "e1" || attempts[0].Worker != "w" {
+		t.Fatalf("kept attempts %+v ... %+v; want the first and the last", attempts[0], attempts[len(attempts)-1])
+	}
+	for i := 1; i < len(attempts); i++ {
+		if attempts[i].Attempt <= attempts[i-1].Attempt {
+			t.Fatalf("attempts out of order: %d after %d", attempts[i].Attempt, attempts[i-1].Attempt)
+		}
+	}
+}
+
+func testListPages(t *testing.T, s *suite) {
+	var want []int64
+	for range 5 {
+		want = append(want, s.accept("").ID)
+	}
+	var got []int64
+	f := queue.Filter{Route: s.route, Limit: 2}
+	for {
+		page, err := s.eng.List(ctx(t), f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		if len(page) > 2 {
+			t.Fatalf("List gave %d; want at most 2", len(page))
+		}
+		for _, p := range page {
+			got = append(got, p.ID)
+			if p.State != queue.Queued || p.Route != s.route {
+				t.Fatalf("summary %+v", p)
+			}
+		}
+		f.AfterID = page[len(page)-1].ID
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("List pages = %v; want %v", got, want)
+	}
+}
+
+func testConcurrentClaims(t *testing.T, s *suite) {
+	const events, workers = 60, 6
+	for range events {
+		s.accept("")
+	}
+	var mu sync.Mutex
+	seen := map[int64]int{}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				evs, err := s.eng.Claim(ctx(t), s.route, 4, time.Minute, fmt.Sprint("w", w))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(evs) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, e := range evs {
+					seen[e.ID]++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(seen) != events {
+		t.Fatalf("%d events claimed; want %d", len(seen), events)
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Fatalf("event %d claimed %d times under one lease", id, n)
+		}
+	}
+}
