@@ -292,7 +292,7 @@ func (h *heldStore) claim(ctx context.Context, key string, value []byte, lease t
 // complete is Complete with the claims held in memory. The check of the
 // claim and the record's write run on the writer's goroutine, in one order
 // with Delete.
-func (h *heldStore) complete(ctx context.Context, key string, old, value []byte, ttl time.Duration) error {
+func (h *heldStore) complete(ctx context.Context, key string, old, value []byte, ttl time.Duration, also func(ctx context.Context, tx *sql.Tx) error) error {
 	sh := h.shard(key)
 	var mine *heldClaim // the claim this call marked completing
 	var expiresAt int64 // the record's, as written
@@ -311,6 +311,9 @@ func (h *heldStore) complete(ctx context.Context, key string, old, value []byte,
 		expiresAt = h.expiry(ttl)
 		h.filter.added(key) // before the commit (see filter.go)
 		_, err := tx.StmtContext(ctx, h.putStmt).ExecContext(ctx, key, value, expiresAt)
+		if err == nil && also != nil {
+			err = also(ctx, tx)
+		}
 		if err != nil {
 			return 0, err
 		}

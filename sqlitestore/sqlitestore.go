@@ -138,7 +138,9 @@ type Store struct {
 // (*heldStore, see held.go). Values are records in their binary encoding.
 type claimer interface {
 	claim(ctx context.Context, key string, value []byte, lease time.Duration) (*idemhook.Record, error)
-	complete(ctx context.Context, key string, old, value []byte, ttl time.Duration) error
+	// complete replaces the claim; also, when not nil, runs in the same
+	// transaction once the claim is known to be held (the queue's append).
+	complete(ctx context.Context, key string, old, value []byte, ttl time.Duration, also func(ctx context.Context, tx *sql.Tx) error) error
 	release(ctx context.Context, key string, old []byte) error
 	extend(ctx context.Context, key string, old []byte, lease time.Duration) error
 	get(ctx context.Context, key string) (*idemhook.Record, error)
@@ -610,12 +612,22 @@ func (s *Store) Complete(ctx context.Context, key string, claim, done *idemhook.
 	if err != nil {
 		return err
 	}
-	return s.mode.complete(ctx, key, old, value, ttl)
+	return s.mode.complete(ctx, key, old, value, ttl, nil)
 }
 
 // complete is Complete with the claims in the file.
-func (s *fileStore) complete(ctx context.Context, key string, old, value []byte, ttl time.Duration) error {
-	n, err := s.exec(ctx, s.completeStmt, func() []any { return []any{key, old, value, s.expiry(ttl), s.nowMillis()} })
+func (s *fileStore) complete(ctx context.Context, key string, old, value []byte, ttl time.Duration, also func(ctx context.Context, tx *sql.Tx) error) error {
+	n, err := s.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+		res, err := tx.StmtContext(ctx, s.completeStmt).ExecContext(ctx, key, old, value, s.expiry(ttl), s.nowMillis())
+		if err != nil {
+			return 0, err
+		}
+		n, err := res.RowsAffected()
+		if err != nil || n == 0 || also == nil {
+			return n, err
+		}
+		return n, also(ctx, tx)
+	})
 	return casResult("complete", key, n, err)
 }
 
