@@ -30,6 +30,7 @@ import (
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/gateway/config"
+	"github.com/idemhook/idemhook/queue"
 )
 
 // Options are what a gateway takes from the program that runs it, beside
@@ -56,9 +57,10 @@ type Gateway struct {
 	mw      *idemhook.Middleware
 	metrics *metrics
 	audit   *auditTrail
-	tracing *tracing     // nil: off
-	handler http.Handler // the routes: g.routes, counted in g.inflight
-	admin   http.Handler // the admin routes: g.adminRoutes
+	tracing *tracing               // nil: off
+	queues  atomic.Pointer[queues] // nil until a route has deliver: queue
+	handler http.Handler           // the routes: g.routes, counted in g.inflight
+	admin   http.Handler           // the admin routes: g.adminRoutes
 	res     resources
 
 	// What a reload replaces: the routes and the admin handler (its
@@ -140,6 +142,7 @@ func newGateway(ctx context.Context, cfg *config.Config, opts Options) (_ *Gatew
 	if err != nil {
 		return nil, err
 	}
+	g.metrics.reg.MustRegister(newQueueCollector(g.queues.Load))
 	g.bufs = newBufferPool()
 	if err := g.apply(cfg); err != nil {
 		return nil, err
@@ -246,6 +249,16 @@ func (g *Gateway) Reload(cfg *config.Config) error {
 func (g *Gateway) apply(cfg *config.Config) error {
 	mux := http.NewServeMux()
 	var idle []func()
+	var queued []config.Route
+	var dispatch []queue.Route
+	queuedWraps := map[string]func(http.Handler) http.Handler{}
+	if g.queues.Load() == nil && slices.ContainsFunc(cfg.Routes, func(rc config.Route) bool { return rc.Deliver == config.DeliverQueue }) {
+		q, err := newQueues(g.base, g.store, g.logger, g.metrics.onAttempt)
+		if err != nil {
+			return err
+		}
+		g.queues.Store(q)
+	}
 	for _, rc := range cfg.Routes {
 		// The check refused, at the file's line, a source that routes share
 		// without share_keys. Beyond those, every route shares its keys
@@ -261,7 +274,23 @@ func (g *Gateway) apply(cfg *config.Config) error {
 		tr := newTransport(rc.UpstreamTimeout)
 		idle = append(idle, tr.CloseIdleConnections)
 		rt := g.tracing.transport(timedTransport{next: tr, observe: g.metrics.upstreamObserver(rc.Path)})
+		if rc.Deliver == config.DeliverQueue {
+			qtr := newTransport(rc.Queue.AttemptTimeout)
+			idle = append(idle, qtr.CloseIdleConnections)
+			qrt := g.tracing.transport(timedTransport{next: qtr, observe: g.metrics.upstreamObserver(rc.Path)})
+			queued = append(queued, rc)
+			dispatch = append(dispatch, dispatchRoute(rc, qrt))
+			queuedWraps[rc.Path] = wrap
+			continue
+		}
 		mux.Handle(rc.Path, g.tracing.handler(wrap(detach(g.base, newProxy(rc, rt, g.bufs, g.logger, cfg.TrustedProxies)))))
+	}
+	if q := g.queues.Load(); q != nil {
+		q.set(dispatch, queued)
+		for _, rc := range queued {
+			qr := q.route(rc.Path)
+			mux.Handle(rc.Path, g.tracing.handler(qr.admit(queuedWraps[rc.Path](q.accept(rc, qr, cfg.TrustedProxies)))))
+		}
 	}
 	if !slices.ContainsFunc(cfg.Routes, func(rc config.Route) bool { return rc.Path == "/" }) {
 		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -330,6 +359,13 @@ func (g *Gateway) Close(ctx context.Context) error {
 			bound = dl.Sub(start).Round(time.Second)
 		}
 		g.logger.Warn("idemhook shutdown: deliveries still running after the bound; their audit entries may be lost", "bound", bound)
+	}
+	if q := g.queues.Load(); q != nil {
+		// Attempts in flight finish within what is left of the bound; those
+		// cut short are queued again, due at once, for the next start.
+		if err := q.close(ctx); err != nil {
+			g.logger.Warn("idemhook shutdown: queued attempts still running after the bound were cut short; they are sent again after the restart")
+		}
 	}
 	return g.res.close()
 }

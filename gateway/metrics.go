@@ -18,6 +18,7 @@ type metrics struct {
 	reg      *prometheus.Registry
 	hooks    *promhook.Metrics
 	upstream *prometheus.HistogramVec
+	queue    *queueMetrics
 }
 
 func newMetrics(version string) *metrics {
@@ -35,6 +36,7 @@ func newMetrics(version string) *metrics {
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"route"}),
 	}
+	m.queue = newQueueMetrics(reg)
 	m.reg.MustRegister(m.upstream,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

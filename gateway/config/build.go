@@ -29,6 +29,12 @@ func (c *checker) build(cfg *Config) {
 		if err := r.Validate(); err != nil {
 			c.routeError(&in, r, err)
 		}
+		if rc.Deliver == DeliverQueue {
+			if r.Preset != nil && r.Preset.DuplicateStatus != 0 && in.f.Accept.Status.Node == nil {
+				rc.Accept.Status = r.Preset.DuplicateStatus // what the provider counts as success
+			}
+			c.queueTTL(&in, rc)
+		}
 		if r.TTL == 0 {
 			r.TTL = r.Preset.DefaultTTL()
 		} else if r.Preset != nil && r.TTL < r.Preset.RetryWindow {

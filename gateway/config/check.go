@@ -48,6 +48,7 @@ func (c *checker) check(f *configFile) *Config {
 		Level:  c.oneOf(f.Log.Level, "log.level", "info", "debug", "info", "warn", "error"),
 	}
 	cfg.Routes = c.checkRoutes(f)
+	c.queueStore(cfg)
 	if n := section(f.root, "tls"); n != nil {
 		cfg.TLS = c.tls(&f.TLS, n)
 	}
@@ -592,6 +593,7 @@ func (c *checker) route(in *routeInputs) Route {
 		c.warnf(in.own("max_body"), field("max_body"), "%d bytes: each delivery buffers its whole body, so 10 concurrent deliveries of that size take %d MiB",
 			r.MaxBodyBytes, 10*r.MaxBodyBytes>>20)
 	}
+	c.delivery(in, &rc)
 	return rc
 }
 

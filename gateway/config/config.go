@@ -132,7 +132,20 @@ type Route struct {
 	SecretCount     int    // how many secrets the route accepts
 	ShareKeys       bool   // share_keys: other routes may have the same source
 	Field           string // "routes[i]": where the route is, for errors
+
+	// Deliver is DeliverProxy (the backend's answer goes back to the
+	// provider) or DeliverQueue (the event is kept durably, the provider is
+	// answered Accept, and the gateway delivers it with retries).
+	Deliver string
+	Accept  Accept // deliver: queue: the answer of an accepted event
+	Queue   Queue  // deliver: queue: how events are delivered
 }
+
+// Values of Route.Deliver.
+const (
+	DeliverProxy = "proxy"
+	DeliverQueue = "queue"
+)
 
 // Error is one problem of a configuration file, at a line and a field.
 type Error struct {
@@ -295,29 +308,49 @@ type (
 		Key  leaf `yaml:"key"`
 	}
 	routeFile struct {
-		Path            leaf `yaml:"path"`
-		Upstream        leaf `yaml:"upstream"`
-		Source          leaf `yaml:"source"`
-		TTL             leaf `yaml:"ttl"`
-		Header          leaf `yaml:"header"`
-		InFlight        leaf `yaml:"in_flight"`
-		WaitTimeout     leaf `yaml:"wait_timeout"`
-		OnStoreError    leaf `yaml:"on_store_error"`
-		Provider        leaf `yaml:"provider"`
-		SecretEnv       leaf `yaml:"secret_env"`
-		Secrets         leaf `yaml:"secrets"`
-		SecretFile      leaf `yaml:"secret_file"`
-		ProviderOptions leaf `yaml:"provider_options"`
-		Tolerance       leaf `yaml:"tolerance"`
-		MaxBody         leaf `yaml:"max_body"`
-		UpstreamTimeout leaf `yaml:"upstream_timeout"`
-		ReplayHeaders   leaf `yaml:"replay_headers"`
-		StoreStatuses   leaf `yaml:"store_statuses"`
-		RequireKey      leaf `yaml:"require_key"`
-		ShareKeys       leaf `yaml:"share_keys"`
-		Lease           leaf `yaml:"lease"`
-		MaxStoredBody   leaf `yaml:"max_stored_body"`
-		RetryAfter      leaf `yaml:"retry_after"`
+		Path            leaf       `yaml:"path"`
+		Upstream        leaf       `yaml:"upstream"`
+		Source          leaf       `yaml:"source"`
+		TTL             leaf       `yaml:"ttl"`
+		Header          leaf       `yaml:"header"`
+		InFlight        leaf       `yaml:"in_flight"`
+		WaitTimeout     leaf       `yaml:"wait_timeout"`
+		OnStoreError    leaf       `yaml:"on_store_error"`
+		Provider        leaf       `yaml:"provider"`
+		SecretEnv       leaf       `yaml:"secret_env"`
+		Secrets         leaf       `yaml:"secrets"`
+		SecretFile      leaf       `yaml:"secret_file"`
+		ProviderOptions leaf       `yaml:"provider_options"`
+		Tolerance       leaf       `yaml:"tolerance"`
+		MaxBody         leaf       `yaml:"max_body"`
+		UpstreamTimeout leaf       `yaml:"upstream_timeout"`
+		ReplayHeaders   leaf       `yaml:"replay_headers"`
+		StoreStatuses   leaf       `yaml:"store_statuses"`
+		RequireKey      leaf       `yaml:"require_key"`
+		ShareKeys       leaf       `yaml:"share_keys"`
+		Lease           leaf       `yaml:"lease"`
+		MaxStoredBody   leaf       `yaml:"max_stored_body"`
+		RetryAfter      leaf       `yaml:"retry_after"`
+		Deliver         leaf       `yaml:"deliver"`
+		Accept          acceptFile `yaml:"accept"`
+		Queue           queueFile  `yaml:"queue"`
+	}
+	acceptFile struct {
+		Status  leaf `yaml:"status"`
+		Body    leaf `yaml:"body"`
+		Headers leaf `yaml:"headers"`
+	}
+	queueFile struct {
+		Concurrency    leaf `yaml:"concurrency"`
+		Rate           leaf `yaml:"rate"`
+		AttemptTimeout leaf `yaml:"attempt_timeout"`
+		MaxAttempts    leaf `yaml:"max_attempts"`
+		MaxAge         leaf `yaml:"max_age"`
+		BackoffMin     leaf `yaml:"backoff_min"`
+		BackoffMax     leaf `yaml:"backoff_max"`
+		RetryStatuses  leaf `yaml:"retry_statuses"`
+		OrderBy        leaf `yaml:"order_by"`
+		MaxQueued      leaf `yaml:"max_queued"`
 	}
 )
 

@@ -42,6 +42,24 @@ func (c *Config) Validate() error {
 		} else {
 			sources[rc.Route.Source] = append(sources[rc.Route.Source], i)
 		}
+		switch rc.Deliver {
+		case "", DeliverProxy:
+		case DeliverQueue:
+			if c.Store.Driver == "redis" {
+				add(rc, i, "deliver", "deliver: queue is refused on the redis store (asynchronous replication can lose an accepted event): use sqlite or postgres")
+			}
+			if rc.Accept.Status < 200 || rc.Accept.Status > 299 {
+				add(rc, i, "accept.status", "%d: the accept answer must be a 2xx", rc.Accept.Status)
+			}
+			if rc.Queue.MaxAge <= 0 || rc.Queue.Concurrency <= 0 || rc.Queue.AttemptTimeout <= 0 || rc.Queue.MaxQueued <= 0 {
+				add(rc, i, "queue", "MaxAge, Concurrency, AttemptTimeout and MaxQueued must be positive (Parse sets their defaults)")
+			}
+			if rc.Route.TTL > 0 && rc.Route.TTL < rc.Queue.MaxAge {
+				add(rc, i, "ttl", "%s is shorter than queue.max_age %s: a re-send after the key expired would be delivered again", FormatDuration(rc.Route.TTL), FormatDuration(rc.Queue.MaxAge))
+			}
+		default:
+			add(rc, i, "deliver", "%q: want proxy or queue", rc.Deliver)
+		}
 		if err := rc.Route.Validate(); err != nil {
 			var re *idemhook.RouteError
 			name := "route"

@@ -1,0 +1,430 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/gateway/config"
+	"github.com/idemhook/idemhook/memstore"
+	"github.com/idemhook/idemhook/queue"
+	"github.com/idemhook/idemhook/sqlitestore"
+)
+
+// Headers the backend gets with every attempt of a queued event.
+const (
+	// HeaderIdempotencyKey is the event's store key, the same on every
+	// attempt: a backend that records it makes its effects once.
+	HeaderIdempotencyKey = "Idempotency-Key"
+	// HeaderAttempt is the attempt's number, 1 for the first; it never
+	// goes down, redrives included.
+	HeaderAttempt = "Idempotent-Attempt"
+	// HeaderEventID is the event's number in the queue, as the admin API
+	// and the console show it.
+	HeaderEventID = "Idempotent-Event-Id"
+)
+
+// statsInterval is how often the queue's counts are read for the
+// backpressure bound, the metrics and the console.
+const statsInterval = time.Second
+
+// queues runs the gateway's queued routes: the engine in the store, the
+// dispatcher that delivers, and each route's counts.
+type queues struct {
+	engine queue.Engine
+	disp   *queue.Dispatcher
+	logger *slog.Logger
+
+	mu     sync.Mutex
+	routes map[string]*queuedRoute // by path: the routes of the configuration in use
+
+	stop    chan struct{}
+	stopped chan struct{}
+}
+
+// queuedRoute is one queued route's state that outlives reloads.
+type queuedRoute struct {
+	path string
+	cfg  atomic.Pointer[config.Route]
+	// pending is the events not yet delivered: the last count read, plus
+	// the events accepted since. The backpressure bound reads it.
+	pending atomic.Int64
+	stats   atomic.Pointer[queue.Stats]
+	history history
+}
+
+// openEngine returns the queue of store.
+func openEngine(ctx context.Context, store idemhook.Store) (queue.Engine, error) {
+	switch s := store.(type) {
+	case *sqlitestore.Store:
+		return s.Queue(ctx)
+	case *memstore.Store:
+		return queue.NewMemory(s), nil
+	}
+	if q, ok := pgQueue(ctx, store); ok {
+		return q()
+	}
+	return nil, fmt.Errorf("deliver: queue needs the sqlite, postgres or memory store, not %T", store)
+}
+
+func newQueues(ctx context.Context, store idemhook.Store, logger *slog.Logger, observe func(queue.Observation)) (*queues, error) {
+	eng, err := openEngine(ctx, store)
+	if err != nil {
+		return nil, err
+	}
+	q := &queues{engine: eng, logger: logger, routes: map[string]*queuedRoute{}, stop: make(chan struct{}), stopped: make(chan struct{})}
+	q.disp = queue.NewDispatcher(eng, queue.Options{
+		Logger: logger,
+		Observe: func(o queue.Observation) {
+			if qr := q.route(o.Route); qr != nil {
+				qr.observe(o)
+			}
+			if observe != nil {
+				observe(o)
+			}
+		},
+	})
+	go q.refresh()
+	return q, nil
+}
+
+func (q *queues) route(path string) *queuedRoute {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.routes[path]
+}
+
+// list returns the queued routes in use, by path.
+func (q *queues) list() []*queuedRoute {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := make([]*queuedRoute, 0, len(q.routes))
+	for _, r := range q.routes {
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b *queuedRoute) int { return strings.Compare(a.path, b.path) })
+	return out
+}
+
+// set makes the queued routes of a configuration the ones in use, and gives
+// the dispatcher their delivery settings. A route that keeps its path keeps
+// its counts and history.
+func (q *queues) set(routes []queue.Route, cfgs []config.Route) {
+	q.mu.Lock()
+	next := map[string]*queuedRoute{}
+	for i := range cfgs {
+		rc := cfgs[i]
+		qr := q.routes[rc.Path]
+		if qr == nil {
+			qr = &queuedRoute{path: rc.Path}
+			qr.stats.Store(&queue.Stats{})
+		}
+		qr.cfg.Store(&rc)
+		next[rc.Path] = qr
+	}
+	q.routes = next
+	q.mu.Unlock()
+	q.disp.Set(routes)
+	q.readStats()
+}
+
+// refresh reads every queued route's counts each statsInterval.
+func (q *queues) refresh() {
+	defer close(q.stopped)
+	t := time.NewTicker(statsInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-q.stop:
+			return
+		case <-t.C:
+			q.readStats()
+		}
+	}
+}
+
+func (q *queues) readStats() {
+	for _, qr := range q.list() {
+		ctx, cancel := context.WithTimeout(context.Background(), statsInterval)
+		st, err := q.engine.Stats(ctx, qr.path)
+		cancel()
+		if err != nil {
+			q.logger.Warn("idemhook queue: could not read the route's counts", "route", qr.path, "err", err)
+			continue
+		}
+		qr.stats.Store(&st)
+		qr.pending.Store(st.Pending())
+	}
+}
+
+// close stops delivering. The attempts in flight finish until ctx ends;
+// those cut short then are queued again, due at once.
+func (q *queues) close(ctx context.Context) error {
+	close(q.stop)
+	<-q.stopped
+	return q.disp.Close(ctx)
+}
+
+func (qr *queuedRoute) observe(o queue.Observation) {
+	switch {
+	case o.Superseded || o.Cut:
+	case o.Verdict == queue.Delivered:
+		qr.history.add(time.Now(), func(m *minute) { m.Delivered++ })
+		qr.pending.Add(-1)
+	case o.Verdict == queue.Retry:
+		qr.history.add(time.Now(), func(m *minute) { m.Retried++ })
+	case o.Verdict == queue.Kill:
+		qr.history.add(time.Now(), func(m *minute) { m.Dead++ })
+		qr.pending.Add(-1)
+	}
+}
+
+// dispatchRoute is the dispatcher's view of a queued route: how its events
+// are sent, through rt, and which answers succeed or are retried.
+func dispatchRoute(rc config.Route, rt http.RoundTripper) queue.Route {
+	succeeded := func(status int) bool {
+		return status >= 200 && status < 300 || slices.Contains(rc.Route.StoreStatuses, status)
+	}
+	retried := func(status int) bool {
+		return queue.DefaultRetried(status) || slices.Contains(rc.Queue.RetryStatuses, status)
+	}
+	return queue.Route{
+		Name:           rc.Path,
+		Concurrency:    rc.Queue.Concurrency,
+		Rate:           rc.Queue.Rate,
+		AttemptTimeout: rc.Queue.AttemptTimeout,
+		MaxAttempts:    rc.Queue.MaxAttempts,
+		MaxAge:         rc.Queue.MaxAge,
+		BackoffMin:     rc.Queue.BackoffMin,
+		BackoffMax:     rc.Queue.BackoffMax,
+		Succeeded:      succeeded,
+		Retried:        retried,
+		Send:           sender(rc, rt),
+	}
+}
+
+// maxDrain bounds the answer bytes read past the kept head, so that the
+// connection can be used again without reading a huge answer whole.
+const maxDrain = 256 << 10
+
+// sender returns the function that sends one attempt of an event of route
+// rc to its upstream, as the proxy would have sent the request: the same
+// upstream URL, the headers as forwarded, plus Idempotency-Key, the
+// attempt's number and the event's id.
+func sender(rc config.Route, rt http.RoundTripper) func(ctx context.Context, ev *queue.Event) queue.Result {
+	prefix := ""
+	if strings.HasSuffix(rc.Path, "/") {
+		prefix = rc.Path
+	}
+	target := rc.Upstream
+	return func(ctx context.Context, ev *queue.Event) queue.Result {
+		in, err := url.ParseRequestURI(ev.Target)
+		if err != nil {
+			return queue.Result{Err: fmt.Errorf("the event's target %q: %w", ev.Target, err)}
+		}
+		out := *target
+		out.Path, out.RawPath = upstreamPath(target, prefix, in), upstreamRawPath(target, prefix, in)
+		out.RawQuery = joinQuery(target.RawQuery, in.RawQuery)
+		req, err := http.NewRequestWithContext(ctx, ev.Method, out.String(), bytes.NewReader(ev.Body))
+		if err != nil {
+			return queue.Result{Err: err}
+		}
+		req.Header = ev.Header.Clone()
+		req.Header.Set(HeaderIdempotencyKey, ev.Key)
+		req.Header.Set(HeaderAttempt, strconv.Itoa(ev.Attempt))
+		req.Header.Set(HeaderEventID, strconv.FormatInt(ev.ID, 10))
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			return queue.Result{Err: err}
+		}
+		defer resp.Body.Close()
+		head, _ := io.ReadAll(io.LimitReader(resp.Body, queue.MaxBodyHead))
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
+		return queue.Result{Status: resp.StatusCode, Header: resp.Header, BodyHead: head}
+	}
+}
+
+// admit answers 503 with Retry-After, before the claim, when the route's
+// queue holds max_queued events not yet delivered: the provider keeps the
+// event and sends it again, and nothing is claimed for it.
+func (qr *queuedRoute) admit(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := qr.cfg.Load()
+		if n := qr.pending.Load(); n >= int64(rc.Queue.MaxQueued) {
+			w.Header().Set("Retry-After", "60")
+			writeProblem(w, http.StatusServiceUnavailable, "queue full",
+				fmt.Sprintf("the route's queue holds %d events not yet delivered (max_queued %d): send the event again later", n, rc.Queue.MaxQueued))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// accept is the handler of a queued route, behind the middleware: it keeps
+// the event with the key's completion in one step of the store, and only
+// then lets the middleware answer the accept answer.
+func (q *queues) accept(rc config.Route, qr *queuedRoute, trusted []netip.Prefix) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d, claimed := idemhook.DeliveryFromContext(r.Context())
+		if !claimed {
+			// The key could not be claimed (the store failed with
+			// on_store_error: open, or the key could not be read): with no
+			// claim there is nothing to keep the event with.
+			w.Header().Set("Retry-After", "5")
+			writeProblem(w, http.StatusServiceUnavailable, "not accepted", "the event could not be claimed, so it is not queued: send it again")
+			return
+		}
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			writeProblem(w, http.StatusBadRequest, "body not read", "the body could not be read: "+err.Error())
+			return
+		}
+		ev := &queue.Event{
+			Route:      rc.Path,
+			Key:        d.StoreKey(),
+			OrderKey:   orderKey(rc.Queue.OrderBy, r.Header, body),
+			Method:     r.Method,
+			Target:     r.URL.RequestURI(),
+			Header:     forwardHeader(r, trusted),
+			Body:       body,
+			ReceivedAt: time.Now(),
+		}
+		err = d.CompleteWith(rc.Accept.Status, rc.Accept.Header, rc.Accept.Body, func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
+			return q.engine.Accept(r.Context(), queue.Completion{Key: key, Claim: claim, Done: done, TTL: ttl}, ev)
+		})
+		if err != nil {
+			q.logger.Warn("idemhook queue: the event could not be kept; the provider is answered 503 and sends it again", "route", rc.Path, "key", d.StoreKey(), "err", err)
+			w.Header().Set("Retry-After", "5")
+			writeProblem(w, http.StatusServiceUnavailable, "not accepted", "the event could not be kept: send it again")
+			return
+		}
+		qr.pending.Add(1)
+		qr.history.add(ev.ReceivedAt, func(m *minute) { m.Accepted++ })
+		q.disp.Wake(rc.Path)
+	})
+}
+
+// hopHeaders are the headers of one connection (RFC 9110 section 7.6.1), not
+// forwarded.
+var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// forwardHeader returns the headers of r as the proxy forwards them: without
+// the hop-by-hop ones, with X-Forwarded-For, -Host and -Proto set by the
+// same rules (trusted_proxies).
+func forwardHeader(r *http.Request, trusted []netip.Prefix) http.Header {
+	h := r.Header.Clone()
+	for _, f := range h["Connection"] {
+		for _, name := range strings.Split(f, ",") {
+			h.Del(strings.TrimSpace(name))
+		}
+	}
+	for _, name := range hopHeaders {
+		h.Del(name)
+	}
+	h.Del("X-Forwarded-For")
+	h.Del("X-Forwarded-Host")
+	h.Del("X-Forwarded-Proto")
+	h.Del("Forwarded")
+	setForwarded(&httputil.ProxyRequest{In: r, Out: &http.Request{Header: h}}, trusted)
+	return h
+}
+
+// orderKey returns the value order_by names in the request: a header, or a
+// field of the body's JSON object (a dotted path). "" (unordered) when
+// order_by is not set or the value is absent.
+func orderKey(orderBy string, h http.Header, body []byte) string {
+	kind, name, _ := strings.Cut(orderBy, ":")
+	switch kind {
+	case "header":
+		return h.Get(name)
+	case "json":
+		var v any
+		if json.Unmarshal(body, &v) != nil {
+			return ""
+		}
+		for _, part := range strings.Split(name, ".") {
+			m, ok := v.(map[string]any)
+			if !ok {
+				return ""
+			}
+			v = m[part]
+		}
+		switch x := v.(type) {
+		case nil:
+			return ""
+		case string:
+			return x
+		default:
+			b, _ := json.Marshal(x)
+			return string(b)
+		}
+	}
+	return ""
+}
+
+// errNoQueue is the error of an admin call on a gateway with no queued route.
+var errNoQueue = errors.New("no route of this gateway has deliver: queue")
+
+// history counts a route's events per minute over the last historyMinutes,
+// in memory: the console's chart.
+type history struct {
+	mu      sync.Mutex
+	minutes [historyMinutes]minute
+}
+
+// historyMinutes is how far back the chart goes: 6 hours.
+const historyMinutes = 360
+
+// minute is one minute of a route's history.
+type minute struct {
+	Start     int64 `json:"start"` // Unix seconds of the minute's start
+	Accepted  int64 `json:"accepted"`
+	Delivered int64 `json:"delivered"`
+	Retried   int64 `json:"retried"`
+	Dead      int64 `json:"dead"`
+}
+
+func (h *history) add(t time.Time, f func(*minute)) {
+	start := t.Unix() / 60 * 60
+	h.mu.Lock()
+	m := &h.minutes[(start/60)%historyMinutes]
+	if m.Start != start {
+		*m = minute{Start: start}
+	}
+	f(m)
+	h.mu.Unlock()
+}
+
+// last returns the minutes up to now, oldest first, with the minutes
+// nothing happened in as zeros.
+func (h *history) last(now time.Time, n int) []minute {
+	n = min(n, historyMinutes)
+	end := now.Unix() / 60 * 60
+	out := make([]minute, n)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i := range out {
+		start := end - int64(n-1-i)*60
+		m := h.minutes[(start/60)%historyMinutes]
+		if m.Start != start {
+			m = minute{Start: start}
+		}
+		out[i] = m
+	}
+	return out
+}

@@ -1,0 +1,122 @@
+package gateway
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/idemhook/idemhook/queue"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// queueMetrics are the metrics of the queued routes: attempts by result and
+// dead events as counters, and, read from the queue's counts at scrape
+// time, its depth by state and the oldest event's age.
+type queueMetrics struct {
+	attempts *prometheus.CounterVec
+	dead     *prometheus.CounterVec
+}
+
+func newQueueMetrics(reg *prometheus.Registry) *queueMetrics {
+	qm := &queueMetrics{
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemhook_queue_attempts_total",
+			Help: "Delivery attempts of queued events, by route and result: delivered, retried, dead, superseded (the attempt outlived its lease) or cut (by a shutdown).",
+		}, []string{"route", "result", "status"}),
+		dead: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemhook_queue_dead_total",
+			Help: "Queued events that became dead (attempts or maximum age ran out, or the backend refused them for good), by route.",
+		}, []string{"route"}),
+	}
+	reg.MustRegister(qm.attempts, qm.dead)
+	return qm
+}
+
+// onAttempt counts one attempt.
+func (m *metrics) onAttempt(o queue.Observation) {
+	result := "retried"
+	switch {
+	case o.Superseded:
+		result = "superseded"
+	case o.Cut:
+		result = "cut"
+	case o.Verdict == queue.Delivered:
+		result = "delivered"
+	case o.Verdict == queue.Kill:
+		result = "dead"
+	}
+	status := "none"
+	switch {
+	case o.Result.Status != 0:
+		status = strconv.Itoa(o.Result.Status)
+	case isTimeout(o.Result.Err):
+		status = "timeout"
+	case o.Result.Err != nil:
+		status = "error"
+	}
+	m.queue.attempts.WithLabelValues(o.Route, result, status).Inc()
+	if result == "dead" {
+		m.queue.dead.WithLabelValues(o.Route).Inc()
+	}
+}
+
+// queueCollector reports the queued routes' counts as the last read found
+// them (every statsInterval).
+type queueCollector struct {
+	q     func() *queues
+	depth *prometheus.Desc
+	age   *prometheus.Desc
+	next  *prometheus.Desc
+	pause *prometheus.Desc
+	open  *prometheus.Desc
+}
+
+func newQueueCollector(q func() *queues) *queueCollector {
+	return &queueCollector{
+		q:     q,
+		depth: prometheus.NewDesc("idemhook_queue_events", "Events in a queued route's queue, by state: queued (waiting for their first attempt), retrying, running, dead.", []string{"route", "state"}, nil),
+		age:   prometheus.NewDesc("idemhook_queue_oldest_age_seconds", "Age of the oldest event of a queued route that is not yet delivered nor dead; 0 when none.", []string{"route"}, nil),
+		next:  prometheus.NewDesc("idemhook_queue_next_attempt_seconds", "Seconds until the earliest queued event of a route is due (negative: overdue); absent when none is queued.", []string{"route"}, nil),
+		pause: prometheus.NewDesc("idemhook_queue_paused", "1 while a queued route's deliveries are paused.", []string{"route"}, nil),
+		open:  prometheus.NewDesc("idemhook_queue_backend_down", "1 while a queued route's backend is taken for down (its breaker is open: one probe a second, no attempts spent).", []string{"route"}, nil),
+	}
+}
+
+func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.depth, c.age, c.next, c.pause, c.open} {
+		ch <- d
+	}
+}
+
+func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	q := c.q()
+	if q == nil {
+		return
+	}
+	now := time.Now()
+	for _, qr := range q.list() {
+		st := qr.stats.Load()
+		for _, s := range []struct {
+			state string
+			n     int64
+		}{{"queued", st.Queued}, {"retrying", st.Retrying}, {"running", st.Running}, {"dead", st.Dead}} {
+			ch <- prometheus.MustNewConstMetric(c.depth, prometheus.GaugeValue, float64(s.n), qr.path, s.state)
+		}
+		age := 0.0
+		if !st.Oldest.IsZero() {
+			age = now.Sub(st.Oldest).Seconds()
+		}
+		ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, age, qr.path)
+		if !st.NextAt.IsZero() {
+			ch <- prometheus.MustNewConstMetric(c.next, prometheus.GaugeValue, st.NextAt.Sub(now).Seconds(), qr.path)
+		}
+		ch <- prometheus.MustNewConstMetric(c.pause, prometheus.GaugeValue, b2f(st.Paused), qr.path)
+		ch <- prometheus.MustNewConstMetric(c.open, prometheus.GaugeValue, b2f(q.disp.BreakerOpen(qr.path)), qr.path)
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

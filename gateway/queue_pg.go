@@ -1,0 +1,13 @@
+package gateway
+
+import (
+	"context"
+
+	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/queue"
+)
+
+// pgQueue returns the opener of a PostgreSQL store's queue, when store is one.
+func pgQueue(ctx context.Context, store idemhook.Store) (func() (queue.Engine, error), bool) {
+	return nil, false
+}

@@ -1,0 +1,270 @@
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemhook/idemhook/gateway"
+	"github.com/idemhook/idemhook/gateway/config"
+	"github.com/idemhook/idemhook/internal/gatewaytest"
+)
+
+// startGateway serves a gateway built from the configuration text and
+// returns its URL; the gateway is closed when the test ends unless the
+// test closes it first through the returned function.
+func startGateway(t *testing.T, text string) (string, *gateway.Gateway, func()) {
+	t.Helper()
+	cfg, err := config.Parse("idemhook.yaml", []byte(text), gatewaytest.EnvOf())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := gateway.New(t.Context(), cfg, gateway.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(g.Handler())
+	srv.Config.BaseContext = func(net.Listener) context.Context { return g.Context() }
+	srv.Start()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			srv.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := g.Close(ctx); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return srv.URL, g, stop
+}
+
+// backend counts the successful deliveries of each Idempotency-Key and
+// fails every attempt while down.
+type backend struct {
+	up        *gatewaytest.Upstream
+	down      atomic.Bool
+	mu        sync.Mutex
+	delivered map[string]int      // successful deliveries per key
+	order     map[string][]string // group -> bodies delivered, in order
+	attempts  map[string][]int    // key -> attempt numbers seen
+}
+
+func newBackend(t *testing.T) *backend {
+	b := &backend{up: gatewaytest.NewUpstream(t), delivered: map[string]int{}, order: map[string][]string{}, attempts: map[string][]int{}}
+	b.up.Handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+		key := r.Header.Get(gateway.HeaderIdempotencyKey)
+		attempt, _ := strconv.Atoi(r.Header.Get(gateway.HeaderAttempt))
+		b.mu.Lock()
+		b.attempts[key] = append(b.attempts[key], attempt)
+		b.mu.Unlock()
+		if b.down.Load() {
+			http.Error(w, "deploy gone wrong", http.StatusServiceUnavailable)
+			return
+		}
+		body := b.up.Received()[n-1].Body // Upstream read it
+		b.mu.Lock()
+		b.delivered[key]++
+		if g := r.Header.Get("X-Group"); g != "" {
+			b.order[g] = append(b.order[g], string(body))
+		}
+		b.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}
+	return b
+}
+
+func (b *backend) count() (keys, deliveries int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, n := range b.delivered {
+		keys++
+		deliveries += n
+	}
+	return keys, deliveries
+}
+
+func queueConfig(dir, upstream string, queue string) string {
+	return fmt.Sprintf(`listen: 127.0.0.1:0
+store: {driver: sqlite, path: %q}
+admin: {listen: off}
+audit: {sink: none}
+routes:
+  - path: /webhooks/test
+    upstream: %s/hook
+    source: test
+    header: x-event-id
+    deliver: queue
+    queue: {%s}
+`, filepath.Join(dir, "idemhook.db"), upstream, queue)
+}
+
+// The backend is down while events arrive: each is answered 202 at once,
+// a re-delivery is replayed the same answer and queued no second time, and
+// once the backend is back every event reaches it exactly once, in order
+// within its group, with its Idempotency-Key on every attempt.
+func TestQueueDeliversOnceAfterAnOutage(t *testing.T) {
+	b := newBackend(t)
+	b.down.Store(true)
+	url, _, _ := startGateway(t, queueConfig(t.TempDir(), b.up.Srv.URL, `backoff_min: 20ms, backoff_max: 200ms, order_by: "header:X-Group"`))
+
+	const events = 60
+	for i := range events {
+		r := gatewaytest.Post(t, url+"/webhooks/test", fmt.Sprintf(`{"n":%d}`, i), "X-Event-Id", fmt.Sprint("evt-", i), "X-Group", fmt.Sprint("g", i%3))
+		if r.Status != http.StatusAccepted || r.Body != config.DefaultAcceptBody || r.Header.Get("Idempotent-Replayed") != "" {
+			t.Fatalf("event %d: %d %q %v; want 202 with the accept body", i, r.Status, r.Body, r.Header)
+		}
+	}
+	for i := range 10 { // the provider's retries
+		r := gatewaytest.Post(t, url+"/webhooks/test", fmt.Sprintf(`{"n":%d}`, i), "X-Event-Id", fmt.Sprint("evt-", i), "X-Group", fmt.Sprint("g", i%3))
+		if r.Status != http.StatusAccepted || r.Body != config.DefaultAcceptBody || r.Header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("re-delivery %d: %d %q %v; want the accept answer replayed", i, r.Status, r.Body, r.Header)
+		}
+	}
+	gatewaytest.Eventually(t, "attempts while the backend is down", func() bool { return b.up.Calls.Load() >= 3 })
+	b.down.Store(false)
+	gatewaytest.Eventually(t, "every event delivered", func() bool { k, _ := b.count(); return k == events })
+	time.Sleep(500 * time.Millisecond) // a second delivery would come now
+	keys, deliveries := b.count()
+	if keys != events || deliveries != events {
+		t.Fatalf("%d keys in %d deliveries; want %d once each", keys, deliveries, events)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for key, attempts := range b.attempts {
+		if !strings.HasPrefix(key, "idem:test:evt-") {
+			t.Fatalf("Idempotency-Key %q; want the event's store key", key)
+		}
+		for i := 1; i < len(attempts); i++ {
+			if attempts[i] != attempts[i-1]+1 {
+				t.Fatalf("%s: attempts %v; want 1, 2, 3...", key, attempts)
+			}
+		}
+	}
+	for g, bodies := range b.order {
+		last := -1
+		for _, body := range bodies {
+			var n int
+			fmt.Sscanf(body, `{"n":%d}`, &n)
+			if n <= last {
+				t.Fatalf("group %s delivered out of order: %v", g, bodies)
+			}
+			last = n
+		}
+	}
+}
+
+// A full queue answers 503 with Retry-After before the claim, so the
+// provider keeps the event; once there is room the retry is accepted.
+func TestQueueFullAnswers503(t *testing.T) {
+	b := newBackend(t)
+	b.down.Store(true)
+	url, _, _ := startGateway(t, queueConfig(t.TempDir(), b.up.Srv.URL, `max_queued: 3, backoff_min: 20ms, backoff_max: 50ms`))
+	for i := range 3 {
+		if r := gatewaytest.Post(t, url+"/webhooks/test", "{}", "X-Event-Id", fmt.Sprint("e", i)); r.Status != http.StatusAccepted {
+			t.Fatalf("event %d: %d", i, r.Status)
+		}
+	}
+	r := gatewaytest.Post(t, url+"/webhooks/test", "{}", "X-Event-Id", "e3")
+	if r.Status != http.StatusServiceUnavailable || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("over max_queued: %d %v; want 503 with Retry-After", r.Status, r.Header)
+	}
+	b.down.Store(false)
+	gatewaytest.Eventually(t, "the queue drained", func() bool { k, _ := b.count(); return k == 3 })
+	gatewaytest.Eventually(t, "room again", func() bool {
+		return gatewaytest.Post(t, url+"/webhooks/test", "{}", "X-Event-Id", "e3").Status == http.StatusAccepted
+	})
+	gatewaytest.Eventually(t, "the refused event delivered", func() bool { k, _ := b.count(); return k == 4 })
+	if _, n := b.count(); n != 4 {
+		t.Fatalf("%d deliveries; want 4", n)
+	}
+}
+
+// Events still queued when the gateway stops are delivered by the next one
+// on the same file.
+func TestQueueSurvivesARestart(t *testing.T) {
+	dir := t.TempDir()
+	b := newBackend(t)
+	b.down.Store(true)
+	settings := `backoff_min: 50ms, backoff_max: 100ms`
+	url, _, stop := startGateway(t, queueConfig(dir, b.up.Srv.URL, settings))
+	for i := range 5 {
+		if r := gatewaytest.Post(t, url+"/webhooks/test", "{}", "X-Event-Id", fmt.Sprint("e", i)); r.Status != http.StatusAccepted {
+			t.Fatalf("event %d: %d", i, r.Status)
+		}
+	}
+	gatewaytest.Eventually(t, "first attempts", func() bool { return b.up.Calls.Load() >= 5 })
+	stop()
+	b.down.Store(false)
+	startGateway(t, queueConfig(dir, b.up.Srv.URL, settings))
+	gatewaytest.Eventually(t, "delivered after the restart", func() bool { k, _ := b.count(); return k == 5 })
+	time.Sleep(300 * time.Millisecond)
+	if _, n := b.count(); n != 5 {
+		t.Fatalf("%d deliveries; want 5", n)
+	}
+}
+
+// An attempt still running when the shutdown bound ends is cut short and
+// queued again, due at once: the next gateway sends it with the same
+// Idempotency-Key and the next attempt number.
+func TestQueueShutdownCutsAndRequeues(t *testing.T) {
+	dir := t.TempDir()
+	b := newBackend(t)
+	release := make(chan struct{})
+	var hold atomic.Bool
+	hold.Store(true)
+	inner := b.up.Handle
+	b.up.Handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+		if hold.Load() {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		inner(w, r, n)
+	}
+	defer close(release)
+	cfg, err := config.Parse("idemhook.yaml", []byte(queueConfig(dir, b.up.Srv.URL, `attempt_timeout: 1m`)), gatewaytest.EnvOf())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := gateway.New(t.Context(), cfg, gateway.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(g.Handler())
+	if r := gatewaytest.Post(t, srv.URL+"/webhooks/test", "{}", "X-Event-Id", "slow"); r.Status != http.StatusAccepted {
+		t.Fatalf("accept: %d", r.Status)
+	}
+	gatewaytest.Eventually(t, "the first attempt running", func() bool { return b.up.Calls.Load() == 1 })
+	srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	g.Close(ctx) //nolint:errcheck // the bound passes on purpose
+
+	hold.Store(false)
+	startGateway(t, queueConfig(dir, b.up.Srv.URL, `attempt_timeout: 1m`))
+	gatewaytest.Eventually(t, "delivered after the restart", func() bool { k, _ := b.count(); return k == 1 })
+	var got []string
+	for _, r := range b.up.Received() {
+		if r.Header.Get(gateway.HeaderIdempotencyKey) != "idem:test:slow" {
+			t.Fatalf("a request with Idempotency-Key %q", r.Header.Get(gateway.HeaderIdempotencyKey))
+		}
+		got = append(got, r.Header.Get(gateway.HeaderAttempt))
+	}
+	if strings.Join(got, ",") != "1,2" {
+		t.Fatalf("attempts %v; want 1 (cut short) then 2", got)
+	}
+}
