@@ -384,6 +384,15 @@ type Preset struct {
 	// with this preset keeps its answers for [Preset.DefaultTTL] unless it
 	// sets a TTL. Default: 0, unknown (the route's TTL defaults to 24h).
 	RetryWindow time.Duration
+
+	// ResponseTimeout is how long the provider waits for the answer to a
+	// delivery before it counts the attempt as failed (and retries it, or
+	// gives up). Where attempts wait for different times, it is the shortest.
+	// The gateway warns when a route's respond_within budget is not below
+	// it, since an answer sent after the provider stopped waiting is lost
+	// and the event comes again; it is also the budget the gateway
+	// suggests. Default: 0, not documented by the provider.
+	ResponseTimeout time.Duration
 }
 
 // retryMargin is added to a preset's RetryWindow to make a route's default

@@ -42,9 +42,10 @@ func Evolution(cfg Config) (*idemhook.Preset, error) {
 		header = h
 	}
 	return &idemhook.Preset{
-		Name:        "evolution",
-		RetryWindow: evolutionRetryWindow,
-		Verify:      s.verifyToken(header, strings.EqualFold(header, "authorization")),
+		Name:            "evolution",
+		RetryWindow:     evolutionRetryWindow,
+		ResponseTimeout: evolutionResponseTimeout,
+		Verify:          s.verifyToken(header, strings.EqualFold(header, "authorization")),
 		Key: func(r *http.Request, body []byte) (string, error) {
 			return evolutionKey(body), nil
 		},

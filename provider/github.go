@@ -33,9 +33,10 @@ func GitHub(cfg Config) (*idemhook.Preset, error) {
 		return nil, err
 	}
 	return &idemhook.Preset{
-		Name:        "github",
-		RetryWindow: githubRetryWindow,
-		Verify:      s.verifyHubSignature,
+		Name:            "github",
+		RetryWindow:     githubRetryWindow,
+		ResponseTimeout: githubResponseTimeout,
+		Verify:          s.verifyHubSignature,
 		Key: func(r *http.Request, body []byte) (string, error) {
 			delivery := strings.TrimSpace(r.Header.Get("X-GitHub-Delivery"))
 			if delivery == "" {

@@ -28,8 +28,9 @@ func IFood(cfg Config) (*idemhook.Preset, error) {
 	}
 	keys := s.secretBytes()
 	return &idemhook.Preset{
-		Name:        "ifood",
-		RetryWindow: ifoodRetryWindow,
+		Name:            "ifood",
+		RetryWindow:     ifoodRetryWindow,
+		ResponseTimeout: ifoodResponseTimeout,
 		Verify: func(r *http.Request, body []byte) error {
 			sig, err := parseHexMAC(r.Header.Get(IFoodSignatureHeader), "")
 			if err != nil {

@@ -56,8 +56,9 @@ func MercadoPago(cfg Config) (*idemhook.Preset, error) {
 	checkAge := cfg.Tolerance > 0
 	keys := s.secretBytes()
 	return &idemhook.Preset{
-		Name:        "mercadopago",
-		RetryWindow: mercadoPagoRetryWindow,
+		Name:            "mercadopago",
+		RetryWindow:     mercadoPagoRetryWindow,
+		ResponseTimeout: mercadoPagoResponseTimeout,
 		Verify: func(r *http.Request, body []byte) error {
 			ts, sigs, err := mercadoPagoSignature.parse(r.Header.Get(MercadoPagoSignatureHeader))
 			if err != nil {

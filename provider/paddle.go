@@ -40,8 +40,9 @@ func Paddle(cfg Config) (*idemhook.Preset, error) {
 	}
 	keys := s.secretBytes()
 	return &idemhook.Preset{
-		Name:        "paddle",
-		RetryWindow: paddleRetryWindow,
+		Name:            "paddle",
+		RetryWindow:     paddleRetryWindow,
+		ResponseTimeout: paddleResponseTimeout,
 		Verify: func(r *http.Request, body []byte) error {
 			return s.verifyBodyHMAC(paddleSignature, keys, ":", r, body)
 		},

@@ -94,6 +94,35 @@ const (
 	whatsAppRetryWindow = 7 * day
 )
 
+// Response timeouts: how long each provider waits for the answer to an
+// attempt before it counts the attempt as failed, from its documentation
+// (docs/providers.md has the table with the sources). Where the attempts of
+// one event wait for different times, the shortest is taken, since a route's
+// respond_within budget must fit every attempt. Stripe, Stone, Asaas and
+// WhatsApp Cloud document none, so their presets leave ResponseTimeout 0.
+const (
+	// The WEBHOOK_REQUEST_TIMEOUT_MS default of Evolution's own code;
+	// a deployment can set another.
+	evolutionResponseTimeout = 30 * time.Second
+	// github.com and GitHub Enterprise Cloud; GitHub Enterprise Server
+	// waits 30 s.
+	githubResponseTimeout = 10 * time.Second
+	// iFood stops waiting after 5 s and advises answering 202 within 2 s.
+	ifoodResponseTimeout = 5 * time.Second
+	// The first notification waits 22 s, every retry only 5 s.
+	mercadoPagoResponseTimeout = 5 * time.Second
+	// 200 within five seconds.
+	paddleResponseTimeout = 5 * time.Second
+	// 1 s to connect, 5 s in all.
+	shopifyResponseTimeout = 5 * time.Second
+	// Slack sends its http_timeout retry after 3 s, whether or not the
+	// first attempt is still running.
+	slackResponseTimeout = 3 * time.Second
+	// Svix times out at 15 s; the specification recommends 15 to 30 s,
+	// so a sender that follows it waits at least 15 s.
+	standardWebhooksResponseTimeout = 15 * time.Second
+)
+
 // defaultTolerance is the timestamp tolerance of every provider that signs a
 // timestamp, unless Config.Tolerance says otherwise.
 const defaultTolerance = 5 * time.Minute

@@ -383,22 +383,7 @@ func TestPresetDefaultTTLCoversTheRetryWindow(t *testing.T) {
 // The retention table of docs/providers.md is the presets' own: each row's
 // retry window and default TTL equal the preset's.
 func TestRetentionTableMatchesThePresets(t *testing.T) {
-	doc, err := os.ReadFile("../docs/providers.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows := map[string][2]string{}
-	for line := range strings.SplitSeq(string(doc), "\n") {
-		cells := strings.Split(line, "|")
-		if len(cells) < 5 || !strings.HasPrefix(strings.TrimSpace(cells[1]), "`") {
-			continue
-		}
-		name := strings.Trim(strings.TrimSpace(cells[1]), "`")
-		window, ttl := strings.TrimSpace(cells[2]), strings.TrimSpace(cells[3])
-		if _, err := parseDays(window); err == nil {
-			rows[name] = [2]string{window, ttl}
-		}
-	}
+	rows := presetRows(t, docTable(t, "Retention: each preset covers its provider's retry window"))
 	for _, f := range fixtures(t) {
 		p, err := provider.New(f.name, f.cfg)
 		if err != nil {
@@ -409,16 +394,127 @@ func TestRetentionTableMatchesThePresets(t *testing.T) {
 			t.Errorf("docs/providers.md: no retention row for %s", f.name)
 			continue
 		}
-		if w, _ := parseDays(row[0]); w != p.RetryWindow {
-			t.Errorf("%s: docs say retry window %s, the preset has %v", f.name, row[0], p.RetryWindow)
+		if len(row) < 3 {
+			t.Errorf("%s: retention row %q has %d cells, want preset, retry window, default TTL, source", f.name, row, len(row))
+			continue
 		}
-		if d, err := parseDays(row[1]); err != nil || d != p.DefaultTTL() {
-			t.Errorf("%s: docs say default TTL %s, the preset has %v", f.name, row[1], p.DefaultTTL())
+		if w, err := parseDays(row[1]); err != nil || w != p.RetryWindow {
+			t.Errorf("%s: docs say retry window %s, the preset has %v", f.name, row[1], p.RetryWindow)
+		}
+		if d, err := parseDays(row[2]); err != nil || d != p.DefaultTTL() {
+			t.Errorf("%s: docs say default TTL %s, the preset has %v", f.name, row[2], p.DefaultTTL())
 		}
 	}
 	if len(rows) != len(provider.Names()) {
 		t.Errorf("docs/providers.md has %d retention rows, want one per preset (%d)", len(rows), len(provider.Names()))
 	}
+}
+
+// The response-timeout table of docs/providers.md is the presets' own: each
+// preset's row gives its Preset.ResponseTimeout ("not documented" for 0),
+// and a row for a provider without a preset says so.
+func TestResponseTimeoutTableMatchesThePresets(t *testing.T) {
+	table := docTable(t, "Response timeouts and what providers do after failures")
+	for _, row := range table {
+		if !strings.HasPrefix(row[0], "`") && !strings.Contains(row[0], "no preset") {
+			t.Errorf("docs/providers.md: row %q names neither a preset (in backquotes) nor a provider marked \"no preset\"", row[0])
+		}
+	}
+	rows := presetRows(t, table)
+	for _, f := range fixtures(t) {
+		p, err := provider.New(f.name, f.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		row, ok := rows[f.name]
+		if !ok {
+			t.Errorf("docs/providers.md: no response-timeout row for %s", f.name)
+			continue
+		}
+		got, err := parseTimeout(row[1])
+		if err != nil {
+			t.Errorf("%s: response timeout %q: %v", f.name, row[1], err)
+			continue
+		}
+		if got != p.ResponseTimeout {
+			t.Errorf("%s: docs say response timeout %q, the preset has %v", f.name, row[1], p.ResponseTimeout)
+		}
+	}
+	if len(rows) != len(provider.Names()) {
+		t.Errorf("docs/providers.md has %d response-timeout rows for presets, want one per preset (%d)", len(rows), len(provider.Names()))
+	}
+}
+
+// docTable returns the rows of the first table under the "## <heading>"
+// section of docs/providers.md (up to the next "## "), each row's cells
+// trimmed, without the header and the separator row.
+func docTable(t *testing.T, heading string) [][]string {
+	t.Helper()
+	doc, err := os.ReadFile("../docs/providers.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "\n## "+heading+"\n")
+	if !ok {
+		t.Fatalf("docs/providers.md: no section %q", "## "+heading)
+	}
+	if i := strings.Index(section, "\n## "); i >= 0 {
+		section = section[:i]
+	}
+	var rows [][]string
+	inTable := false
+	for line := range strings.SplitSeq(section, "\n") {
+		if !strings.HasPrefix(line, "|") {
+			if inTable {
+				break
+			}
+			continue
+		}
+		inTable = true
+		cells := strings.Split(strings.Trim(strings.TrimSpace(line), "|"), "|")
+		for i := range cells {
+			cells[i] = strings.TrimSpace(cells[i])
+		}
+		rows = append(rows, cells)
+	}
+	if len(rows) < 3 {
+		t.Fatalf("docs/providers.md, section %q: no table with rows", heading)
+	}
+	return rows[2:]
+}
+
+// presetRows indexes the rows whose first cell is a preset name in
+// backquotes by that name. A name given twice is an error.
+func presetRows(t *testing.T, rows [][]string) map[string][]string {
+	t.Helper()
+	byName := map[string][]string{}
+	for _, row := range rows {
+		if !strings.HasPrefix(row[0], "`") {
+			continue
+		}
+		name := strings.Trim(row[0], "`")
+		if _, dup := byName[name]; dup {
+			t.Errorf("docs/providers.md: two rows for %s in one table", name)
+		}
+		byName[name] = row
+	}
+	return byName
+}
+
+// parseTimeout parses the response-timeout column: a Go duration ("5s") or
+// "not documented" (0).
+func parseTimeout(s string) (time.Duration, error) {
+	if s == "not documented" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("want a duration such as 5s, or \"not documented\"")
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("want a positive duration, or \"not documented\"")
+	}
+	return d, nil
 }
 
 // parseDays parses the table's durations: "3d4h", "15m", "14d".

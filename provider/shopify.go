@@ -31,8 +31,9 @@ func Shopify(cfg Config) (*idemhook.Preset, error) {
 	}
 	keys := s.secretBytes()
 	return &idemhook.Preset{
-		Name:        "shopify",
-		RetryWindow: shopifyRetryWindow,
+		Name:            "shopify",
+		RetryWindow:     shopifyRetryWindow,
+		ResponseTimeout: shopifyResponseTimeout,
 		Verify: func(r *http.Request, body []byte) error {
 			sig, err := parseShopifySignature(r.Header.Get(ShopifySignatureHeader))
 			if err != nil {

@@ -37,8 +37,9 @@ func Slack(cfg Config) (*idemhook.Preset, error) {
 	}
 	keys := s.secretBytes()
 	return &idemhook.Preset{
-		Name:        "slack",
-		RetryWindow: slackRetryWindow,
+		Name:            "slack",
+		RetryWindow:     slackRetryWindow,
+		ResponseTimeout: slackResponseTimeout,
 		Verify: func(r *http.Request, body []byte) error {
 			ts := r.Header.Get(SlackTimestampHeader)
 			if ts == "" {

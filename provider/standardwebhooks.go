@@ -68,8 +68,9 @@ func standardWebhooks(cfg Config, name string, headerSets ...string) (*idemhook.
 		return sets[0]
 	}
 	return &idemhook.Preset{
-		Name:        name,
-		RetryWindow: standardWebhooksRetryWindow,
+		Name:            name,
+		RetryWindow:     standardWebhooksRetryWindow,
+		ResponseTimeout: standardWebhooksResponseTimeout,
 		Verify: func(r *http.Request, body []byte) error {
 			h := pick(r)
 			id := r.Header.Get(h.id)
