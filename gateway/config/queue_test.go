@@ -1,0 +1,109 @@
+package config
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// queued is a queued route on the given store, with extra route lines.
+func queued(store, extra string) string {
+	stores := map[string]string{"sqlite": "driver: sqlite, path: /tmp/x.db", "redis": "driver: redis, url: redis://127.0.0.1:6379/0", "memory": "driver: memory"}
+	return "store: {" + stores[store] + "}\n" + `routes:
+  - path: /hooks/shop
+    upstream: http://127.0.0.1:3000/hook
+    source: shop
+    deliver: queue
+` + extra
+}
+
+func TestQueueDefaults(t *testing.T) {
+	cfg, err := Parse("idemhook.yaml", []byte(queued("sqlite", "")), envOf())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := cfg.Routes[0]
+	if r.Deliver != DeliverQueue || r.Accept.Status != http.StatusAccepted || string(r.Accept.Body) != DefaultAcceptBody ||
+		r.Accept.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("accept = %+v; want the default 202 JSON answer", r.Accept)
+	}
+	q := r.Queue
+	if q.Concurrency != DefaultQueueConcurrency || q.MaxAge != DefaultQueueMaxAge || q.AttemptTimeout != r.UpstreamTimeout ||
+		q.BackoffMin != time.Second || q.BackoffMax != 10*time.Minute || q.MaxQueued != DefaultQueueMaxQueued || q.MaxAttempts != 0 {
+		t.Fatalf("queue = %+v; want the defaults", q)
+	}
+	// The key outlives the event: max_age plus a day, in whole days.
+	if r.Route.TTL != 4*24*time.Hour {
+		t.Fatalf("ttl = %s; want 96h (72h max_age plus a day)", r.Route.TTL)
+	}
+}
+
+func TestQueuePresetAcceptStatus(t *testing.T) {
+	cfg, err := Parse("idemhook.yaml", []byte(`store: {driver: sqlite, path: /tmp/x.db}
+routes:
+  - path: /hooks/asaas
+    upstream: http://127.0.0.1:3000/hook
+    source: asaas
+    provider: asaas
+    secrets: [tok]
+    deliver: queue
+    accept: {headers: {X-Accepted-By: idemhook}}
+`), envOf())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := cfg.Routes[0]
+	if r.Accept.Status != http.StatusOK {
+		t.Fatalf("accept status %d; want Asaas's 200", r.Accept.Status)
+	}
+	if r.Accept.Header.Get("X-Accepted-By") != "idemhook" || !strings.Contains(strings.Join(r.Route.ReplayHeaders, ","), "X-Accepted-By") {
+		t.Fatalf("accept header %v, replay headers %v; want the header stored and replayed", r.Accept.Header, r.Route.ReplayHeaders)
+	}
+}
+
+func TestQueueConfigErrors(t *testing.T) {
+	tests := []struct {
+		name, give string
+		want       []string
+	}{
+		{"redis refused", queued("redis", ""), []string{`idemhook.yaml:6: routes[0].deliver: deliver: queue is refused on the redis store: Redis replicates asynchronously, so a failover can lose an event the provider was told was accepted. Use store driver sqlite (one gateway) or postgres (several gateways share one queue)`}},
+		{"bad deliver", strings.Replace(queued("sqlite", ""), "deliver: queue", "deliver: queu", 1), []string{`idemhook.yaml:6: routes[0].deliver: invalid deliver "queu": did you mean "queue"? (want proxy or queue)`}},
+		{"accept status", queued("sqlite", "    accept: {status: 500}\n"), []string{`idemhook.yaml:7: routes[0].accept.status: invalid status "500": the accept answer must be a 2xx, or the provider sends the event again`}},
+		{"unknown queue field", queued("sqlite", "    queue: {max_age: 1h, retires: 3}\n"), []string{`idemhook.yaml:7: routes[0].queue.retires: unknown field "retires"`}},
+		{"ttl under max_age", queued("sqlite", "    ttl: 24h\n    queue: {max_age: 48h}\n"), []string{`idemhook.yaml:7: routes[0].ttl: 24h is shorter than queue.max_age (2d): an event may stay queued longer than its key, and a re-send after the key expired would be delivered again; set ttl to at least 2d or lower queue.max_age`}},
+		{"order_by", queued("sqlite", "    queue: {order_by: customer}\n"), []string{`idemhook.yaml:7: routes[0].queue.order_by: invalid order_by "customer": want header:<name> (header:X-Shop-Domain) or json:<field> (json:data.customer.id)`}},
+		{"retry status", queued("sqlite", "    queue: {retry_statuses: [503]}\n"), []string{`idemhook.yaml:7: routes[0].queue.retry_statuses[0]: invalid status "503": want a 4xx to retry (5xx, 408 and 429 always are)`}},
+		{"backoff", queued("sqlite", "    queue: {backoff_min: 1m, backoff_max: 1s}\n"), []string{`idemhook.yaml:7: routes[0].queue.backoff_max: 1s is below backoff_min 1m`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("idemhook.yaml", []byte(tt.give), envOf())
+			if err == nil {
+				t.Fatalf("no error; want %q", tt.want)
+			}
+			got := strings.Split(err.Error(), "\n")
+			for _, w := range tt.want {
+				found := false
+				for _, g := range got {
+					if strings.HasPrefix(strings.TrimSpace(g), w) {
+						found = true
+					}
+				}
+				if !found {
+					t.Errorf("errors:\n%s\nwant a line starting %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestQueueMemoryWarns(t *testing.T) {
+	cfg, err := Parse("idemhook.yaml", []byte(queued("memory", "")), envOf())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Warnings) != 1 || !strings.Contains(cfg.Warnings[0].Msg, "a restart loses every event not yet delivered") || cfg.Warnings[0].Line != 6 {
+		t.Fatalf("warnings %v; want the memory store's, at deliver's line", cfg.Warnings)
+	}
+}
