@@ -363,7 +363,9 @@ func (g *Gateway) Close(ctx context.Context) error {
 	if q := g.queues.Load(); q != nil {
 		// Attempts in flight finish within what is left of the bound; those
 		// cut short are queued again, due at once, for the next start.
-		if err := q.close(ctx); err != nil {
+		qctx, cancel := context.WithTimeout(ctx, g.ShutdownTimeout())
+		defer cancel()
+		if err := q.close(qctx); err != nil {
 			g.logger.Warn("idemhook shutdown: queued attempts still running after the bound were cut short; they are sent again after the restart")
 		}
 	}

@@ -28,13 +28,19 @@ const demoConfig = `# written by idemhook demo
 listen: 127.0.0.1:0
 store: {driver: sqlite, path: %q}
 admin: {listen: "off"}
-log: {level: warn}
+log: {level: error}
 routes:
   - path: /webhooks/orders
-    upstream: http://%s/orders
+    upstream: http://%[2]s/orders
     source: shop
     in_flight: wait
     wait_timeout: 5s
+  - path: /webhooks/payments
+    upstream: http://%[2]s/payments
+    source: pay
+    header: x-event-id
+    deliver: queue
+    queue: {backoff_min: 50ms, backoff_max: 250ms}
 `
 
 // demoBackend is the demo's upstream. It counts the deliveries it
@@ -44,6 +50,11 @@ type demoBackend struct {
 	calls  atomic.Int64
 	mu     sync.Mutex
 	failed map[string]bool
+
+	// The queued route's side: while down, /payments answers 503.
+	down      atomic.Bool
+	tried     atomic.Int64   // /payments attempts
+	delivered map[string]int // /payments deliveries per Idempotency-Key
 }
 
 type demoEvent struct {
@@ -54,6 +65,18 @@ type demoEvent struct {
 }
 
 func (b *demoBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/payments" {
+		b.tried.Add(1)
+		if b.down.Load() {
+			http.Error(w, "deploy in progress", http.StatusServiceUnavailable)
+			return
+		}
+		b.mu.Lock()
+		b.delivered[r.Header.Get("Idempotency-Key")]++
+		b.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+		return
+	}
 	n := b.calls.Add(1)
 	var ev demoEvent
 	if err := json.NewDecoder(r.Body).Decode(&ev); err != nil {
@@ -106,7 +129,7 @@ func demo(ctx context.Context, e env) error {
 	}
 	defer os.RemoveAll(dir)
 
-	backend := &demoBackend{failed: map[string]bool{}}
+	backend := &demoBackend{failed: map[string]bool{}, delivered: map[string]int{}}
 	bln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return fmt.Errorf("demo: backend: %w", err)
@@ -117,7 +140,7 @@ func demo(ctx context.Context, e env) error {
 
 	cfgPath := filepath.Join(dir, "idemhook.yaml")
 	dbPath := filepath.Join(dir, "idemhook.db")
-	text := fmt.Sprintf(demoConfig, dbPath, bln.Addr())
+	text := fmt.Sprintf(demoConfig, dbPath, bln.Addr().String())
 	if err := os.WriteFile(cfgPath, []byte(text), 0o600); err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
@@ -168,12 +191,100 @@ func demo(ctx context.Context, e env) error {
 		}
 	}
 
+	q, err := demoQueue(ctx, client, "http://"+gw.Listen+"/webhooks/payments", backend)
+	if err != nil {
+		return fmt.Errorf("demo: queued route: %w", err)
+	}
+
 	stop()
 	if err := <-done; err != nil {
 		return fmt.Errorf("demo: gateway: %w", err)
 	}
 	printDemo(e.stdout, gw.Listen, bln.Addr().String(), dbPath, steps, time.Since(start))
+	printQueueDemo(e.stdout, q)
 	return nil
+}
+
+// queueDemo is what the queued route's part of the demo saw.
+type queueDemo struct {
+	events, sent, accepted, replayed int
+	slowest, down                    time.Duration
+	triedDown                        int64
+	delivered                        map[string]int
+}
+
+// demoQueue takes the backend down, sends events to the queued route (and
+// one provider retry), brings the backend back and waits until every event
+// reached it.
+func demoQueue(ctx context.Context, client *http.Client, url string, b *demoBackend) (*queueDemo, error) {
+	q := &queueDemo{events: 5}
+	b.down.Store(true)
+	downAt := time.Now()
+	for i := range q.events + 1 {
+		id := fmt.Sprintf("pay_%d", 2001+i%q.events) // the last is a retry of the first
+		t0 := time.Now()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(`{"id":"`+id+`","type":"payment.captured"}`))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Event-Id", id)
+		resp, err := client.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		q.slowest = max(q.slowest, time.Since(t0))
+		q.sent++
+		if resp.StatusCode == http.StatusAccepted {
+			q.accepted++
+		}
+		if resp.Header.Get(idemhook.ReplayedHeader) == "true" {
+			q.replayed++
+		}
+	}
+	time.Sleep(1500 * time.Millisecond)
+	q.triedDown = b.tried.Load()
+	q.down = time.Since(downAt)
+	b.down.Store(false)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		b.mu.Lock()
+		n := len(b.delivered)
+		b.mu.Unlock()
+		if n == q.events {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%d of %d events delivered 15s after the backend came back", n, q.events)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // a second delivery would come now
+	b.mu.Lock()
+	q.delivered = maps.Clone(b.delivered)
+	b.mu.Unlock()
+	return q, nil
+}
+
+func printQueueDemo(w io.Writer, q *queueDemo) {
+	fmt.Fprintf(w, "Then /webhooks/payments, a route with deliver: queue, while its backend is down for %s:\n", q.down.Round(100*time.Millisecond))
+	fmt.Fprintf(w, "  %d deliveries of %d events were answered 202 at once (the slowest in %s), %d of them a replay;\n",
+		q.sent, q.events, q.slowest.Round(time.Millisecond), q.replayed)
+	fmt.Fprintf(w, "  the gateway tried the backend %d times while it was down (503) and kept every event.\n", q.triedDown)
+	once := 0
+	for _, n := range q.delivered {
+		if n == 1 {
+			once++
+		}
+	}
+	if once == q.events && len(q.delivered) == q.events {
+		fmt.Fprintf(w, "  When it was back, each of the %d events reached it exactly once.\n", q.events)
+	} else {
+		fmt.Fprintf(w, "  When it was back the deliveries per event were %v.\n", q.delivered)
+	}
+	fmt.Fprintf(w, "  docs/queue.md tells when to use deliver: queue.\n")
 }
 
 func demoPost(ctx context.Context, client *http.Client, url, body string) demoResult {

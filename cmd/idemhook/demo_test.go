@@ -20,6 +20,9 @@ func TestDemo(t *testing.T) {
 		"200 x20  19 of 20",
 		"26 deliveries of 4 events were sent; the backend ran 5 times.",
 		"21 duplicates were answered",
+		"6 deliveries of 5 events were answered 202 at once",
+		"1 of them a replay",
+		"When it was back, each of the 5 events reached it exactly once.",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
