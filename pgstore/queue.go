@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,11 +55,12 @@ import (
 type Queue struct {
 	s *Store
 	// events, attempts and routes are the tables, quoted for SQL; name is
-	// the events table as configured, for messages; lockPrefix seeds the
-	// ordered groups' advisory locks.
+	// the events table as configured, for messages.
 	events, attempts, routes string
 	name                     string
-	lockPrefix               string
+	// groupLock is the SQL expression of the advisory lock of the ordered
+	// group of the row e, whose order_key is not NULL.
+	groupLock string
 }
 
 var _ queue.Engine = (*Queue)(nil)
@@ -154,6 +154,7 @@ func queueDDL(ev, at, rt pgx.Identifier) []string {
 	store_key   bytea       NOT NULL,             -- idem:<source>[@<scope>]:<key>, sent as Idempotency-Key
 	order_key   bytea,                            -- NULL: not ordered
 	state       smallint    NOT NULL DEFAULT 0,   -- 0 queued, 1 running, 2 dead (delivered rows are deleted)
+	head        boolean     NOT NULL,             -- unordered, or the oldest event of its group still here
 	attempt     integer     NOT NULL DEFAULT 0,   -- attempts started; with id, the fencing token
 	base        integer     NOT NULL DEFAULT 0,   -- attempt at the last redrive
 	next_at     timestamptz NOT NULL,             -- queued: when it is due
@@ -165,7 +166,7 @@ func queueDDL(ev, at, rt pgx.Identifier) []string {
 	request     bytea       NOT NULL              -- queue.EncodeRequest
 )`,
 		`CREATE INDEX IF NOT EXISTS ` + idx("due") + ` ON ` + e + ` (route, state, next_at) INCLUDE (attempt, received_at)`,
-		`CREATE INDEX IF NOT EXISTS ` + idx("lease") + ` ON ` + e + ` (route, lease_until) WHERE state = 1`,
+		`CREATE INDEX IF NOT EXISTS ` + idx("claim") + ` ON ` + e + ` (route, id) WHERE head AND state <> 2`,
 		`CREATE INDEX IF NOT EXISTS ` + idx("group") + ` ON ` + e + ` (route, order_key, id) WHERE order_key IS NOT NULL`,
 		`CREATE TABLE IF NOT EXISTS ` + a + ` (
 	event_id   bigint      NOT NULL REFERENCES ` + e + ` (id) ON DELETE CASCADE,
@@ -195,10 +196,14 @@ func (s *Store) Queue(ctx context.Context) (*Queue, error) {
 		return nil, fmt.Errorf("pgstore: Queue: %w", err)
 	}
 	q := &Queue{s: s, events: ev.Sanitize(), attempts: at.Sanitize(), routes: rt.Sanitize(),
-		name: strings.Join(ev, "."), lockPrefix: "idemhook queue group " + strings.Join(ev, ".") + "\x00"}
+		name: strings.Join(ev, ".")}
+	// The table's name holds only letters, digits, underscores and a dot
+	// (pgschema.Check), so it can stand in a literal. The route's length
+	// keeps (route, order key) pairs apart.
+	q.groupLock = `hashtextextended('idemhook queue group ` + q.name + `:' || length(e.route) || ':' || e.route || ':' || encode(e.order_key, 'hex'), 0)`
 	if s.skipCreate {
 		checks := []string{
-			`SELECT id, route, store_key, order_key, state, attempt, base, next_at, lease_until, lease_by, received_at, since, reason, request FROM ` + q.events + ` WHERE false`,
+			`SELECT id, route, store_key, order_key, state, head, attempt, base, next_at, lease_until, lease_by, received_at, since, reason, request FROM ` + q.events + ` WHERE false`,
 			`SELECT event_id, attempt, started_at, latency_us, status, error, body_head, worker FROM ` + q.attempts + ` WHERE false`,
 			`SELECT route, paused_at FROM ` + q.routes + ` WHERE false`,
 		}
@@ -219,11 +224,26 @@ func (q *Queue) errorf(op string, err error) error {
 	return fmt.Errorf("pgstore: queue %s (%s): %w", op, q.name, err)
 }
 
-// groupLock is the advisory lock of one ordered group.
-func (q *Queue) groupLock(route, orderKey string) int64 {
-	h := fnv.New64a()
-	h.Write([]byte(q.lockPrefix + route + "\x00" + orderKey)) //nolint:errcheck // never fails
-	return int64(h.Sum64())
+// lockGroup takes the advisory lock of the ordered group (route,
+// orderKey) until tx ends. Accept, Settle (delivered) and Purge take it, so
+// that a group's head flag moves in step with its members: an accept sees
+// every member deleted before it, and a delete promotes every member
+// accepted before it.
+func (q *Queue) lockGroup(ctx context.Context, tx pgx.Tx, route string, orderKey []byte) error {
+	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(`+q.groupLock+`) FROM (SELECT $1::text AS route, $2::bytea AS order_key) e`, route, orderKey)
+	return err
+}
+
+// promote makes the oldest remaining event of each group (routes[i],
+// orders[i]) its head. It runs after a delete, under the groups' locks.
+func (q *Queue) promote(ctx context.Context, tx pgx.Tx, routes []string, orders [][]byte) error {
+	if len(routes) == 0 {
+		return nil
+	}
+	_, err := tx.Exec(ctx, `UPDATE `+q.events+` SET head = true WHERE NOT head AND id IN (
+		SELECT (SELECT min(h.id) FROM `+q.events+` h WHERE h.route = g.route AND h.order_key = g.order_key)
+		FROM unnest($1::text[], $2::bytea[]) AS g(route, order_key))`, routes, orders)
+	return err
 }
 
 func nullBytes(s string) []byte {
@@ -246,17 +266,23 @@ func (q *Queue) Accept(ctx context.Context, c queue.Completion, ev *queue.Event)
 	}
 	var id int64
 	err := pgx.BeginFunc(ctx, q.s.pool, func(tx pgx.Tx) error {
-		if ev.OrderKey != "" {
-			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, q.groupLock(ev.Route, ev.OrderKey)); err != nil {
+		order := nullBytes(ev.OrderKey)
+		if order != nil {
+			if err := q.lockGroup(ctx, tx, ev.Route, order); err != nil {
 				return err
 			}
 		}
 		if err := q.s.complete(ctx, pgxTx{tx}, c.Key, c.Claim, c.Done, c.TTL); err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, `INSERT INTO `+q.events+` (route, store_key, order_key, next_at, received_at, since, request)
-			VALUES ($1, $2, $3, now(), $4, $5, $6) RETURNING id`,
-			ev.Route, []byte(ev.Key), nullBytes(ev.OrderKey), ev.ReceivedAt, since, request).Scan(&id)
+		// An unordered event is its own head; an ordered one is its
+		// group's head when the group has no other event.
+		return tx.QueryRow(ctx, `INSERT INTO `+q.events+` (route, store_key, order_key, head, next_at, received_at, since, request)
+			SELECT $1, $2, $3::bytea, $3::bytea IS NULL OR NOT EXISTS (
+				SELECT 1 FROM `+q.events+` g WHERE g.route = $1 AND g.order_key = $3::bytea),
+				now(), $4, $5, $6
+			RETURNING id`,
+			ev.Route, []byte(ev.Key), order, ev.ReceivedAt, since, request).Scan(&id)
 	})
 	switch {
 	case errors.Is(err, idemhook.ErrNotOwner):
@@ -282,8 +308,7 @@ func (q *Queue) Claim(ctx context.Context, route string, max int, lease time.Dur
 		WHERE q.route = $1
 		  AND ((q.state = 0 AND q.next_at <= now()) OR (q.state = 1 AND q.lease_until <= now()))
 		  AND NOT EXISTS (SELECT 1 FROM ` + q.routes + ` r WHERE r.route = $1 AND r.paused_at IS NOT NULL)
-		  AND (q.order_key IS NULL OR q.id = (SELECT min(h.id) FROM ` + q.events + ` h
-		       WHERE h.route = q.route AND h.order_key = q.order_key))
+		  AND q.head
 		ORDER BY q.id
 		LIMIT $2
 		FOR NO KEY UPDATE SKIP LOCKED
@@ -363,7 +388,7 @@ func (q *Queue) Settle(ctx context.Context, s queue.Settlement) error {
 	args := []any{s.Token.ID, s.Token.Attempt}
 	switch s.Verdict {
 	case queue.Delivered:
-		sql = `DELETE FROM ` + q.events + ` WHERE ` + fence
+		sql = `DELETE FROM ` + q.events + ` WHERE ` + fence + ` RETURNING route, order_key`
 	case queue.Retry:
 		sql = `UPDATE ` + q.events + ` SET state = 0, next_at = $3, lease_until = NULL, lease_by = NULL WHERE ` + fence
 		args = append(args, s.NextAt)
@@ -375,14 +400,35 @@ func (q *Queue) Settle(ctx context.Context, s queue.Settlement) error {
 	}
 	superseded := false
 	err := pgx.BeginFunc(ctx, q.s.pool, func(tx pgx.Tx) error {
+		if s.Verdict == queue.Delivered {
+			// The delivered event leaves its group: under the group's
+			// lock, taken before the delete, the next event becomes
+			// the head.
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(`+q.groupLock+`) FROM `+q.events+` e
+				WHERE e.id = $1 AND e.order_key IS NOT NULL`, s.Token.ID); err != nil {
+				return err
+			}
+			var (
+				route string
+				order []byte
+			)
+			err := tx.QueryRow(ctx, sql, args...).Scan(&route, &order)
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+				superseded = true
+				return q.record(ctx, tx, s)
+			case err != nil:
+				return err
+			case order != nil:
+				return q.promote(ctx, tx, []string{route}, [][]byte{order})
+			}
+			return nil // the attempts went with the event
+		}
 		tag, err := tx.Exec(ctx, sql, args...)
 		if err != nil {
 			return err
 		}
 		superseded = tag.RowsAffected() == 0
-		if s.Verdict == queue.Delivered && !superseded {
-			return nil // the attempts went with the event
-		}
 		return q.record(ctx, tx, s)
 	})
 	if err != nil {
@@ -639,29 +685,74 @@ func (q *Queue) Purge(ctx context.Context, f queue.Filter) ([]string, error) {
 	if err := queue.ValidateFilter("Purge", f); err != nil {
 		return nil, err
 	}
-	cond, args := where(f, nil)
-	rows, err := q.s.pool.Query(ctx, `DELETE FROM `+q.events+` e WHERE e.state <> 1 AND `+cond+` RETURNING e.id, e.store_key`, args...)
-	if err != nil {
-		return nil, q.errorf("purge", err)
-	}
-	defer rows.Close()
 	type purged struct {
 		id  int64
 		key string
 	}
 	var got []purged
-	for rows.Next() {
-		var (
-			p   purged
-			key []byte
-		)
-		if err := rows.Scan(&p.id, &key); err != nil {
-			return nil, q.errorf("purge", err)
+	err := pgx.BeginFunc(ctx, q.s.pool, func(tx pgx.Tx) error {
+		got = got[:0]
+		cond, args := where(f, nil)
+		// Lock the ordered groups the purge touches, in one order so that
+		// two purges can't deadlock, before deleting any of their events.
+		var locked []int64
+		rows, err := tx.Query(ctx, `SELECT k, pg_advisory_xact_lock(k)::text FROM (
+			SELECT DISTINCT `+q.groupLock+` AS k FROM `+q.events+` e
+			WHERE e.state <> 1 AND e.order_key IS NOT NULL AND `+cond+` ORDER BY 1) s`, args...)
+		if err != nil {
+			return err
 		}
-		p.key = string(key)
-		got = append(got, p)
-	}
-	if err := rows.Err(); err != nil {
+		for rows.Next() {
+			var (
+				k    int64
+				void string
+			)
+			if err := rows.Scan(&k, &void); err != nil {
+				rows.Close()
+				return err
+			}
+			locked = append(locked, k)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		// An event of a group first seen after the locks (accepted since)
+		// is left: it arrived after the purge.
+		args = append(args, locked)
+		rows, err = tx.Query(ctx, `DELETE FROM `+q.events+` e WHERE e.state <> 1 AND `+cond+`
+			AND (e.order_key IS NULL OR `+q.groupLock+` = ANY($`+strconv.Itoa(len(args))+`::bigint[]))
+			RETURNING e.id, e.store_key, e.route, e.order_key`, args...)
+		if err != nil {
+			return err
+		}
+		var (
+			routes []string
+			orders [][]byte
+			seen   = map[string]bool{}
+		)
+		for rows.Next() {
+			var (
+				p          purged
+				key, order []byte
+				route      string
+			)
+			if err := rows.Scan(&p.id, &key, &route, &order); err != nil {
+				rows.Close()
+				return err
+			}
+			p.key = string(key)
+			got = append(got, p)
+			if g := route + "\x00" + string(order); order != nil && !seen[g] {
+				seen[g] = true
+				routes, orders = append(routes, route), append(orders, order)
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return q.promote(ctx, tx, routes, orders)
+	})
+	if err != nil {
 		return nil, q.errorf("purge", err)
 	}
 	slices.SortFunc(got, func(a, b purged) int { return cmpInt64(a.id, b.id) })

@@ -102,14 +102,24 @@ func TestQueueTwoGateways(t *testing.T) {
 	}
 	const events, lease = 200, 150 * time.Millisecond
 	route := "two-" + strings.ToLower(rand.Text()[:8])
-	for i := range events {
-		// A fifth of them in ordered groups, so that heads move between
-		// the gateways too.
+	// Half the events are there when the gateways start, the other half
+	// arrive while they deliver. A third of them are in ordered groups, so
+	// that heads move between the gateways, and accepts race the delivery
+	// of their group's last event.
+	groupOf := map[int64]string{}
+	var groupMu sync.Mutex
+	acceptOne := func(i int) {
 		order := ""
-		if i%5 == 0 {
-			order = fmt.Sprint("g", i%3)
+		if i%3 == 0 {
+			order = fmt.Sprint("g", i%4)
 		}
-		accept(t, sA, qA, route, order)
+		ev := accept(t, sA, qA, route, order)
+		groupMu.Lock()
+		groupOf[ev.ID] = order
+		groupMu.Unlock()
+	}
+	for i := range events / 2 {
+		acceptOne(i)
 	}
 
 	// An attempt holds its event from its Claim to its last successful
@@ -140,7 +150,19 @@ func TestQueueTwoGateways(t *testing.T) {
 		}
 		return err
 	}
-	var wg sync.WaitGroup
+	var (
+		wg        sync.WaitGroup
+		lastOf    = map[string]int64{} // group → the last event delivered
+		disorders []string
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := events / 2; i < events; i++ {
+			acceptOne(i)
+			time.Sleep(time.Millisecond)
+		}
+	}()
 	for g, eng := range map[string]*pgstore.Queue{"A": qA, "B": qB} {
 		for w := range 3 {
 			wg.Add(1)
@@ -192,6 +214,15 @@ func TestQueueTwoGateways(t *testing.T) {
 						switch {
 						case err == nil:
 							delivered[ev.ID]++
+							groupMu.Lock()
+							group := groupOf[ev.ID]
+							groupMu.Unlock()
+							if group != "" {
+								if last := lastOf[group]; last > ev.ID {
+									disorders = append(disorders, fmt.Sprintf("group %s: event %d delivered after %d", group, ev.ID, last))
+								}
+								lastOf[group] = ev.ID
+							}
 						case errors.Is(err, queue.ErrSuperseded):
 							superseded++
 						default:
@@ -210,6 +241,9 @@ func TestQueueTwoGateways(t *testing.T) {
 	}
 	for _, o := range overlaps {
 		t.Error(o)
+	}
+	for _, d := range disorders {
+		t.Error(d)
 	}
 	if len(delivered) != events {
 		t.Fatalf("%d events delivered; want %d", len(delivered), events)
