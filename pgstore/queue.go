@@ -36,22 +36,42 @@ import (
 //
 //   - Accept runs the compare-and-set UPDATE of [Store.Complete] and the
 //     INSERT of the event in one transaction. The event's id is a bigserial,
-//     so ids follow arrival. Accepts of one ordered group take a
-//     transaction-level advisory lock first, so that their ids also follow
-//     their commits and a claim never sees a later event of a group before
-//     an earlier one.
+//     so ids follow arrival.
 //   - Claim is one statement: a SELECT ... FOR NO KEY UPDATE SKIP LOCKED of
-//     the due events (queued ones whose next_at has come, and running ones
-//     whose lease has ended, so no rescuer is needed), then the UPDATE that
-//     starts their next attempt. An ordered event is due only while it is
-//     the smallest id of its group still in the table, whatever its state,
-//     so a dead head holds its group back until it is redriven or purged.
+//     the due events, in id order (queued ones whose next_at has come, and
+//     running ones whose lease has ended, so no rescuer is needed), then the
+//     UPDATE that starts their next attempt. The lock is NO KEY UPDATE, the
+//     one the UPDATE takes anyway, so that a settle recording an attempt
+//     (whose foreign key takes a KEY SHARE lock) doesn't hide the event.
 //   - Extend and Settle match (id, state running, attempt). When that
 //     matches no row the attempt is superseded; Settle still records it.
+//
+// # Ordered groups
+//
+// An ordered event is due only while it is its group's head: the smallest
+// id of its route and order key still in the table, whatever its state, so
+// a dead head holds its group back until it is redriven or purged. The
+// head column marks it (and every unordered event), so that a claim skips
+// the events behind a head without looking at them. It moves under the
+// group's transaction-level advisory lock: Accept takes it before its
+// INSERT, and the deletes (a delivery, a purge) take it before deleting
+// and mark the next event. So an accept sees every delete committed before
+// it, a delete marks every event accepted before it, and a group's ids
+// follow its commits.
+//
+// # Clock and cost
 //
 // Lease ends and due times are on the database's clock (now()), so gateways
 // whose clocks disagree agree on when a lease ends. A retry's NextAt comes
 // from the caller.
+//
+// A claim reads the claim index from the route's oldest event on, so it
+// costs the number of events it returns plus the heads before them that
+// are not due (retries waiting out their backoff). Measured on PostgreSQL
+// 15 on a shared 2-core machine, with 1,300,000 events in three routes: 1ms
+// for 10 events of a route of 990,000 due events, 1ms behind a dead head
+// holding 200,000 events back, 65ms behind 110,000 retries not yet due.
+// Stats counts the route's events: 0.3s to 0.5s for 990,000.
 type Queue struct {
 	s *Store
 	// events, attempts and routes are the tables, quoted for SQL; name is
@@ -139,10 +159,11 @@ func QueueSchema(table string) (string, error) {
 
 // queueDDL is the SQL that creates the queue's tables and indexes.
 //
-// The due index serves Claim's queued events and Stats (which reads only
-// the route's entries of it); the lease index the running events whose
-// lease may have ended; the group index finds an ordered group's head in
-// one probe. Attempts go with their event (ON DELETE CASCADE).
+// The claim index holds the events Claim may take (heads, queued or
+// running) in id order, so the events waiting behind a group's head cost a
+// claim nothing; the due index serves Stats, reading only the route's
+// entries of it, and Hasten; the group index finds a group's oldest event
+// in one probe. Attempts go with their event (ON DELETE CASCADE).
 func queueDDL(ev, at, rt pgx.Identifier) []string {
 	name := ev[len(ev)-1]
 	idx := func(what string) string { return pgx.Identifier{pgschema.IndexName(name, what)}.Sanitize() }
@@ -166,7 +187,7 @@ func queueDDL(ev, at, rt pgx.Identifier) []string {
 	request     bytea       NOT NULL              -- queue.EncodeRequest
 )`,
 		`CREATE INDEX IF NOT EXISTS ` + idx("due") + ` ON ` + e + ` (route, state, next_at) INCLUDE (attempt, received_at)`,
-		`CREATE INDEX IF NOT EXISTS ` + idx("claim") + ` ON ` + e + ` (route, id) WHERE head AND state <> 2`,
+		`CREATE INDEX IF NOT EXISTS ` + idx("claim") + ` ON ` + e + ` (route, id) WHERE head AND state IN (0, 1)`,
 		`CREATE INDEX IF NOT EXISTS ` + idx("group") + ` ON ` + e + ` (route, order_key, id) WHERE order_key IS NOT NULL`,
 		`CREATE TABLE IF NOT EXISTS ` + a + ` (
 	event_id   bigint      NOT NULL REFERENCES ` + e + ` (id) ON DELETE CASCADE,
@@ -303,13 +324,19 @@ func (q *Queue) Claim(ctx context.Context, route string, max int, lease time.Dur
 	if err != nil {
 		return nil, err
 	}
+	// The route is bounded by a range rather than "q.route = $1", and the
+	// order is (route, id) rather than id, so that the planner walks the
+	// claim index: with an equality it takes the primary key instead, which
+	// looks cheaper when it estimates the route's rows spread evenly
+	// through the ids, and walks every other route's rows when they are
+	// not (measured: 0.5s behind 1.1M rows of other routes, 1ms this way).
 	sql := `WITH due AS (
 		SELECT q.id FROM ` + q.events + ` q
-		WHERE q.route = $1
+		WHERE q.route >= $1 AND q.route <= $1
+		  AND q.head AND q.state IN (0, 1)
 		  AND ((q.state = 0 AND q.next_at <= now()) OR (q.state = 1 AND q.lease_until <= now()))
 		  AND NOT EXISTS (SELECT 1 FROM ` + q.routes + ` r WHERE r.route = $1 AND r.paused_at IS NOT NULL)
-		  AND q.head
-		ORDER BY q.id
+		ORDER BY q.route, q.id
 		LIMIT $2
 		FOR NO KEY UPDATE SKIP LOCKED
 	)
