@@ -351,3 +351,48 @@ func TestQueueSchemaIsWhatQueueCreates(t *testing.T) {
 		t.Fatalf("QueueSchema of a 49-character table = %v; want a length error", err)
 	}
 }
+
+// TestQueueGroupHeadRace delivers a group's only event while the group's
+// next event is accepted, many times over: whichever commits first, the
+// new event must become the group's head and be claimable, or the group
+// would be stuck for good.
+func TestQueueGroupHeadRace(t *testing.T) {
+	pool := pgtest.Pool(t)
+	s, q := newQueue(t, pool, pgstore.Config{})
+	route := "race-" + strings.ToLower(rand.Text()[:8])
+	claimOne := func(want int64) *queue.Event {
+		t.Helper()
+		evs, err := q.Claim(t.Context(), route, 10, time.Minute, "w")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) != 1 || evs[0].ID != want {
+			t.Fatalf("Claim = %v; want only event %d, the group's head", evs, want)
+		}
+		return evs[0]
+	}
+	held := claimOne(accept(t, s, q, route, "g").ID)
+	for range 150 {
+		var (
+			wg   sync.WaitGroup
+			next *queue.Event
+		)
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			if err := q.Settle(t.Context(), queue.Settlement{Token: held.Token(), Verdict: queue.Delivered,
+				Attempt: queue.Attempt{Attempt: held.Attempt, Started: time.Now(), Status: 200}}); err != nil {
+				t.Errorf("Settle: %v", err)
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			next = accept(t, s, q, route, "g")
+		}()
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		held = claimOne(next.ID)
+	}
+}
