@@ -133,6 +133,8 @@ type Store struct {
 	batch int
 	log   *slog.Logger
 
+	skipCreate bool // Config.SkipCreate, which Store.Queue honours too
+
 	claimSQL, getSQL, completeSQL, releaseSQL, extendSQL, deleteSQL, sweepSQL string
 
 	batcher *batcher // nil unless Config.Batch
@@ -167,7 +169,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if cfg.SweepBatch == 0 {
 		cfg.SweepBatch = DefaultSweepBatch
 	}
-	s := &Store{pool: pool, table: cfg.Table, ident: id.Sanitize(), batch: cfg.SweepBatch, log: cfg.Logger}
+	s := &Store{pool: pool, table: cfg.Table, ident: id.Sanitize(), batch: cfg.SweepBatch, log: cfg.Logger, skipCreate: cfg.SkipCreate}
 	s.prepareSQL()
 	if cfg.SkipCreate {
 		if err := s.checkTable(ctx); err != nil {

@@ -1,0 +1,804 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/pgschema"
+	"github.com/idemhook/idemhook/queue"
+)
+
+// Queue is a [queue.Engine] kept in the store's database, beside its keys:
+// the gateway's durable delivery queue when it runs on PostgreSQL. Several
+// gateways may share it; every method is one transaction, and the fencing
+// token (event id, attempt number) guards every write of an attempt. Get it
+// with [Store.Queue].
+//
+// # Tables
+//
+// Its three tables are named after the store's table (default
+// idemhook_keys, in the same schema): <table>_queue holds the events,
+// <table>_queue_attempts the kept record of their attempts and
+// <table>_queue_routes the routes' pause switch. [QueueSchema] returns the
+// SQL that creates them, for a team whose migrations create the tables
+// itself ([Config.SkipCreate]).
+//
+// # Statements
+//
+//   - Accept runs the compare-and-set UPDATE of [Store.Complete] and the
+//     INSERT of the event in one transaction. The event's id is a bigserial,
+//     so ids follow arrival.
+//   - Claim is one statement: a SELECT ... FOR NO KEY UPDATE SKIP LOCKED of
+//     the due events, in id order (queued ones whose next_at has come, and
+//     running ones whose lease has ended, so no rescuer is needed), then the
+//     UPDATE that starts their next attempt. The lock is NO KEY UPDATE, the
+//     one the UPDATE takes anyway, so that a settle recording an attempt
+//     (whose foreign key takes a KEY SHARE lock) doesn't hide the event.
+//   - Extend and Settle match (id, state running, attempt). When that
+//     matches no row the attempt is superseded; Settle still records it.
+//
+// # Ordered groups
+//
+// An ordered event is due only while it is its group's head: the smallest
+// id of its route and order key still in the table, whatever its state, so
+// a dead head holds its group back until it is redriven or purged. The
+// head column marks it (and every unordered event), so that a claim skips
+// the events behind a head without looking at them. It moves under the
+// group's transaction-level advisory lock: Accept takes it before its
+// INSERT, and the deletes (a delivery, a purge) take it before deleting
+// and mark the next event. So an accept sees every delete committed before
+// it, a delete marks every event accepted before it, and a group's ids
+// follow its commits.
+//
+// # Clock and cost
+//
+// Lease ends and due times are on the database's clock (now()), so gateways
+// whose clocks disagree agree on when a lease ends. A retry's NextAt comes
+// from the caller.
+//
+// A claim reads the claim index from the route's oldest event on, so it
+// costs the number of events it returns plus the heads before them that
+// are not due (retries waiting out their backoff). Measured on PostgreSQL
+// 15 on a shared 2-core machine, with 1,300,000 events in three routes: 1ms
+// for 10 events of a route of 990,000 due events, 1ms behind a dead head
+// holding 200,000 events back, 65ms behind 110,000 retries not yet due.
+// Stats counts the route's events: 0.3s to 0.5s for 990,000.
+type Queue struct {
+	s *Store
+	// events, attempts and routes are the tables, quoted for SQL; name is
+	// the events table as configured, for messages.
+	events, attempts, routes string
+	name                     string
+	// groupLock is the SQL expression of the advisory lock of the ordered
+	// group of the row e, whose order_key is not NULL.
+	groupLock string
+}
+
+var _ queue.Engine = (*Queue)(nil)
+
+// State numbers in the state column.
+const (
+	stQueued  = 0
+	stRunning = 1
+	stDead    = 2
+)
+
+func stateNumber(st queue.State) int {
+	switch st {
+	case queue.Queued:
+		return stQueued
+	case queue.Running:
+		return stRunning
+	case queue.Dead:
+		return stDead
+	}
+	return -1
+}
+
+func stateOf(n int16) queue.State {
+	switch n {
+	case stRunning:
+		return queue.Running
+	case stDead:
+		return queue.Dead
+	}
+	return queue.Queued
+}
+
+// queueSuffixes are the suffixes of the queue's tables, after the keys'
+// table name.
+const (
+	suffixEvents   = "_queue"
+	suffixAttempts = "_queue_attempts"
+	suffixRoutes   = "_queue_routes"
+)
+
+// queueTables derives the queue's three table identifiers from the keys'
+// table name.
+func queueTables(table string) (events, attempts, routes pgx.Identifier, err error) {
+	if table == "" {
+		table = DefaultTable
+	}
+	id, err := pgschema.Table(table)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	base := id[len(id)-1]
+	if len(base)+len(suffixAttempts) > 63 {
+		return nil, nil, nil, fmt.Errorf("table %q: the queue's tables are named after it with up to %d more characters (%s), and PostgreSQL names stop at 63: use a table name of at most %d characters",
+			table, len(suffixAttempts), suffixAttempts, 63-len(suffixAttempts))
+	}
+	with := func(suffix string) pgx.Identifier {
+		out := slices.Clone(id)
+		out[len(out)-1] = base + suffix
+		return out
+	}
+	return with(suffixEvents), with(suffixAttempts), with(suffixRoutes), nil
+}
+
+// QueueSchema returns the SQL that creates the queue's tables and indexes
+// for the keys' table table (default DefaultTable). It is what
+// [Store.Queue] runs unless Config.SkipCreate is set, for a team to put in
+// its own migrations.
+func QueueSchema(table string) (string, error) {
+	ev, at, rt, err := queueTables(table)
+	if err != nil {
+		return "", fmt.Errorf("pgstore: QueueSchema: %w", err)
+	}
+	return strings.Join(queueDDL(ev, at, rt), ";\n") + ";\n", nil
+}
+
+// queueDDL is the SQL that creates the queue's tables and indexes.
+//
+// The claim index holds the events Claim may take (heads, queued or
+// running) in id order, so the events waiting behind a group's head cost a
+// claim nothing; the due index serves Stats, reading only the route's
+// entries of it, and Hasten; the group index finds a group's oldest event
+// in one probe. Attempts go with their event (ON DELETE CASCADE).
+func queueDDL(ev, at, rt pgx.Identifier) []string {
+	name := ev[len(ev)-1]
+	idx := func(what string) string { return pgx.Identifier{pgschema.IndexName(name, what)}.Sanitize() }
+	e, a, r := ev.Sanitize(), at.Sanitize(), rt.Sanitize()
+	return []string{
+		`CREATE TABLE IF NOT EXISTS ` + e + ` (
+	id          bigserial   PRIMARY KEY,          -- arrival order, and the order of a group
+	route       text        NOT NULL,
+	store_key   bytea       NOT NULL,             -- idem:<source>[@<scope>]:<key>, sent as Idempotency-Key
+	order_key   bytea,                            -- NULL: not ordered
+	state       smallint    NOT NULL DEFAULT 0,   -- 0 queued, 1 running, 2 dead (delivered rows are deleted)
+	head        boolean     NOT NULL,             -- unordered, or the oldest event of its group still here
+	attempt     integer     NOT NULL DEFAULT 0,   -- attempts started; with id, the fencing token
+	base        integer     NOT NULL DEFAULT 0,   -- attempt at the last redrive
+	next_at     timestamptz NOT NULL,             -- queued: when it is due
+	lease_until timestamptz,                      -- running: when the lease ends
+	lease_by    text,                             -- running: the worker holding the lease
+	received_at timestamptz NOT NULL,
+	since       timestamptz NOT NULL,             -- received_at, or the last redrive
+	reason      text,                             -- dead: why
+	request     bytea       NOT NULL              -- queue.EncodeRequest
+)`,
+		`CREATE INDEX IF NOT EXISTS ` + idx("due") + ` ON ` + e + ` (route, state, next_at) INCLUDE (attempt, received_at)`,
+		`CREATE INDEX IF NOT EXISTS ` + idx("claim") + ` ON ` + e + ` (route, id) WHERE head AND state IN (0, 1)`,
+		`CREATE INDEX IF NOT EXISTS ` + idx("group") + ` ON ` + e + ` (route, order_key, id) WHERE order_key IS NOT NULL`,
+		`CREATE TABLE IF NOT EXISTS ` + a + ` (
+	event_id   bigint      NOT NULL REFERENCES ` + e + ` (id) ON DELETE CASCADE,
+	attempt    integer     NOT NULL,
+	started_at timestamptz NOT NULL,
+	latency_us bigint      NOT NULL,
+	status     integer     NOT NULL,   -- 0: no answer
+	error      text        NOT NULL,
+	body_head  bytea       NOT NULL,   -- at most queue.MaxBodyHead bytes
+	worker     text        NOT NULL,
+	PRIMARY KEY (event_id, attempt)
+)`,
+		`CREATE TABLE IF NOT EXISTS ` + r + ` (
+	route     text        PRIMARY KEY,
+	paused_at timestamptz              -- NULL: delivering
+)`,
+	}
+}
+
+// Queue returns the store's delivery queue, creating its tables if they are
+// missing (under the advisory lock the store's own table is created under),
+// or, when Config.SkipCreate is set, checking that they exist. Each call
+// returns a new value over the same tables; one is enough per process.
+func (s *Store) Queue(ctx context.Context) (*Queue, error) {
+	ev, at, rt, err := queueTables(s.table)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: Queue: %w", err)
+	}
+	q := &Queue{s: s, events: ev.Sanitize(), attempts: at.Sanitize(), routes: rt.Sanitize(),
+		name: strings.Join(ev, ".")}
+	// The table's name holds only letters, digits, underscores and a dot
+	// (pgschema.Check), so it can stand in a literal. The route's length
+	// keeps (route, order key) pairs apart.
+	q.groupLock = `hashtextextended('idemhook queue group ` + q.name + `:' || length(e.route) || ':' || e.route || ':' || encode(e.order_key, 'hex'), 0)`
+	if s.skipCreate {
+		checks := []string{
+			`SELECT id, route, store_key, order_key, state, head, attempt, base, next_at, lease_until, lease_by, received_at, since, reason, request FROM ` + q.events + ` WHERE false`,
+			`SELECT event_id, attempt, started_at, latency_us, status, error, body_head, worker FROM ` + q.attempts + ` WHERE false`,
+			`SELECT route, paused_at FROM ` + q.routes + ` WHERE false`,
+		}
+		for _, c := range checks {
+			if _, err := s.pool.Exec(ctx, c); err != nil {
+				return nil, fmt.Errorf("pgstore: Queue: the queue's tables (SkipCreate is set, so they must exist; pgstore.QueueSchema(%q) returns their SQL): %w", s.table, err)
+			}
+		}
+		return q, nil
+	}
+	if err := pgschema.Create(ctx, s.pool, "pgstore", ev, queueDDL(ev, at, rt)); err != nil {
+		return nil, fmt.Errorf("pgstore: Queue: %w", err)
+	}
+	return q, nil
+}
+
+func (q *Queue) errorf(op string, err error) error {
+	return fmt.Errorf("pgstore: queue %s (%s): %w", op, q.name, err)
+}
+
+// lockGroup takes the advisory lock of the ordered group (route,
+// orderKey) until tx ends. Accept, Settle (delivered) and Purge take it, so
+// that a group's head flag moves in step with its members: an accept sees
+// every member deleted before it, and a delete promotes every member
+// accepted before it.
+func (q *Queue) lockGroup(ctx context.Context, tx pgx.Tx, route string, orderKey []byte) error {
+	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(`+q.groupLock+`) FROM (SELECT $1::text AS route, $2::bytea AS order_key) e`, route, orderKey)
+	return err
+}
+
+// promote makes the oldest remaining event of each group (routes[i],
+// orders[i]) its head. It runs after a delete, under the groups' locks.
+func (q *Queue) promote(ctx context.Context, tx pgx.Tx, routes []string, orders [][]byte) error {
+	if len(routes) == 0 {
+		return nil
+	}
+	_, err := tx.Exec(ctx, `UPDATE `+q.events+` SET head = true WHERE NOT head AND id IN (
+		SELECT (SELECT min(h.id) FROM `+q.events+` h WHERE h.route = g.route AND h.order_key = g.order_key)
+		FROM unnest($1::text[], $2::bytea[]) AS g(route, order_key))`, routes, orders)
+	return err
+}
+
+func nullBytes(s string) []byte {
+	if s == "" {
+		return nil
+	}
+	return []byte(s)
+}
+
+// Accept implements [queue.Engine]: the compare-and-set of [Store.Complete]
+// and the event's INSERT in one transaction.
+func (q *Queue) Accept(ctx context.Context, c queue.Completion, ev *queue.Event) error {
+	if ev == nil {
+		return errors.New("pgstore: queue Accept: nil *queue.Event")
+	}
+	request := queue.EncodeRequest(nil, ev)
+	since := ev.Since
+	if since.IsZero() {
+		since = ev.ReceivedAt
+	}
+	var id int64
+	err := pgx.BeginFunc(ctx, q.s.pool, func(tx pgx.Tx) error {
+		order := nullBytes(ev.OrderKey)
+		if order != nil {
+			if err := q.lockGroup(ctx, tx, ev.Route, order); err != nil {
+				return err
+			}
+		}
+		if err := q.s.complete(ctx, pgxTx{tx}, c.Key, c.Claim, c.Done, c.TTL); err != nil {
+			return err
+		}
+		// An unordered event is its own head; an ordered one is its
+		// group's head when the group has no other event.
+		return tx.QueryRow(ctx, `INSERT INTO `+q.events+` (route, store_key, order_key, head, next_at, received_at, since, request)
+			SELECT $1, $2, $3::bytea, $3::bytea IS NULL OR NOT EXISTS (
+				SELECT 1 FROM `+q.events+` g WHERE g.route = $1 AND g.order_key = $3::bytea),
+				now(), $4, $5, $6
+			RETURNING id`,
+			ev.Route, []byte(ev.Key), order, ev.ReceivedAt, since, request).Scan(&id)
+	})
+	switch {
+	case errors.Is(err, idemhook.ErrNotOwner):
+		return fmt.Errorf("pgstore: queue accept %q: the claim is no longer held, so nothing was queued: %w", c.Key, err)
+	case err != nil:
+		return q.errorf("accept", err)
+	}
+	ev.ID = id
+	return nil
+}
+
+// Claim implements [queue.Engine] in one statement.
+func (q *Queue) Claim(ctx context.Context, route string, max int, lease time.Duration, worker string) ([]*queue.Event, error) {
+	if max <= 0 {
+		return nil, nil
+	}
+	us, err := micros("queue claim", lease)
+	if err != nil {
+		return nil, err
+	}
+	// The route is bounded by a range rather than "q.route = $1", and the
+	// order is (route, id) rather than id, so that the planner walks the
+	// claim index: with an equality it takes the primary key instead, which
+	// looks cheaper when it estimates the route's rows spread evenly
+	// through the ids, and walks every other route's rows when they are
+	// not (measured: 0.5s behind 1.1M rows of other routes, 1ms this way).
+	sql := `WITH due AS (
+		SELECT q.id FROM ` + q.events + ` q
+		WHERE q.route >= $1 AND q.route <= $1
+		  AND q.head AND q.state IN (0, 1)
+		  AND ((q.state = 0 AND q.next_at <= now()) OR (q.state = 1 AND q.lease_until <= now()))
+		  AND NOT EXISTS (SELECT 1 FROM ` + q.routes + ` r WHERE r.route = $1 AND r.paused_at IS NOT NULL)
+		ORDER BY q.route, q.id
+		LIMIT $2
+		FOR NO KEY UPDATE SKIP LOCKED
+	)
+	UPDATE ` + q.events + ` q SET state = 1, attempt = q.attempt + 1,
+		lease_until = now() + $3::bigint * interval '1 microsecond', lease_by = $4
+	FROM due WHERE q.id = due.id
+	RETURNING q.id, q.store_key, q.order_key, q.request, q.received_at, q.attempt, q.base, q.since`
+	rows, err := q.s.pool.Query(ctx, sql, route, max, us, worker)
+	if err != nil {
+		return nil, q.errorf("claim", err)
+	}
+	var out []*queue.Event
+	for rows.Next() {
+		var (
+			ev            queue.Event
+			key, order    []byte
+			request       []byte
+			attempt, base int32
+		)
+		if err := rows.Scan(&ev.ID, &key, &order, &request, &ev.ReceivedAt, &attempt, &base, &ev.Since); err != nil {
+			rows.Close()
+			return nil, q.errorf("claim", err)
+		}
+		ev.Route, ev.Key, ev.OrderKey = route, string(key), string(order)
+		ev.Attempt, ev.Base = int(attempt), int(base)
+		if err := queue.DecodeRequest(request, &ev); err != nil {
+			rows.Close()
+			// The claim committed: the event's lease ends and it is
+			// claimed again, and fails again, until an operator purges it.
+			return nil, q.errorf("claim", fmt.Errorf("event %d: %w", ev.ID, err))
+		}
+		out = append(out, &ev)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, q.errorf("claim", err)
+	}
+	slices.SortFunc(out, func(a, b *queue.Event) int { return cmpInt64(a.ID, b.ID) })
+	return out, nil
+}
+
+func cmpInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// fence is the condition every write of an attempt matches: $1 the event's
+// id, $2 the attempt number.
+const fence = `id = $1 AND state = 1 AND attempt = $2`
+
+// Extend implements [queue.Engine].
+func (q *Queue) Extend(ctx context.Context, t queue.Token, lease time.Duration) error {
+	us, err := micros("queue extend", lease)
+	if err != nil {
+		return err
+	}
+	tag, err := q.s.pool.Exec(ctx, `UPDATE `+q.events+` SET lease_until = now() + $3::bigint * interval '1 microsecond' WHERE `+fence,
+		t.ID, t.Attempt, us)
+	if err != nil {
+		return q.errorf("extend", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return queue.ErrSuperseded
+	}
+	return nil
+}
+
+// Settle implements [queue.Engine]: the fenced write of the verdict and the
+// attempt's record, in one transaction.
+func (q *Queue) Settle(ctx context.Context, s queue.Settlement) error {
+	var sql string
+	args := []any{s.Token.ID, s.Token.Attempt}
+	switch s.Verdict {
+	case queue.Delivered:
+		sql = `DELETE FROM ` + q.events + ` WHERE ` + fence + ` RETURNING route, order_key`
+	case queue.Retry:
+		sql = `UPDATE ` + q.events + ` SET state = 0, next_at = $3, lease_until = NULL, lease_by = NULL WHERE ` + fence
+		args = append(args, s.NextAt)
+	case queue.Kill:
+		sql = `UPDATE ` + q.events + ` SET state = 2, reason = $3, lease_until = NULL, lease_by = NULL WHERE ` + fence
+		args = append(args, s.Reason)
+	default:
+		return fmt.Errorf("pgstore: queue settle: unknown verdict %d: want queue.Delivered, Retry or Kill", s.Verdict)
+	}
+	superseded := false
+	err := pgx.BeginFunc(ctx, q.s.pool, func(tx pgx.Tx) error {
+		if s.Verdict == queue.Delivered {
+			// The delivered event leaves its group: under the group's
+			// lock, taken before the delete, the next event becomes
+			// the head.
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(`+q.groupLock+`) FROM `+q.events+` e
+				WHERE e.id = $1 AND e.order_key IS NOT NULL`, s.Token.ID); err != nil {
+				return err
+			}
+			var (
+				route string
+				order []byte
+			)
+			err := tx.QueryRow(ctx, sql, args...).Scan(&route, &order)
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+				superseded = true
+				return q.record(ctx, tx, s)
+			case err != nil:
+				return err
+			case order != nil:
+				return q.promote(ctx, tx, []string{route}, [][]byte{order})
+			}
+			return nil // the attempts went with the event
+		}
+		tag, err := tx.Exec(ctx, sql, args...)
+		if err != nil {
+			return err
+		}
+		superseded = tag.RowsAffected() == 0
+		return q.record(ctx, tx, s)
+	})
+	if err != nil {
+		return q.errorf("settle", err)
+	}
+	if superseded {
+		return queue.ErrSuperseded
+	}
+	return nil
+}
+
+// record keeps the attempt of s when its event exists, and trims the
+// event's attempts to the first and the last queue.KeptAttempts-1.
+func (q *Queue) record(ctx context.Context, tx pgx.Tx, s queue.Settlement) error {
+	a := s.Attempt
+	if a.Attempt == 0 {
+		a.Attempt = s.Token.Attempt
+	}
+	head := a.BodyHead[:min(len(a.BodyHead), queue.MaxBodyHead)]
+	if head == nil {
+		head = []byte{}
+	}
+	started := a.Started
+	if started.IsZero() {
+		started = time.Now()
+	}
+	// A savepoint, so that an event deleted meanwhile (the foreign key
+	// refuses the row) leaves the settle's own write standing.
+	err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+		tag, err := sp.Exec(ctx, `INSERT INTO `+q.attempts+` (event_id, attempt, started_at, latency_us, status, error, body_head, worker)
+			SELECT id, $2, $3, $4, $5, $6, $7, $8 FROM `+q.events+` WHERE id = $1
+			ON CONFLICT (event_id, attempt) DO NOTHING`,
+			s.Token.ID, a.Attempt, started, a.Latency.Microseconds(), a.Status, a.Error, head, a.Worker)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
+		_, err = sp.Exec(ctx, `DELETE FROM `+q.attempts+` a WHERE a.event_id = $1
+			AND a.attempt > (SELECT min(f.attempt) FROM `+q.attempts+` f WHERE f.event_id = $1)
+			AND a.attempt < (SELECT min(l.attempt) FROM (SELECT attempt FROM `+q.attempts+`
+				WHERE event_id = $1 ORDER BY attempt DESC LIMIT $2) l)`,
+			s.Token.ID, queue.KeptAttempts-1)
+		return err
+	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23503" { // foreign_key_violation
+		return nil
+	}
+	return err
+}
+
+// Hasten implements [queue.Engine].
+func (q *Queue) Hasten(ctx context.Context, route string) (int64, error) {
+	tag, err := q.s.pool.Exec(ctx, `UPDATE `+q.events+` SET next_at = now()
+		WHERE route = $1 AND state = 0 AND attempt > 0 AND next_at > now()`, route)
+	if err != nil {
+		return 0, q.errorf("hasten", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// Stats implements [queue.Engine].
+func (q *Queue) Stats(ctx context.Context, route string) (queue.Stats, error) {
+	var (
+		st             queue.Stats
+		oldest, nextAt *time.Time
+	)
+	err := q.s.pool.QueryRow(ctx, `SELECT
+		count(*) FILTER (WHERE state = 0 AND attempt = 0),
+		count(*) FILTER (WHERE state = 0 AND attempt > 0),
+		count(*) FILTER (WHERE state = 1),
+		count(*) FILTER (WHERE state = 2),
+		min(received_at) FILTER (WHERE state <> 2),
+		min(next_at) FILTER (WHERE state = 0),
+		EXISTS (SELECT 1 FROM `+q.routes+` WHERE route = $1 AND paused_at IS NOT NULL)
+		FROM `+q.events+` WHERE route = $1`, route).
+		Scan(&st.Queued, &st.Retrying, &st.Running, &st.Dead, &oldest, &nextAt, &st.Paused)
+	if err != nil {
+		return queue.Stats{}, q.errorf("stats", err)
+	}
+	if oldest != nil {
+		st.Oldest = *oldest
+	}
+	if nextAt != nil {
+		st.NextAt = *nextAt
+	}
+	return st, nil
+}
+
+// where translates f (all but its paging) to SQL conditions on the events
+// table, aliased e, appending their arguments to args.
+func where(f queue.Filter, args []any) (string, []any) {
+	var conds []string
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	if f.Route != "" {
+		conds = append(conds, "e.route = "+arg(f.Route))
+	}
+	if len(f.IDs) > 0 {
+		conds = append(conds, "e.id = ANY("+arg(f.IDs)+"::bigint[])")
+	}
+	if len(f.States) > 0 {
+		states := make([]int16, 0, len(f.States))
+		for _, s := range f.States {
+			if n := stateNumber(s); n >= 0 {
+				states = append(states, int16(n))
+			}
+		}
+		conds = append(conds, "e.state = ANY("+arg(states)+"::smallint[])")
+	}
+	if f.Reason != "" {
+		conds = append(conds, "e.state = 2 AND strpos(e.reason, "+arg(f.Reason)+") > 0")
+	}
+	if !f.ReceivedFrom.IsZero() {
+		conds = append(conds, "e.received_at >= "+arg(f.ReceivedFrom))
+	}
+	if !f.ReceivedTo.IsZero() {
+		conds = append(conds, "e.received_at < "+arg(f.ReceivedTo))
+	}
+	if f.AfterID > 0 {
+		conds = append(conds, "e.id > "+arg(f.AfterID))
+	}
+	if len(conds) == 0 {
+		return "true", args
+	}
+	return strings.Join(conds, " AND "), args
+}
+
+// summaryColumns are the columns scanSummary reads, from the events table e
+// and its last attempt l.
+const summaryColumns = `e.id, e.route, e.store_key, e.order_key, e.state, e.attempt, e.received_at,
+	CASE e.state WHEN 0 THEN e.next_at WHEN 1 THEN e.lease_until END, e.reason,
+	coalesce(l.status, 0), coalesce(l.error, '')`
+
+// lastAttempt joins an event e to its last kept attempt l.
+func (q *Queue) lastAttempt() string {
+	return ` LEFT JOIN LATERAL (SELECT status, error FROM ` + q.attempts + ` a
+		WHERE a.event_id = e.id ORDER BY a.attempt DESC LIMIT 1) l ON true`
+}
+
+func scanSummary(row pgx.Row) (queue.Summary, error) {
+	var (
+		s          queue.Summary
+		key, order []byte
+		state      int16
+		attempt    int32
+		lastStatus int32
+		next       *time.Time
+		reason     *string
+	)
+	if err := row.Scan(&s.ID, &s.Route, &key, &order, &state, &attempt, &s.ReceivedAt, &next, &reason, &lastStatus, &s.LastError); err != nil {
+		return s, err
+	}
+	s.Key, s.OrderKey, s.State, s.Attempt, s.LastStatus = string(key), string(order), stateOf(state), int(attempt), int(lastStatus)
+	if next != nil {
+		s.NextAt = *next
+	}
+	if reason != nil && s.State == queue.Dead {
+		s.Reason = *reason
+	}
+	return s, nil
+}
+
+// List implements [queue.Engine].
+func (q *Queue) List(ctx context.Context, f queue.Filter) ([]queue.Summary, error) {
+	cond, args := where(f, nil)
+	args = append(args, f.PageSize())
+	rows, err := q.s.pool.Query(ctx, `SELECT `+summaryColumns+` FROM `+q.events+` e`+q.lastAttempt()+
+		` WHERE `+cond+` ORDER BY e.id LIMIT $`+strconv.Itoa(len(args)), args...)
+	if err != nil {
+		return nil, q.errorf("list", err)
+	}
+	defer rows.Close()
+	var out []queue.Summary
+	for rows.Next() {
+		s, err := scanSummary(rows)
+		if err != nil {
+			return nil, q.errorf("list", err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, q.errorf("list", err)
+	}
+	return out, nil
+}
+
+// Get implements [queue.Engine].
+func (q *Queue) Get(ctx context.Context, id int64) (*queue.Summary, []queue.Attempt, error) {
+	var (
+		sum      queue.Summary
+		attempts []queue.Attempt
+		found    bool
+	)
+	// One repeatable-read transaction, so that the summary and the attempts
+	// are of one moment.
+	err := pgx.BeginTxFunc(ctx, q.s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var err error
+		sum, err = scanSummary(tx.QueryRow(ctx, `SELECT `+summaryColumns+` FROM `+q.events+` e`+q.lastAttempt()+` WHERE e.id = $1`, id))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		found = true
+		rows, err := tx.Query(ctx, `SELECT attempt, started_at, latency_us, status, error, body_head, worker FROM `+q.attempts+`
+			WHERE event_id = $1 ORDER BY attempt`, id)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				a               queue.Attempt
+				attempt, status int32
+				latency         int64
+			)
+			if err := rows.Scan(&attempt, &a.Started, &latency, &status, &a.Error, &a.BodyHead, &a.Worker); err != nil {
+				return err
+			}
+			a.Attempt, a.Status, a.Latency = int(attempt), int(status), time.Duration(latency)*time.Microsecond
+			attempts = append(attempts, a)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, nil, q.errorf("get", err)
+	}
+	if !found {
+		return nil, nil, nil
+	}
+	return &sum, attempts, nil
+}
+
+// Redrive implements [queue.Engine].
+func (q *Queue) Redrive(ctx context.Context, f queue.Filter) (int64, error) {
+	if err := queue.ValidateFilter("Redrive", f); err != nil {
+		return 0, err
+	}
+	cond, args := where(f, nil)
+	tag, err := q.s.pool.Exec(ctx, `UPDATE `+q.events+` e SET state = 0, next_at = now(), reason = NULL,
+		base = e.attempt, since = now(), lease_until = NULL, lease_by = NULL
+		WHERE e.state <> 1 AND `+cond, args...)
+	if err != nil {
+		return 0, q.errorf("redrive", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// Purge implements [queue.Engine].
+func (q *Queue) Purge(ctx context.Context, f queue.Filter) ([]string, error) {
+	if err := queue.ValidateFilter("Purge", f); err != nil {
+		return nil, err
+	}
+	type purged struct {
+		id  int64
+		key string
+	}
+	var got []purged
+	err := pgx.BeginFunc(ctx, q.s.pool, func(tx pgx.Tx) error {
+		got = got[:0]
+		cond, args := where(f, nil)
+		// Lock the ordered groups the purge touches, in one order so that
+		// two purges can't deadlock, before deleting any of their events.
+		var locked []int64
+		rows, err := tx.Query(ctx, `SELECT k, pg_advisory_xact_lock(k)::text FROM (
+			SELECT DISTINCT `+q.groupLock+` AS k FROM `+q.events+` e
+			WHERE e.state <> 1 AND e.order_key IS NOT NULL AND `+cond+` ORDER BY 1) s`, args...)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var (
+				k    int64
+				void string
+			)
+			if err := rows.Scan(&k, &void); err != nil {
+				rows.Close()
+				return err
+			}
+			locked = append(locked, k)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		// An event of a group first seen after the locks (accepted since)
+		// is left: it arrived after the purge.
+		args = append(args, locked)
+		rows, err = tx.Query(ctx, `DELETE FROM `+q.events+` e WHERE e.state <> 1 AND `+cond+`
+			AND (e.order_key IS NULL OR `+q.groupLock+` = ANY($`+strconv.Itoa(len(args))+`::bigint[]))
+			RETURNING e.id, e.store_key, e.route, e.order_key`, args...)
+		if err != nil {
+			return err
+		}
+		var (
+			routes []string
+			orders [][]byte
+			seen   = map[string]bool{}
+		)
+		for rows.Next() {
+			var (
+				p          purged
+				key, order []byte
+				route      string
+			)
+			if err := rows.Scan(&p.id, &key, &route, &order); err != nil {
+				rows.Close()
+				return err
+			}
+			p.key = string(key)
+			got = append(got, p)
+			if g := route + "\x00" + string(order); order != nil && !seen[g] {
+				seen[g] = true
+				routes, orders = append(routes, route), append(orders, order)
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return q.promote(ctx, tx, routes, orders)
+	})
+	if err != nil {
+		return nil, q.errorf("purge", err)
+	}
+	slices.SortFunc(got, func(a, b purged) int { return cmpInt64(a.id, b.id) })
+	keys := make([]string, len(got))
+	for i, p := range got {
+		keys[i] = p.key
+	}
+	return keys, nil
+}
+
+// SetPaused implements [queue.Engine]. Pausing a paused route keeps the time
+// it was first paused.
+func (q *Queue) SetPaused(ctx context.Context, route string, paused bool) error {
+	_, err := q.s.pool.Exec(ctx, `INSERT INTO `+q.routes+` AS r (route, paused_at)
+		VALUES ($1, CASE WHEN $2::boolean THEN now() END)
+		ON CONFLICT (route) DO UPDATE SET paused_at = CASE WHEN $2::boolean THEN coalesce(r.paused_at, now()) END`,
+		route, paused)
+	if err != nil {
+		return q.errorf("set paused", err)
+	}
+	return nil
+}
