@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -266,5 +267,61 @@ func TestQueueShutdownCutsAndRequeues(t *testing.T) {
 	}
 	if strings.Join(got, ",") != "1,2" {
 		t.Fatalf("attempts %v; want 1 (cut short) then 2", got)
+	}
+}
+
+// Two gateways share one queue on PostgreSQL in front of a backend that
+// fails one attempt in five: each event is delivered exactly once.
+func TestQueueTwoGatewaysOnPostgres(t *testing.T) {
+	pgURL := os.Getenv("IDEMHOOK_POSTGRES_URL")
+	if pgURL == "" {
+		t.Skip("IDEMHOOK_POSTGRES_URL not set")
+	}
+	b := newBackend(t)
+	inner := b.up.Handle
+	b.up.Handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+		if n%5 == 0 {
+			http.Error(w, "flaky", http.StatusInternalServerError)
+			return
+		}
+		inner(w, r, n)
+	}
+	table := fmt.Sprintf("q_two_%d", time.Now().UnixNano())
+	text := fmt.Sprintf(`listen: 127.0.0.1:0
+store: {driver: postgres, url: %q, table: %s}
+admin: {listen: off}
+audit: {sink: none}
+routes:
+  - path: /webhooks/test
+    upstream: %s/hook
+    source: test
+    header: x-event-id
+    deliver: queue
+    queue: {backoff_min: 20ms, backoff_max: 100ms}
+`, pgURL, table, b.up.Srv.URL)
+	url1, _, _ := startGateway(t, text)
+	url2, _, _ := startGateway(t, text)
+	const events = 100
+	for i := range events {
+		url := url1
+		if i%2 == 1 {
+			url = url2
+		}
+		if r := gatewaytest.Post(t, url+"/webhooks/test", "{}", "X-Event-Id", fmt.Sprint("e", i)); r.Status != http.StatusAccepted {
+			t.Fatalf("event %d: %d %s", i, r.Status, r.Body)
+		}
+		// the provider's retry, to the other gateway
+		other := url2
+		if url == url2 {
+			other = url1
+		}
+		if r := gatewaytest.Post(t, other+"/webhooks/test", "{}", "X-Event-Id", fmt.Sprint("e", i)); r.Status != http.StatusAccepted || r.Header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("retry of event %d on the other gateway: %d %v", i, r.Status, r.Header)
+		}
+	}
+	gatewaytest.Eventually(t, "every event delivered", func() bool { k, _ := b.count(); return k == events })
+	time.Sleep(500 * time.Millisecond)
+	if k, n := b.count(); k != events || n != events {
+		t.Fatalf("%d events in %d deliveries; want %d once each", k, n, events)
 	}
 }

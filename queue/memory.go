@@ -164,6 +164,7 @@ func (m *Memory) Settle(ctx context.Context, s Settlement) error {
 func (e *memEvent) keep(a Attempt) {
 	a.BodyHead = slices.Clone(a.BodyHead[:min(len(a.BodyHead), MaxBodyHead)])
 	e.attempts = append(e.attempts, a)
+	slices.SortStableFunc(e.attempts, func(x, y Attempt) int { return x.Attempt - y.Attempt })
 	if len(e.attempts) > KeptAttempts {
 		e.attempts = slices.Delete(e.attempts, 1, 2)
 	}

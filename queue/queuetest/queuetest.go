@@ -45,6 +45,7 @@ func Run(t *testing.T, h Harness) {
 		{"AcceptNeedsTheClaim", testAcceptNeedsTheClaim},
 		{"LeaseLapses", testLeaseLapses},
 		{"SettleIsFenced", testSettleIsFenced},
+		{"SupersededIsRecorded", testSupersededIsRecorded},
 		{"RetryAndKill", testRetryAndKill},
 		{"Ordered", testOrdered},
 		{"Pause", testPause},
@@ -242,6 +243,21 @@ func testSettleIsFenced(t *testing.T, s *suite) {
 	}
 	if err := s.settle(fresh, queue.Delivered, time.Time{}, ""); !errors.Is(err, queue.ErrSuperseded) {
 		t.Fatalf("a second Settle of one attempt = %v; want ErrSuperseded", err)
+	}
+}
+
+// A superseded attempt is still recorded, for the operator, while its event
+// is kept.
+func testSupersededIsRecorded(t *testing.T, s *suite) {
+	a := s.accept("")
+	stale := s.claim(1, lease)[0]
+	s.waitClaim(time.Minute)
+	if err := s.settle(stale, queue.Retry, time.Now(), ""); !errors.Is(err, queue.ErrSuperseded) {
+		t.Fatalf("Settle with the stale token = %v; want ErrSuperseded", err)
+	}
+	_, attempts, err := s.eng.Get(ctx(t), a.ID)
+	if err != nil || !slices.ContainsFunc(attempts, func(x queue.Attempt) bool { return x.Attempt == stale.Attempt && x.Status == 503 }) {
+		t.Fatalf("attempts %+v, %v; want the superseded attempt %d recorded", attempts, err, stale.Attempt)
 	}
 }
 
