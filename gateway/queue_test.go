@@ -23,7 +23,7 @@ import (
 // startGateway serves a gateway built from the configuration text and
 // returns its URL; the gateway is closed when the test ends unless the
 // test closes it first through the returned function.
-func startGateway(t *testing.T, text string) (string, *gateway.Gateway, func()) {
+func startGateway(t testing.TB, text string) (string, *gateway.Gateway, func()) {
 	t.Helper()
 	cfg, err := config.Parse("idemhook.yaml", []byte(text), gatewaytest.EnvOf())
 	if err != nil {

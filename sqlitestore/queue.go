@@ -57,9 +57,10 @@ CREATE TABLE IF NOT EXISTS idem_queue_routes (
 // Queue is the store's delivery queue, a [queue.Engine]. Get it with
 // [Store.Queue].
 type Queue struct {
-	s    *Store
-	f    *fileStore
-	read *sql.DB
+	s      *Store
+	f      *fileStore
+	read   *sql.DB
+	insert *sql.Stmt // Accept's append, prepared once: it runs on the writer's one goroutine
 }
 
 var _ queue.Engine = (*Queue)(nil)
@@ -84,7 +85,14 @@ func (s *Store) Queue(ctx context.Context) (*Queue, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("sqlitestore: Queue: %w", err)
 	}
-	return &Queue{s: s, f: f, read: f.readDB}, nil
+	insert, err := f.db.PrepareContext(ctx, `INSERT INTO idem_queue (route, key, order_key, state, since, next_at, received_at, request)
+		VALUES (?1, ?2, ?3, 0, ?4, ?5, ?5, ?6) RETURNING id`)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: Queue: %w", err)
+	}
+	q := &Queue{s: s, f: f, read: f.readDB, insert: insert}
+	s.onClose(func() { insert.Close() })
+	return q, nil
 }
 
 func ms(t time.Time) int64 { return t.UnixMilli() }
@@ -127,8 +135,7 @@ func (q *Queue) Accept(ctx context.Context, c queue.Completion, ev *queue.Event)
 	}
 	var id int64
 	err = q.s.mode.complete(ctx, c.Key, old, value, c.TTL, func(ctx context.Context, tx *sql.Tx) error {
-		return tx.QueryRowContext(ctx, `INSERT INTO idem_queue (route, key, order_key, state, since, next_at, received_at, request)
-			VALUES (?1, ?2, ?3, 0, ?4, ?5, ?5, ?6) RETURNING id`,
+		return tx.StmtContext(ctx, q.insert).QueryRowContext(ctx,
 			ev.Route, ev.Key, nullString(ev.OrderKey), ms(since), ms(ev.ReceivedAt), req).Scan(&id)
 	})
 	if err != nil {

@@ -131,6 +131,16 @@ type Store struct {
 	// their arguments, encode the records and hand over to it.
 	mode     claimer
 	stopOnce sync.Once
+
+	closeMu sync.Mutex
+	closers []func() // run by Close after the writer stopped (the queue's statements)
+}
+
+// onClose makes Close run f once the writer has stopped.
+func (s *Store) onClose(f func()) {
+	s.closeMu.Lock()
+	s.closers = append(s.closers, f)
+	s.closeMu.Unlock()
 }
 
 // claimer is the part of a store that depends on where its pending claims
@@ -380,7 +390,14 @@ func (s *Store) StoreTimeout() time.Duration { return BusyTimeout }
 // close the *sql.DB, which belongs to the caller. The store must not be used
 // after Close. Close is safe to call more than once.
 func (s *Store) Close() error {
-	s.stopOnce.Do(s.mode.close)
+	s.stopOnce.Do(func() {
+		s.mode.close()
+		s.closeMu.Lock()
+		defer s.closeMu.Unlock()
+		for _, f := range s.closers {
+			f()
+		}
+	})
 	return nil
 }
 
