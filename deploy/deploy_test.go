@@ -1,7 +1,7 @@
 // Package deploy_test checks the deploy files: it builds the binary with the
 // Dockerfile's own build command (no container engine needed), runs it with
-// the image's configuration, and checks that the alert rules and the
-// dashboard ask only for metrics the running gateway exposes.
+// the image's configuration plus a queued route, and checks that the alert
+// rules and the dashboard ask only for metrics the running gateway exposes.
 package deploy_test
 
 import (
@@ -137,12 +137,17 @@ func serveImageConfig(t *testing.T, bin string) map[string]bool {
 		"0.0.0.0:9090", "127.0.0.1:0",
 	).Replace(string(data))
 	cfgPath := filepath.Join(t.TempDir(), "idemhook.yaml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, withQueuedRoute(t, cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
 
 	var calls atomic.Int64
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/hooks/refuse") {
+			// Not retried: the queued event that gets it is dead at once.
+			http.Error(w, "refused", http.StatusBadRequest)
+			return
+		}
 		n := calls.Add(1)
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"path":%q,"call":%d}`, r.URL.Path, n)
@@ -202,24 +207,46 @@ func serveImageConfig(t *testing.T, bin string) map[string]bool {
 		t.Errorf("upstream calls %d, answers %q; want 1 call and the first answer twice", calls.Load(), bodies)
 	}
 
-	req, _ := http.NewRequest(http.MethodGet, "http://"+admin+"/metrics", nil)
-	req.Header.Set("Authorization", "Bearer deploy-test-token")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	// The queued route: one event delivered, one refused for good (dead),
+	// so that its attempt and dead counters have a series.
+	for _, path := range []string{"/queued/ok", "/queued/refuse"} {
+		resp, err := http.Post("http://"+listen+path, "application/json", strings.NewReader(`{"id":"evt_q"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			t.Errorf("POST %s: status %d, want 202 (accepted into the queue)", path, resp.StatusCode)
+		}
 	}
-	metrics, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("GET /metrics: %d", resp.StatusCode)
+	var metrics []byte
+	names := map[string]bool{}
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		metrics = scrape(t, admin)
+		clear(names)
+		for line := range strings.Lines(string(metrics)) {
+			if f := strings.Fields(line); len(f) >= 3 && f[0] == "#" && f[1] == "TYPE" {
+				names[f[2]] = true
+			}
+		}
+		if names["idemhook_queue_attempts_total"] && names["idemhook_queue_dead_total"] {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("20s after two queued events, /metrics has no idemhook_queue_attempts_total or idemhook_queue_dead_total: the queued route delivered nothing\n%s", logs.String())
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	if want := `idemhook_build_info{goversion="` + runtime.Version() + `",version="` + testVersion + `"} 1`; !strings.Contains(string(metrics), want) {
 		t.Errorf("/metrics lacks %s", want)
 	}
-	names := map[string]bool{}
-	for line := range strings.Lines(string(metrics)) {
-		if f := strings.Fields(line); len(f) >= 3 && f[0] == "#" && f[1] == "TYPE" {
-			names[f[2]] = true
+	for _, want := range []string{
+		`idemhook_queue_attempts_total{result="delivered",route="/queued/",status="200"} 1`,
+		`idemhook_queue_dead_total{route="/queued/"} 1`,
+	} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %s", want)
 		}
 	}
 
@@ -242,6 +269,49 @@ func serveImageConfig(t *testing.T, bin string) map[string]bool {
 		t.Errorf("the gateway wrote %v to its working directory, outside the volume", left)
 	}
 	return names
+}
+
+// withQueuedRoute adds to the configuration cfg a route with deliver: queue
+// to the same upstream, since the idemhook_queue_* series exist only on a
+// gateway with a queued route.
+func withQueuedRoute(t *testing.T, cfg string) []byte {
+	t.Helper()
+	var doc map[string]any
+	if err := yaml.Unmarshal([]byte(cfg), &doc); err != nil {
+		t.Fatalf("idemhook.yaml: %v", err)
+	}
+	routes, ok := doc["routes"].([]any)
+	if !ok {
+		t.Fatalf("idemhook.yaml: routes is %T, want a list", doc["routes"])
+	}
+	doc["routes"] = append(routes, map[string]any{
+		"path":     "/queued/",
+		"upstream": "${UPSTREAM_URL}",
+		"source":   "queued",
+		"deliver":  "queue",
+	})
+	out, err := yaml.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// scrape returns the body of the admin listener's /metrics.
+func scrape(t *testing.T, admin string) []byte {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, "http://"+admin+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer deploy-test-token")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	metrics, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET /metrics: %d", resp.StatusCode)
+	}
+	return metrics
 }
 
 var metricRef = regexp.MustCompile(`\bidemhook_[a-z_]+\b`)
@@ -298,7 +368,8 @@ func checkRules(t *testing.T, names map[string]bool) {
 		}
 	}
 	// The conditions an operator must hear about.
-	for _, want := range []string{"IdemhookBreakerOpen", "IdemhookStoreErrors", "IdemhookAuditEntriesLost", "IdemhookReplayRatioHigh", "IdemhookUpstreamFailing"} {
+	for _, want := range []string{"IdemhookBreakerOpen", "IdemhookStoreErrors", "IdemhookAuditEntriesLost", "IdemhookReplayRatioHigh", "IdemhookUpstreamFailing",
+		"IdemhookQueueOldestEventOld", "IdemhookQueueDeadEvents", "IdemhookQueueAttemptsSuperseded", "IdemhookQueueBackendDown", "IdemhookQueuePaused"} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("prometheus/alerts.yml has no alert %s", want)
 		}
@@ -339,7 +410,7 @@ func checkDashboard(t *testing.T, names map[string]bool) {
 	}
 	// Grafana's variables, replaced as it does before a query, so that
 	// promtool can parse the expressions as recording rules.
-	vars := strings.NewReplacer("$__rate_interval", "5m", "$instance", ".*", "$source", ".*")
+	vars := strings.NewReplacer("$__rate_interval", "5m", "$instance", ".*", "$source", ".*", "$route", ".*")
 	var rules strings.Builder
 	rules.WriteString("groups:\n  - name: dashboard\n    rules:\n")
 	n := 0
