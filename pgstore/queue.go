@@ -277,8 +277,8 @@ func nullBytes(s string) []byte {
 // Accept implements [queue.Engine]: the compare-and-set of [Store.Complete]
 // and the event's INSERT in one transaction.
 func (q *Queue) Accept(ctx context.Context, c queue.Completion, ev *queue.Event) error {
-	if ev == nil {
-		return errors.New("pgstore: queue Accept: nil *queue.Event")
+	if err := queue.ValidateAccept(ev); err != nil {
+		return err
 	}
 	request := queue.EncodeRequest(nil, ev)
 	since := ev.Since
@@ -298,12 +298,17 @@ func (q *Queue) Accept(ctx context.Context, c queue.Completion, ev *queue.Event)
 		}
 		// An unordered event is its own head; an ordered one is its
 		// group's head when the group has no other event.
-		return tx.QueryRow(ctx, `INSERT INTO `+q.events+` (route, store_key, order_key, head, next_at, received_at, since, request)
+		// With a lease, the event is running its first attempt (see
+		// queue.Event.Lease).
+		return tx.QueryRow(ctx, `INSERT INTO `+q.events+` (route, store_key, order_key, head, next_at, received_at, since, request,
+				state, attempt, lease_until, lease_by)
 			SELECT $1, $2, $3::bytea, $3::bytea IS NULL OR NOT EXISTS (
 				SELECT 1 FROM `+q.events+` g WHERE g.route = $1 AND g.order_key = $3::bytea),
-				now(), $4, $5, $6
+				now(), $4, $5, $6,
+				CASE WHEN $7::bigint > 0 THEN 1 ELSE 0 END, CASE WHEN $7::bigint > 0 THEN 1 ELSE 0 END,
+				CASE WHEN $7::bigint > 0 THEN now() + $7::bigint * interval '1 microsecond' END, $8::text
 			RETURNING id`,
-			ev.Route, []byte(ev.Key), order, ev.ReceivedAt, since, request).Scan(&id)
+			ev.Route, []byte(ev.Key), order, ev.ReceivedAt, since, request, ev.Lease.Microseconds(), nullText(ev.Worker)).Scan(&id)
 	})
 	switch {
 	case errors.Is(err, idemhook.ErrNotOwner):
@@ -312,7 +317,18 @@ func (q *Queue) Accept(ctx context.Context, c queue.Completion, ev *queue.Event)
 		return q.errorf("accept", err)
 	}
 	ev.ID = id
+	if ev.Lease > 0 {
+		ev.Attempt = 1
+	}
 	return nil
+}
+
+// nullText is s, or NULL when it is empty.
+func nullText(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }
 
 // Claim implements [queue.Engine] in one statement.

@@ -58,6 +58,9 @@ func (m *Memory) route(name string) *memRoute {
 
 // Accept implements [Engine].
 func (m *Memory) Accept(ctx context.Context, c Completion, ev *Event) error {
+	if err := ValidateAccept(ev); err != nil {
+		return err
+	}
 	if err := m.store.Complete(ctx, c.Key, c.Claim, c.Done, c.TTL); err != nil {
 		return err
 	}
@@ -66,6 +69,10 @@ func (m *Memory) Accept(ctx context.Context, c Completion, ev *Event) error {
 	m.nextID++
 	ev.ID = m.nextID
 	e := &memEvent{ev: *ev, state: Queued, nextAt: ev.ReceivedAt}
+	if ev.Lease > 0 {
+		ev.Attempt = 1
+		e.ev.Attempt, e.state, e.nextAt, e.worker = 1, Running, m.now().Add(ev.Lease), ev.Worker
+	}
 	e.ev.Header = ev.Header.Clone()
 	e.ev.Body = slices.Clone(ev.Body)
 	if e.ev.Since.IsZero() {

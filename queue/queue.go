@@ -67,6 +67,15 @@ type Event struct {
 	// ReceivedAt is when the event was accepted.
 	ReceivedAt time.Time
 
+	// Lease, when set on Accept, appends the event running its first
+	// attempt (Attempt 1) under a lease of Lease held by Worker, as if Claim
+	// had just returned it: the caller is making that attempt already (a
+	// route's respond_within budget ran out while the backend worked) and
+	// settles it with the event's Token. An event accepted so must not be
+	// ordered (OrderKey empty).
+	Lease  time.Duration
+	Worker string
+
 	// Attempt is the number of attempts started, including the one Claim
 	// just started: 1 for the first. It never decreases, redrives included,
 	// and with ID it is the attempt's fencing token.
@@ -227,7 +236,7 @@ type Filter struct {
 type Engine interface {
 	// Accept completes c (a compare-and-set on the claim, as
 	// idemhook.Store's Complete) and appends ev, in one atomic step, and
-	// sets ev.ID. When the claim is no longer held it returns an error
+	// sets ev.ID (and, with ev.Lease, ev.Attempt to 1). When the claim is no longer held it returns an error
 	// wrapping idemhook.ErrNotOwner and appends nothing.
 	Accept(ctx context.Context, c Completion, ev *Event) error
 
@@ -285,6 +294,20 @@ type Engine interface {
 // longer holds its event: its lease ended and another attempt took the
 // event, or the event was purged.
 var ErrSuperseded = errors.New("queue: the attempt no longer holds its event")
+
+// ValidateAccept checks what Accept requires of an event: engines call it
+// first.
+func ValidateAccept(ev *Event) error {
+	switch {
+	case ev == nil:
+		return errors.New("queue: Accept: nil *Event")
+	case ev.Lease < 0:
+		return errors.New("queue: Accept: negative Event.Lease")
+	case ev.Lease > 0 && ev.OrderKey != "":
+		return errors.New("queue: Accept: an event accepted running (Event.Lease) can't be ordered: it is being sent out of its group's order")
+	}
+	return nil
+}
 
 // ValidateFilter checks a filter for Redrive and Purge: engines call it
 // first, so that a forgotten route never selects every route's events.

@@ -85,8 +85,8 @@ func (s *Store) Queue(ctx context.Context) (*Queue, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("sqlitestore: Queue: %w", err)
 	}
-	insert, err := f.db.PrepareContext(ctx, `INSERT INTO idem_queue (route, key, order_key, state, since, next_at, received_at, request)
-		VALUES (?1, ?2, ?3, 0, ?4, ?5, ?5, ?6) RETURNING id`)
+	insert, err := f.db.PrepareContext(ctx, `INSERT INTO idem_queue (route, key, order_key, state, attempt, lease_by, since, next_at, received_at, request)
+		VALUES (?1, ?2, ?3, ?7, ?7, ?8, ?4, ?9, ?5, ?6) RETURNING id`)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: Queue: %w", err)
 	}
@@ -114,6 +114,9 @@ func nullString(s string) any {
 // Accept implements [queue.Engine]: the claim's completion and the event's
 // insert are one transaction of the store's writer.
 func (q *Queue) Accept(ctx context.Context, c queue.Completion, ev *queue.Event) error {
+	if err := queue.ValidateAccept(ev); err != nil {
+		return err
+	}
 	if err := q.f.watch.failure(); err != nil {
 		return err
 	}
@@ -134,14 +137,21 @@ func (q *Queue) Accept(ctx context.Context, c queue.Completion, ev *queue.Event)
 		since = ev.ReceivedAt
 	}
 	var id int64
+	running, nextAt := 0, ms(ev.ReceivedAt) // queued, due at once
 	err = q.s.mode.complete(ctx, c.Key, old, value, c.TTL, func(ctx context.Context, tx *sql.Tx) error {
+		if ev.Lease > 0 { // running its first attempt (see queue.Event.Lease)
+			running, nextAt = 1, q.f.nowMillis()+ev.Lease.Milliseconds()
+		}
 		return tx.StmtContext(ctx, q.insert).QueryRowContext(ctx,
-			ev.Route, ev.Key, nullString(ev.OrderKey), ms(since), ms(ev.ReceivedAt), req).Scan(&id)
+			ev.Route, ev.Key, nullString(ev.OrderKey), ms(since), ms(ev.ReceivedAt), req, running, nullString(ev.Worker), nextAt).Scan(&id)
 	})
 	if err != nil {
 		return err
 	}
 	ev.ID = id
+	if running == 1 {
+		ev.Attempt = 1
+	}
 	return nil
 }
 

@@ -46,6 +46,7 @@ func Run(t *testing.T, h Harness) {
 		{"LeaseLapses", testLeaseLapses},
 		{"SettleIsFenced", testSettleIsFenced},
 		{"SupersededIsRecorded", testSupersededIsRecorded},
+		{"AcceptRunning", testAcceptRunning},
 		{"RetryAndKill", testRetryAndKill},
 		{"Ordered", testOrdered},
 		{"Pause", testPause},
@@ -491,5 +492,44 @@ func testConcurrentClaims(t *testing.T, s *suite) {
 		if n != 1 {
 			t.Fatalf("event %d claimed %d times under one lease", id, n)
 		}
+	}
+}
+
+// An event accepted with a lease is running its first attempt: not claimed
+// while the lease holds, settled with its token, and claimed as attempt 2
+// once the lease lapses.
+func testAcceptRunning(t *testing.T, s *suite) {
+	key := "idem:queuetest:" + randHex(8)
+	claim := &idemhook.Record{State: idemhook.StatePending, Token: randHex(8), CreatedAt: time.Now()}
+	if _, err := s.st.Claim(ctx(t), key, claim, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	done := &idemhook.Record{State: idemhook.StateCompleted, CreatedAt: time.Now(), Status: http.StatusAccepted}
+	ordered := &queue.Event{Route: s.route, Key: key, OrderKey: "g", Method: "POST", Target: "/", ReceivedAt: time.Now(), Lease: time.Minute}
+	if err := s.eng.Accept(ctx(t), queue.Completion{Key: key, Claim: claim, Done: done, TTL: time.Hour}, ordered); err == nil {
+		t.Fatal("Accept of an ordered event with a lease: want an error")
+	}
+	ev := &queue.Event{Route: s.route, Key: key, Method: "POST", Target: "/", Body: []byte("x"), ReceivedAt: time.Now(), Lease: lease, Worker: "hybrid"}
+	if err := s.eng.Accept(ctx(t), queue.Completion{Key: key, Claim: claim, Done: done, TTL: time.Hour}, ev); err != nil {
+		t.Fatal(err)
+	}
+	if ev.Attempt != 1 || ev.ID == 0 {
+		t.Fatalf("accepted running: ID %d Attempt %d; want attempt 1", ev.ID, ev.Attempt)
+	}
+	if st := s.stats(); st.Running != 1 || st.Queued != 0 {
+		t.Fatalf("Stats = %+v; want it running", st)
+	}
+	if got := s.claim(10, time.Minute); len(got) != 0 {
+		t.Fatalf("Claim took %v while the first attempt's lease holds", ids(got))
+	}
+	again := s.waitClaim(time.Minute)
+	if again.ID != ev.ID || again.Attempt != 2 || string(again.Body) != "x" {
+		t.Fatalf("after the lease lapsed Claim = %+v; want attempt 2 of the event", again)
+	}
+	if err := s.settle(ev, queue.Delivered, time.Time{}, ""); !errors.Is(err, queue.ErrSuperseded) {
+		t.Fatalf("Settle of the lapsed first attempt = %v; want ErrSuperseded", err)
+	}
+	if err := s.settle(again, queue.Delivered, time.Time{}, ""); err != nil {
+		t.Fatal(err)
 	}
 }
