@@ -252,7 +252,9 @@ func (g *Gateway) apply(cfg *config.Config) error {
 	var queued []config.Route
 	var dispatch []queue.Route
 	queuedWraps := map[string]func(http.Handler) http.Handler{}
-	if g.queues.Load() == nil && slices.ContainsFunc(cfg.Routes, func(rc config.Route) bool { return rc.Deliver == config.DeliverQueue }) {
+	hybridSend := map[string]func(context.Context, *queue.Event) queue.Result{}
+	hybridProxy := map[string]http.Handler{}
+	if g.queues.Load() == nil && slices.ContainsFunc(cfg.Routes, func(rc config.Route) bool { return rc.Queued() }) {
 		q, err := newQueues(g.base, g.store, g.logger, g.metrics.onAttempt)
 		if err != nil {
 			return err
@@ -274,22 +276,29 @@ func (g *Gateway) apply(cfg *config.Config) error {
 		tr := newTransport(rc.UpstreamTimeout)
 		idle = append(idle, tr.CloseIdleConnections)
 		rt := g.tracing.transport(timedTransport{next: tr, observe: g.metrics.upstreamObserver(rc.Path)})
-		if rc.Deliver == config.DeliverQueue {
+		proxy := detach(g.base, newProxy(rc, rt, g.bufs, g.logger, cfg.TrustedProxies))
+		if rc.Queued() {
 			qtr := newTransport(rc.Queue.AttemptTimeout)
 			idle = append(idle, qtr.CloseIdleConnections)
 			qrt := g.tracing.transport(timedTransport{next: qtr, observe: g.metrics.upstreamObserver(rc.Path)})
 			queued = append(queued, rc)
 			dispatch = append(dispatch, dispatchRoute(rc, qrt))
 			queuedWraps[rc.Path] = wrap
+			hybridSend[rc.Path] = sender(rc, qrt, maxHybridAnswer)
+			hybridProxy[rc.Path] = proxy
 			continue
 		}
-		mux.Handle(rc.Path, g.tracing.handler(wrap(detach(g.base, newProxy(rc, rt, g.bufs, g.logger, cfg.TrustedProxies)))))
+		mux.Handle(rc.Path, g.tracing.handler(wrap(proxy)))
 	}
 	if q := g.queues.Load(); q != nil {
 		q.set(dispatch, queued)
 		for _, rc := range queued {
 			qr := q.route(rc.Path)
-			mux.Handle(rc.Path, g.tracing.handler(qr.admit(queuedWraps[rc.Path](q.accept(rc, qr, cfg.TrustedProxies)))))
+			inner := q.accept(rc, qr, cfg.TrustedProxies)
+			if rc.RespondWithin > 0 {
+				inner = q.hybrid(rc, qr, cfg.TrustedProxies, hybridSend[rc.Path], hybridProxy[rc.Path])
+			}
+			mux.Handle(rc.Path, g.tracing.handler(qr.admit(queuedWraps[rc.Path](inner))))
 		}
 	}
 	if !slices.ContainsFunc(cfg.Routes, func(rc config.Route) bool { return rc.Path == "/" }) {

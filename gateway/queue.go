@@ -55,6 +55,10 @@ type queues struct {
 
 	stop    chan struct{}
 	stopped chan struct{}
+	// hybrids counts the first attempts of respond_within routes still
+	// running: close waits for them, within its bound, before the store
+	// closes.
+	hybrids sync.WaitGroup
 }
 
 // queuedRoute is one queued route's state that outlives reloads.
@@ -177,7 +181,18 @@ func (q *queues) readStats() {
 func (q *queues) close(ctx context.Context) error {
 	close(q.stop)
 	<-q.stopped
-	return q.disp.Close(ctx)
+	done := make(chan struct{})
+	go func() {
+		q.hybrids.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	err := q.disp.Close(ctx) // cuts what still runs, the respond_within attempts too
+	<-done
+	return err
 }
 
 func (qr *queuedRoute) observe(o queue.Observation) {
@@ -214,7 +229,7 @@ func dispatchRoute(rc config.Route, rt http.RoundTripper) queue.Route {
 		BackoffMax:     rc.Queue.BackoffMax,
 		Succeeded:      succeeded,
 		Retried:        retried,
-		Send:           sender(rc, rt),
+		Send:           sender(rc, rt, queue.MaxBodyHead),
 	}
 }
 
@@ -226,7 +241,11 @@ const maxDrain = 256 << 10
 // rc to its upstream, as the proxy would have sent the request: the same
 // upstream URL, the headers as forwarded, plus Idempotency-Key, the
 // attempt's number and the event's id.
-func sender(rc config.Route, rt http.RoundTripper) func(ctx context.Context, ev *queue.Event) queue.Result {
+//
+// The answer's body is read up to keep bytes (the attempt's record keeps
+// its head; a respond_within route passes a whole answer back), and what
+// follows is drained up to maxDrain.
+func sender(rc config.Route, rt http.RoundTripper, keep int64) func(ctx context.Context, ev *queue.Event) queue.Result {
 	prefix := ""
 	if strings.HasSuffix(rc.Path, "/") {
 		prefix = rc.Path
@@ -247,13 +266,18 @@ func sender(rc config.Route, rt http.RoundTripper) func(ctx context.Context, ev 
 		req.Header = ev.Header.Clone()
 		req.Header.Set(HeaderIdempotencyKey, ev.Key)
 		req.Header.Set(HeaderAttempt, strconv.Itoa(ev.Attempt))
-		req.Header.Set(HeaderEventID, strconv.FormatInt(ev.ID, 10))
+		if ev.ID != 0 { // a respond_within route's first attempt has none yet
+			req.Header.Set(HeaderEventID, strconv.FormatInt(ev.ID, 10))
+		}
 		resp, err := rt.RoundTrip(req)
 		if err != nil {
 			return queue.Result{Err: err}
 		}
 		defer resp.Body.Close()
-		head, _ := io.ReadAll(io.LimitReader(resp.Body, queue.MaxBodyHead))
+		head, err := io.ReadAll(io.LimitReader(resp.Body, keep))
+		if err != nil {
+			return queue.Result{Err: fmt.Errorf("reading the answer: %w", err)}
+		}
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
 		return queue.Result{Status: resp.StatusCode, Header: resp.Header, BodyHead: head}
 	}
@@ -289,20 +313,10 @@ func (q *queues) accept(rc config.Route, qr *queuedRoute, trusted []netip.Prefix
 			writeProblem(w, http.StatusServiceUnavailable, "not accepted", "the event could not be claimed, so it is not queued: send it again")
 			return
 		}
-		body, err := io.ReadAll(r.Body)
+		ev, err := newEvent(rc, d, r, trusted)
 		if err != nil {
 			writeProblem(w, http.StatusBadRequest, "body not read", "the body could not be read: "+err.Error())
 			return
-		}
-		ev := &queue.Event{
-			Route:      rc.Path,
-			Key:        d.StoreKey(),
-			OrderKey:   orderKey(rc.Queue.OrderBy, r.Header, body),
-			Method:     r.Method,
-			Target:     r.URL.RequestURI(),
-			Header:     forwardHeader(r, trusted),
-			Body:       body,
-			ReceivedAt: time.Now(),
 		}
 		err = d.CompleteWith(rc.Accept.Status, rc.Accept.Header, rc.Accept.Body, func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
 			return q.engine.Accept(r.Context(), queue.Completion{Key: key, Claim: claim, Done: done, TTL: ttl}, ev)
@@ -317,6 +331,116 @@ func (q *queues) accept(rc config.Route, qr *queuedRoute, trusted []netip.Prefix
 		qr.history.add(ev.ReceivedAt, func(m *minute) { m.Accepted++ })
 		q.disp.Wake(rc.Path)
 	})
+}
+
+// newEvent is the event of the delivery d holds: r as the proxy would
+// forward it.
+func newEvent(rc config.Route, d *idemhook.Delivery, r *http.Request, trusted []netip.Prefix) (*queue.Event, error) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return nil, err
+	}
+	return &queue.Event{
+		Route:      rc.Path,
+		Key:        d.StoreKey(),
+		OrderKey:   orderKey(rc.Queue.OrderBy, r.Header, body),
+		Method:     r.Method,
+		Target:     r.URL.RequestURI(),
+		Header:     forwardHeader(r, trusted),
+		Body:       body,
+		ReceivedAt: time.Now(),
+	}, nil
+}
+
+// maxHybridAnswer bounds the backend's answer a respond_within route passes
+// back to the provider.
+const maxHybridAnswer = 32 << 20
+
+// hybrid is the handler of a proxy route with respond_within, behind the
+// middleware. It sends the delivery to the backend as attempt 1 of the
+// event. An answer within the budget goes back to the provider as a proxy
+// route's would. Past the budget, the event is kept with the key's
+// completion as on a queued route, running its first attempt, and the
+// provider gets the accept answer; the attempt goes on and is settled as
+// the dispatcher's own (a failure is retried from the queue).
+func (q *queues) hybrid(rc config.Route, qr *queuedRoute, trusted []netip.Prefix, send func(context.Context, *queue.Event) queue.Result, proxy http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d, claimed := idemhook.DeliveryFromContext(r.Context())
+		if !claimed {
+			proxy.ServeHTTP(w, r) // unprotected: nothing to keep the event with
+			return
+		}
+		ev, err := newEvent(rc, d, r, trusted)
+		if err != nil {
+			writeProblem(w, http.StatusBadRequest, "body not read", "the body could not be read: "+err.Error())
+			return
+		}
+		first := *ev // what the attempt reads; ev is the queue's
+		first.Attempt = 1
+		start := time.Now()
+		done := make(chan queue.Result, 1)
+		q.hybrids.Add(1)
+		go func() {
+			ctx, cancel := context.WithTimeout(q.disp.Attempts(), rc.Queue.AttemptTimeout)
+			defer cancel()
+			done <- send(ctx, &first)
+		}()
+		budget := time.NewTimer(rc.RespondWithin)
+		defer budget.Stop()
+		select {
+		case res := <-done:
+			q.hybrids.Done()
+			writeResult(w, res, rc, q.logger)
+			return
+		case <-budget.C:
+		}
+		ev.Lease, ev.Worker = q.disp.Lease(rc.Path), q.disp.Worker()
+		err = d.CompleteWith(rc.Accept.Status, rc.Accept.Header, rc.Accept.Body, func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
+			return q.engine.Accept(r.Context(), queue.Completion{Key: key, Claim: claim, Done: done, TTL: ttl}, ev)
+		})
+		if err != nil {
+			// Not kept: the provider waits for the backend's answer, as on
+			// a proxy route.
+			q.logger.Warn("idemhook queue: past respond_within the event could not be kept; waiting for the backend's answer", "route", rc.Path, "key", d.StoreKey(), "err", err)
+			res := <-done
+			q.hybrids.Done()
+			writeResult(w, res, rc, q.logger)
+			return
+		}
+		qr.pending.Add(1)
+		qr.history.add(ev.ReceivedAt, func(m *minute) { m.Accepted++ })
+		go func() {
+			defer q.hybrids.Done()
+			if !q.disp.Settle(rc.Path, ev, <-done, start) {
+				q.logger.Warn("idemhook queue: the route is gone; its attempt's lease lapses and the event is sent again", "route", rc.Path, "event", ev.ID)
+			}
+		}()
+	})
+}
+
+// writeResult sends the backend's answer to the provider as the proxy
+// would: its status, headers (not the hop-by-hop ones) and body, or 502 or
+// 504 when none came.
+func writeResult(w http.ResponseWriter, res queue.Result, rc config.Route, logger *slog.Logger) {
+	if res.Err != nil {
+		status, title := http.StatusBadGateway, "upstream unreachable"
+		if isTimeout(res.Err) {
+			status, title = http.StatusGatewayTimeout, "upstream timeout"
+		}
+		logger.Warn("idemhook upstream error", "route", rc.Path, "upstream", rc.Upstream.Redacted(), "status", status, "err", res.Err)
+		writeProblem(w, status, title, title+": "+errText(res.Err))
+		return
+	}
+	h := w.Header()
+	for name, values := range res.Header {
+		h[name] = values
+	}
+	for _, name := range hopHeaders {
+		h.Del(name)
+	}
+	h.Del("Content-Length")
+	w.WriteHeader(res.Status)
+	_, _ = w.Write(res.BodyHead)
 }
 
 // hopHeaders are the headers of one connection (RFC 9110 section 7.6.1), not

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"log/slog"
 	"fmt"
 	"net"
 	"net/http"
@@ -29,7 +30,7 @@ func startGateway(t testing.TB, text string) (string, *gateway.Gateway, func()) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := gateway.New(t.Context(), cfg, gateway.Options{})
+	g, err := gateway.New(t.Context(), cfg, gateway.Options{Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,6 +50,14 @@ func startGateway(t testing.TB, text string) (string, *gateway.Gateway, func()) 
 	}
 	t.Cleanup(stop)
 	return srv.URL, g, stop
+}
+
+// testWriter sends the gateway's log lines to the test's log.
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
 }
 
 // backend counts the successful deliveries of each Idempotency-Key and
@@ -323,5 +332,83 @@ routes:
 	time.Sleep(500 * time.Millisecond)
 	if k, n := b.count(); k != events || n != events {
 		t.Fatalf("%d events in %d deliveries; want %d once each", k, n, events)
+	}
+}
+
+func hybridConfig(dir, upstream string) string {
+	return fmt.Sprintf(`listen: 127.0.0.1:0
+store: {driver: sqlite, path: %q}
+admin: {listen: off}
+audit: {sink: none}
+routes:
+  - path: /webhooks/test
+    upstream: %s/hook
+    source: test
+    header: x-event-id
+    respond_within: 300ms
+    queue: {backoff_min: 20ms, backoff_max: 100ms}
+`, filepath.Join(dir, "idemhook.db"), upstream)
+}
+
+// respond_within: a backend that answers within the budget is answered as
+// by a proxy route; one that takes longer leaves the provider with the
+// accept answer at the budget, and its own answer settles the event: a
+// success delivers it, a failure is retried from the queue.
+func TestRespondWithin(t *testing.T) {
+	up := gatewaytest.NewUpstream(t)
+	var attempts sync.Map // key -> []string
+	up.Handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+		key := r.Header.Get(gateway.HeaderIdempotencyKey)
+		prev, _ := attempts.Load(key)
+		list, _ := prev.([]string)
+		attempts.Store(key, append(list, r.Header.Get(gateway.HeaderAttempt)))
+		switch {
+		case strings.HasSuffix(key, "fast"):
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprint(w, `{"made":"fast"}`)
+		case strings.HasSuffix(key, "slow-ok"):
+			time.Sleep(time.Second)
+			w.WriteHeader(http.StatusOK)
+		case strings.HasSuffix(key, "slow-fail") && len(list) == 0:
+			time.Sleep(time.Second)
+			http.Error(w, "failed late", http.StatusInternalServerError)
+		default:
+			w.WriteHeader(http.StatusOK)
+		}
+	}
+	url, _, _ := startGateway(t, hybridConfig(t.TempDir(), up.Srv.URL))
+	post := func(id string) gatewaytest.Response { return gatewaytest.Post(t, url+"/webhooks/test", "{}", "X-Event-Id", id) }
+	seen := func(id string) string {
+		v, _ := attempts.Load("idem:test:" + id)
+		list, _ := v.([]string)
+		return strings.Join(list, ",")
+	}
+
+	if r := post("fast"); r.Status != http.StatusCreated || r.Body != `{"made":"fast"}` {
+		t.Fatalf("fast backend: %d %q; want its own 201", r.Status, r.Body)
+	}
+	if r := post("fast"); r.Status != http.StatusCreated || r.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("re-delivery of the fast one: %d %v; want its 201 replayed", r.Status, r.Header)
+	}
+	if r := post("slow-ok"); r.Status != http.StatusAccepted || r.Body != config.DefaultAcceptBody {
+		t.Fatalf("slow backend: %d %q; want the accept answer at the budget", r.Status, r.Body)
+	}
+	if r := post("slow-ok"); r.Status != http.StatusAccepted || r.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("re-delivery of the slow one: %d %v; want the accept answer replayed", r.Status, r.Header)
+	}
+	if r := post("slow-fail"); r.Status != http.StatusAccepted {
+		t.Fatalf("slow failing backend: %d; want the accept answer", r.Status)
+	}
+	gatewaytest.Eventually(t, "the late failure retried from the queue", func() bool { return seen("slow-fail") == "1,2" })
+	time.Sleep(1500 * time.Millisecond) // the slow success settles; a retry would come now
+	if got := seen("slow-ok"); got != "1" {
+		t.Fatalf("slow-ok attempts %q; want 1 only: its late 200 delivered it", got)
+	}
+	if got := seen("fast"); got != "1" {
+		t.Fatalf("fast attempts %q; want 1", got)
+	}
+	if got := seen("slow-fail"); got != "1,2" {
+		t.Fatalf("slow-fail attempts %q; want 1,2", got)
 	}
 }

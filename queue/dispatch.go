@@ -255,7 +255,8 @@ func (d *Dispatcher) Close(ctx context.Context) error {
 		r.stopClaiming()
 		runners = append(runners, r)
 	}
-	d.runners = map[string]*runner{}
+	// The runners stay, stopped: Settle still finds the route of an attempt
+	// made outside the dispatcher and cut short by the close.
 	d.mu.Unlock()
 	done := make(chan struct{})
 	go func() {
@@ -405,9 +406,14 @@ func (r *runner) attempt(cfg *Route, ev *Event) {
 	ctx, cancel := context.WithTimeout(r.d.attempts, cfg.AttemptTimeout)
 	start := time.Now()
 	res := cfg.Send(ctx, ev)
+	cancel()
+	r.finish(cfg, ev, res, start)
+}
+
+// finish settles the attempt of ev that started at start and got res.
+func (r *runner) finish(cfg *Route, ev *Event, res Result, start time.Time) {
 	latency := time.Since(start)
 	cut := errors.Is(context.Cause(r.d.attempts), errShutdown) && res.Err != nil
-	cancel()
 
 	obs := Observation{Route: r.name, Event: ev, Result: res, Latency: latency, Cut: cut}
 	switch {
@@ -446,6 +452,42 @@ func (r *runner) attempt(cfg *Route, ev *Event) {
 	}
 }
 
+// Lease returns the lease an attempt of route holds: its attempt timeout
+// plus a margin, as Claim gives the dispatcher's own attempts. 0 when the
+// dispatcher has no such route.
+func (d *Dispatcher) Lease(route string) time.Duration {
+	d.mu.Lock()
+	r := d.runners[route]
+	d.mu.Unlock()
+	if r == nil {
+		return 0
+	}
+	return r.cfg.Load().AttemptTimeout + leaseMargin
+}
+
+// Attempts returns the context an attempt made outside the dispatcher runs
+// under (a respond_within route's first attempt): Close cuts it short as it
+// cuts the dispatcher's own, once its bound has passed.
+func (d *Dispatcher) Attempts() context.Context { return d.attempts }
+
+// Settle settles an attempt of an event of route made outside the
+// dispatcher, started at start, which got res (the first attempt of an event
+// accepted running: Event.Lease). It judges, records and observes the
+// attempt as the dispatcher's own, and counts it towards the route's
+// breaker. It reports false when the dispatcher has no such route; the
+// event's lease then lapses and a later Claim makes the next attempt.
+func (d *Dispatcher) Settle(route string, ev *Event, res Result, start time.Time) bool {
+	d.mu.Lock()
+	r := d.runners[route]
+	d.mu.Unlock()
+	if r == nil {
+		return false
+	}
+	r.finish(r.cfg.Load(), ev, res, start)
+	r.poke()
+	return true
+}
+
 // backendFailed reports whether res says the backend is unwell (what the
 // breaker counts), rather than refusing this one event.
 func backendFailed(cfg *Route, res Result) bool {
@@ -472,7 +514,11 @@ func judge(cfg *Route, ev *Event, res Result, now time.Time) (Verdict, time.Time
 		return Kill, time.Time{}, fmt.Sprintf("%d attempts made; the last: %s", made, what)
 	}
 	next := now.Add(Backoff(cfg.BackoffMin, cfg.BackoffMax, made, retryAfter(res.Header, now)))
-	if deadline := ev.Since.Add(cfg.MaxAge); next.After(deadline) {
+	since := ev.Since
+	if since.IsZero() { // an event accepted running, settled from its Accept's view
+		since = ev.ReceivedAt
+	}
+	if deadline := since.Add(cfg.MaxAge); next.After(deadline) {
 		return Kill, time.Time{}, fmt.Sprintf("its maximum age of %s has passed; the last attempt: %s", cfg.MaxAge, what)
 	}
 	return Retry, next, ""

@@ -29,7 +29,8 @@ func (c *checker) build(cfg *Config) {
 		if err := r.Validate(); err != nil {
 			c.routeError(&in, r, err)
 		}
-		if rc.Deliver == DeliverQueue {
+		if rc.Queued() {
+			c.respondWithinTimeout(&in, rc)
 			if r.Preset != nil && r.Preset.DuplicateStatus != 0 && in.f.Accept.Status.Node == nil {
 				rc.Accept.Status = r.Preset.DuplicateStatus // what the provider counts as success
 			}

@@ -137,9 +137,18 @@ type Route struct {
 	// provider) or DeliverQueue (the event is kept durably, the provider is
 	// answered Accept, and the gateway delivers it with retries).
 	Deliver string
-	Accept  Accept // deliver: queue: the answer of an accepted event
-	Queue   Queue  // deliver: queue: how events are delivered
+	// RespondWithin, on a proxy route, is the budget of the backend's
+	// answer: past it the provider gets Accept and the event is delivered
+	// from the queue (the attempt under way goes on and counts as the
+	// first). 0: none.
+	RespondWithin time.Duration
+	Accept        Accept // the answer of an accepted event (deliver: queue, respond_within)
+	Queue         Queue  // how queued events are delivered (deliver: queue, respond_within)
 }
+
+// Queued reports whether the route keeps events in the queue: deliver:
+// queue, or a proxy route with respond_within.
+func (r *Route) Queued() bool { return r.Deliver == DeliverQueue || r.RespondWithin > 0 }
 
 // Values of Route.Deliver.
 const (
@@ -332,6 +341,7 @@ type (
 		MaxStoredBody   leaf       `yaml:"max_stored_body"`
 		RetryAfter      leaf       `yaml:"retry_after"`
 		Deliver         leaf       `yaml:"deliver"`
+		RespondWithin   leaf       `yaml:"respond_within"`
 		Accept          acceptFile `yaml:"accept"`
 		Queue           queueFile  `yaml:"queue"`
 	}

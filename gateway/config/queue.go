@@ -56,11 +56,15 @@ func (c *checker) delivery(in *routeInputs, rc *Route) {
 	f, at := in.f, in.at
 	field := func(name string) string { return join(at, name) }
 	rc.Deliver = c.oneOf(f.Deliver, field("deliver"), DeliverProxy, DeliverProxy, DeliverQueue)
-	queued := rc.Deliver == DeliverQueue
-	if !queued {
+	rc.RespondWithin = c.duration(f.RespondWithin, field("respond_within"), 0)
+	if rc.RespondWithin > 0 && rc.Deliver == DeliverQueue {
+		c.warnf(c.key(f.RespondWithin), field("respond_within"), "does nothing with deliver: queue, which answers at once (respond_within is for deliver: proxy)")
+		rc.RespondWithin = 0
+	}
+	if !rc.Queued() {
 		for name, n := range map[string]*yaml.Node{"accept": valueOf(in.node, "accept"), "queue": valueOf(in.node, "queue")} {
 			if n != nil {
-				c.warnf(n, field(name), "does nothing with deliver: proxy (set deliver: queue)")
+				c.warnf(n, field(name), "does nothing with deliver: proxy without respond_within (set deliver: queue, or respond_within)")
 			}
 		}
 		return
@@ -141,13 +145,30 @@ func (c *checker) delivery(in *routeInputs, rc *Route) {
 		}
 	}
 	if v, ok := c.str(qf.OrderBy, qfield("order_by")); ok {
-		if err := checkOrderBy(v); err != nil {
+		if rc.RespondWithin > 0 {
+			c.errorf(qf.OrderBy.Node, qfield("order_by"), "can't be kept with respond_within: the proxy sends each delivery at once, out of any group's order; use deliver: queue to deliver in order")
+		} else if err := checkOrderBy(v); err != nil {
 			c.errorf(qf.OrderBy.Node, qfield("order_by"), "%v", err)
 		} else {
 			q.OrderBy = v
 		}
 	}
 	q.MaxQueued = c.count(qf.MaxQueued, qfield("max_queued"), DefaultQueueMaxQueued)
+	if rc.RespondWithin > 0 && rc.RespondWithin >= q.AttemptTimeout {
+		c.warnf(c.key(f.RespondWithin), field("respond_within"), "%s is not below the attempt's timeout (%s: queue.attempt_timeout, default upstream_timeout): the backend's attempt ends first, so the budget never runs out",
+			FormatDuration(rc.RespondWithin), FormatDuration(q.AttemptTimeout))
+	}
+}
+
+// respondWithinTimeout warns when a route's respond_within budget is not
+// below its provider's response timeout: the provider gives up first.
+func (c *checker) respondWithinTimeout(in *routeInputs, rc *Route) {
+	p := rc.Route.Preset
+	if rc.RespondWithin == 0 || p == nil || p.ResponseTimeout == 0 || rc.RespondWithin < p.ResponseTimeout {
+		return
+	}
+	c.warnf(c.key(in.f.RespondWithin), join(in.at, "respond_within"), "%s is not below %s's response timeout (%s): the provider counts the delivery as failed before the gateway answers; set it a second or more below, e.g. %s",
+		FormatDuration(rc.RespondWithin), p.Name, FormatDuration(p.ResponseTimeout), FormatDuration(max(p.ResponseTimeout-time.Second, p.ResponseTimeout/2)))
 }
 
 // checkOrderBy checks an order_by value: header:<name> or json:<field>.
@@ -169,15 +190,18 @@ func checkOrderBy(v string) error {
 func (c *checker) queueStore(cfg *Config) {
 	for _, in := range c.routes {
 		rc := &cfg.Routes[in.i]
-		if rc.Deliver != DeliverQueue {
+		if !rc.Queued() {
 			continue
 		}
 		n := in.own("deliver")
+		if rc.Deliver != DeliverQueue {
+			n = in.own("respond_within")
+		}
 		switch cfg.Store.Driver {
 		case "redis":
-			c.errorf(n, join(in.at, "deliver"), "deliver: queue is refused on the redis store: Redis replicates asynchronously, so a failover can lose an event the provider was told was accepted. Use store driver sqlite (one gateway) or postgres (several gateways share one queue)")
+			c.errorf(n, join(in.at, lastName(fieldOf(rc))), "deliver: queue and respond_within are refused on the redis store: Redis replicates asynchronously, so a failover can lose an event the provider was told was accepted. Use store driver sqlite (one gateway) or postgres (several gateways share one queue)")
 		case "memory":
-			c.warnf(n, join(in.at, "deliver"), "the memory store queues in memory: a restart loses every event not yet delivered; use store driver sqlite or postgres to keep them")
+			c.warnf(n, join(in.at, lastName(fieldOf(rc))), "the memory store queues in memory: a restart loses every event not yet delivered; use store driver sqlite or postgres to keep them")
 		}
 	}
 }
@@ -206,4 +230,12 @@ func windowText(p *idemhook.Preset) string {
 		return ""
 	}
 	return fmt.Sprintf(" plus %s's retry window (%s)", p.Name, FormatDuration(p.RetryWindow))
+}
+
+// fieldOf names the setting that makes a route queue.
+func fieldOf(rc *Route) string {
+	if rc.Deliver == DeliverQueue {
+		return "deliver"
+	}
+	return "respond_within"
 }

@@ -67,13 +67,15 @@ func TestQueueConfigErrors(t *testing.T) {
 		name, give string
 		want       []string
 	}{
-		{"redis refused", queued("redis", ""), []string{`idemhook.yaml:6: routes[0].deliver: deliver: queue is refused on the redis store: Redis replicates asynchronously, so a failover can lose an event the provider was told was accepted. Use store driver sqlite (one gateway) or postgres (several gateways share one queue)`}},
+		{"redis refused", queued("redis", ""), []string{`idemhook.yaml:6: routes[0].deliver: deliver: queue and respond_within are refused on the redis store: Redis replicates asynchronously, so a failover can lose an event the provider was told was accepted. Use store driver sqlite (one gateway) or postgres (several gateways share one queue)`}},
 		{"bad deliver", strings.Replace(queued("sqlite", ""), "deliver: queue", "deliver: queu", 1), []string{`idemhook.yaml:6: routes[0].deliver: invalid deliver "queu": did you mean "queue"? (want proxy or queue)`}},
 		{"accept status", queued("sqlite", "    accept: {status: 500}\n"), []string{`idemhook.yaml:7: routes[0].accept.status: invalid status "500": the accept answer must be a 2xx, or the provider sends the event again`}},
 		{"unknown queue field", queued("sqlite", "    queue: {max_age: 1h, retires: 3}\n"), []string{`idemhook.yaml:7: routes[0].queue.retires: unknown field "retires"`}},
 		{"ttl under max_age", queued("sqlite", "    ttl: 24h\n    queue: {max_age: 48h}\n"), []string{`idemhook.yaml:7: routes[0].ttl: 24h is shorter than queue.max_age (2d): an event may stay queued longer than its key, and a re-send after the key expired would be delivered again; set ttl to at least 2d or lower queue.max_age`}},
 		{"order_by", queued("sqlite", "    queue: {order_by: customer}\n"), []string{`idemhook.yaml:7: routes[0].queue.order_by: invalid order_by "customer": want header:<name> (header:X-Shop-Domain) or json:<field> (json:data.customer.id)`}},
 		{"retry status", queued("sqlite", "    queue: {retry_statuses: [503]}\n"), []string{`idemhook.yaml:7: routes[0].queue.retry_statuses[0]: invalid status "503": want a 4xx to retry (5xx, 408 and 429 always are)`}},
+		{"respond_within with order_by", strings.Replace(queued("sqlite", "    respond_within: 2s\n    queue: {order_by: \"header:X-G\"}\n"), "    deliver: queue\n", "", 1), []string{`idemhook.yaml:7: routes[0].queue.order_by: can't be kept with respond_within`}},
+		{"respond_within on redis", strings.Replace(queued("redis", "    respond_within: 2s\n"), "    deliver: queue\n", "", 1), []string{`idemhook.yaml:6: routes[0].respond_within: deliver: queue and respond_within are refused on the redis store`}},
 		{"backoff", queued("sqlite", "    queue: {backoff_min: 1m, backoff_max: 1s}\n"), []string{`idemhook.yaml:7: routes[0].queue.backoff_max: 1s is below backoff_min 1m`}},
 	}
 	for _, tt := range tests {
@@ -105,5 +107,27 @@ func TestQueueMemoryWarns(t *testing.T) {
 	}
 	if len(cfg.Warnings) != 1 || !strings.Contains(cfg.Warnings[0].Msg, "a restart loses every event not yet delivered") || cfg.Warnings[0].Line != 6 {
 		t.Fatalf("warnings %v; want the memory store's, at deliver's line", cfg.Warnings)
+	}
+}
+
+func TestRespondWithin(t *testing.T) {
+	cfg, err := Parse("idemhook.yaml", []byte(`store: {driver: sqlite, path: /tmp/x.db}
+routes:
+  - path: /hooks/slack
+    upstream: http://127.0.0.1:3000/hook
+    source: slack
+    provider: slack
+    secrets: [s]
+    respond_within: 3s
+`), envOf())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := cfg.Routes[0]
+	if !r.Queued() || r.Deliver != DeliverProxy || r.RespondWithin != 3*time.Second || r.Accept.Status != http.StatusAccepted || r.Queue.MaxAge != DefaultQueueMaxAge {
+		t.Fatalf("route %+v; want a proxy route with a 3s budget and the queue's defaults", r)
+	}
+	if len(cfg.Warnings) != 1 || cfg.Warnings[0].Field != "routes[0].respond_within" || !strings.Contains(cfg.Warnings[0].Msg, "not below slack's response timeout (3s)") {
+		t.Fatalf("warnings %v; want respond_within not below Slack's 3s", cfg.Warnings)
 	}
 }

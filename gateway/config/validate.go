@@ -43,8 +43,15 @@ func (c *Config) Validate() error {
 			sources[rc.Route.Source] = append(sources[rc.Route.Source], i)
 		}
 		switch rc.Deliver {
-		case "", DeliverProxy:
 		case DeliverQueue:
+			if rc.RespondWithin > 0 {
+				add(rc, i, "respond_within", "is for deliver: proxy: deliver: queue answers at once")
+			}
+			fallthrough
+		case "", DeliverProxy:
+			if !rc.Queued() {
+				break
+			}
 			if c.Store.Driver == "redis" {
 				add(rc, i, "deliver", "deliver: queue is refused on the redis store (asynchronous replication can lose an accepted event): use sqlite or postgres")
 			}
