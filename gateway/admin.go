@@ -27,6 +27,13 @@ import (
 //	GET    /admin/keys/{source}/{key...}  the record stored for a key
 //	DELETE /admin/keys/{source}/{key...}  delete it, to force reprocessing
 //	GET    /admin/stats                   deliveries per source, last hour and day
+//	GET    /admin/queue                   the delivery queue per queued route: counts, per-minute history
+//	GET    /admin/queue/events            its events (filters, pagination)
+//	GET    /admin/queue/events/{id}       one event and its attempts
+//	POST   /admin/queue/redrive           queue events again, due now
+//	POST   /admin/queue/pause             stop delivering a route's events
+//	POST   /admin/queue/resume            deliver them again
+//	POST   /admin/queue/purge             delete events undelivered, confirmed by their count
 //	GET    /admin/                        the web console (console.go)
 //
 // With admin.token set, /metrics and /admin/ require
@@ -44,6 +51,7 @@ func (g *Gateway) adminHandler(token string) http.Handler {
 	mux.Handle("GET /admin/deliveries", auth(http.HandlerFunc(g.audit.serveDeliveries)))
 	mux.Handle("GET /admin/keys/{source}/{key...}", auth(http.HandlerFunc(g.getKey)))
 	mux.Handle("DELETE /admin/keys/{source}/{key...}", auth(http.HandlerFunc(g.deleteKey)))
+	g.handleQueueAdmin(mux, auth) // queue_admin.go
 	g.handleConsole(mux, auth)
 	return mux
 }

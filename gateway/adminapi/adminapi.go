@@ -1,7 +1,8 @@
 // Package adminapi holds the JSON documents of the gateway's admin API
 // (docs/operations.md), for a Go program that reads them: the answers of
-// GET /admin/keys/..., /admin/deliveries and /admin/stats, and the RFC 9457
-// problem both listeners answer errors with.
+// GET /admin/keys/..., /admin/deliveries, /admin/stats and /admin/queue/...,
+// the bodies the queue's POSTs take, and the RFC 9457 problem both
+// listeners answer errors with.
 package adminapi
 
 import "time"
@@ -98,3 +99,131 @@ type Stats struct {
 // frames and forms posting elsewhere.
 const ConsoleCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; " +
 	"connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+// Queue is GET /admin/queue: every queued route (deliver: queue) with its
+// counts and its last minutes.
+type Queue struct {
+	Now     time.Time    `json:"now"`
+	Minutes int          `json:"minutes"` // how many minutes each route's history holds (?minutes=, 360 by default)
+	Routes  []QueueRoute `json:"routes"`
+}
+
+// QueueRoute is one queued route's queue at one moment.
+type QueueRoute struct {
+	Path     string `json:"path"`
+	Queued   int64  `json:"queued"`   // waiting for their first attempt
+	Retrying int64  `json:"retrying"` // waiting for a retry
+	Running  int64  `json:"running"`
+	Dead     int64  `json:"dead"` // kept until redriven or purged
+	// OldestAgeSeconds is how long ago the oldest event not yet delivered
+	// (nor dead) was accepted; null when there is none.
+	OldestAgeSeconds *float64 `json:"oldest_age_seconds"`
+	// NextAttempt is when the earliest queued event is due; null when none
+	// is queued.
+	NextAttempt *time.Time `json:"next_attempt"`
+	Paused      bool       `json:"paused"`
+	// BackendDown is true while the route's breaker takes its backend for
+	// down.
+	BackendDown bool          `json:"backend_down"`
+	History     []QueueMinute `json:"history"` // oldest first, one per minute up to now
+}
+
+// QueueMinute is what happened on a queued route in one minute. The
+// history is kept in the gateway's memory: it starts empty when the
+// process starts.
+type QueueMinute struct {
+	Start     time.Time `json:"start"`
+	Accepted  int64     `json:"accepted"`
+	Delivered int64     `json:"delivered"`
+	Retried   int64     `json:"retried"`
+	Dead      int64     `json:"dead"`
+}
+
+// QueueEvent is an event of the delivery queue, without its request.
+type QueueEvent struct {
+	ID         int64     `json:"id"`
+	Route      string    `json:"route"`
+	Key        string    `json:"key"` // the store key, sent as Idempotency-Key
+	OrderKey   string    `json:"order_key,omitempty"`
+	State      string    `json:"state"`   // queued, running or dead
+	Attempt    int       `json:"attempt"` // attempts started
+	ReceivedAt time.Time `json:"received_at"`
+	// NextAt is, for a queued event, when it is due; for a running one,
+	// when its lease ends.
+	NextAt     *time.Time `json:"next_at,omitempty"`
+	Reason     string     `json:"reason,omitempty"` // dead: why
+	LastStatus int        `json:"last_status,omitempty"`
+	LastError  string     `json:"last_error,omitempty"`
+}
+
+// QueueEvents is GET /admin/queue/events: a page of events by ID, and,
+// when there may be more, the ?after= of the next page.
+type QueueEvents struct {
+	Events []QueueEvent `json:"events"`
+	Next   int64        `json:"next,omitempty"`
+}
+
+// QueueAttempt is one attempt to deliver an event, as the queue kept it
+// (the first and the most recent ones).
+type QueueAttempt struct {
+	Attempt   int       `json:"attempt"`
+	Time      time.Time `json:"time"`
+	Status    int       `json:"status,omitempty"` // the backend's; absent when none came back
+	LatencyMS float64   `json:"latency_ms"`
+	Error     string    `json:"error,omitempty"`
+	// BodyHead is the first bytes of the backend's answer, as text (bytes
+	// that are not UTF-8 are shown as U+FFFD).
+	BodyHead string `json:"body_head,omitempty"`
+	Worker   string `json:"worker,omitempty"`
+}
+
+// QueueEventDetail is GET /admin/queue/events/{id}.
+type QueueEventDetail struct {
+	QueueEvent
+	Attempts []QueueAttempt `json:"attempts"`
+}
+
+// QueueSelect is the body of POST /admin/queue/redrive and /purge: which
+// events of one route. The fields other than Route narrow the selection.
+type QueueSelect struct {
+	Route        string     `json:"route"`
+	IDs          []int64    `json:"ids,omitempty"`
+	State        string     `json:"state,omitempty"`  // queued or dead
+	Reason       string     `json:"reason,omitempty"` // dead events whose reason contains it
+	ReceivedFrom *time.Time `json:"received_from,omitempty"`
+	ReceivedTo   *time.Time `json:"received_to,omitempty"` // excluded
+	// Confirm, for a purge, is the number of events the selection holds,
+	// as the 409 answer without it said.
+	Confirm *int64 `json:"confirm,omitempty"`
+}
+
+// QueueRoutePause is the body of POST /admin/queue/pause and /resume.
+type QueueRoutePause struct {
+	Route string `json:"route"`
+}
+
+// QueueRedriven is the answer of POST /admin/queue/redrive.
+type QueueRedriven struct {
+	Redriven int64 `json:"redriven"`
+}
+
+// QueuePaused is the answer of POST /admin/queue/pause and /resume.
+type QueuePaused struct {
+	Route  string `json:"route"`
+	Paused bool   `json:"paused"`
+}
+
+// QueuePurged is the answer of a confirmed POST /admin/queue/purge: the
+// number of events deleted (their keys stay stored: a re-delivery is
+// replayed the accept answer and not queued again).
+type QueuePurged struct {
+	Purged int64 `json:"purged"`
+}
+
+// QueuePurgeConfirm is the 409 problem of POST /admin/queue/purge without
+// the right confirm: Count is how many events the selection holds, to send
+// back as "confirm".
+type QueuePurgeConfirm struct {
+	Problem
+	Count int64 `json:"count"`
+}

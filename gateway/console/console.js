@@ -1,5 +1,7 @@
 // The idemhook web console: a client of the admin API (GET /admin/stats,
-// GET /admin/deliveries, GET and DELETE /admin/keys/{source}/{key}), served
+// GET /admin/deliveries, GET and DELETE /admin/keys/{source}/{key}, and,
+// when a route has deliver: queue, GET /admin/queue, /admin/queue/events
+// and the queue's POSTs: redrive, pause, resume, purge), served
 // by the gateway's admin listener. It uses no framework and no build step.
 // It loads nothing from another origin, which the page's
 // Content-Security-Policy forbids.
@@ -46,6 +48,9 @@
     record: null, // {source, key, path} of the open key
     rendered: '', // the query and rows the table shows
     addressProblem: '', // what was wrong in the page's query, shown until the filters change
+    queue: false, // GET /admin/queue answered 200: a route has deliver: queue
+    queueRoutes: new Map(), // path -> the route's elements in the Queue section
+    event: null, // the id of the queued event open in its dialog
   };
 
   class Unauthorized extends Error {}
@@ -53,26 +58,32 @@
   const token = () => sessionStorage.getItem(TOKEN_KEY) || '';
 
   // api calls the admin API. Paths are relative to the page (/admin/).
-  async function api(method, path) {
+  // body, when given, is sent as JSON.
+  async function api(method, path, body) {
     const headers = { Accept: 'application/json' };
     const t = token();
     if (t) headers.Authorization = 'Bearer ' + t;
-    const resp = await fetch(path, { method, headers, cache: 'no-store', credentials: 'omit', redirect: 'error' });
+    const init = { method, headers, cache: 'no-store', credentials: 'omit', redirect: 'error' };
+    if (body !== undefined) {
+      headers['Content-Type'] = 'application/json';
+      init.body = JSON.stringify(body);
+    }
+    const resp = await fetch(path, init);
     if (resp.status === 401) throw new Unauthorized('unauthorized');
     if (resp.status === 204) return null;
-    let body = null;
+    let answer = null;
     try {
-      body = await resp.json();
+      answer = await resp.json();
     } catch (e) {
       // not JSON: the status says enough
     }
     if (!resp.ok) {
-      const err = new Error((body && (body.detail || body.title)) || `${method} ${path}: HTTP ${resp.status}`);
+      const err = new Error((answer && (answer.detail || answer.title)) || `${method} ${path}: HTTP ${resp.status}`);
       err.status = resp.status;
-      err.body = body;
+      err.body = answer;
       throw err;
     }
-    return body;
+    return answer;
   }
 
   function showError(msg) {
@@ -126,6 +137,7 @@
     $('signout').hidden = !token();
     try {
       await loadDeliveries();
+      await loadQueue();
       if (err) throw err;
       clearError();
     } catch (e) {
@@ -152,6 +164,7 @@
         state.polls++;
         if (state.polls % STATS_EVERY === 0) await loadStats();
         if (state.page === 0) await loadDeliveries();
+        if (state.queue || state.polls % STATS_EVERY === 0) await loadQueue();
         clearError();
       } catch (e) {
         fail(e);
@@ -482,6 +495,414 @@
     return v;
   }
 
+  // --- delivery queue ----------------------------------------------------
+
+  const QUEUE_DEAD_LIMIT = 50; // dead events listed per route
+  // The chart's series, in GET /admin/queue's history.
+  const SERIES = [
+    ['accepted', 'Accepted'],
+    ['delivered', 'Delivered'],
+    ['retried', 'Retried'],
+    ['dead', 'Dead'],
+  ];
+  const SVG_NS = 'http://www.w3.org/2000/svg';
+  const CHART = { w: 720, h: 140, left: 34, right: 8, top: 8, bottom: 18 };
+
+  // loadQueue shows the Queue section while GET /admin/queue answers 200
+  // (a route has deliver: queue) and hides it on a 404. Each route's
+  // elements are made once and updated in place, so that a button stays
+  // where it was between polls.
+  async function loadQueue() {
+    let q;
+    try {
+      q = await api('GET', 'queue');
+    } catch (e) {
+      if (e.status === 404) {
+        state.queue = false;
+        $('queue').hidden = true;
+        return;
+      }
+      throw e;
+    }
+    state.queue = true;
+    $('queue').hidden = false;
+    const paths = q.routes.map((r) => r.path);
+    for (const [path, el] of state.queueRoutes) {
+      if (!paths.includes(path)) {
+        el.box.remove();
+        state.queueRoutes.delete(path);
+      }
+    }
+    for (const r of q.routes) {
+      if (!state.queueRoutes.has(r.path)) state.queueRoutes.set(r.path, queueRouteElements(r.path));
+      renderQueueRoute(state.queueRoutes.get(r.path), r);
+    }
+    const boxes = paths.map((p) => state.queueRoutes.get(p).box);
+    const shown = [...$('queue-routes').children];
+    if (shown.length !== boxes.length || shown.some((b, i) => b !== boxes[i])) $('queue-routes').replaceChildren(...boxes);
+    await Promise.all(q.routes.map((r) => loadDead(state.queueRoutes.get(r.path))));
+  }
+
+  // queueRouteElements makes one route's part of the Queue section.
+  function queueRouteElements(path) {
+    const el = { path, paused: false, rendered: '', chart: '' };
+    el.box = document.createElement('div');
+    el.box.className = 'queue-route';
+    el.box.dataset.route = path;
+
+    const head = document.createElement('div');
+    head.className = 'queue-head';
+    const h = document.createElement('h3');
+    h.textContent = path;
+    el.state = document.createElement('span');
+    el.state.className = 'badge queue-state';
+    el.down = document.createElement('span');
+    el.down.className = 'badge refused queue-down';
+    el.down.textContent = 'backend down';
+    el.down.title = "The route's breaker takes its backend for down: attempts wait until it answers again";
+    const buttons = document.createElement('span');
+    buttons.className = 'queue-actions';
+    el.pause = button('Pause', 'quiet queue-pause', () => queueAction(el, togglePause));
+    el.redriveAll = button('Redrive all dead', 'queue-redrive-all', () => queueAction(el, redriveAll));
+    el.redriveAll.title = 'Queue every dead event of this route again, due now';
+    el.purge = button('Purge dead…', 'danger queue-purge', () => queueAction(el, purgeDead));
+    el.purge.title = 'Delete every dead event of this route, undelivered';
+    buttons.append(el.pause, el.redriveAll, el.purge);
+    head.append(h, el.state, el.down, buttons);
+
+    el.counts = {};
+    const counts = document.createElement('dl');
+    counts.className = 'queue-counts';
+    for (const [name, label, title] of [
+      ['queued', 'Queued', 'Waiting for their first attempt'],
+      ['retrying', 'Retrying', 'Waiting for a retry'],
+      ['running', 'Running', 'An attempt is in flight'],
+      ['dead', 'Dead', 'Kept until redriven or purged'],
+      ['oldest', 'Oldest', 'How long ago the oldest event not yet delivered (nor dead) was accepted'],
+      ['next', 'Next attempt', 'When the earliest queued event is due'],
+    ]) {
+      const dt = document.createElement('dt');
+      dt.textContent = label;
+      dt.title = title;
+      const dd = document.createElement('dd');
+      dd.className = 'q-' + name;
+      counts.append(dt, dd);
+      el.counts[name] = dd;
+    }
+
+    el.svg = document.createElementNS(SVG_NS, 'svg');
+    el.svg.setAttribute('class', 'queue-chart');
+    el.svg.setAttribute('viewBox', `0 0 ${CHART.w} ${CHART.h}`);
+    el.svg.setAttribute('role', 'img');
+    const legend = document.createElement('div');
+    legend.className = 'legend';
+    for (const [name, label] of SERIES) {
+      const item = document.createElement('span');
+      item.className = 'series-' + name;
+      item.textContent = label;
+      legend.append(item);
+    }
+
+    el.note = document.createElement('p');
+    el.note.className = 'muted queue-note';
+    el.note.hidden = true;
+
+    el.table = document.createElement('table');
+    el.table.className = 'grid rows queue-dead';
+    const thead = el.table.createTHead().insertRow();
+    for (const [label, cls] of [['Event', 'num'], ['Received', ''], ['Key', ''], ['Attempts', 'num'], ['Last status', 'num'], ['Reason', ''], ['', '']]) {
+      const th = document.createElement('th');
+      th.textContent = label;
+      if (cls) th.className = cls;
+      thead.append(th);
+    }
+    el.table.createTBody();
+    el.empty = document.createElement('p');
+    el.empty.className = 'muted queue-empty';
+    el.empty.textContent = 'No dead events.';
+    const title = document.createElement('h4');
+    title.textContent = 'Dead events';
+    el.box.append(head, counts, el.svg, legend, el.note, title, el.table, el.empty);
+    return el;
+  }
+
+  function button(text, cls, onClick) {
+    const b = document.createElement('button');
+    b.type = 'button';
+    b.className = cls;
+    b.textContent = text;
+    b.addEventListener('click', onClick);
+    return b;
+  }
+
+  function renderQueueRoute(el, r) {
+    el.paused = r.paused;
+    el.state.textContent = r.paused ? 'paused' : 'delivering';
+    el.state.className = 'badge queue-state ' + (r.paused ? 'failed' : 'processed');
+    el.state.title = r.paused ? 'Deliveries are paused: events are still accepted and queued' : 'Events are delivered as they are due';
+    el.down.hidden = !r.backend_down;
+    el.pause.textContent = r.paused ? 'Resume' : 'Pause';
+    el.pause.title = r.paused ? 'Deliver this route\'s events again' : 'Stop delivering this route\'s events (they are still accepted)';
+    for (const name of ['queued', 'retrying', 'running', 'dead']) {
+      el.counts[name].textContent = r[name];
+      el.counts[name].classList.toggle('zero', r[name] === 0);
+    }
+    el.counts.oldest.textContent = r.oldest_age_seconds == null ? '–' : formatAge(r.oldest_age_seconds);
+    el.counts.next.textContent = r.next_attempt ? formatTime(r.next_attempt) : '–';
+    if (r.next_attempt) el.counts.next.title = r.next_attempt;
+    el.redriveAll.disabled = r.dead === 0;
+    el.purge.disabled = r.dead === 0;
+    const chart = JSON.stringify(r.history);
+    if (chart !== el.chart) {
+      el.chart = chart;
+      renderChart(el.svg, r.history);
+    }
+  }
+
+  function formatAge(s) {
+    if (s < 60) return Math.floor(s) + ' s';
+    if (s < 3600) return Math.floor(s / 60) + ' min';
+    if (s < 86400) return (s / 3600).toFixed(1) + ' h';
+    return (s / 86400).toFixed(1) + ' d';
+  }
+
+  // renderChart draws the history (one point per minute, oldest first) as
+  // one line per series, with the largest count on the axis, and the
+  // minute's counts as the tooltip of its column.
+  function renderChart(svg, history) {
+    const { w, h, left, right, top, bottom } = CHART;
+    const n = Math.max(history.length, 1);
+    const peak = Math.max(1, ...history.flatMap((m) => SERIES.map(([s]) => m[s])));
+    const x = (i) => left + (n === 1 ? 0 : (i * (w - left - right)) / (n - 1));
+    const y = (v) => top + (h - top - bottom) * (1 - v / peak);
+    const kids = [];
+    const add = (name, attrs, text) => {
+      const e = document.createElementNS(SVG_NS, name);
+      for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+      if (text !== undefined) e.textContent = text;
+      kids.push(e);
+      return e;
+    };
+    const total = Object.fromEntries(SERIES.map(([s]) => [s, history.reduce((a, m) => a + m[s], 0)]));
+    add('title', {}, `Last ${history.length} minutes: ` + SERIES.map(([s, label]) => `${label.toLowerCase()} ${total[s]}`).join(', '));
+    add('line', { class: 'axis', x1: left, x2: w - right, y1: y(0), y2: y(0) });
+    add('line', { class: 'grid-line', x1: left, x2: w - right, y1: y(peak), y2: y(peak) });
+    add('text', { class: 'tick', x: left - 4, y: y(peak) + 4, 'text-anchor': 'end' }, String(peak));
+    add('text', { class: 'tick', x: left - 4, y: y(0) + 4, 'text-anchor': 'end' }, '0');
+    if (history.length) {
+      add('text', { class: 'tick', x: left, y: h - 4, 'text-anchor': 'start' }, clock(history[0].start));
+      add('text', { class: 'tick', x: w - right, y: h - 4, 'text-anchor': 'end' }, 'now');
+    }
+    for (const [s] of SERIES) {
+      const points = history.map((m, i) => `${x(i).toFixed(1)},${y(m[s]).toFixed(1)}`).join(' ');
+      add('polyline', { class: 'series series-' + s, points });
+    }
+    const col = (w - left - right) / n;
+    history.forEach((m, i) => {
+      if (!SERIES.some(([s]) => m[s] > 0)) return;
+      const r = add('rect', { class: 'hover', x: (x(i) - col / 2).toFixed(1), y: top, width: Math.max(col, 2).toFixed(1), height: h - top - bottom });
+      const t = document.createElementNS(SVG_NS, 'title');
+      t.textContent = clock(m.start) + ': ' + SERIES.map(([s, label]) => `${label.toLowerCase()} ${m[s]}`).join(', ');
+      r.append(t);
+    });
+    svg.replaceChildren(...kids);
+  }
+
+  function clock(iso) {
+    const t = new Date(iso);
+    return `${pad(t.getHours())}:${pad(t.getMinutes())}`;
+  }
+
+  async function loadDead(el) {
+    const p = new URLSearchParams({ route: el.path, state: 'dead', limit: String(QUEUE_DEAD_LIMIT) });
+    const data = await api('GET', 'queue/events?' + p);
+    const rendered = JSON.stringify(data.events);
+    if (rendered === el.rendered) return;
+    el.rendered = rendered;
+    const frag = document.createDocumentFragment();
+    for (const ev of data.events) {
+      const tr = document.createElement('tr');
+      tr.dataset.id = ev.id;
+      const id = cell(tr, '', 'num');
+      const open = button(String(ev.id), 'link event-open', () => openEvent(ev.id));
+      open.title = 'Show its attempts';
+      id.append(open);
+      cell(tr, formatTime(ev.received_at), 'time').title = ev.received_at;
+      const key = cell(tr, ev.key, 'key mono');
+      key.title = ev.key;
+      cell(tr, ev.attempt, 'num');
+      cell(tr, ev.last_status || '–', 'num status');
+      cell(tr, ev.reason || ev.last_error || '', 'why');
+      const act = cell(tr, '');
+      const b = button('Redrive', 'quiet event-redrive', () => queueAction(el, () => redrive(el, [ev.id])));
+      b.title = 'Queue this event again, due now';
+      act.append(b);
+      frag.append(tr);
+    }
+    el.table.tBodies[0].replaceChildren(frag);
+    el.table.hidden = data.events.length === 0;
+    el.empty.hidden = data.events.length > 0;
+    if (data.next) {
+      el.empty.hidden = false;
+      el.empty.textContent = `The first ${data.events.length} dead events are listed.`;
+    } else {
+      el.empty.textContent = 'No dead events.';
+    }
+  }
+
+  // queueAction runs one of a route's actions, then shows the route as it
+  // is now. What it did, or why it failed, is the route's note.
+  async function queueAction(el, action) {
+    el.box.querySelectorAll('button').forEach((b) => (b.disabled = true));
+    try {
+      const note = await action(el);
+      setQueueNote(el, note || '', 'ok-note');
+    } catch (e) {
+      if (e instanceof Unauthorized) {
+        fail(e);
+        return;
+      }
+      setQueueNote(el, e.message, 'error');
+    } finally {
+      el.box.querySelectorAll('button').forEach((b) => (b.disabled = false));
+    }
+    try {
+      await loadQueue();
+    } catch (e) {
+      fail(e);
+    }
+  }
+
+  function setQueueNote(el, text, cls) {
+    el.note.textContent = text;
+    el.note.className = 'queue-note ' + cls;
+    el.note.hidden = !text;
+  }
+
+  async function togglePause(el) {
+    const r = await api('POST', el.paused ? 'queue/resume' : 'queue/pause', { route: el.path });
+    return r.paused ? 'Paused: events are accepted and queued, not delivered.' : 'Resumed: due events are delivered now.';
+  }
+
+  async function redrive(el, ids) {
+    const r = await api('POST', 'queue/redrive', { route: el.path, ids });
+    return `Redriven: ${r.redriven} event${r.redriven === 1 ? '' : 's'} queued again, due now.`;
+  }
+
+  async function redriveAll(el) {
+    const r = await api('POST', 'queue/redrive', { route: el.path, state: 'dead' });
+    return `Redriven: ${r.redriven} dead event${r.redriven === 1 ? '' : 's'} queued again, due now.`;
+  }
+
+  // purgeDead asks the API how many dead events a purge would delete (it
+  // answers 409 with the count), asks the operator, and purges with that
+  // count as the confirmation: if more died meanwhile, the API refuses.
+  async function purgeDead(el) {
+    const sel = { route: el.path, state: 'dead' };
+    let count;
+    try {
+      await api('POST', 'queue/purge', sel);
+      return 'Nothing to purge.';
+    } catch (e) {
+      if (e.status !== 409 || !e.body || typeof e.body.count !== 'number') throw e;
+      count = e.body.count;
+    }
+    if (count === 0) return 'No dead events to purge.';
+    const what = `${count} dead event${count === 1 ? '' : 's'} of ${el.path}`;
+    if (!window.confirm(`Purge ${what}?\n\nThey are deleted undelivered: the backend will never get them, and a redelivery by the provider is answered from the stored key, not queued again.`)) {
+      return 'Purge cancelled.';
+    }
+    const r = await api('POST', 'queue/purge', { ...sel, confirm: count });
+    return `Purged: ${r.purged} event${r.purged === 1 ? '' : 's'} deleted undelivered.`;
+  }
+
+  // openEvent shows a queued event and its attempts.
+  async function openEvent(id) {
+    state.event = id;
+    $('event').replaceChildren();
+    $('attempts').tBodies[0].replaceChildren();
+    $('attempts').hidden = true;
+    $('event-note').textContent = 'loading…';
+    $('event-note').className = 'muted';
+    $('event-redrive').disabled = true;
+    const dlg = $('event-dialog');
+    if (!dlg.open) dlg.showModal();
+    let ev;
+    try {
+      ev = await api('GET', 'queue/events/' + encodeURIComponent(id));
+    } catch (e) {
+      if (e instanceof Unauthorized) {
+        dlg.close();
+        fail(e);
+        return;
+      }
+      $('event-note').textContent = e.message;
+      $('event-note').className = e.status === 404 ? 'muted' : 'error';
+      return;
+    }
+    if (state.event !== id) return;
+    const dd = (name, value, ddID) => {
+      const dt = document.createElement('dt');
+      dt.textContent = name;
+      const d = document.createElement('dd');
+      d.textContent = value;
+      if (ddID) d.id = ddID;
+      $('event').append(dt, d);
+    };
+    dd('Event', ev.id);
+    dd('Route', ev.route);
+    dd('Key', ev.key);
+    if (ev.order_key) dd('Order key', ev.order_key);
+    dd('State', ev.state, 'event-state');
+    dd('Attempts', ev.attempt);
+    dd('Received', formatTime(ev.received_at) + '  (' + ev.received_at + ')');
+    if (ev.next_at) dd(ev.state === 'running' ? 'Lease ends' : 'Next attempt', formatTime(ev.next_at));
+    if (ev.reason) dd('Reason', ev.reason);
+    $('event-note').textContent = ev.attempts.length < ev.attempt ? `The first and the latest ${ev.attempts.length} of ${ev.attempt} attempts are kept.` : '';
+    const frag = document.createDocumentFragment();
+    for (const a of ev.attempts) {
+      const tr = document.createElement('tr');
+      cell(tr, a.attempt, 'num');
+      cell(tr, formatTime(a.time), 'time').title = a.time;
+      cell(tr, a.status || '–', 'num status');
+      cell(tr, a.latency_ms.toFixed(1), 'num');
+      const out = cell(tr, '', 'answer');
+      if (a.error) {
+        const err = document.createElement('div');
+        err.className = 'error-text';
+        err.textContent = a.error;
+        out.append(err);
+      }
+      if (a.body_head) {
+        const pre = document.createElement('pre');
+        pre.textContent = a.body_head;
+        out.append(pre);
+      }
+      cell(tr, a.worker || '', 'instance muted');
+      frag.append(tr);
+    }
+    $('attempts').tBodies[0].replaceChildren(frag);
+    $('attempts').hidden = ev.attempts.length === 0;
+    $('event-redrive').disabled = ev.state === 'running';
+    $('event-redrive').onclick = async () => {
+      const el = state.queueRoutes.get(ev.route);
+      $('event-redrive').disabled = true;
+      try {
+        await api('POST', 'queue/redrive', { route: ev.route, ids: [ev.id] });
+        if (el) loadQueue().catch(fail);
+        openEvent(ev.id);
+      } catch (e) {
+        if (e instanceof Unauthorized) {
+          dlg.close();
+          fail(e);
+          return;
+        }
+        $('event-note').textContent = e.message;
+        $('event-note').className = 'error';
+      }
+    };
+  }
+
   // --- one key -----------------------------------------------------------
 
   // scope is the key's scope on a prefix route (the request's path), as the
@@ -616,6 +1037,10 @@
       $('stats').tBodies[0].replaceChildren();
       $('deliveries').tBodies[0].replaceChildren();
       state.rendered = '';
+      $('queue-routes').replaceChildren();
+      state.queueRoutes.clear();
+      state.queue = false;
+      $('queue').hidden = true;
       showLogin('');
     });
     $('live').addEventListener('change', () => {
@@ -650,6 +1075,7 @@
       openKey($('k-source').value, $('k-key').value.trim(), $('k-scope').value.trim());
     });
     $('key-close').addEventListener('click', () => $('key-dialog').close());
+    $('event-close').addEventListener('click', () => $('event-dialog').close());
     $('delete').addEventListener('click', askDelete);
     $('confirm-delete').addEventListener('click', confirmDelete);
     $('confirm-cancel').addEventListener('click', () => $('confirm-dialog').close());

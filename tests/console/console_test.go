@@ -135,11 +135,17 @@ func (b *browser) observe(ev any) {
 		}
 	case *log.EventEntryAdded:
 		// The page's first call is answered 401 until the token is
-		// entered, and a key that holds nothing 404: the browser logs
-		// those responses, and only those are expected.
+		// entered, a key that holds nothing 404, /admin/queue 404 on a
+		// gateway without a queued route (the Queue section stays
+		// hidden), and a purge 409 until confirmed with its count: the
+		// browser logs those responses, and only those are expected.
 		fromNet := ev.Entry.Source == log.EntrySourceNetwork
+		status := func(code, path string) bool {
+			return strings.Contains(ev.Entry.Text, "status of "+code) && strings.Contains(ev.Entry.URL, path)
+		}
 		expected := fromNet && (strings.Contains(ev.Entry.Text, "status of 401") ||
-			strings.Contains(ev.Entry.Text, "status of 404") && strings.Contains(ev.Entry.URL, "/admin/keys/"))
+			status("404", "/admin/keys/") || strings.HasSuffix(ev.Entry.URL, "/admin/queue") && status("404", "/admin/queue") ||
+			status("409", "/admin/queue/purge"))
 		if ev.Entry.Level == log.EntryLevelError && !expected {
 			b.problems = append(b.problems, fmt.Sprintf("%s: %s (%s)", ev.Entry.Source, ev.Entry.Text, ev.Entry.URL))
 		}
@@ -387,6 +393,9 @@ func TestConsoleInBrowser(t *testing.T) {
 	rows := `document.querySelectorAll('#deliveries tbody tr[data-id]')`
 	b.waitJS("the first page of deliveries", rows+`.length === 25`)
 	b.waitJS("the per-source table", `document.querySelectorAll('#stats tbody tr').length === 4`)
+	if !eval[bool](b, `document.getElementById('queue').hidden`) {
+		t.Errorf("the Queue section shows on a gateway with no deliver: queue route")
+	}
 	if tok := eval[string](b, `sessionStorage.getItem('idemhook.admin.token')`); tok != "s3cret" {
 		t.Errorf("sessionStorage token = %q", tok)
 	}
@@ -485,9 +494,14 @@ func TestConsoleInBrowser(t *testing.T) {
 	// A link with a time and a page size, as another browser would open it.
 	hourAgo := time.Now().Add(-time.Hour).UTC().Truncate(time.Second)
 	link := "?source=stripe&since=" + hourAgo.Format(time.RFC3339) + "&limit=10"
+	// The input shows seconds only when they are not zero (localInput).
+	sinceInput := hourAgo.Format("2006-01-02T15:04")
+	if hourAgo.Second() != 0 {
+		sinceInput = hourAgo.Format("2006-01-02T15:04:05")
+	}
 	b.do("open a link", chromedp.Navigate(g.AdminURL("/admin/"+link)))
 	b.waitJS("the link's view", rows+`.length === 10 && `+cellsOf("source")+`.every(s => s === 'stripe') && `+
-		`document.getElementById('f-limit').value === '10' && document.getElementById('f-since').value === `+js(hourAgo.Format("2006-01-02T15:04:05")))
+		`document.getElementById('f-limit').value === '10' && document.getElementById('f-since').value === `+js(sinceInput))
 	b.do("open a link with a mistake", chromedp.Navigate(g.AdminURL("/admin/?source=github&sort=asc")))
 	b.waitJS("its mistake named", rows+`.length === 8 && !document.getElementById('error').hidden && `+
 		`document.getElementById('error').textContent === 'The page address has unknown parameter "sort" (known: source, outcome, route, since, until, limit).'`)

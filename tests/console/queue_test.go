@@ -1,0 +1,166 @@
+package console
+
+import (
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/idemhook/idemhook/gateway/adminapi"
+	"github.com/idemhook/idemhook/internal/gatewaytest"
+	"github.com/idemhook/idemhook/tests/internal/testgw"
+)
+
+// queueConsoleConfig is a gateway with one queued route, retrying fast.
+func queueConsoleConfig(dir, upstreamURL string) string {
+	return fmt.Sprintf(`listen: 127.0.0.1:0
+store: {driver: sqlite, path: %q}
+admin: {listen: 127.0.0.1:0, token: "${TOKEN}"}
+log: {level: warn}
+routes:
+  - path: /webhooks/orders
+    upstream: %s/orders
+    source: shop
+    header: X-Event-Id
+    deliver: queue
+    queue: {backoff_min: 20ms, backoff_max: 50ms}
+`, filepath.Join(dir, "idemhook.db"), upstreamURL)
+}
+
+// TestConsoleQueueInBrowser drives the console's Queue section in headless
+// chromium against a queued gateway: events the backend refuses (400) show
+// as dead, one opens with its attempt, its Redrive button delivers it
+// once, and the Pause and Resume buttons stop and restart delivery, the
+// shown state following.
+func TestConsoleQueueInBrowser(t *testing.T) {
+	b := newBrowser(t)
+	up := gatewaytest.NewUpstream(t)
+	var refuse atomic.Bool
+	refuse.Store(true)
+	var mu sync.Mutex
+	delivered := map[string]int{} // 200s per Idempotency-Key
+	up.Handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+		if refuse.Load() {
+			http.Error(w, "unknown customer", http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		delivered[r.Header.Get("Idempotency-Key")]++
+		mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}
+	count := func(id string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return delivered["idem:shop:"+id]
+	}
+	dir := t.TempDir()
+	g := testgw.Start(t, gatewaytest.WriteConfig(t, dir, queueConsoleConfig(dir, up.Srv.URL)), gatewaytest.EnvOf("TOKEN", "s3cret"))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("gateway log:\n%s", g.Log)
+		}
+	})
+	post := func(id string) {
+		t.Helper()
+		if r := gatewaytest.Post(t, g.URL("/webhooks/orders"), `{"order":"`+id+`"}`, "X-Event-Id", id); r.Status != http.StatusAccepted {
+			t.Fatalf("event %s: %d %s; want 202", id, r.Status, r.Body)
+		}
+	}
+	post("o1")
+	post("o2")
+	var dead []adminapi.QueueEvent
+	gatewaytest.Eventually(t, "two dead events", func() bool {
+		dead = gatewaytest.DecodeJSON[adminapi.QueueEvents](t, adminDo(t, g, "GET", "/admin/queue/events?state=dead")).Events
+		return len(dead) == 2
+	})
+
+	b.do("open the console", chromedp.Navigate(g.AdminURL("/admin/")), chromedp.WaitVisible(chromedp.ID("login")))
+	b.do("sign in", chromedp.SendKeys(chromedp.ID("token"), "s3cret"), chromedp.Click(chromedp.ID("signin")))
+	route := `document.querySelector('.queue-route[data-route="/webhooks/orders"]')`
+	deadRows := route + `.querySelectorAll('.queue-dead tbody tr')`
+	b.waitJS("the Queue section with two dead events", `!document.getElementById('queue').hidden && `+deadRows+`.length === 2`)
+	if got := eval[string](b, route+`.querySelector('.q-dead').textContent`); got != "2" {
+		t.Errorf("dead count shown %q; want 2", got)
+	}
+	if got := eval[string](b, route+`.querySelector('.queue-state').textContent`); got != "delivering" {
+		t.Errorf("state shown %q; want delivering", got)
+	}
+	if n := eval[int](b, route+`.querySelectorAll('svg.queue-chart polyline').length`); n != 4 {
+		t.Errorf("%d lines in the chart; want 4 (accepted, delivered, retried, dead)", n)
+	}
+	if title := eval[string](b, route+`.querySelector('svg.queue-chart > title').textContent`); !strings.Contains(title, "accepted 2") || !strings.Contains(title, "dead 2") {
+		t.Errorf("chart title %q; want accepted 2 and dead 2", title)
+	}
+	row := func(id int64) string {
+		return fmt.Sprintf(`%s.querySelector('.queue-dead tr[data-id="%d"]')`, route, id)
+	}
+	if key := eval[string](b, row(dead[0].ID)+`.querySelector('td.key').textContent`); key != "idem:shop:o1" {
+		t.Errorf("first dead row's key %q; want idem:shop:o1", key)
+	}
+
+	// The event's detail: its one attempt, the backend's 400 and answer.
+	sel := func(id int64, css string) string { return fmt.Sprintf(`.queue-dead tr[data-id="%d"] %s`, id, css) }
+	b.do("open a dead event", chromedp.Click(chromedp.CSS(sel(dead[0].ID, ".event-open"))))
+	b.waitJS("its attempts", `document.getElementById('event-dialog').open && document.querySelectorAll('#attempts tbody tr').length === 1`)
+	if got := eval[[]string](b, `[...document.querySelectorAll('#attempts tbody td')].map(td => td.textContent)`); len(got) < 5 || got[0] != "1" || got[2] != "400" || !strings.Contains(got[4], "unknown customer") {
+		t.Errorf("attempt row %q; want attempt 1, status 400, the backend's answer", got)
+	}
+	if got := eval[string](b, `document.getElementById('event-state').textContent`); got != "dead" {
+		t.Errorf("event state %q; want dead", got)
+	}
+	b.shot("console-queue-event")
+	b.do("close the event", chromedp.Click(chromedp.ID("event-close")))
+
+	// Redrive one: it is delivered once and leaves the dead table.
+	refuse.Store(false)
+	b.do("redrive o1", chromedp.Click(chromedp.CSS(sel(dead[0].ID, ".event-redrive"))))
+	gatewaytest.Eventually(t, "o1 delivered", func() bool { return count("o1") == 1 })
+	b.waitJS("o1 out of the dead table", deadRows+`.length === 1 && !`+row(dead[0].ID))
+	if count("o2") != 0 {
+		t.Errorf("o2 delivered %d times; only o1 was redriven", count("o2"))
+	}
+
+	// Pause: accepted, shown queued, not delivered; Resume delivers it.
+	b.do("pause", chromedp.Click(chromedp.CSS(`.queue-route[data-route="/webhooks/orders"] .queue-pause`)))
+	b.waitJS("the route shown paused", route+`.querySelector('.queue-state').textContent === 'paused' && `+route+`.querySelector('.queue-pause').textContent === 'Resume'`)
+	post("o3")
+	b.waitJS("o3 shown queued", route+`.querySelector('.q-queued').textContent === '1'`)
+	time.Sleep(700 * time.Millisecond) // a delivery would come now
+	if n := count("o3"); n != 0 {
+		t.Fatalf("o3 delivered %d times while paused", n)
+	}
+	b.shotOf("console-queue", "queue")
+	b.do("resume", chromedp.Click(chromedp.CSS(`.queue-route[data-route="/webhooks/orders"] .queue-pause`)))
+	b.waitJS("the route shown delivering", route+`.querySelector('.queue-state').textContent === 'delivering' && `+route+`.querySelector('.queue-pause').textContent === 'Pause'`)
+	gatewaytest.Eventually(t, "o3 delivered after the resume", func() bool { return count("o3") == 1 })
+	b.waitJS("o3 no longer shown queued", route+`.querySelector('.q-queued').textContent === '0'`)
+
+	// Redrive all dead: o2 too.
+	b.do("redrive all dead", chromedp.Click(chromedp.CSS(`.queue-route[data-route="/webhooks/orders"] .queue-redrive-all`)))
+	gatewaytest.Eventually(t, "o2 delivered", func() bool { return count("o2") == 1 })
+	b.waitJS("no dead events shown", deadRows+`.length === 0 && `+route+`.querySelector('.q-dead').textContent === '0'`)
+	time.Sleep(300 * time.Millisecond) // a second delivery would come now
+	for _, id := range []string{"o1", "o2", "o3"} {
+		if n := count(id); n != 1 {
+			t.Errorf("%s delivered %d times; want once", id, n)
+		}
+	}
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	origin := g.AdminURL("/admin/")
+	for _, u := range b.requests {
+		if !strings.HasPrefix(u, origin) && !strings.HasPrefix(u, "data:") {
+			t.Errorf("the page requested %s, outside %s", u, origin)
+		}
+	}
+	for _, p := range b.problems {
+		t.Errorf("page problem: %s", p)
+	}
+}
