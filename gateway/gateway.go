@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -255,7 +256,11 @@ func (g *Gateway) apply(cfg *config.Config) error {
 	hybridSend := map[string]func(context.Context, *queue.Event) queue.Result{}
 	hybridProxy := map[string]http.Handler{}
 	if g.queues.Load() == nil && slices.ContainsFunc(cfg.Routes, func(rc config.Route) bool { return rc.Queued() }) {
-		q, err := newQueues(g.base, g.store, g.logger, g.metrics.onAttempt)
+		diskDir := ""
+		if cfg.Store.Driver == "sqlite" {
+			diskDir = filepath.Dir(cfg.Store.Path)
+		}
+		q, err := newQueues(g.base, g.store, diskDir, g.logger, g.metrics.onAttempt)
 		if err != nil {
 			return err
 		}
@@ -298,7 +303,7 @@ func (g *Gateway) apply(cfg *config.Config) error {
 			if rc.RespondWithin > 0 {
 				inner = q.hybrid(rc, qr, cfg.TrustedProxies, hybridSend[rc.Path], hybridProxy[rc.Path])
 			}
-			mux.Handle(rc.Path, g.tracing.handler(qr.admit(queuedWraps[rc.Path](inner))))
+			mux.Handle(rc.Path, g.tracing.handler(q.admit(qr, queuedWraps[rc.Path](inner))))
 		}
 	}
 	if !slices.ContainsFunc(cfg.Routes, func(rc config.Route) bool { return rc.Path == "/" }) {

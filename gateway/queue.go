@@ -55,6 +55,11 @@ type queues struct {
 
 	stop    chan struct{}
 	stopped chan struct{}
+	// diskDir is the directory of the SQLite file the queue lives in ("":
+	// not on a local file); diskLow is set while it has less than
+	// minFreeDisk free, and new events are refused.
+	diskDir string
+	diskLow atomic.Bool
 	// hybrids counts the first attempts of respond_within routes still
 	// running: close waits for them, within its bound, before the store
 	// closes.
@@ -86,12 +91,20 @@ func openEngine(ctx context.Context, store idemhook.Store) (queue.Engine, error)
 	return nil, fmt.Errorf("deliver: queue needs the sqlite, postgres or memory store, not %T", store)
 }
 
-func newQueues(ctx context.Context, store idemhook.Store, logger *slog.Logger, observe func(queue.Observation)) (*queues, error) {
+// minFreeDisk is the free space under which a queue in a SQLite file
+// refuses new events: past it, a commit may fail for want of space, and
+// the provider is better off keeping the event.
+var minFreeDisk atomic.Uint64
+
+func init() { minFreeDisk.Store(256 << 20) }
+
+func newQueues(ctx context.Context, store idemhook.Store, diskDir string, logger *slog.Logger, observe func(queue.Observation)) (*queues, error) {
 	eng, err := openEngine(ctx, store)
 	if err != nil {
 		return nil, err
 	}
-	q := &queues{engine: eng, logger: logger, routes: map[string]*queuedRoute{}, stop: make(chan struct{}), stopped: make(chan struct{})}
+	q := &queues{engine: eng, logger: logger, diskDir: diskDir, routes: map[string]*queuedRoute{}, stop: make(chan struct{}), stopped: make(chan struct{})}
+	q.checkDisk()
 	q.disp = queue.NewDispatcher(eng, queue.Options{
 		Logger: logger,
 		Observe: func(o queue.Observation) {
@@ -157,7 +170,30 @@ func (q *queues) refresh() {
 		case <-q.stop:
 			return
 		case <-t.C:
+			q.checkDisk()
 			q.readStats()
+		}
+	}
+}
+
+// checkDisk sets diskLow from the free space of the queue's file system,
+// logging each change.
+func (q *queues) checkDisk() {
+	if q.diskDir == "" {
+		return
+	}
+	free, ok := freeBytes(q.diskDir)
+	if !ok {
+		return
+	}
+	floor := minFreeDisk.Load()
+	low := free < floor
+	if q.diskLow.Swap(low) != low {
+		if low {
+			q.logger.Error("idemhook queue: the disk is almost full; new events are answered 503 (the provider keeps them) until space returns",
+				"dir", q.diskDir, "free_bytes", free, "floor_bytes", floor)
+		} else {
+			q.logger.Info("idemhook queue: disk space is back; new events are accepted again", "dir", q.diskDir, "free_bytes", free)
 		}
 	}
 }
@@ -284,11 +320,18 @@ func sender(rc config.Route, rt http.RoundTripper, keep int64) func(ctx context.
 }
 
 // admit answers 503 with Retry-After, before the claim, when the route's
-// queue holds max_queued events not yet delivered: the provider keeps the
-// event and sends it again, and nothing is claimed for it.
-func (qr *queuedRoute) admit(next http.Handler) http.Handler {
+// queue holds max_queued events not yet delivered or the queue's disk is
+// almost full: the provider keeps the event and sends it again, and nothing
+// is claimed for it.
+func (q *queues) admit(qr *queuedRoute, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rc := qr.cfg.Load()
+		if q.diskLow.Load() {
+			w.Header().Set("Retry-After", "60")
+			writeProblem(w, http.StatusServiceUnavailable, "disk almost full",
+				"the gateway's disk has too little free space to keep the event: send it again later")
+			return
+		}
 		if n := qr.pending.Load(); n >= int64(rc.Queue.MaxQueued) {
 			w.Header().Set("Retry-After", "60")
 			writeProblem(w, http.StatusServiceUnavailable, "queue full",

@@ -57,6 +57,7 @@ routes:
 						b.Error(err)
 						return
 					}
+					io.Copy(io.Discard, resp.Body) // read to the end: the connection is reused
 					resp.Body.Close()
 					if resp.StatusCode/100 != 2 {
 						b.Errorf("%s: %d", c.name, resp.StatusCode)

@@ -2,8 +2,8 @@ package gateway_test
 
 import (
 	"context"
-	"log/slog"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -378,7 +378,9 @@ func TestRespondWithin(t *testing.T) {
 		}
 	}
 	url, _, _ := startGateway(t, hybridConfig(t.TempDir(), up.Srv.URL))
-	post := func(id string) gatewaytest.Response { return gatewaytest.Post(t, url+"/webhooks/test", "{}", "X-Event-Id", id) }
+	post := func(id string) gatewaytest.Response {
+		return gatewaytest.Post(t, url+"/webhooks/test", "{}", "X-Event-Id", id)
+	}
 	seen := func(id string) string {
 		v, _ := attempts.Load("idem:test:" + id)
 		list, _ := v.([]string)
