@@ -2,6 +2,7 @@ package sqlitestore
 
 import (
 	"context"
+	"database/sql"
 	"testing"
 )
 
@@ -59,4 +60,21 @@ func (s *Store) KeyFilterAbsent(key string) bool { return s.held().filter.absent
 func SetCommitHook(tb testing.TB, f func() error) {
 	commitHook.Store(&f)
 	tb.Cleanup(func() { commitHook.Store(nil) })
+}
+
+// FillQueue appends n events of route to q in one statement, queued and
+// due in an hour (so that a benchmark's claims don't take them), for a
+// benchmark of a deep queue.
+func (q *Queue) FillQueue(ctx context.Context, route string, n int) error {
+	_, err := q.f.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+		now := q.f.nowMillis()
+		res, err := tx.ExecContext(ctx, `WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < ?2)
+			INSERT INTO idem_queue (route, key, state, since, next_at, received_at, request)
+			SELECT ?1, 'idem:fill:' || x, 0, ?3, ?3 + 3600000, ?3, zeroblob(300) FROM c`, route, n, now)
+		if err != nil {
+			return 0, err
+		}
+		return res.RowsAffected()
+	})
+	return err
 }

@@ -54,6 +54,50 @@ CREATE TABLE IF NOT EXISTS idem_queue_routes (
 ) WITHOUT ROWID;
 `
 
+// fenceSQL is the condition every write of an attempt matches: the event's
+// id and the attempt's number.
+const fenceSQL = ` WHERE id = ?1 AND state = 1 AND attempt = ?2`
+
+// preparedSQL are the statements the writer runs, prepared once by Queue
+// (a statement parsed afresh costs about a millisecond on the writer's one
+// goroutine, which every write waits behind; and the writer's transaction
+// holds the database's one connection, so nothing can be prepared from
+// inside it).
+var preparedSQL []string
+
+func prepared(query string) string {
+	preparedSQL = append(preparedSQL, query)
+	return query
+}
+
+var (
+	writeSQL1 = prepared(`SELECT paused FROM idem_queue_routes WHERE route = ?1`)
+	writeSQL2 = prepared(`UPDATE idem_queue SET state = 1, attempt = attempt + 1, next_at = ?3, lease_by = ?4
+			WHERE id IN (
+				SELECT id FROM (
+					SELECT id FROM (SELECT id, order_key FROM idem_queue WHERE route = ?1 AND state = 0 AND next_at <= ?2)
+					UNION ALL
+					SELECT id FROM (SELECT id, order_key FROM idem_queue WHERE route = ?1 AND state = 1 AND next_at <= ?2)
+				) AS due
+				WHERE NOT EXISTS (SELECT 1 FROM idem_queue g, idem_queue h
+					WHERE g.id = due.id AND g.order_key IS NOT NULL
+					AND h.route = ?1 AND h.order_key = g.order_key AND h.id < g.id)
+				ORDER BY id LIMIT ?5)
+			RETURNING id, key, order_key, attempt, base, since, received_at, request`)
+	writeSQL3 = prepared(`UPDATE idem_queue SET next_at = ?3 WHERE id = ?1 AND state = 1 AND attempt = ?2`)
+	writeSQL4 = prepared(`DELETE FROM idem_queue` + fenceSQL)
+	writeSQL5 = prepared(`UPDATE idem_queue SET state = 0, next_at = ?3, lease_by = NULL, last_status = ?4, last_error = ?5` + fenceSQL)
+	writeSQL6 = prepared(`UPDATE idem_queue SET state = 2, next_at = 0, lease_by = NULL, reason = ?3, last_status = ?4, last_error = ?5` + fenceSQL)
+	writeSQL7 = prepared(`DELETE FROM idem_queue_attempts WHERE event_id = ?1`)
+	writeSQL8 = prepared(`INSERT OR REPLACE INTO idem_queue_attempts
+			(event_id, attempt, started_at, latency_us, status, error, body_head, worker)
+			SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8 WHERE EXISTS (SELECT 1 FROM idem_queue WHERE id = ?1)`)
+	writeSQL9 = prepared(`DELETE FROM idem_queue_attempts WHERE event_id = ?1
+			AND attempt > (SELECT min(attempt) FROM idem_queue_attempts WHERE event_id = ?1)
+			AND attempt <= (SELECT attempt FROM idem_queue_attempts WHERE event_id = ?1 ORDER BY attempt DESC LIMIT 1 OFFSET ?2)`)
+	writeSQL10 = prepared(`UPDATE idem_queue SET next_at = ?2 WHERE route = ?1 AND state = 0 AND attempt > 0 AND next_at > ?2`)
+)
+
 // Queue is the store's delivery queue, a [queue.Engine]. Get it with
 // [Store.Queue].
 type Queue struct {
@@ -61,6 +105,56 @@ type Queue struct {
 	f      *fileStore
 	read   *sql.DB
 	insert *sql.Stmt // Accept's append, prepared once: it runs on the writer's one goroutine
+
+	// stmts are the statements of preparedSQL, by their text; set once by
+	// Store.Queue, then only read.
+	stmts map[string]*sql.Stmt
+}
+
+// stmt returns query prepared on the store's database, in tx.
+func (q *Queue) stmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt, error) {
+	st := q.stmts[query]
+	if st == nil {
+		return nil, fmt.Errorf("sqlitestore: queue: statement not prepared: %.40s", query)
+	}
+	return tx.StmtContext(ctx, st), nil
+}
+
+func (q *Queue) exec(ctx context.Context, tx *sql.Tx, query string, args ...any) (sql.Result, error) {
+	st, err := q.stmt(ctx, tx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
+}
+
+func (q *Queue) query(ctx context.Context, tx *sql.Tx, query string, args ...any) (*sql.Rows, error) {
+	st, err := q.stmt(ctx, tx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+// scanner is a row to scan, or the error that kept it from being read.
+type scanner struct {
+	row *sql.Row
+	err error
+}
+
+func (s scanner) Scan(dest ...any) error {
+	if s.err != nil {
+		return s.err
+	}
+	return s.row.Scan(dest...)
+}
+
+func (q *Queue) queryRow(ctx context.Context, tx *sql.Tx, query string, args ...any) scanner {
+	st, err := q.stmt(ctx, tx, query)
+	if err != nil {
+		return scanner{err: err}
+	}
+	return scanner{row: st.QueryRowContext(ctx, args...)}
 }
 
 var _ queue.Engine = (*Queue)(nil)
@@ -90,8 +184,22 @@ func (s *Store) Queue(ctx context.Context) (*Queue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: Queue: %w", err)
 	}
-	q := &Queue{s: s, f: f, read: f.readDB, insert: insert}
-	s.onClose(func() { insert.Close() })
+	q := &Queue{s: s, f: f, read: f.readDB, insert: insert, stmts: map[string]*sql.Stmt{}}
+	closeAll := func() {
+		insert.Close()
+		for _, st := range q.stmts {
+			st.Close()
+		}
+	}
+	for _, query := range preparedSQL {
+		st, err := f.db.PrepareContext(ctx, query)
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("sqlitestore: Queue: prepare: %w", err)
+		}
+		q.stmts[query] = st
+	}
+	s.onClose(closeAll)
 	return q, nil
 }
 
@@ -164,7 +272,7 @@ func (q *Queue) Claim(ctx context.Context, route string, max int, lease time.Dur
 	_, err := q.f.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
 		out = out[:0]
 		var paused int
-		err := tx.QueryRowContext(ctx, `SELECT paused FROM idem_queue_routes WHERE route = ?1`, route).Scan(&paused)
+		err := q.queryRow(ctx, tx, writeSQL1, route).Scan(&paused)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return 0, err
 		}
@@ -176,18 +284,7 @@ func (q *Queue) Claim(ctx context.Context, route string, max int, lease time.Dur
 		// whose lease has ended, each in its own index range, then the
 		// first max of them by id. An ordered event is due only as its
 		// group's head.
-		rows, err := tx.QueryContext(ctx, `UPDATE idem_queue SET state = 1, attempt = attempt + 1, next_at = ?3, lease_by = ?4
-			WHERE id IN (
-				SELECT id FROM (
-					SELECT id FROM (SELECT id, order_key FROM idem_queue WHERE route = ?1 AND state = 0 AND next_at <= ?2)
-					UNION ALL
-					SELECT id FROM (SELECT id, order_key FROM idem_queue WHERE route = ?1 AND state = 1 AND next_at <= ?2)
-				) AS due
-				WHERE NOT EXISTS (SELECT 1 FROM idem_queue g, idem_queue h
-					WHERE g.id = due.id AND g.order_key IS NOT NULL
-					AND h.route = ?1 AND h.order_key = g.order_key AND h.id < g.id)
-				ORDER BY id LIMIT ?5)
-			RETURNING id, key, order_key, attempt, base, since, received_at, request`,
+		rows, err := q.query(ctx, tx, writeSQL2,
 			route, now, now+lease.Milliseconds(), worker, max)
 		if err != nil {
 			return 0, err
@@ -219,7 +316,7 @@ func (q *Queue) Claim(ctx context.Context, route string, max int, lease time.Dur
 // Extend implements [queue.Engine].
 func (q *Queue) Extend(ctx context.Context, t queue.Token, lease time.Duration) error {
 	n, err := q.f.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
-		res, err := tx.ExecContext(ctx, `UPDATE idem_queue SET next_at = ?3 WHERE id = ?1 AND state = 1 AND attempt = ?2`,
+		res, err := q.exec(ctx, tx, writeSQL3,
 			t.ID, t.Attempt, q.f.nowMillis()+lease.Milliseconds())
 		if err != nil {
 			return 0, err
@@ -242,15 +339,14 @@ func (q *Queue) Settle(ctx context.Context, s queue.Settlement) error {
 	n, err := q.f.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
 		var res sql.Result
 		var err error
-		const fence = ` WHERE id = ?1 AND state = 1 AND attempt = ?2`
 		switch s.Verdict {
 		case queue.Delivered:
-			res, err = tx.ExecContext(ctx, `DELETE FROM idem_queue`+fence, s.Token.ID, s.Token.Attempt)
+			res, err = q.exec(ctx, tx, writeSQL4, s.Token.ID, s.Token.Attempt)
 		case queue.Retry:
-			res, err = tx.ExecContext(ctx, `UPDATE idem_queue SET state = 0, next_at = ?3, lease_by = NULL, last_status = ?4, last_error = ?5`+fence,
+			res, err = q.exec(ctx, tx, writeSQL5,
 				s.Token.ID, s.Token.Attempt, ms(s.NextAt), a.Status, a.Error)
 		case queue.Kill:
-			res, err = tx.ExecContext(ctx, `UPDATE idem_queue SET state = 2, next_at = 0, lease_by = NULL, reason = ?3, last_status = ?4, last_error = ?5`+fence,
+			res, err = q.exec(ctx, tx, writeSQL6,
 				s.Token.ID, s.Token.Attempt, s.Reason, a.Status, a.Error)
 		default:
 			return 0, fmt.Errorf("unknown verdict %d", s.Verdict)
@@ -263,20 +359,16 @@ func (q *Queue) Settle(ctx context.Context, s queue.Settlement) error {
 			return 0, err
 		}
 		if n == 1 && s.Verdict == queue.Delivered {
-			_, err = tx.ExecContext(ctx, `DELETE FROM idem_queue_attempts WHERE event_id = ?1`, s.Token.ID)
+			_, err = q.exec(ctx, tx, writeSQL7, s.Token.ID)
 			return n, err
 		}
 		// The attempt is kept while its event is (a superseded one too, for
 		// the operator), with the first and the latest ones.
-		if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO idem_queue_attempts
-			(event_id, attempt, started_at, latency_us, status, error, body_head, worker)
-			SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8 WHERE EXISTS (SELECT 1 FROM idem_queue WHERE id = ?1)`,
+		if _, err := q.exec(ctx, tx, writeSQL8,
 			s.Token.ID, a.Attempt, ms(a.Started), a.Latency.Microseconds(), a.Status, a.Error, head, a.Worker); err != nil {
 			return 0, err
 		}
-		_, err = tx.ExecContext(ctx, `DELETE FROM idem_queue_attempts WHERE event_id = ?1
-			AND attempt > (SELECT min(attempt) FROM idem_queue_attempts WHERE event_id = ?1)
-			AND attempt <= (SELECT attempt FROM idem_queue_attempts WHERE event_id = ?1 ORDER BY attempt DESC LIMIT 1 OFFSET ?2)`,
+		_, err = q.exec(ctx, tx, writeSQL9,
 			s.Token.ID, queue.KeptAttempts-1)
 		return n, err
 	})
@@ -293,7 +385,7 @@ func (q *Queue) Settle(ctx context.Context, s queue.Settlement) error {
 func (q *Queue) Hasten(ctx context.Context, route string) (int64, error) {
 	return q.f.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
 		now := q.f.nowMillis()
-		res, err := tx.ExecContext(ctx, `UPDATE idem_queue SET next_at = ?2 WHERE route = ?1 AND state = 0 AND attempt > 0 AND next_at > ?2`, route, now)
+		res, err := q.exec(ctx, tx, writeSQL10, route, now)
 		if err != nil {
 			return 0, err
 		}
