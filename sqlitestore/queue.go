@@ -180,7 +180,7 @@ func (s *Store) Queue(ctx context.Context) (*Queue, error) {
 		return nil, fmt.Errorf("sqlitestore: Queue: %w", err)
 	}
 	insert, err := f.db.PrepareContext(ctx, `INSERT INTO idem_queue (route, key, order_key, state, attempt, lease_by, since, next_at, received_at, request)
-		VALUES (?1, ?2, ?3, ?7, ?7, ?8, ?4, ?9, ?5, ?6) RETURNING id`)
+		VALUES (?1, ?2, ?3, ?7, ?7, ?8, ?4, ?9, ?5, ?6)`)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: Queue: %w", err)
 	}
@@ -250,8 +250,13 @@ func (q *Queue) Accept(ctx context.Context, c queue.Completion, ev *queue.Event)
 		if ev.Lease > 0 { // running its first attempt (see queue.Event.Lease)
 			running, nextAt = 1, q.f.nowMillis()+ev.Lease.Milliseconds()
 		}
-		return tx.StmtContext(ctx, q.insert).QueryRowContext(ctx,
-			ev.Route, ev.Key, nullString(ev.OrderKey), ms(since), ms(ev.ReceivedAt), req, running, nullString(ev.Worker), nextAt).Scan(&id)
+		res, err := tx.StmtContext(ctx, q.insert).ExecContext(ctx,
+			ev.Route, ev.Key, nullString(ev.OrderKey), ms(since), ms(ev.ReceivedAt), req, running, nullString(ev.Worker), nextAt)
+		if err != nil {
+			return err
+		}
+		id, err = res.LastInsertId() // the rowid: the id column is its alias
+		return err
 	})
 	if err != nil {
 		return err
