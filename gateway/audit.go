@@ -22,6 +22,7 @@ import (
 	"github.com/idemhook/idemhook/audithook"
 	"github.com/idemhook/idemhook/gateway/adminapi"
 	"github.com/idemhook/idemhook/gateway/config"
+	"github.com/idemhook/idemhook/queue"
 	"github.com/idemhook/idemhook/sqlitestore"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -175,6 +176,66 @@ func (t *auditTrail) record(d idemhook.DeliveryInfo) {
 	if t.hook != nil {
 		t.hook.OnDelivery(d)
 	}
+}
+
+// The outcomes of the entries a queued event's end adds to the trail: the
+// backend's answer to the attempt that delivered it, or why it is dead.
+// They are not deliveries of the provider's, so the console's counts of
+// deliveries leave them out.
+const (
+	queueOutcomePrefix  = "queue_"
+	outcomeQueueDeliver = "queue_delivered"
+	outcomeQueueDead    = "queue_dead"
+)
+
+// recordAttempt adds to the trail the end of a queued event: the attempt
+// that delivered it (the backend's status and latency, the attempt's
+// number) or made it dead (its reason). Retries are in the queue's own
+// record of attempts (GET /admin/queue/events/{id}).
+func (t *auditTrail) recordAttempt(o queue.Observation) {
+	if t.rec == nil || o.Superseded || o.Cut || o.Verdict == queue.Retry {
+		return
+	}
+	rc, ok := (*t.routes.Load())[o.Route]
+	if !ok {
+		return
+	}
+	e := audit.Entry{
+		Time:          time.Now(),
+		Route:         o.Route,
+		Source:        rc.Route.Source,
+		Outcome:       outcomeQueueDeliver,
+		Status:        o.Result.Status,
+		Duration:      o.Latency,
+		RequestBytes:  int64(len(o.Event.Body)),
+		ResponseBytes: int64(len(o.Result.BodyHead)),
+		Reason:        fmt.Sprintf("event %d, attempt %d", o.Event.ID, o.Event.Attempt),
+		Instance:      t.instance,
+	}
+	e.Key, e.Scope = splitStoreKey(o.Event.Key, rc.Route.Source)
+	if o.Verdict == queue.Kill {
+		e.Outcome = outcomeQueueDead
+		e.Reason += ": " + o.Reason
+	}
+	t.rec.Record(e)
+}
+
+// splitStoreKey returns the key part and the scope of a store key
+// idem:<source>[@<scope>]:<key>. A scope holds no ':' of its own in the
+// scopes the gateway makes (a route's path).
+func splitStoreKey(storeKey, source string) (key, scope string) {
+	rest, ok := strings.CutPrefix(storeKey, "idem:"+source)
+	switch {
+	case !ok:
+		return storeKey, ""
+	case strings.HasPrefix(rest, ":"):
+		return rest[1:], ""
+	case strings.HasPrefix(rest, "@"):
+		if scope, key, ok := strings.Cut(rest[1:], ":"); ok {
+			return key, scope
+		}
+	}
+	return rest, ""
 }
 
 // lazyPostgres is the PostgreSQL sink, opened (its table made) on first use

@@ -260,7 +260,10 @@ func (g *Gateway) apply(cfg *config.Config) error {
 		if cfg.Store.Driver == "sqlite" {
 			diskDir = filepath.Dir(cfg.Store.Path)
 		}
-		q, err := newQueues(g.base, g.store, diskDir, g.logger, g.metrics.onAttempt)
+		q, err := newQueues(g.base, g.store, diskDir, g.logger, func(o queue.Observation) {
+			g.metrics.onAttempt(o)
+			g.audit.recordAttempt(o)
+		})
 		if err != nil {
 			return err
 		}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook/gateway"
+	"github.com/idemhook/idemhook/gateway/adminapi"
 	"github.com/idemhook/idemhook/gateway/config"
 	"github.com/idemhook/idemhook/internal/gatewaytest"
 )
@@ -412,5 +413,51 @@ func TestRespondWithin(t *testing.T) {
 	}
 	if got := seen("slow-fail"); got != "1,2" {
 		t.Fatalf("slow-fail attempts %q; want 1,2", got)
+	}
+}
+
+// The end of each queued event is in the audit trail: the backend's answer
+// to the attempt that delivered it, or why it is dead; the console's counts
+// of the provider's deliveries leave them out.
+func TestQueueEndsInTheAuditTrail(t *testing.T) {
+	b := newBackend(t)
+	inner := b.up.Handle
+	b.up.Handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+		if strings.HasSuffix(r.Header.Get(gateway.HeaderIdempotencyKey), "bad") {
+			http.Error(w, "no such order", http.StatusUnprocessableEntity)
+			return
+		}
+		inner(w, r, n)
+	}
+	text := strings.Replace(queueConfig(t.TempDir(), b.up.Srv.URL, ""), "audit: {sink: none}\n", "", 1)
+	url, g, _ := startGateway(t, text)
+	admin := httptest.NewServer(g.AdminHandler())
+	defer admin.Close()
+	for _, id := range []string{"good", "bad"} {
+		if r := gatewaytest.Post(t, url+"/webhooks/test", "{}", "X-Event-Id", id); r.Status != http.StatusAccepted {
+			t.Fatalf("%s: %d", id, r.Status)
+		}
+	}
+	var got map[string]adminapi.Delivery
+	gatewaytest.Eventually(t, "both ends in the trail", func() bool {
+		page := gatewaytest.DecodeJSON[adminapi.Deliveries](t, gatewaytest.Do(t, http.MethodGet, admin.URL+"/admin/deliveries", ""))
+		got = map[string]adminapi.Delivery{}
+		for _, d := range page.Deliveries {
+			got[d.Outcome+" "+d.Key] = d
+		}
+		return len(got) == 4
+	})
+	if d, ok := got["queue_delivered good"]; !ok || d.Status != http.StatusOK || d.Source != "test" || !strings.Contains(d.Reason, "attempt 1") {
+		t.Errorf("delivered entry %+v; want the backend's 200 for key good", d)
+	}
+	if d, ok := got["queue_dead bad"]; !ok || d.Status != http.StatusUnprocessableEntity || !strings.Contains(d.Reason, "422, which is not retried") {
+		t.Errorf("dead entry %+v; want the backend's 422 and the reason", d)
+	}
+	if _, ok := got["processed good"]; !ok {
+		t.Errorf("entries %v; want the provider's delivery too (processed)", got)
+	}
+	st := gatewaytest.DecodeJSON[adminapi.Stats](t, gatewaytest.Do(t, http.MethodGet, admin.URL+"/admin/stats", ""))
+	if s := gatewaytest.SourceStats(t, st, "test"); s.Hour.Total != 2 || s.Hour.Processed != 2 || s.Hour.Other != 0 {
+		t.Errorf("stats %+v; want the 2 provider deliveries only", s.Hour)
 	}
 }

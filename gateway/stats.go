@@ -181,6 +181,9 @@ func (g *Gateway) countStats(r *http.Request, counter audit.Counter) (adminapi.S
 			return adminapi.Stats{}, err
 		}
 		for _, c := range counts {
+			if strings.HasPrefix(c.Outcome, queueOutcomePrefix) {
+				continue // the queue's deliveries to the backend, not the provider's to the gateway
+			}
 			addOutcome(win.pick(source(c.Source)), c.Outcome, c.N)
 		}
 	}
