@@ -461,3 +461,54 @@ func TestQueueEndsInTheAuditTrail(t *testing.T) {
 		t.Errorf("stats %+v; want the 2 provider deliveries only", s.Hour)
 	}
 }
+
+// A reload keeps the queue: a route taken out of the file stops
+// delivering and its events wait in the store; back in the file, with new
+// settings, its events are there, and a redrive delivers each once.
+func TestQueueKeptAcrossReloads(t *testing.T) {
+	dir := t.TempDir()
+	b := newBackend(t)
+	b.down.Store(true)
+	url, g, _ := startGateway(t, queueConfig(dir, b.up.Srv.URL, `backoff_min: 1h, backoff_max: 1h`))
+	admin := httptest.NewServer(g.AdminHandler())
+	defer admin.Close()
+	for i := range 3 {
+		if r := gatewaytest.Post(t, url+"/webhooks/test", "{}", "X-Event-Id", fmt.Sprint("e", i)); r.Status != http.StatusAccepted {
+			t.Fatalf("event %d: %d", i, r.Status)
+		}
+	}
+	gatewaytest.Eventually(t, "first attempts", func() bool { return b.up.Calls.Load() >= 3 })
+	reload := func(text string) {
+		t.Helper()
+		cfg, err := config.Parse("idemhook.yaml", []byte(text), gatewaytest.EnvOf())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Reload(cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reload(strings.Replace(queueConfig(dir, b.up.Srv.URL, ""), "/webhooks/test", "/webhooks/elsewhere", 1))
+	b.down.Store(false)
+	calls := b.up.Calls.Load()
+	if r := gatewaytest.Post(t, admin.URL+"/admin/queue/redrive", `{"route":"/webhooks/test"}`); r.Status != http.StatusBadRequest {
+		t.Fatalf("redrive of a route no longer in the file: %d %s; want 400", r.Status, r.Body)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := b.up.Calls.Load(); n != calls {
+		t.Fatalf("%d attempts after the route left the file", n-calls)
+	}
+	reload(queueConfig(dir, b.up.Srv.URL, `backoff_min: 10ms, backoff_max: 20ms`))
+	q := gatewaytest.DecodeJSON[adminapi.Queue](t, gatewaytest.Do(t, http.MethodGet, admin.URL+"/admin/queue", ""))
+	if len(q.Routes) != 1 || q.Routes[0].Retrying != 3 {
+		t.Fatalf("queue after the route came back: %+v; want its 3 retries kept", q)
+	}
+	if r := gatewaytest.Post(t, admin.URL+"/admin/queue/redrive", `{"route":"/webhooks/test","state":"queued"}`); r.Status != http.StatusOK || !strings.Contains(strings.Join(strings.Fields(r.Body), ""), `"redriven":3`) {
+		t.Fatalf("redrive: %d %s", r.Status, r.Body)
+	}
+	gatewaytest.Eventually(t, "the 3 kept events delivered", func() bool { k, _ := b.count(); return k == 3 })
+	time.Sleep(200 * time.Millisecond)
+	if k, n := b.count(); k != 3 || n != 3 {
+		t.Fatalf("%d events in %d deliveries; want 3 once each", k, n)
+	}
+}
