@@ -363,11 +363,7 @@ func detach(base context.Context, next http.Handler) http.Handler {
 // Call it once the servers of Handler and AdminHandler are shut down.
 func (g *Gateway) Close(ctx context.Context) error {
 	start := time.Now()
-	done := make(chan struct{})
-	go func() {
-		g.inflight.Wait()
-		close(done)
-	}()
+	done := waitDone(&g.inflight)
 	select {
 	case <-done:
 	case <-ctx.Done():

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/idemhook/idemhook/gateway/adminapi"
 )
@@ -55,4 +56,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // trimmed is used for a query parameter.
 func trimmed(r *http.Request, name string) string {
 	return strings.TrimSpace(r.URL.Query().Get(name))
+}
+
+// waitDone returns a channel closed once wg's count is zero, so that a wait
+// can be bounded by a context.
+func waitDone(wg *sync.WaitGroup) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	return done
 }

@@ -217,11 +217,7 @@ func (q *queues) readStats() {
 func (q *queues) close(ctx context.Context) error {
 	close(q.stop)
 	<-q.stopped
-	done := make(chan struct{})
-	go func() {
-		q.hybrids.Wait()
-		close(done)
-	}()
+	done := waitDone(&q.hybrids)
 	select {
 	case <-done:
 	case <-ctx.Done():

@@ -107,18 +107,7 @@ func (b *backend) count() (keys, deliveries int) {
 }
 
 func queueConfig(dir, upstream string, queue string) string {
-	return fmt.Sprintf(`listen: 127.0.0.1:0
-store: {driver: sqlite, path: %q}
-admin: {listen: off}
-audit: {sink: none}
-routes:
-  - path: /webhooks/test
-    upstream: %s/hook
-    source: test
-    header: x-event-id
-    deliver: queue
-    queue: {%s}
-`, filepath.Join(dir, "idemhook.db"), upstream, queue)
+	return gatewaytest.QueueConfig(fmt.Sprintf("driver: sqlite, path: %q", filepath.Join(dir, "idemhook.db")), upstream, queue)
 }
 
 // The backend is down while events arrive: each is answered 202 at once,
@@ -297,18 +286,7 @@ func TestQueueTwoGatewaysOnPostgres(t *testing.T) {
 		inner(w, r, n)
 	}
 	table := fmt.Sprintf("q_two_%d", time.Now().UnixNano())
-	text := fmt.Sprintf(`listen: 127.0.0.1:0
-store: {driver: postgres, url: %q, table: %s}
-admin: {listen: off}
-audit: {sink: none}
-routes:
-  - path: /webhooks/test
-    upstream: %s/hook
-    source: test
-    header: x-event-id
-    deliver: queue
-    queue: {backoff_min: 20ms, backoff_max: 100ms}
-`, pgURL, table, b.up.Srv.URL)
+	text := gatewaytest.QueueConfig(fmt.Sprintf("driver: postgres, url: %q, table: %s", pgURL, table), b.up.Srv.URL, "backoff_min: 20ms, backoff_max: 100ms")
 	url1, _, _ := startGateway(t, text)
 	url2, _, _ := startGateway(t, text)
 	const events = 100
@@ -337,18 +315,7 @@ routes:
 }
 
 func hybridConfig(dir, upstream string) string {
-	return fmt.Sprintf(`listen: 127.0.0.1:0
-store: {driver: sqlite, path: %q}
-admin: {listen: off}
-audit: {sink: none}
-routes:
-  - path: /webhooks/test
-    upstream: %s/hook
-    source: test
-    header: x-event-id
-    respond_within: 300ms
-    queue: {backoff_min: 20ms, backoff_max: 100ms}
-`, filepath.Join(dir, "idemhook.db"), upstream)
+	return strings.Replace(queueConfig(dir, upstream, "backoff_min: 20ms, backoff_max: 100ms"), "    deliver: queue\n", "    respond_within: 300ms\n", 1)
 }
 
 // respond_within: a backend that answers within the budget is answered as

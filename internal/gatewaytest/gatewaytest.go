@@ -90,6 +90,25 @@ routes:
 `, filepath.Join(dir, "idemhook.db"), adminExtra, upstreamURL, upstreamURL)
 }
 
+// QueueConfig is a one-route configuration whose route /webhooks/test
+// (source test, keyed by X-Event-Id) queues its events for upstream with
+// the queue settings given (the inside of queue: {...}), on the store of
+// storeLine (the inside of store: {...}), admin and audit off.
+func QueueConfig(storeLine, upstreamURL, settings string) string {
+	return fmt.Sprintf(`listen: 127.0.0.1:0
+store: {%s}
+admin: {listen: off}
+audit: {sink: none}
+routes:
+  - path: /webhooks/test
+    upstream: %s/hook
+    source: test
+    header: x-event-id
+    deliver: queue
+    queue: {%s}
+`, storeLine, upstreamURL, settings)
+}
+
 // SourceStats returns the statistics of source in s; the test fails
 // without them.
 func SourceStats(t *testing.T, s adminapi.Stats, source string) adminapi.SourceStats {
