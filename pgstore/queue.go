@@ -36,7 +36,10 @@ import (
 //
 //   - Accept runs the compare-and-set UPDATE of [Store.Complete] and the
 //     INSERT of the event in one transaction. The event's id is a bigserial,
-//     so ids follow arrival.
+//     so ids follow arrival. On a store with [Config.Batch], an unordered
+//     accept is one statement doing both writes, sent in the batches of
+//     Claim and Complete, so that concurrent accepts share a commit (see
+//     queue_batch.go); within one batch, ids follow the keys' order.
 //   - Claim is one statement: a SELECT ... FOR NO KEY UPDATE SKIP LOCKED of
 //     the due events, in id order (queued ones whose next_at has come, and
 //     running ones whose lease has ended, so no rescuer is needed), then the
@@ -81,6 +84,9 @@ type Queue struct {
 	// groupLock is the SQL expression of the advisory lock of the ordered
 	// group of the row e, whose order_key is not NULL.
 	groupLock string
+	// acceptSQL is an unordered accept in one statement, for the batcher
+	// (queue_batch.go).
+	acceptSQL string
 }
 
 var _ queue.Engine = (*Queue)(nil)
@@ -222,6 +228,7 @@ func (s *Store) Queue(ctx context.Context) (*Queue, error) {
 	// (pgschema.Check), so it can stand in a literal. The route's length
 	// keeps (route, order key) pairs apart.
 	q.groupLock = `hashtextextended('idemhook queue group ` + q.name + `:' || length(e.route) || ':' || e.route || ':' || encode(e.order_key, 'hex'), 0)`
+	q.prepareAcceptSQL()
 	if s.skipCreate {
 		checks := []string{
 			`SELECT id, route, store_key, order_key, state, head, attempt, base, next_at, lease_until, lease_by, received_at, since, reason, request FROM ` + q.events + ` WHERE false`,
@@ -275,7 +282,9 @@ func nullBytes(s string) []byte {
 }
 
 // Accept implements [queue.Engine]: the compare-and-set of [Store.Complete]
-// and the event's INSERT in one transaction.
+// and the event's INSERT, both or neither. On a store with [Config.Batch]
+// an unordered event goes in one statement of a shared batch; otherwise,
+// and for an ordered event, in a transaction of its own.
 func (q *Queue) Accept(ctx context.Context, c queue.Completion, ev *queue.Event) error {
 	if err := queue.ValidateAccept(ev); err != nil {
 		return err
@@ -285,6 +294,64 @@ func (q *Queue) Accept(ctx context.Context, c queue.Completion, ev *queue.Event)
 	if since.IsZero() {
 		since = ev.ReceivedAt
 	}
+	var (
+		id  int64
+		err error
+	)
+	if q.s.batcher != nil && ev.OrderKey == "" {
+		id, err = q.acceptBatched(ctx, c, ev, request, since)
+	} else {
+		id, err = q.acceptTx(ctx, c, ev, request, since)
+	}
+	switch {
+	case errors.Is(err, idemhook.ErrNotOwner):
+		return fmt.Errorf("pgstore: queue accept %q: the claim is no longer held, so nothing was queued: %w", c.Key, err)
+	case err != nil:
+		return q.errorf("accept", err)
+	}
+	ev.ID = id
+	if ev.Lease > 0 {
+		ev.Attempt = 1
+	}
+	return nil
+}
+
+// acceptBatched runs an unordered accept as acceptSQL in one of the
+// batcher's batches. It returns the event's id, or an error wrapping
+// [idemhook.ErrNotOwner] when the claim is no longer held (nothing was
+// inserted).
+func (q *Queue) acceptBatched(ctx context.Context, c queue.Completion, ev *queue.Event, request []byte, since time.Time) (int64, error) {
+	us, err := micros("queue accept", c.TTL)
+	if err != nil {
+		return 0, err
+	}
+	old, err := encode("queue accept", c.Claim)
+	if err != nil {
+		return 0, err
+	}
+	value, err := encode("queue accept", c.Done)
+	if err != nil {
+		return 0, err
+	}
+	o := &op{ctx: ctx, key: []byte(c.Key), sql: q.acceptSQL, query: true}
+	o.args = []any{o.key, old, value, us, ev.Route, ev.ReceivedAt, since, request, ev.Lease.Microseconds(), nullText(ev.Worker), []byte(ev.Key)}
+	q.s.batcher.do(o)
+	if o.err != nil {
+		return 0, o.err
+	}
+	id, ok, err := acceptID(o.value)
+	switch {
+	case err != nil:
+		return 0, err
+	case !ok:
+		return 0, idemhook.ErrNotOwner
+	}
+	return id, nil
+}
+
+// acceptTx runs an accept in a transaction of its own: the group's lock
+// when the event is ordered, the keys' compare-and-set, the INSERT.
+func (q *Queue) acceptTx(ctx context.Context, c queue.Completion, ev *queue.Event, request []byte, since time.Time) (int64, error) {
 	var id int64
 	err := pgx.BeginFunc(ctx, q.s.pool, func(tx pgx.Tx) error {
 		order := nullBytes(ev.OrderKey)
@@ -310,17 +377,7 @@ func (q *Queue) Accept(ctx context.Context, c queue.Completion, ev *queue.Event)
 			RETURNING id`,
 			ev.Route, []byte(ev.Key), order, ev.ReceivedAt, since, request, ev.Lease.Microseconds(), nullText(ev.Worker)).Scan(&id)
 	})
-	switch {
-	case errors.Is(err, idemhook.ErrNotOwner):
-		return fmt.Errorf("pgstore: queue accept %q: the claim is no longer held, so nothing was queued: %w", c.Key, err)
-	case err != nil:
-		return q.errorf("accept", err)
-	}
-	ev.ID = id
-	if ev.Lease > 0 {
-		ev.Attempt = 1
-	}
-	return nil
+	return id, err
 }
 
 // nullText is s, or NULL when it is empty.

@@ -396,3 +396,149 @@ func TestQueueGroupHeadRace(t *testing.T) {
 		held = claimOne(next.ID)
 	}
 }
+
+// TestQueueBatchAcceptsStayApart sends 64 accepts at once to a store with
+// Config.Batch, so that they share batches. Eight of them have lost their
+// claim to another claimant: exactly those fail with ErrNotOwner, leave
+// no event, and leave the other claim in place. The rest are each queued
+// once (four of them running under their lease, as accepted), their keys
+// hold the done record, and the queued ones are claimed exactly once.
+func TestQueueBatchAcceptsStayApart(t *testing.T) {
+	pool := pgtest.Pool(t)
+	table := pgtest.Table(t, pool, "idemhook_qtest")
+	s, q := newQueue(t, pool, pgstore.Config{Table: table, Batch: true})
+	ctx := t.Context()
+	route := "batch-" + strings.ToLower(rand.Text()[:8])
+	const n = 64
+	type call struct {
+		key         string
+		claim       *idemhook.Record
+		ev          *queue.Event
+		lost, lease bool
+		err         error
+	}
+	calls := make([]*call, n)
+	for i := range calls {
+		c := &call{key: fmt.Sprintf("idem:pgbatch:%02d-%s", i, rand.Text()), lost: i%8 == 3, lease: i%16 == 5}
+		c.claim = &idemhook.Record{State: idemhook.StatePending, Token: rand.Text(), CreatedAt: time.Now()}
+		if got, err := s.Claim(ctx, c.key, c.claim, time.Minute); err != nil || got != nil {
+			t.Fatalf("Claim(%s) = %v, %v; want a new claim", c.key, got, err)
+		}
+		if c.lost {
+			// The claim is taken over: another claimant holds the key now.
+			if _, err := s.Delete(ctx, c.key); err != nil {
+				t.Fatal(err)
+			}
+			other := &idemhook.Record{State: idemhook.StatePending, Token: "other-" + rand.Text(), CreatedAt: time.Now()}
+			if got, err := s.Claim(ctx, c.key, other, time.Minute); err != nil || got != nil {
+				t.Fatalf("Claim(%s) by the other claimant = %v, %v", c.key, got, err)
+			}
+		}
+		c.ev = &queue.Event{Route: route, Key: c.key, Method: http.MethodPost, Target: "/hook", Body: []byte(c.key), ReceivedAt: time.Now()}
+		if c.lease {
+			c.ev.Lease, c.ev.Worker = time.Minute, "accepting-worker"
+		}
+		calls[i] = c
+	}
+	done := &idemhook.Record{State: idemhook.StateCompleted, CreatedAt: time.Now(), Status: http.StatusAccepted}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, c := range calls {
+		wg.Go(func() {
+			<-start
+			c.err = q.Accept(ctx, queue.Completion{Key: c.key, Claim: c.claim, Done: done, TTL: time.Hour}, c.ev)
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	queued := map[int64]string{}
+	running := map[int64]string{}
+	for _, c := range calls {
+		rec, err := s.Get(ctx, c.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.lost {
+			if !errors.Is(c.err, idemhook.ErrNotOwner) {
+				t.Errorf("Accept(%s) with a lost claim = %v; want ErrNotOwner", c.key, c.err)
+			}
+			if rec == nil || !strings.HasPrefix(rec.Token, "other-") {
+				t.Errorf("key %s after the failed accept holds %+v; want the other claimant's claim", c.key, rec)
+			}
+			continue
+		}
+		if c.err != nil {
+			t.Errorf("Accept(%s) = %v; want nil", c.key, c.err)
+			continue
+		}
+		if rec == nil || rec.State != idemhook.StateCompleted {
+			t.Errorf("key %s after its accept holds %+v; want the done record", c.key, rec)
+		}
+		if c.lease {
+			if c.ev.Attempt != 1 {
+				t.Errorf("event of %s accepted with a lease has Attempt %d; want 1", c.key, c.ev.Attempt)
+			}
+			running[c.ev.ID] = c.key
+		} else {
+			queued[c.ev.ID] = c.key
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	if len(queued) != n-8-4 || len(running) != 4 {
+		t.Fatalf("%d queued and %d running distinct event ids; want %d and 4", len(queued), len(running), n-8-4)
+	}
+
+	// The table holds the accepted events and nothing of the failed ones.
+	list, err := q.List(ctx, queue.Filter{Route: route, Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != len(queued)+len(running) {
+		t.Errorf("List has %d events; want %d", len(list), len(queued)+len(running))
+	}
+	for _, e := range list {
+		switch {
+		case queued[e.ID] == e.Key && e.State == queue.Queued && e.Attempt == 0:
+		case running[e.ID] == e.Key && e.State == queue.Running && e.Attempt == 1:
+		default:
+			t.Errorf("listed event %d (key %s, state %v, attempt %d) is not one accepted so", e.ID, e.Key, e.State, e.Attempt)
+		}
+	}
+
+	// Each queued event is claimed once; the running ones are held by
+	// their lease.
+	claimed := map[int64]int{}
+	for range 3 {
+		evs, err := q.Claim(ctx, route, n, time.Minute, "w")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs {
+			claimed[e.ID]++
+		}
+	}
+	for id, key := range queued {
+		if claimed[id] != 1 {
+			t.Errorf("event %d (%s) claimed %d times; want once", id, key, claimed[id])
+		}
+		delete(claimed, id)
+	}
+	for id, times := range claimed {
+		t.Errorf("event %d claimed %d times; it is not one of the queued events", id, times)
+	}
+
+	// The accepts shared transactions: events of one batch share its
+	// now(), their next_at, so there are fewer distinct values than events.
+	var distinct int
+	if err := pool.QueryRow(ctx, `SELECT count(DISTINCT next_at) FROM `+pgx.Identifier{table + "_queue"}.Sanitize()+
+		` WHERE route = $1`, route).Scan(&distinct); err != nil {
+		t.Fatal(err)
+	}
+	if distinct >= len(list) {
+		t.Errorf("%d distinct next_at among %d events: no two accepts shared a batch", distinct, len(list))
+	}
+	t.Logf("%d accepts committed in %d transactions", len(list), distinct)
+}

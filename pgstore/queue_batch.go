@@ -1,0 +1,71 @@
+package pgstore
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Accepts in batches ([Config.Batch]). Without it an accept is a
+// transaction of its own: BEGIN, the keys' compare-and-set, the INSERT of
+// the event, COMMIT, so one flush to disk per accept. With it, an
+// unordered accept is one statement (acceptSQL) that makes both writes,
+// and it goes to the store's batcher (batch.go) like a Claim or a
+// Complete. The batcher sends the statements waiting at that moment as one
+// pgx.Batch: one round trip, one implicit transaction, one commit and one
+// flush for all of them.
+//
+// Each accept stays atomic on its own, because it is one statement: the
+// INSERT takes its row from the UPDATE's RETURNING, so the event is
+// inserted exactly when the key's compare-and-set matched. A claim that is
+// no longer held matches no row, inserts nothing, and yields NULL rather
+// than no row. That is a result, not an error, so the batch commits for
+// the others. When the server rejects a statement (the batch is then
+// rolled back), the batcher runs each statement again on its own.
+//
+// Ordered accepts keep their transaction (Queue.acceptTx): their head flag
+// needs the group's advisory lock before the INSERT, and in a shared batch
+// that lock would be held until the whole batch commits, holding back
+// every other accept and delete of the group meanwhile.
+//
+// Within one batch the statements run in the keys' order (batch.go), so
+// the ids of a batch's events follow their keys rather than their
+// arrival. Only ordered events depend on the order of ids.
+
+// prepareAcceptSQL builds acceptSQL. Its arguments: $1 the store key, $2
+// the encoded claim, $3 the encoded done record, $4 its lifetime in
+// microseconds (those four are completeSQL's, in its order), $5 the route,
+// $6 the received time, $7 since, $8 the encoded request, $9 the lease in
+// microseconds (0: queued), $10 the worker holding it (NULL without a
+// lease), $11 the event's store key. The UPDATE is completeSQL's
+// compare-and-set; the INSERT is acceptTx's, for an unordered event (its
+// own head). The statement yields one row: the event's id as 8 big-endian
+// bytes (int8send), or NULL when the claim is no longer held.
+func (q *Queue) prepareAcceptSQL() {
+	keys := q.s.ident
+	q.acceptSQL = `WITH c AS (
+		UPDATE ` + keys + ` SET value = $3::bytea, expires_at = statement_timestamp() + $4::bigint * interval '1 microsecond'
+		WHERE key = $1::bytea AND value = $2::bytea AND expires_at > statement_timestamp()
+		RETURNING 1
+	), ins AS (
+		INSERT INTO ` + q.events + ` (route, store_key, order_key, head, next_at, received_at, since, request,
+			state, attempt, lease_until, lease_by)
+		SELECT $5::text, $11::bytea, NULL, true, now(), $6::timestamptz, $7::timestamptz, $8::bytea,
+			CASE WHEN $9::bigint > 0 THEN 1 ELSE 0 END, CASE WHEN $9::bigint > 0 THEN 1 ELSE 0 END,
+			CASE WHEN $9::bigint > 0 THEN now() + $9::bigint * interval '1 microsecond' END, $10::text
+		FROM c
+		RETURNING id
+	)
+	SELECT (SELECT int8send(id) FROM ins)`
+}
+
+// acceptID reads acceptSQL's value: the event's id, and false when the
+// claim was no longer held.
+func acceptID(value []byte) (int64, bool, error) {
+	switch len(value) {
+	case 0:
+		return 0, false, nil
+	case 8:
+		return int64(binary.BigEndian.Uint64(value)), true, nil
+	}
+	return 0, false, fmt.Errorf("accept returned %d bytes for the event's id, want 8", len(value))
+}
