@@ -479,3 +479,26 @@ func TestQueueKeptAcrossReloads(t *testing.T) {
 		t.Fatalf("%d events in %d deliveries; want 3 once each", k, n)
 	}
 }
+
+// A handshake (Meta's GET subscription challenge) on a queued route is
+// answered at once by its preset, and nothing is queued or sent.
+func TestQueueAnswersHandshakesAtOnce(t *testing.T) {
+	b := newBackend(t)
+	text := strings.Replace(queueConfig(t.TempDir(), b.up.Srv.URL, ""), "    header: x-event-id\n",
+		"    provider: whatsapp-cloud\n    secrets: [app-secret]\n    provider_options: {verify_token: tok}\n", 1)
+	url, g, _ := startGateway(t, text)
+	r := gatewaytest.Do(t, http.MethodGet, url+"/webhooks/test?hub.mode=subscribe&hub.verify_token=tok&hub.challenge=1158201444", "")
+	if r.Status != http.StatusOK || r.Body != "1158201444" {
+		t.Fatalf("challenge: %d %q; want 200 with the challenge", r.Status, r.Body)
+	}
+	admin := httptest.NewServer(g.AdminHandler())
+	defer admin.Close()
+	q := gatewaytest.DecodeJSON[adminapi.Queue](t, gatewaytest.Do(t, http.MethodGet, admin.URL+"/admin/queue", ""))
+	if len(q.Routes) != 1 || q.Routes[0].Queued+q.Routes[0].Running+q.Routes[0].Retrying+q.Routes[0].Dead != 0 {
+		t.Fatalf("queue after a handshake: %+v; want it empty", q.Routes)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := b.up.Calls.Load(); n != 0 {
+		t.Fatalf("the backend got %d requests; want none", n)
+	}
+}

@@ -72,17 +72,23 @@ func prepared(query string) string {
 
 var (
 	writeSQL1 = prepared(`SELECT paused FROM idem_queue_routes WHERE route = ?1`)
+	// The due events, earliest due first, each state's from its own range
+	// of idem_queue_due in that index's order, so that a claim reads about
+	// as many rows as it takes however many are due: the running ones whose
+	// lease has ended, then the queued ones. An ordered event is due only
+	// as its group's head.
 	writeSQL2 = prepared(`UPDATE idem_queue SET state = 1, attempt = attempt + 1, next_at = ?3, lease_by = ?4
 			WHERE id IN (
-				SELECT id FROM (
-					SELECT id FROM (SELECT id, order_key FROM idem_queue WHERE route = ?1 AND state = 0 AND next_at <= ?2)
-					UNION ALL
-					SELECT id FROM (SELECT id, order_key FROM idem_queue WHERE route = ?1 AND state = 1 AND next_at <= ?2)
-				) AS due
-				WHERE NOT EXISTS (SELECT 1 FROM idem_queue g, idem_queue h
-					WHERE g.id = due.id AND g.order_key IS NOT NULL
-					AND h.route = ?1 AND h.order_key = g.order_key AND h.id < g.id)
-				ORDER BY id LIMIT ?5)
+				SELECT id FROM (SELECT q.id FROM idem_queue q
+					WHERE q.route = ?1 AND q.state = 1 AND q.next_at <= ?2 AND (q.order_key IS NULL OR NOT EXISTS (
+						SELECT 1 FROM idem_queue h WHERE h.route = ?1 AND h.order_key = q.order_key AND h.id < q.id))
+					ORDER BY q.next_at LIMIT ?5)
+				UNION ALL
+				SELECT id FROM (SELECT q.id FROM idem_queue q
+					WHERE q.route = ?1 AND q.state = 0 AND q.next_at <= ?2 AND (q.order_key IS NULL OR NOT EXISTS (
+						SELECT 1 FROM idem_queue h WHERE h.route = ?1 AND h.order_key = q.order_key AND h.id < q.id))
+					ORDER BY q.next_at LIMIT ?5)
+				LIMIT ?5)
 			RETURNING id, key, order_key, attempt, base, since, received_at, request`)
 	writeSQL3 = prepared(`UPDATE idem_queue SET next_at = ?3 WHERE id = ?1 AND state = 1 AND attempt = ?2`)
 	writeSQL4 = prepared(`DELETE FROM idem_queue` + fenceSQL)
