@@ -241,7 +241,7 @@ func TestQueueSIGKILLLosesNothing(t *testing.T) {
 
 	mu.Lock()
 	defer mu.Unlock()
-	var repeated []string
+	var repeated, claimedOnly []string
 	cut, settledLate := 0, time.Duration(0)
 	for n := range events {
 		key := "idem:test:" + id(n)
@@ -265,6 +265,15 @@ func TestQueueSIGKILLLosesNothing(t *testing.T) {
 			}
 		}
 		switch {
+		case len(first) == 0 && len(second) == 1 && second[0].attempt > 1:
+			// Claimed by the killed process (the claim's commit counts the
+			// attempt) but killed before its request left: in flight at the
+			// kill too, and never at the backend. Its one attempt comes after
+			// the restart with the next number.
+			claimedOnly = append(claimedOnly, key)
+			if !second[0].answered || second[0].attempt != 2 {
+				t.Errorf("%s: one attempt after the restart, number %d, answered %v; want attempt 2 answered", key, second[0].attempt, second[0].answered)
+			}
 		case len(first)+len(second) == 1:
 			if a := as[0]; !a.answered || a.attempt != 1 {
 				t.Errorf("%s: one attempt, number %d, answered %v; want attempt 1 answered", key, a.attempt, a.answered)
@@ -287,16 +296,17 @@ func TestQueueSIGKILLLosesNothing(t *testing.T) {
 			t.Errorf("%s: %d attempts before the kill and %d after; want one, or one in flight at the kill and its repeat", key, len(first), len(second))
 		}
 	}
-	if len(repeated) > concurrency {
-		t.Errorf("%d events delivered again after the restart: %v; want at most the route's concurrency, %d", len(repeated), repeated, concurrency)
+	if len(repeated)+len(claimedOnly) > concurrency {
+		t.Errorf("%d events delivered again after the restart (%v) and %d claimed but not sent at the kill (%v): want at most the route's concurrency, %d, in flight",
+			len(repeated), repeated, len(claimedOnly), claimedOnly, concurrency)
 	}
 	if cut == 0 {
 		t.Errorf("no attempt was at the backend when the gateway died: the kill did not meet attempts in flight")
 	}
 	t.Logf("SIGKILL after %d of %d events answered 202 (%v into the burst); %d sent again after the restart (%d of them replayed: kept, but their 202 was lost); "+
-		"%d attempts cut at the backend by the kill; %d events repeated %v (unsettled answers up to %v before the kill); all %d delivered %v after the burst began",
+		"%d attempts cut at the backend by the kill; %d events repeated %v (unsettled answers up to %v before the kill); %d claimed but not yet sent at the kill %v; all %d delivered %v after the burst began",
 		atKill, events, killedAt.Sub(began).Round(time.Millisecond), len(notAccepted), replayed,
-		cut, len(repeated), repeated, settledLate.Round(time.Millisecond), events, drained.Round(time.Millisecond))
+		cut, len(repeated), repeated, settledLate.Round(time.Millisecond), len(claimedOnly), claimedOnly, events, drained.Round(time.Millisecond))
 }
 
 // A steady stream of events, 20 a second for 40 seconds over 5 groups
