@@ -111,6 +111,12 @@ func DeliveryFromContext(ctx context.Context) (*Delivery, bool) {
 // StoreKey returns the key the claim is stored under ("idem:<source>:<key>").
 func (x *Delivery) StoreKey() string { return x.ex.storeKey }
 
+// Body returns the request body as the middleware read it, before the
+// handler ran: the same bytes the handler reads from the request, without a
+// copy. It is not the caller's to change; it stays valid after the handler
+// returns (the middleware never reuses it).
+func (x *Delivery) Body() []byte { return x.ex.body }
+
 // Store returns the store holding the claim: the middleware's store.
 func (x *Delivery) Store() Store { return x.ex.h.m.store }
 

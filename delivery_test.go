@@ -3,6 +3,7 @@ package idemhook_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -352,5 +353,26 @@ func TestDeliveryRetriedTransaction(t *testing.T) {
 	}
 	if again := post(h, `{"id":"evt_6"}`); again.Body.String() != "attempt 2" || again.Header().Get(idemhook.ReplayedHeader) != "true" {
 		t.Fatalf("re-delivery %d %q", again.Code, again.Body)
+	}
+}
+
+// Delivery.Body is the body the handler reads, the same bytes, without a
+// copy, and stays what it was after the handler read the request's.
+func TestDeliveryBody(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	const body = `{"id":"evt_1","amount":100}`
+	h := txRoute(t, e, func(w http.ResponseWriter, r *http.Request) {
+		d, ok := idemhook.DeliveryFromContext(r.Context())
+		if !ok {
+			t.Error("no Delivery")
+			return
+		}
+		read, err := io.ReadAll(r.Body)
+		if err != nil || string(read) != body || string(d.Body()) != body {
+			t.Errorf("read %q (%v), Body %q; want both %q", read, err, d.Body(), body)
+		}
+	})
+	if rec := post(h, body); rec.Code != http.StatusOK {
+		t.Fatalf("status %d", rec.Code)
 	}
 }

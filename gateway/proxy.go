@@ -65,17 +65,25 @@ func newProxy(rc config.Route, rt http.RoundTripper, bufs httputil.BufferPool, l
 		Transport:  rt,
 		BufferPool: bufs,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			status, title := http.StatusBadGateway, "upstream unreachable"
-			if isTimeout(err) && r.Context().Err() == nil {
-				status, title = http.StatusGatewayTimeout, "upstream timeout"
-			}
-			if r.Context().Err() != nil {
-				title = "delivery cut short"
-			}
-			logger.Warn("idemhook upstream error", "route", rc.Path, "upstream", target.Redacted(), "status", status, "err", err)
-			writeProblem(w, status, title, title+": "+errText(err))
+			writeUpstreamError(w, logger, rc, err, r.Context().Err() != nil)
 		},
 	}
+}
+
+// writeUpstreamError answers a delivery whose upstream call got no answer:
+// 504 for a timeout, else 502, with a problem+json body, and logs a WARN
+// naming the upstream. cutShort says the delivery's own context ended (the
+// shutdown's cut), which is then no upstream timeout.
+func writeUpstreamError(w http.ResponseWriter, logger *slog.Logger, rc config.Route, err error, cutShort bool) {
+	status, title := http.StatusBadGateway, "upstream unreachable"
+	switch {
+	case cutShort:
+		title = "delivery cut short"
+	case isTimeout(err):
+		status, title = http.StatusGatewayTimeout, "upstream timeout"
+	}
+	logger.Warn("idemhook upstream error", "route", rc.Path, "upstream", rc.Upstream.Redacted(), "status", status, "err", err)
+	writeProblem(w, status, title, title+": "+errText(err))
 }
 
 // upstreamPath maps an incoming path onto the upstream: the upstream's path

@@ -352,33 +352,20 @@ func (q *queues) accept(rc config.Route, qr *queuedRoute, trusted []netip.Prefix
 			writeProblem(w, http.StatusServiceUnavailable, "not accepted", "the event could not be claimed, so it is not queued: send it again")
 			return
 		}
-		ev, err := newEvent(rc, d, r, trusted)
-		if err != nil {
-			writeProblem(w, http.StatusBadRequest, "body not read", "the body could not be read: "+err.Error())
-			return
-		}
-		err = d.CompleteWith(rc.Accept.Status, rc.Accept.Header, rc.Accept.Body, func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
-			return q.engine.Accept(r.Context(), queue.Completion{Key: key, Claim: claim, Done: done, TTL: ttl}, ev)
-		})
-		if err != nil {
+		if err := q.keep(r, rc, qr, d, newEvent(rc, d, r, trusted)); err != nil {
 			q.logger.Warn("idemhook queue: the event could not be kept; the provider is answered 503 and sends it again", "route", rc.Path, "key", d.StoreKey(), "err", err)
 			w.Header().Set("Retry-After", "5")
 			writeProblem(w, http.StatusServiceUnavailable, "not accepted", "the event could not be kept: send it again")
 			return
 		}
-		qr.pending.Add(1)
-		qr.history.add(ev.ReceivedAt, func(m *minute) { m.Accepted++ })
 		q.disp.Wake(rc.Path)
 	})
 }
 
 // newEvent is the event of the delivery d holds: r as the proxy would
-// forward it.
-func newEvent(rc config.Route, d *idemhook.Delivery, r *http.Request, trusted []netip.Prefix) (*queue.Event, error) {
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		return nil, err
-	}
+// forward it, with the body the middleware read (not copied).
+func newEvent(rc config.Route, d *idemhook.Delivery, r *http.Request, trusted []netip.Prefix) *queue.Event {
+	body := d.Body()
 	return &queue.Event{
 		Route:      rc.Path,
 		Key:        d.StoreKey(),
@@ -388,7 +375,22 @@ func newEvent(rc config.Route, d *idemhook.Delivery, r *http.Request, trusted []
 		Header:     forwardHeader(r, trusted),
 		Body:       body,
 		ReceivedAt: time.Now(),
-	}, nil
+	}
+}
+
+// keep appends ev with the completion of d's claim by rc's accept answer, in
+// one step of the engine (the middleware then sends that answer), and counts
+// it on qr. On error nothing is kept and the claim is still d's.
+func (q *queues) keep(r *http.Request, rc config.Route, qr *queuedRoute, d *idemhook.Delivery, ev *queue.Event) error {
+	err := d.CompleteWith(rc.Accept.Status, rc.Accept.Header, rc.Accept.Body, func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
+		return q.engine.Accept(r.Context(), queue.Completion{Key: key, Claim: claim, Done: done, TTL: ttl}, ev)
+	})
+	if err != nil {
+		return err
+	}
+	qr.pending.Add(1)
+	qr.history.add(ev.ReceivedAt, func(m *minute) { m.Accepted++ })
+	return nil
 }
 
 // maxHybridAnswer bounds the backend's answer a respond_within route passes
@@ -409,11 +411,7 @@ func (q *queues) hybrid(rc config.Route, qr *queuedRoute, trusted []netip.Prefix
 			proxy.ServeHTTP(w, r) // unprotected: nothing to keep the event with
 			return
 		}
-		ev, err := newEvent(rc, d, r, trusted)
-		if err != nil {
-			writeProblem(w, http.StatusBadRequest, "body not read", "the body could not be read: "+err.Error())
-			return
-		}
+		ev := newEvent(rc, d, r, trusted)
 		first := *ev // what the attempt reads; ev is the queue's
 		first.Attempt = 1
 		start := time.Now()
@@ -434,10 +432,7 @@ func (q *queues) hybrid(rc config.Route, qr *queuedRoute, trusted []netip.Prefix
 		case <-budget.C:
 		}
 		ev.Lease, ev.Worker = q.disp.Lease(rc.Path), q.disp.Worker()
-		err = d.CompleteWith(rc.Accept.Status, rc.Accept.Header, rc.Accept.Body, func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
-			return q.engine.Accept(r.Context(), queue.Completion{Key: key, Claim: claim, Done: done, TTL: ttl}, ev)
-		})
-		if err != nil {
+		if err := q.keep(r, rc, qr, d, ev); err != nil {
 			// Not kept: the provider waits for the backend's answer, as on
 			// a proxy route.
 			q.logger.Warn("idemhook queue: past respond_within the event could not be kept; waiting for the backend's answer", "route", rc.Path, "key", d.StoreKey(), "err", err)
@@ -446,8 +441,6 @@ func (q *queues) hybrid(rc config.Route, qr *queuedRoute, trusted []netip.Prefix
 			writeResult(w, res, rc, q.logger)
 			return
 		}
-		qr.pending.Add(1)
-		qr.history.add(ev.ReceivedAt, func(m *minute) { m.Accepted++ })
 		go func() {
 			defer q.hybrids.Done()
 			if !q.disp.Settle(rc.Path, ev, <-done, start) {
@@ -462,12 +455,7 @@ func (q *queues) hybrid(rc config.Route, qr *queuedRoute, trusted []netip.Prefix
 // 504 when none came.
 func writeResult(w http.ResponseWriter, res queue.Result, rc config.Route, logger *slog.Logger) {
 	if res.Err != nil {
-		status, title := http.StatusBadGateway, "upstream unreachable"
-		if isTimeout(res.Err) {
-			status, title = http.StatusGatewayTimeout, "upstream timeout"
-		}
-		logger.Warn("idemhook upstream error", "route", rc.Path, "upstream", rc.Upstream.Redacted(), "status", status, "err", res.Err)
-		writeProblem(w, status, title, title+": "+errText(res.Err))
+		writeUpstreamError(w, logger, rc, res.Err, false)
 		return
 	}
 	h := w.Header()
