@@ -250,11 +250,7 @@ func (g *Gateway) Reload(cfg *config.Config) error {
 func (g *Gateway) apply(cfg *config.Config) error {
 	mux := http.NewServeMux()
 	var idle []func()
-	var queued []config.Route
-	var dispatch []queue.Route
-	queuedWraps := map[string]func(http.Handler) http.Handler{}
-	hybridSend := map[string]func(context.Context, *queue.Event) queue.Result{}
-	hybridProxy := map[string]http.Handler{}
+	var queued []queuedParts
 	if g.queues.Load() == nil && slices.ContainsFunc(cfg.Routes, func(rc config.Route) bool { return rc.Queued() }) {
 		diskDir := ""
 		if cfg.Store.Driver == "sqlite" {
@@ -289,24 +285,15 @@ func (g *Gateway) apply(cfg *config.Config) error {
 			qtr := newTransport(rc.Queue.AttemptTimeout)
 			idle = append(idle, qtr.CloseIdleConnections)
 			qrt := g.tracing.transport(timedTransport{next: qtr, observe: g.metrics.upstreamObserver(rc.Path)})
-			queued = append(queued, rc)
-			dispatch = append(dispatch, dispatchRoute(rc, qrt))
-			queuedWraps[rc.Path] = wrap
-			hybridSend[rc.Path] = sender(rc, qrt, maxHybridAnswer)
-			hybridProxy[rc.Path] = proxy
+			queued = append(queued, queuedParts{rc: rc, wrap: wrap, rt: qrt, proxy: proxy})
 			continue
 		}
 		mux.Handle(rc.Path, g.tracing.handler(wrap(proxy)))
 	}
 	if q := g.queues.Load(); q != nil {
-		q.set(dispatch, queued)
-		for _, rc := range queued {
-			qr := q.route(rc.Path)
-			inner := q.accept(rc, qr, cfg.TrustedProxies)
-			if rc.RespondWithin > 0 {
-				inner = q.hybrid(rc, qr, cfg.TrustedProxies, hybridSend[rc.Path], hybridProxy[rc.Path])
-			}
-			mux.Handle(rc.Path, g.tracing.handler(q.admit(qr, queuedWraps[rc.Path](inner))))
+		q.set(queued) // with none, the routes of the last configuration stop
+		for _, p := range queued {
+			mux.Handle(p.rc.Path, g.tracing.handler(q.handler(p, cfg.TrustedProxies)))
 		}
 	}
 	if !slices.ContainsFunc(cfg.Routes, func(rc config.Route) bool { return rc.Path == "/" }) {

@@ -138,14 +138,36 @@ func (q *queues) list() []*queuedRoute {
 	return out
 }
 
+// queuedParts is what the gateway builds for one queued route of a
+// configuration.
+type queuedParts struct {
+	rc    config.Route
+	wrap  func(http.Handler) http.Handler // the route's middleware
+	rt    http.RoundTripper               // the transport of its attempts
+	proxy http.Handler                    // respond_within: the proxy, for a delivery that holds no claim
+}
+
+// handler is the handler of a queued route, behind its middleware and the
+// backpressure bound. set must have made the route one of the queue's.
+func (q *queues) handler(p queuedParts, trusted []netip.Prefix) http.Handler {
+	qr := q.route(p.rc.Path)
+	inner := q.accept(p.rc, qr, trusted)
+	if p.rc.RespondWithin > 0 {
+		inner = q.hybrid(p.rc, qr, trusted, sender(p.rc, p.rt, maxHybridAnswer), p.proxy)
+	}
+	return q.admit(qr, p.wrap(inner))
+}
+
 // set makes the queued routes of a configuration the ones in use, and gives
 // the dispatcher their delivery settings. A route that keeps its path keeps
 // its counts and history.
-func (q *queues) set(routes []queue.Route, cfgs []config.Route) {
+func (q *queues) set(parts []queuedParts) {
 	q.mu.Lock()
 	next := map[string]*queuedRoute{}
-	for i := range cfgs {
-		rc := cfgs[i]
+	routes := make([]queue.Route, len(parts))
+	for i, p := range parts {
+		rc := p.rc
+		routes[i] = dispatchRoute(rc, p.rt)
 		qr := q.routes[rc.Path]
 		if qr == nil {
 			qr = &queuedRoute{path: rc.Path}

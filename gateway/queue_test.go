@@ -117,7 +117,7 @@ func queueConfig(dir, upstream string, queue string) string {
 func TestQueueDeliversOnceAfterAnOutage(t *testing.T) {
 	b := newBackend(t)
 	b.down.Store(true)
-	url, _, _ := startGateway(t, queueConfig(t.TempDir(), b.up.Srv.URL, `backoff_min: 20ms, backoff_max: 200ms, order_by: "header:X-Group"`))
+	url, g, _ := startGateway(t, queueConfig(t.TempDir(), b.up.Srv.URL, `backoff_min: 20ms, backoff_max: 200ms, order_by: "header:X-Group"`))
 
 	const events = 60
 	for i := range events {
@@ -135,7 +135,7 @@ func TestQueueDeliversOnceAfterAnOutage(t *testing.T) {
 	gatewaytest.Eventually(t, "attempts while the backend is down", func() bool { return b.up.Calls.Load() >= 3 })
 	b.down.Store(false)
 	gatewaytest.Eventually(t, "every event delivered", func() bool { k, _ := b.count(); return k == events })
-	time.Sleep(500 * time.Millisecond) // a second delivery would come now
+	queueDrained(t, g) // a second delivery would come before
 	keys, deliveries := b.count()
 	if keys != events || deliveries != events {
 		t.Fatalf("%d keys in %d deliveries; want %d once each", keys, deliveries, events)
@@ -207,9 +207,9 @@ func TestQueueSurvivesARestart(t *testing.T) {
 	gatewaytest.Eventually(t, "first attempts", func() bool { return b.up.Calls.Load() >= 5 })
 	stop()
 	b.down.Store(false)
-	startGateway(t, queueConfig(dir, b.up.Srv.URL, settings))
+	_, g, _ := startGateway(t, queueConfig(dir, b.up.Srv.URL, settings))
 	gatewaytest.Eventually(t, "delivered after the restart", func() bool { k, _ := b.count(); return k == 5 })
-	time.Sleep(300 * time.Millisecond)
+	queueDrained(t, g)
 	if _, n := b.count(); n != 5 {
 		t.Fatalf("%d deliveries; want 5", n)
 	}
@@ -287,7 +287,7 @@ func TestQueueTwoGatewaysOnPostgres(t *testing.T) {
 	}
 	table := fmt.Sprintf("q_two_%d", time.Now().UnixNano())
 	text := gatewaytest.QueueConfig(fmt.Sprintf("driver: postgres, url: %q, table: %s", pgURL, table), b.up.Srv.URL, "backoff_min: 20ms, backoff_max: 100ms")
-	url1, _, _ := startGateway(t, text)
+	url1, g1, _ := startGateway(t, text)
 	url2, _, _ := startGateway(t, text)
 	const events = 100
 	for i := range events {
@@ -308,7 +308,7 @@ func TestQueueTwoGatewaysOnPostgres(t *testing.T) {
 		}
 	}
 	gatewaytest.Eventually(t, "every event delivered", func() bool { k, _ := b.count(); return k == events })
-	time.Sleep(500 * time.Millisecond)
+	queueDrained(t, g1) // the queue both share
 	if k, n := b.count(); k != events || n != events {
 		t.Fatalf("%d events in %d deliveries; want %d once each", k, n, events)
 	}
@@ -345,7 +345,7 @@ func TestRespondWithin(t *testing.T) {
 			w.WriteHeader(http.StatusOK)
 		}
 	}
-	url, _, _ := startGateway(t, hybridConfig(t.TempDir(), up.Srv.URL))
+	url, g, _ := startGateway(t, hybridConfig(t.TempDir(), up.Srv.URL))
 	post := func(id string) gatewaytest.Response {
 		return gatewaytest.Post(t, url+"/webhooks/test", "{}", "X-Event-Id", id)
 	}
@@ -371,7 +371,7 @@ func TestRespondWithin(t *testing.T) {
 		t.Fatalf("slow failing backend: %d; want the accept answer", r.Status)
 	}
 	gatewaytest.Eventually(t, "the late failure retried from the queue", func() bool { return seen("slow-fail") == "1,2" })
-	time.Sleep(1500 * time.Millisecond) // the slow success settles; a retry would come now
+	queueDrained(t, g) // the slow success settles; a retry would come before
 	if got := seen("slow-ok"); got != "1" {
 		t.Fatalf("slow-ok attempts %q; want 1 only: its late 200 delivered it", got)
 	}
@@ -436,7 +436,9 @@ func TestQueueKeptAcrossReloads(t *testing.T) {
 	dir := t.TempDir()
 	b := newBackend(t)
 	b.down.Store(true)
-	url, g, _ := startGateway(t, queueConfig(dir, b.up.Srv.URL, `backoff_min: 1h, backoff_max: 1h`))
+	// Short waits: while the route is in the file its events are tried
+	// again at least once a second (the breaker's probe).
+	url, g, _ := startGateway(t, queueConfig(dir, b.up.Srv.URL, `backoff_min: 10ms, backoff_max: 20ms`))
 	admin := httptest.NewServer(g.AdminHandler())
 	defer admin.Close()
 	for i := range 3 {
@@ -444,7 +446,7 @@ func TestQueueKeptAcrossReloads(t *testing.T) {
 			t.Fatalf("event %d: %d", i, r.Status)
 		}
 	}
-	gatewaytest.Eventually(t, "first attempts", func() bool { return b.up.Calls.Load() >= 3 })
+	gatewaytest.Eventually(t, "retries while the backend is down", func() bool { return b.up.Calls.Load() >= 6 })
 	reload := func(text string) {
 		t.Helper()
 		cfg, err := config.Parse("idemhook.yaml", []byte(text), gatewaytest.EnvOf())
@@ -457,27 +459,59 @@ func TestQueueKeptAcrossReloads(t *testing.T) {
 	}
 	reload(strings.Replace(queueConfig(dir, b.up.Srv.URL, ""), "/webhooks/test", "/webhooks/elsewhere", 1))
 	b.down.Store(false)
+	time.Sleep(100 * time.Millisecond) // an attempt that was running when the route left settles
 	calls := b.up.Calls.Load()
 	if r := gatewaytest.Post(t, admin.URL+"/admin/queue/redrive", `{"route":"/webhooks/test"}`); r.Status != http.StatusBadRequest {
 		t.Fatalf("redrive of a route no longer in the file: %d %s; want 400", r.Status, r.Body)
 	}
-	time.Sleep(300 * time.Millisecond)
+	// Due at once and the backend up: a route still delivering would have
+	// sent them within its one-second probe.
+	time.Sleep(1500 * time.Millisecond)
 	if n := b.up.Calls.Load(); n != calls {
 		t.Fatalf("%d attempts after the route left the file", n-calls)
 	}
-	reload(queueConfig(dir, b.up.Srv.URL, `backoff_min: 10ms, backoff_max: 20ms`))
-	q := gatewaytest.DecodeJSON[adminapi.Queue](t, gatewaytest.Do(t, http.MethodGet, admin.URL+"/admin/queue", ""))
+	if k, _ := b.count(); k != 0 {
+		t.Fatalf("%d events delivered after the route left the file", k)
+	}
+	// Back in the file with long waits and the backend down again: each
+	// event fails once more and waits an hour, kept until a redrive.
+	b.down.Store(true)
+	reload(queueConfig(dir, b.up.Srv.URL, `backoff_min: 1h, backoff_max: 1h`))
+	var q adminapi.Queue
+	gatewaytest.Eventually(t, "the 3 kept events retrying", func() bool {
+		q = gatewaytest.DecodeJSON[adminapi.Queue](t, gatewaytest.Do(t, http.MethodGet, admin.URL+"/admin/queue", ""))
+		return len(q.Routes) == 1 && q.Routes[0].Retrying == 3
+	})
 	if len(q.Routes) != 1 || q.Routes[0].Retrying != 3 {
 		t.Fatalf("queue after the route came back: %+v; want its 3 retries kept", q)
 	}
+	b.down.Store(false)
 	if r := gatewaytest.Post(t, admin.URL+"/admin/queue/redrive", `{"route":"/webhooks/test","state":"queued"}`); r.Status != http.StatusOK || !strings.Contains(strings.Join(strings.Fields(r.Body), ""), `"redriven":3`) {
 		t.Fatalf("redrive: %d %s", r.Status, r.Body)
 	}
 	gatewaytest.Eventually(t, "the 3 kept events delivered", func() bool { k, _ := b.count(); return k == 3 })
-	time.Sleep(200 * time.Millisecond)
+	queueDrained(t, g)
 	if k, n := b.count(); k != 3 || n != 3 {
 		t.Fatalf("%d events in %d deliveries; want 3 once each", k, n)
 	}
+}
+
+// queueDrained waits until no queued route of g holds an event that is
+// not dead (its admin API reads the engine itself): from then on no attempt
+// can come, so the backend's counts are final.
+func queueDrained(t *testing.T, g *gateway.Gateway) {
+	t.Helper()
+	admin := httptest.NewServer(g.AdminHandler())
+	defer admin.Close()
+	gatewaytest.Eventually(t, "the queue drained", func() bool {
+		q := gatewaytest.DecodeJSON[adminapi.Queue](t, gatewaytest.Do(t, http.MethodGet, admin.URL+"/admin/queue", ""))
+		for _, r := range q.Routes {
+			if r.Queued+r.Retrying+r.Running != 0 {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // A handshake (Meta's GET subscription challenge) on a queued route is
@@ -497,7 +531,6 @@ func TestQueueAnswersHandshakesAtOnce(t *testing.T) {
 	if len(q.Routes) != 1 || q.Routes[0].Queued+q.Routes[0].Running+q.Routes[0].Retrying+q.Routes[0].Dead != 0 {
 		t.Fatalf("queue after a handshake: %+v; want it empty", q.Routes)
 	}
-	time.Sleep(200 * time.Millisecond)
 	if n := b.up.Calls.Load(); n != 0 {
 		t.Fatalf("the backend got %d requests; want none", n)
 	}

@@ -106,8 +106,8 @@ func (m *Memory) Claim(ctx context.Context, route string, max int, lease time.Du
 			}
 			heads[e.ev.OrderKey] = true
 		}
-		due := e.state == Queued && !e.nextAt.After(now) || e.state == Running && !e.nextAt.After(now)
-		if !due {
+		// Queued and due, or running past its lease's end.
+		if e.state == Dead || e.nextAt.After(now) {
 			continue
 		}
 		e.state, e.nextAt, e.worker = Running, now.Add(lease), worker

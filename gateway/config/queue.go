@@ -193,15 +193,13 @@ func (c *checker) queueStore(cfg *Config) {
 		if !rc.Queued() {
 			continue
 		}
-		n := in.own("deliver")
-		if rc.Deliver != DeliverQueue {
-			n = in.own("respond_within")
-		}
+		field := fieldOf(rc)
+		n := in.own(field)
 		switch cfg.Store.Driver {
 		case "redis":
-			c.errorf(n, join(in.at, lastName(fieldOf(rc))), "deliver: queue and respond_within are refused on the redis store: Redis replicates asynchronously, so a failover can lose an event the provider was told was accepted. Use store driver sqlite (one gateway) or postgres (several gateways share one queue)")
+			c.errorf(n, join(in.at, field), "deliver: queue and respond_within are refused on the redis store: Redis replicates asynchronously, so a failover can lose an event the provider was told was accepted. Use store driver sqlite (one gateway) or postgres (several gateways share one queue)")
 		case "memory":
-			c.warnf(n, join(in.at, lastName(fieldOf(rc))), "the memory store queues in memory: a restart loses every event not yet delivered; use store driver sqlite or postgres to keep them")
+			c.warnf(n, join(in.at, field), "the memory store queues in memory: a restart loses every event not yet delivered; use store driver sqlite or postgres to keep them")
 		}
 	}
 }
