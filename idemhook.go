@@ -111,6 +111,7 @@ const (
 	OutcomeKeyError          Outcome = "key_error"           // no key could be resolved: no source or a preset key error (handler ran unprotected), an unreadable body or no key on a RequireKey route (400)
 	OutcomeSignatureInvalid  Outcome = "signature_invalid"   // preset's signature check failed, answered 401
 	OutcomeTooLarge          Outcome = "too_large"           // body over the limit, answered 413
+	OutcomeOverloaded        Outcome = "overloaded"          // body not read: Options.MaxHeldBodyBytes was spent, answered 503
 )
 
 // Outcomes returns every Outcome, in the order above, in a new slice.
@@ -118,7 +119,7 @@ func Outcomes() []Outcome {
 	return []Outcome{
 		OutcomeProcessed, OutcomeReplayed, OutcomeInFlightProceeded, OutcomeInFlightWaited,
 		OutcomeInFlightRejected, OutcomeInFlightAbandoned, OutcomeMismatch, OutcomeFailedReleased, OutcomeStoreErrorOpen,
-		OutcomeStoreErrorClosed, OutcomeKeyError, OutcomeSignatureInvalid, OutcomeTooLarge,
+		OutcomeStoreErrorClosed, OutcomeKeyError, OutcomeSignatureInvalid, OutcomeTooLarge, OutcomeOverloaded,
 	}
 }
 
@@ -198,6 +199,18 @@ type Options struct {
 	// BreakerCooldown is how long the breaker stays open before it lets one
 	// probe through. Default: 1s.
 	BreakerCooldown time.Duration
+
+	// MaxHeldBodyBytes bounds the request-body bytes the middleware holds
+	// at once, across all its routes: the memory that a flood of large
+	// deliveries can take. A delivery whose body would take the total past
+	// it is answered 503 with the route's Retry-After before its body is
+	// read, claims nothing and ends in OutcomeOverloaded; the provider
+	// sends it again. A declared Content-Length is counted whole before
+	// the first byte is read; a body of unknown length (chunked) is counted
+	// as its buffer grows. Each route's MaxBodyBytes must be under it.
+	// Default: 0, no bound (each body is still bounded by its route's
+	// MaxBodyBytes).
+	MaxHeldBodyBytes int64
 
 	// OnDelivery is called once per delivery, after the response was written.
 	// Default: nil, not called.

@@ -65,6 +65,7 @@ type Middleware struct {
 	inProcess bool // the store never waits on I/O: its calls need no deadline
 	opts      Options
 	breaker   *breaker.Breaker
+	budget    *bodyBudget // nil: no bound on the body bytes held
 
 	mu      sync.Mutex
 	sources map[string]bool // the Source of each route made, and whether it set ShareKeys
@@ -86,6 +87,8 @@ func New(store Store, opts Options) (*Middleware, error) {
 		return nil, fmt.Errorf("idemhook: New: Lease %v is under the minimum of %v", opts.Lease, minLease)
 	case opts.BreakerCooldown < 0:
 		return nil, fmt.Errorf("idemhook: New: BreakerCooldown %v is negative", opts.BreakerCooldown)
+	case opts.MaxHeldBodyBytes < 0:
+		return nil, fmt.Errorf("idemhook: New: MaxHeldBodyBytes %d is negative", opts.MaxHeldBodyBytes)
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -116,13 +119,17 @@ func New(store Store, opts Options) (*Middleware, error) {
 	if l, ok := store.(InProcessStore); ok {
 		inProcess = l.InProcess()
 	}
-	return &Middleware{
+	m := &Middleware{
 		store:     store,
 		storeName: name,
 		inProcess: inProcess,
 		opts:      opts,
 		breaker:   breaker.New(opts.BreakerThreshold, opts.BreakerCooldown, opts.Now, opts.OnBreakerChange),
-	}, nil
+	}
+	if opts.MaxHeldBodyBytes > 0 {
+		m.budget = &bodyBudget{max: opts.MaxHeldBodyBytes}
+	}
+	return m, nil
 }
 
 // StoreTimeout is the bound of each store call (Options.StoreTimeout, or
@@ -138,6 +145,11 @@ func (m *Middleware) StoreTimeout() time.Duration { return m.opts.StoreTimeout }
 func (m *Middleware) Route(rt Route) (func(http.Handler) http.Handler, error) {
 	if err := rt.applyDefaults(); err != nil {
 		return nil, err
+	}
+	if b := m.budget; b != nil && rt.MaxBodyBytes >= b.max {
+		return nil, &RouteError{Source: rt.Source, Field: "MaxBodyBytes", Reason: fmt.Sprintf(
+			"MaxBodyBytes %d is not under Options.MaxHeldBodyBytes %d: a body of that size could never be held, and its deliveries would be refused with 503 for good",
+			rt.MaxBodyBytes, b.max)}
 	}
 	if err := m.addSource(&rt); err != nil {
 		return nil, err
@@ -363,11 +375,15 @@ type exchange struct {
 	waited time.Duration // time spent in wait, for DeliveryInfo.Waited
 
 	bodyOmitted bool // the answer stored, or replayed, has no body: it was over MaxStoredBodyBytes
+
+	held      int64 // the bytes of the body's buffer taken from the budget
+	canonical int64 // the bytes of the body's canonical copy, taken from the budget while it is hashed
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ex := &exchange{h: h, r: r, start: h.m.opts.Now()}
 	ex.out = responseCapture{w: w}
+	defer ex.letGo()
 	ex.end(ex.decide())
 }
 
@@ -438,6 +454,9 @@ func (ex *exchange) decide() verdict {
 		return verdict{act: actRun}
 	}
 	if err := ex.resolveKey(); err != nil {
+		if err == errOverloaded {
+			return ex.overloaded()
+		}
 		if err == errKeyRequired {
 			detail := "this route requires an idempotency key"
 			if h.rt.Header != "" {
@@ -463,22 +482,35 @@ func isSafeMethod(m string) bool {
 }
 
 // readBody reads the body once under the route's limit and gives the handler
-// an identical copy. On a body over the limit or one that can't be read it
-// returns the verdict (413, 400) and false.
+// an identical copy. On a body over the limit, one the memory budget can't
+// hold, or one that can't be read it returns the verdict (413, 503, 400) and
+// false.
+//
+// The body is held once, in a buffer of its size: a declared Content-Length
+// (within the limit) sizes the buffer, so that it is neither grown by
+// doubling (which costs up to twice the body, and as much again in garbage)
+// nor copied again to forward it. A sender declares what it likes for free,
+// so the first read goes into a buffer of at most maxBodyPrealloc, and the
+// buffer of the declared size is made once that much has arrived. A body of
+// unknown length (chunked) grows by doubling as its bytes arrive. With a
+// budget (Options.MaxHeldBodyBytes), a declared length is taken from it
+// before any byte is read, and a body of unknown length takes each growth of
+// its buffer before it is made.
 func (ex *exchange) readBody() (verdict, bool) {
 	limit := ex.h.rt.MaxBodyBytes
 	r := ex.r
 	if r.ContentLength > limit {
 		return ex.tooLarge(), false
 	}
-	// The declared length sizes the buffer only up to maxBodyPrealloc: a
-	// sender declares what it likes for free, so memory beyond that follows
-	// the bytes that actually arrive (doubling, at most twice what came).
-	size := int64(512)
-	if r.ContentLength > 0 {
-		size = min(r.ContentLength+1, maxBodyPrealloc) // +1: the read that sees EOF
+	declared := r.ContentLength >= 0
+	full := int64(512) // the buffer that will hold the whole body, as far as known
+	if declared {
+		full = r.ContentLength + 1 // +1: the read that sees EOF
 	}
-	buf := make([]byte, 0, size)
+	if !ex.hold(full) {
+		return ex.overloaded(), false
+	}
+	buf := make([]byte, 0, min(full, maxBodyPrealloc))
 	for {
 		n, err := r.Body.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
@@ -491,9 +523,24 @@ func (ex *exchange) readBody() (verdict, bool) {
 		if err != nil {
 			return problemVerdict(http.StatusBadRequest, "Bad request body", "the request body could not be read: "+err.Error(), OutcomeKeyError, err), false
 		}
-		if len(buf) == cap(buf) {
-			buf = slices.Grow(buf, cap(buf))
+		if len(buf) < cap(buf) {
+			continue
 		}
+		next := int64(cap(buf)) * 2
+		switch {
+		case declared && int64(cap(buf)) < full:
+			next = full // the first maxBodyPrealloc bytes came: the rest is likely to
+		case declared:
+			// More than declared: net/http's body reader doesn't allow
+			// it, but another reader might. Grow as for no length.
+			fallthrough
+		default:
+			next = min(next, limit+1)
+			if !ex.hold(next) {
+				return ex.overloaded(), false
+			}
+		}
+		buf = slices.Grow(buf, int(next)-len(buf))
 	}
 	r.Body.Close() //nolint:errcheck // fully read
 	ex.body = buf
@@ -504,6 +551,59 @@ func (ex *exchange) readBody() (verdict, bool) {
 	return verdict{}, true
 }
 
+// hold takes the body's buffer of size bytes from the budget, in place of
+// what the delivery held before (a buffer it outgrew is garbage once it is
+// copied), and reports false when the budget can't hold it.
+func (ex *exchange) hold(size int64) bool {
+	b := ex.h.m.budget
+	if b == nil || size <= ex.held {
+		return true
+	}
+	if !b.take(size - ex.held) {
+		return false
+	}
+	ex.held = size
+	return true
+}
+
+// letGo gives the body's bytes back to the budget once the delivery ended.
+func (ex *exchange) letGo() {
+	ex.dropCanonical()
+	if ex.held > 0 {
+		ex.h.m.budget.give(ex.held)
+		ex.held = 0
+	}
+}
+
+// holdCanonical takes from the budget what hashing the body's canonical form
+// costs beside the body: a copy of its size, made and dropped by the hash,
+// for a body too large for the hash's pooled scratch (64 KiB). dropCanonical
+// gives them back once the hash is done. It reports false when the budget
+// can't hold them.
+func (ex *exchange) holdCanonical() bool {
+	b := ex.h.m.budget
+	if b == nil || len(ex.body) <= maxBodyPrealloc {
+		return true
+	}
+	n := int64(len(ex.body)) + 8
+	if !b.take(n) {
+		return false
+	}
+	ex.canonical = n
+	return true
+}
+
+func (ex *exchange) dropCanonical() {
+	if ex.canonical > 0 {
+		ex.h.m.budget.give(ex.canonical)
+		ex.canonical = 0
+	}
+}
+
+// errOverloaded is what resolveKey returns when the budget can't hold the
+// body's canonical copy.
+var errOverloaded = errors.New("idemhook: the memory budget for request bodies is spent")
+
 // maxBodyPrealloc bounds the buffer allocated for a request body before its
 // bytes arrive.
 const maxBodyPrealloc = 64 << 10
@@ -512,6 +612,17 @@ const maxBodyPrealloc = 64 << 10
 type bodyReader struct{ bytes.Reader }
 
 func (*bodyReader) Close() error { return nil }
+
+// overloaded is the verdict of a delivery whose body the budget can't hold
+// now: 503 with the route's Retry-After, nothing claimed. The provider sends
+// it again, and by then other bodies have been let go.
+func (ex *exchange) overloaded() verdict {
+	v := problemVerdict(http.StatusServiceUnavailable, "Too many request bodies held",
+		fmt.Sprintf("the gateway holds %d bytes of request bodies at most and that is spent now; retry later", ex.h.m.budget.max),
+		OutcomeOverloaded, nil)
+	v.retryAfter = ex.h.retryAfter
+	return v
+}
 
 func (ex *exchange) tooLarge() verdict {
 	return problemVerdict(http.StatusRequestEntityTooLarge, "Request body too large",
@@ -526,7 +637,11 @@ func (ex *exchange) resolveKey() error {
 	if rt.Header != "" {
 		if v := NormalizeKey(joinFieldValues(ex.r.Header[ex.h.keyHeader])); v != "" {
 			ex.key, ex.kind = v, keyFromHeader
+			if !ex.holdCanonical() {
+				return errOverloaded
+			}
 			sum := canonjson.Sum(ex.body)
+			ex.dropCanonical()
 			copy(ex.fp[:], sum[:])
 		}
 	}
@@ -546,7 +661,11 @@ func (ex *exchange) resolveKey() error {
 		// One allocation for both: the key is the tail of the store key.
 		// No fingerprint: the key is the body's hash already, so a
 		// body-hash record can't mismatch and is 16 bytes smaller.
+		if !ex.holdCanonical() {
+			return errOverloaded
+		}
 		sum := requestSum(ex.body, ex.r.URL.RawQuery)
+		ex.dropCanonical()
 		prefix := ex.setStoreKey("", &sum)
 		ex.key, ex.kind = ex.storeKey[prefix:], keyFromBody
 		return nil

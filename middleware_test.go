@@ -874,6 +874,198 @@ func TestBodyLimit(t *testing.T) {
 	wantOutcomes(t, e, idemhook.OutcomeTooLarge, idemhook.OutcomeTooLarge, idemhook.OutcomeProcessed)
 }
 
+// untouchedBody is a request body that records whether it was read.
+type untouchedBody struct {
+	io.Reader
+	read atomic.Bool
+}
+
+func (b *untouchedBody) Read(p []byte) (int, error) { b.read.Store(true); return b.Reader.Read(p) }
+
+func TestBodyBudget(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{MaxHeldBodyBytes: 1000})
+	entered, release := make(chan struct{}), make(chan struct{})
+	var runs atomic.Int64
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		io.Copy(io.Discard, r.Body) //nolint:errcheck
+		if r.Header.Get("X-Hold") != "" {
+			entered <- struct{}{}
+			<-release
+		}
+		w.Write([]byte("ok")) //nolint:errcheck
+	})
+	route := e.route(idemhook.Route{Source: "stone", MaxBodyBytes: 600}, h)
+	event := func(id string, size int) string {
+		return `{"id":"` + id + `","pad":"` + strings.Repeat("x", size-len(`{"id":"`+id+`","pad":""}`)) + `"}`
+	}
+	post := func(body io.Reader, length int64, header ...string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, "/webhook", body)
+		req.ContentLength = length
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		rec := httptest.NewRecorder()
+		route.ServeHTTP(rec, req)
+		return rec
+	}
+
+	// evt_1 (500 bytes, 501 held) stays in its handler.
+	held := make(chan *httptest.ResponseRecorder)
+	go func() { held <- post(strings.NewReader(event("evt_1", 500)), 500, "X-Hold", "1") }()
+	<-entered
+
+	// evt_2 declares 500 bytes: 1002 would be held. Refused before a byte
+	// of it is read, with nothing claimed.
+	b2 := &untouchedBody{Reader: strings.NewReader(event("evt_2", 500))}
+	r := post(b2, 500)
+	if r.Code != http.StatusServiceUnavailable || r.Header().Get("Retry-After") != "5" ||
+		r.Header().Get("Content-Type") != "application/problem+json" || !strings.Contains(r.Body.String(), "1000 bytes") {
+		t.Fatalf("over the budget: %d %v %s", r.Code, r.Header(), r.Body)
+	}
+	if b2.read.Load() {
+		t.Fatal("the refused body was read")
+	}
+	// A body of unknown length is refused once its buffer would pass the
+	// budget: read up to there, not claimed.
+	if r := post(strings.NewReader(event("evt_3", 590)), -1); r.Code != http.StatusServiceUnavailable {
+		t.Fatalf("chunked over the budget: %d %s", r.Code, r.Body)
+	}
+	// What fits beside it runs.
+	if r := post(strings.NewReader(event("evt_4", 300)), 300); r.Code != http.StatusOK {
+		t.Fatalf("a body that fits: %d %s", r.Code, r.Body)
+	}
+	if n := e.store.(*memstore.Store).Len(); n != 2 {
+		t.Fatalf("store holds %d keys: want evt_1's claim and evt_4", n)
+	}
+
+	close(release)
+	if r := <-held; r.Code != http.StatusOK {
+		t.Fatalf("held delivery: %d", r.Code)
+	}
+	// Every body was let go: the provider's retries of the refused events
+	// run, each once, and the budget holds two bodies of 499 at once again.
+	for _, tt := range []struct {
+		id     string
+		size   int
+		length int64
+	}{{"evt_2", 500, 500}, {"evt_3", 590, -1}} {
+		if r := post(strings.NewReader(event(tt.id, tt.size)), tt.length); r.Code != http.StatusOK || r.Header().Get(idemhook.ReplayedHeader) != "" {
+			t.Fatalf("retry of %s: %d %s", tt.id, r.Code, r.Body)
+		}
+	}
+	go func() { held <- post(strings.NewReader(event("evt_5", 498)), 498, "X-Hold", "1") }()
+	<-entered
+	if r := post(strings.NewReader(event("evt_6", 498)), 498); r.Code != http.StatusOK {
+		t.Fatalf("second body of 499 beside the first: %d %s", r.Code, r.Body)
+	}
+	release = make(chan struct{})
+	close(release)
+	<-held
+	if n := runs.Load(); n != 6 {
+		t.Fatalf("handler ran %d times, want 6 (evt_1 to evt_6 once each)", n)
+	}
+	wantOutcomes(t, e, idemhook.OutcomeOverloaded, idemhook.OutcomeOverloaded, idemhook.OutcomeProcessed,
+		idemhook.OutcomeProcessed, idemhook.OutcomeProcessed, idemhook.OutcomeProcessed, idemhook.OutcomeProcessed, idemhook.OutcomeProcessed)
+
+	// A route whose bodies could never be held is refused.
+	_, err := e.mw.Route(idemhook.Route{Source: "big", MaxBodyBytes: 1000})
+	var re *idemhook.RouteError
+	if !errors.As(err, &re) || re.Field != "MaxBodyBytes" {
+		t.Fatalf("route with MaxBodyBytes at the budget: %v", err)
+	}
+	if _, err := idemhook.New(e.store, idemhook.Options{MaxHeldBodyBytes: -1}); err == nil {
+		t.Fatal("negative MaxHeldBodyBytes accepted")
+	}
+}
+
+// TestBodyBudgetCountsTheHash: hashing a body over 64 KiB makes a canonical
+// copy of it for a moment, which the budget counts too.
+func TestBodyBudgetCountsTheHash(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{MaxHeldBodyBytes: 200_000})
+	h := &counter{}
+	route := e.route(idemhook.Route{Source: "stone", MaxBodyBytes: 150_000}, h)
+	big := `{"id":"evt_1","pad":"` + strings.Repeat("x", 100_000) + `"}`
+	if r := send(route, big); r.Code != http.StatusServiceUnavailable {
+		t.Fatalf("body and its canonical copy over the budget: %d %s", r.Code, r.Body)
+	}
+	if r := send(route, big, "Idempotency-Key", "k1"); r.Code != http.StatusServiceUnavailable {
+		t.Fatalf("header key (the body's fingerprint is its hash): %d %s", r.Code, r.Body)
+	}
+	small := `{"id":"evt_2","pad":"` + strings.Repeat("x", 90_000) + `"}`
+	for range 2 { // the second is a replay: the first let go of everything it took
+		if r := send(route, small); r.Code != http.StatusOK {
+			t.Fatalf("body and its copy within the budget: %d %s", r.Code, r.Body)
+		}
+	}
+	if n := h.n.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+	wantOutcomes(t, e, idemhook.OutcomeOverloaded, idemhook.OutcomeOverloaded, idemhook.OutcomeProcessed, idemhook.OutcomeReplayed)
+}
+
+// TestBodyBudgetUnderLoad sends many distinct events at once through a
+// small budget: each is answered 200 or 503, the 503s are sent again until
+// they pass (as a provider does), and each event runs exactly once.
+func TestBodyBudgetUnderLoad(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{MaxHeldBodyBytes: 64 << 10})
+	var mu sync.Mutex
+	runs := map[string]int{}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var ev struct{ ID string }
+		if err := json.NewDecoder(r.Body).Decode(&ev); err != nil {
+			t.Error(err)
+		}
+		mu.Lock()
+		runs[ev.ID]++
+		mu.Unlock()
+		time.Sleep(time.Millisecond) // hold the body a moment
+		w.Write([]byte("ok"))        //nolint:errcheck
+	})
+	route := e.route(idemhook.Route{Source: "stone", MaxBodyBytes: 32 << 10}, h)
+	const events, senders = 400, 32
+	var refused atomic.Int64
+	var wg sync.WaitGroup
+	ids := make(chan int)
+	for range senders {
+		wg.Go(func() {
+			for i := range ids {
+				body := fmt.Sprintf(`{"id":"evt_%d","pad":"%s"}`, i, strings.Repeat("x", 8<<10+i))
+				for try := 0; ; try++ {
+					if try == 1000 {
+						t.Errorf("evt_%d still refused after 1000 tries", i)
+						return
+					}
+					r := send(route, body)
+					if r.Code == http.StatusOK {
+						break
+					}
+					if r.Code != http.StatusServiceUnavailable {
+						t.Errorf("evt_%d: %d %s", i, r.Code, r.Body)
+						return
+					}
+					refused.Add(1)
+					runtime.Gosched()
+				}
+			}
+		})
+	}
+	for i := range events {
+		ids <- i
+	}
+	close(ids)
+	wg.Wait()
+	if len(runs) != events {
+		t.Fatalf("%d events ran, want %d", len(runs), events)
+	}
+	for id, n := range runs {
+		if n != 1 {
+			t.Errorf("%s ran %d times", id, n)
+		}
+	}
+	t.Logf("%d events, %d answers 503 sent again", events, refused.Load())
+}
+
 func TestHandlerGetsTheBodyUnchanged(t *testing.T) {
 	e := newMemEnv(t, idemhook.Options{})
 	body := "{\n  \"pretty\": true,\n  \"n\": 1.50\n}"

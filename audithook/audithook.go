@@ -117,6 +117,8 @@ func Reason(d idemhook.DeliveryInfo, route idemhook.Route) string {
 	switch d.Outcome {
 	case idemhook.OutcomeTooLarge:
 		return fmt.Sprintf("request body over max_body (%d bytes)", route.MaxBodyBytes)
+	case idemhook.OutcomeOverloaded:
+		return "the memory budget for request bodies was spent; the body was not read"
 	case idemhook.OutcomeMismatch:
 		return "the idempotency key was used before with a different body"
 	case idemhook.OutcomeInFlightRejected:
@@ -180,6 +182,8 @@ func Decision(d idemhook.DeliveryInfo, route idemhook.Route, why string) string 
 		return "signature check failed; refused with 401, nothing claimed: " + why
 	case idemhook.OutcomeTooLarge:
 		return "refused with 413, nothing claimed: " + why
+	case idemhook.OutcomeOverloaded:
+		return "refused with 503 before the body was read, nothing claimed: " + why
 	}
 	return string(d.Outcome)
 }

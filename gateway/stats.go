@@ -27,7 +27,8 @@ import (
 //   - refused: answered with an error by the gateway itself, or not at
 //     all, without calling the upstream. Its outcomes are
 //     in_flight_rejected (409), mismatch (422), signature_invalid (401),
-//     too_large (413), store_error_closed (503) and in_flight_abandoned (a
+//     too_large (413), overloaded (503: the memory budget for bodies was
+//     spent), store_error_closed (503) and in_flight_abandoned (a
 //     duplicate whose sender hung up while it waited: nothing sent).
 //   - failed: the upstream was called and its answer was not one to store
 //     (a 5xx, a 4xx, 502 unreachable, 504 too slow, or cut short): the
@@ -65,6 +66,7 @@ var outcomeClass = map[idemhook.Outcome]string{
 	idemhook.OutcomeMismatch:          classRefused,
 	idemhook.OutcomeSignatureInvalid:  classRefused,
 	idemhook.OutcomeTooLarge:          classRefused,
+	idemhook.OutcomeOverloaded:        classRefused,
 	idemhook.OutcomeStoreErrorClosed:  classRefused,
 	idemhook.OutcomeFailedReleased:    classFailed,
 	idemhook.OutcomeInFlightProceeded: classUnprotected,

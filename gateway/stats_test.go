@@ -49,6 +49,7 @@ func TestWindowAdds(t *testing.T) {
 		{"mismatch", adminapi.Window{Refused: 1}},
 		{"signature_invalid", adminapi.Window{Refused: 1}},
 		{"too_large", adminapi.Window{Refused: 1}},
+		{"overloaded", adminapi.Window{Refused: 1}},
 		{"store_error_closed", adminapi.Window{Refused: 1}},
 		{"failed_released", adminapi.Window{Failed: 1}},
 		{"in_flight_proceeded", adminapi.Window{Unprotected: 1, Duplicates: 1}},

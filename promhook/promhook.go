@@ -118,7 +118,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		reg: reg,
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idemhook_deliveries_total",
-			Help: "Deliveries by source and outcome (processed, replayed, in_flight_*, mismatch, failed_released, store_error_*, key_error, signature_invalid, too_large).",
+			Help: "Deliveries by source and outcome (processed, replayed, in_flight_*, mismatch, failed_released, store_error_*, key_error, signature_invalid, too_large, overloaded).",
 		}, []string{"source", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "idemhook_delivery_duration_seconds",
