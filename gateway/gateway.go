@@ -52,17 +52,19 @@ type Options struct {
 // Gateway is a configured gateway, not listening: New builds it, the
 // program serves Handler and AdminHandler on listeners of its own.
 type Gateway struct {
-	cfg     *config.Config
-	logger  *slog.Logger
-	store   idemhook.Store
-	mw      *idemhook.Middleware
-	metrics *metrics
-	audit   *auditTrail
-	tracing *tracing               // nil: off
-	queues  atomic.Pointer[queues] // nil until a route has deliver: queue
-	handler http.Handler           // the routes: g.routes, counted in g.inflight
-	admin   http.Handler           // the admin routes: g.adminRoutes
-	res     resources
+	cfg      *config.Config
+	logger   *slog.Logger
+	store    idemhook.Store
+	mw       *idemhook.Middleware
+	metrics  *metrics
+	audit    *auditTrail
+	tracing  *tracing               // nil: off
+	queues   atomic.Pointer[queues] // nil until a route has deliver: queue
+	limits   Limits
+	overload *overload
+	handler  http.Handler // the routes: g.routes, counted in g.inflight
+	admin    http.Handler // the admin routes: g.adminRoutes
+	res      resources
 
 	// What a reload replaces: the routes and the admin handler (its
 	// token), the TLS certificate and the shutdown bound. The store, the
@@ -120,6 +122,11 @@ func newGateway(ctx context.Context, cfg *config.Config, opts Options) (_ *Gatew
 			g.res.close()
 		}
 	}()
+	g.limits = processLimits(cfg.Limits)
+	if err := g.limits.checkBodies(cfg); err != nil {
+		return nil, err
+	}
+	g.overload = newOverload(g.metrics)
 	files := &connections{rs: &g.res, logger: logger}
 	g.store, err = openStore(ctx, cfg.Store, files, now, cfg.LongestLease())
 	if err != nil {
@@ -130,9 +137,10 @@ func newGateway(ctx context.Context, cfg *config.Config, opts Options) (_ *Gatew
 		return nil, err
 	}
 	g.mw, err = idemhook.New(g.store, g.tracing.instrument(idemhook.Options{
-		Logger:       logger,
-		Now:          now,
-		StoreTimeout: cfg.Store.Timeout, // 0: the store's own default (SQLite's: 10s)
+		Logger:           logger,
+		Now:              now,
+		StoreTimeout:     cfg.Store.Timeout, // 0: the store's own default (SQLite's: 10s)
+		MaxHeldBodyBytes: g.limits.BodyMemory,
 		OnDelivery: func(d idemhook.DeliveryInfo) {
 			g.metrics.onDelivery(d)
 			g.audit.record(d)
@@ -154,11 +162,12 @@ func newGateway(ctx context.Context, cfg *config.Config, opts Options) (_ *Gatew
 		}
 		return nil
 	})
-	g.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		g.inflight.Add(1)
-		defer g.inflight.Done()
-		(*g.routes.Load()).ServeHTTP(w, r)
-	})
+	g.handler = g.overload.limitConnections(g.overload.limitDeliveries(g.limits.MaxDeliveries,
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			g.inflight.Add(1)
+			defer g.inflight.Done()
+			(*g.routes.Load()).ServeHTTP(w, r)
+		})))
 	g.admin = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		(*g.adminRoutes.Load()).ServeHTTP(w, r)
 	})
@@ -206,6 +215,10 @@ func (g *Gateway) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error)
 	return g.cert.Load(), nil
 }
 
+// Limits returns the limits the gateway runs with, each zero field of the
+// configuration's limits: section derived from the process.
+func (g *Gateway) Limits() Limits { return g.limits }
+
 // Ready reports whether the store takes a claim and a release within the
 // store deadline, as GET /readyz does: nil, or the failing step's error.
 func (g *Gateway) Ready(ctx context.Context) error {
@@ -216,7 +229,7 @@ func (g *Gateway) Ready(ctx context.Context) error {
 // admin token, the TLS certificate and the shutdown bound, without closing
 // a connection or stopping a delivery (requests already running finish on
 // the routes they started with). Settings only a restart can change (listen,
-// store, admin.listen, audit, log, tls on or off) are logged and kept. On
+// store, admin.listen, audit, log, tls on or off, limits) are logged and kept. On
 // error (a cfg that config.Config.Validate refuses, say) the running
 // configuration keeps serving.
 func (g *Gateway) Reload(cfg *config.Config) error {
@@ -234,6 +247,7 @@ func (g *Gateway) Reload(cfg *config.Config) error {
 		{"audit", cfg.Audit == g.cfg.Audit},
 		{"log", cfg.Log == g.cfg.Log},
 		{"tls (on or off)", (cfg.TLS.Cert == "") == (g.cfg.TLS.Cert == "")},
+		{"limits", cfg.Limits == g.cfg.Limits},
 	} {
 		if !s.same {
 			kept = append(kept, s.name)
@@ -241,6 +255,9 @@ func (g *Gateway) Reload(cfg *config.Config) error {
 	}
 	if len(kept) > 0 {
 		g.logger.Warn("idemhook reload: these settings change only with a restart; the running ones are kept", "settings", strings.Join(kept, ", "))
+	}
+	if err := g.limits.checkBodies(cfg); err != nil {
+		return err
 	}
 	return g.apply(cfg)
 }

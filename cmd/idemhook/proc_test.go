@@ -33,8 +33,16 @@ var listening = regexp.MustCompile(`msg="idemhook listening" listen=(\S+) admin=
 // of the test if still running.
 func startProc(t *testing.T, cfgPath string, env ...string) *proc {
 	t.Helper()
+	return startProcWith(t, nil, cfgPath, env...)
+}
+
+// startProcWith is startProc with the command run through the program and
+// arguments of prefix (prlimit --nofile=256 --, say).
+func startProcWith(t *testing.T, prefix []string, cfgPath string, env ...string) *proc {
+	t.Helper()
 	c := &proc{stderr: &syncbuf.Buffer{}, done: make(chan struct{})}
-	c.cmd = exec.Command(os.Args[0])
+	args := append(prefix[:len(prefix):len(prefix)], os.Args[0])
+	c.cmd = exec.Command(args[0], args[1:]...)
 	c.cmd.Env = append(append(os.Environ(), gatewayChildEnv+"=serve --config "+cfgPath), env...)
 	c.cmd.Stderr = c.stderr
 	c.cmd.Stdout = c.stderr

@@ -228,6 +228,7 @@ func serve(ctx context.Context, cfg *config.Config, e env) error {
 	for _, w := range cfg.Warnings {
 		logger.Warn("idemhook configuration: " + w.Error())
 	}
+	setMemoryLimit(e.getenv, logger)
 	g, err := gateway.New(ctx, cfg, gateway.Options{Logger: logger, Now: e.now, Getenv: e.getenv, Version: buildVersion()})
 	if err != nil {
 		return err
@@ -247,6 +248,7 @@ func serve(ctx context.Context, cfg *config.Config, e env) error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
+	ln = g.Listener(ln) // limits.max_connections, and accept errors retried
 	if cfg.TLS.Cert != "" {
 		// The certificate is read at each handshake from the gateway, whose
 		// Reload replaces it. A renewed certificate needs no restart.
@@ -277,6 +279,7 @@ func serve(ctx context.Context, cfg *config.Config, e env) error {
 		ReadTimeout: 60 * time.Second,
 		IdleTimeout: 120 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return base },
+		ConnContext: gateway.ConnContext,
 		ErrorLog:    slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	var adminSrv *http.Server
@@ -296,8 +299,12 @@ func serve(ctx context.Context, cfg *config.Config, e env) error {
 		a.Admin = adminLn.Addr().String()
 		wg.Go(func() { errc <- adminSrv.Serve(adminLn) })
 	}
+	lim := g.Limits()
 	logger.Info("idemhook listening", "listen", a.Listen, "admin", a.Admin, "store", cfg.Store.Driver,
-		"audit", cfg.Audit.Sink, "routes", len(cfg.Routes))
+		"audit", cfg.Audit.Sink, "routes", len(cfg.Routes),
+		"body_memory", lim.BodyMemory, "body_memory_from", lim.Why.BodyMemory,
+		"max_connections", lim.MaxConnections, "max_connections_from", lim.Why.MaxConnections,
+		"max_deliveries", lim.MaxDeliveries)
 	if e.ready != nil {
 		e.ready(a)
 	}

@@ -56,6 +56,7 @@ type Config struct {
 	Routes          []Route
 	TLS             TLS            // tls: {cert, key}; zero for plain HTTP
 	TrustedProxies  []netip.Prefix // trusted_proxies: peers whose X-Forwarded-* are kept
+	Limits          Limits         // limits: what the gateway holds at once
 
 	// Warnings are settings that are valid but likely wrong (a TTL
 	// shorter than the provider's retries); check prints them and serve
@@ -76,6 +77,27 @@ type Store struct {
 	Password   string
 	Prefix     string
 	Compact    bool // redis: compact_keys
+}
+
+// Limits is the limits: section: bounds on what the gateway holds at once,
+// so that a flood of deliveries is answered 503 instead of taking the
+// process past its memory or its open files. A zero field means the default
+// the gateway derives when it starts (see the fields), not "no bound".
+type Limits struct {
+	// BodyMemory bounds the request-body bytes held at once, across the
+	// routes (idemhook.Options.MaxHeldBodyBytes). 0: a quarter of the
+	// process's memory limit (GOMEMLIMIT, which idemhook serve sets from
+	// the container's cgroup limit when it is not set) when there is one,
+	// else 256MiB.
+	BodyMemory int64
+	// MaxConnections bounds the open connections of the public listener;
+	// beyond it a connection is answered 503 and closed. 0: half the
+	// open-file limit less 128 (each delivery takes a connection to the
+	// upstream too), at most 8192.
+	MaxConnections int
+	// MaxDeliveries bounds the requests inside the routes at once; beyond
+	// it a request is answered 503 with Retry-After. 0: MaxConnections.
+	MaxDeliveries int
 }
 
 // Admin is the admin: section.
@@ -277,6 +299,7 @@ type (
 		Routes          []routeFile `yaml:"routes"`
 		TLS             tlsFile     `yaml:"tls"`
 		TrustedProxies  leaf        `yaml:"trusted_proxies"`
+		Limits          limitsFile  `yaml:"limits"`
 
 		root *yaml.Node // the document's mapping, as decoded
 	}
@@ -292,6 +315,11 @@ type (
 		Compact    leaf `yaml:"compact_keys"`
 		Table      leaf `yaml:"table"`
 		Timeout    leaf `yaml:"timeout"`
+	}
+	limitsFile struct {
+		BodyMemory     leaf `yaml:"body_memory"`
+		MaxConnections leaf `yaml:"max_connections"`
+		MaxDeliveries  leaf `yaml:"max_deliveries"`
 	}
 	adminFile struct {
 		Listen leaf `yaml:"listen"`
