@@ -113,7 +113,7 @@ func (l *Limits) checkBodies(cfg *config.Config) error {
 type overload struct {
 	refused *prometheus.CounterVec
 	closed  prometheus.Counter // connections closed at accept, past the 503s
-	conns   atomic.Int64 // open connections of the listeners wrapped by Listener
+	conns   atomic.Int64       // open connections of the listeners wrapped by Listener
 }
 
 func newOverload(m *metrics) *overload {
@@ -276,4 +276,3 @@ func (c *limitedConn) Close() error {
 	}
 	return c.Conn.Close()
 }
-
