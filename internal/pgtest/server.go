@@ -42,6 +42,8 @@ type Server struct {
 	port int
 	as   *user.User // the OS user the server runs as; nil: this process's
 
+	starting sync.Mutex // held by Start, so that two calls never start two postmasters
+
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd has exited
@@ -245,6 +247,8 @@ func (s *Server) URL() string {
 // running server does nothing. It does not fail the test itself, so that a
 // goroutine other than the test's may call it.
 func (s *Server) Start() error {
+	s.starting.Lock()
+	defer s.starting.Unlock()
 	s.mu.Lock()
 	running := s.cmd != nil
 	s.mu.Unlock()
@@ -268,7 +272,8 @@ func (s *Server) Restart() error {
 // backends end at once without a checkpoint, each telling its client
 // "terminating connection due to immediate shutdown command", so to the
 // clients this is a crash; the next start runs crash recovery. What was
-// committed stays committed. Stopping a stopped server does nothing.
+// committed stays committed (fsync is off: only the machine's crash could
+// lose it). Stopping a stopped server does nothing.
 func (s *Server) Stop() { s.signal(sigQuit) }
 
 // Kill kills the postmaster and every process of its group (the backends)
