@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -14,6 +17,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/gatewaytest"
 	"github.com/idemhook/idemhook/internal/pgtest"
 	"github.com/idemhook/idemhook/internal/redistest"
 	"github.com/jackc/pgx/v5"
@@ -357,4 +361,215 @@ func TestSQLiteGatewayRunsEachOfManyConcurrentEventsOnce(t *testing.T) {
 		}
 		t.Logf("the gateway's WARN and ERROR lines (%d):\n%s", len(warns), strings.Join(warns[:min(len(warns), 20)], "\n"))
 	}
+}
+
+// TestPostgresRestartUnderLoad restarts the gateway's PostgreSQL in the
+// middle of a provider's traffic: 400 events, each delivered twice (the
+// duplicate comes 40 deliveries after the first), every delivery sent again
+// until it is answered 2xx. The server is private (pgtest.StartServer); it
+// is stopped in immediate mode, as a crash, kept down for two seconds and
+// started again.
+//
+// The pool recovers on its own: /readyz answers 200 again, and once the
+// breaker's probe has passed, fresh events are processed, not store errors.
+// No event is lost and none gives up. Under on_store_error: closed the
+// deliveries met by the outage get 503 and run after the restart, each
+// event once, except an event whose run was at the backend when the server
+// went down: its answer was sent but could not be stored, so its duplicate
+// runs it again (the test checks that each event that ran twice is one of
+// those). Under open the deliveries met by the outage run unprotected, and
+// the events they repeat run twice: fail-open is at-least-once.
+func TestPostgresRestartUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and gateway processes")
+	}
+	const senders = 8
+	for _, policy := range []string{"closed", "open"} {
+		t.Run(policy, func(t *testing.T) {
+			r := postgresRestart(t, policy, senders)
+			t.Logf("on_store_error: %s: %v", policy, r.Tally)
+			t.Logf("the server accepted connections again; /readyz answered 200 %v later (%d probes failed first), the breaker closed %v later; "+
+				"%d answers could not be stored at the crash %v; after the traffic: %d fresh events, %d processed, %d store errors",
+				r.Ready.Round(time.Millisecond), r.FailedProbes, r.Protected.Round(time.Millisecond),
+				len(r.Unstored), r.Unstored, r.Fresh, r.FreshProcessed, r.FreshStoreErrors)
+
+			if r.Lost != 0 || r.GaveUp != 0 {
+				t.Errorf("%d events lost (never run), %d deliveries never answered 2xx; want none", r.Lost, r.GaveUp)
+			}
+			if r.FaultStoreErrors == 0 {
+				t.Errorf("no delivery met a store error during the outage: it did not meet the traffic")
+			}
+			if r.FreshProcessed != r.Fresh || r.FreshStoreErrors != 0 {
+				t.Errorf("after the restart, %d of %d fresh events processed, %d store errors: want every one processed, as the pool must recover on its own",
+					r.FreshProcessed, r.Fresh, r.FreshStoreErrors)
+			}
+			for _, id := range r.Twice {
+				if n := r.Runs[id]; n > 2 {
+					t.Errorf("%s ran %d times; want at most its 2 deliveries", id, n)
+				}
+			}
+			switch policy {
+			case "closed":
+				if r.FaultRefused == 0 {
+					t.Errorf("no delivery refused during the outage; want 503s")
+				}
+				for _, id := range r.Twice {
+					if !slices.Contains(r.Unstored, id) {
+						t.Errorf("%s ran twice, but its first answer was stored (no WARN op=complete): closed must run it once", id)
+					}
+				}
+				if r.RanTwice > senders {
+					t.Errorf("%d events ran twice; want at most %d, the deliveries at the backend at the crash", r.RanTwice, senders)
+				}
+			case "open":
+				if r.FaultRan == 0 {
+					t.Errorf("the backend ran nothing during the outage; want the deliveries run unprotected")
+				}
+			}
+		})
+	}
+}
+
+// restartResult is what postgresRestart measured.
+type restartResult struct {
+	gatewaytest.Tally
+	Runs         map[string]int // runs at the backend per event
+	Ready        time.Duration  // from the server's start until /readyz answered 200
+	FailedProbes int            // /readyz answers other than 200 meanwhile
+	Protected    time.Duration  // from the server's start until the store's breaker closed
+	Unstored     []string       // events whose answer was sent but could not be stored (the gateway's WARN op=complete)
+
+	Fresh, FreshProcessed, FreshStoreErrors int // new events sent one by one after the traffic
+}
+
+// postgresRestart runs the scenario of TestPostgresRestartUnderLoad: a
+// gateway process on a private PostgreSQL, with on_store_error policy and
+// senders concurrent senders, and returns its counts.
+func postgresRestart(t *testing.T, policy string, senders int) restartResult {
+	t.Helper()
+	srv := pgtest.StartServer(t)
+	backend := gatewaytest.NewEventBackend(t)
+	backend.Delay = 5 * time.Millisecond // deliveries are at the backend when the server goes down
+	// lease 3s: a claim left pending by the crash lapses soon after the
+	// restart, so that the retries take it over within the traffic.
+	cfg := fmt.Sprintf(`listen: 127.0.0.1:0
+store: {driver: postgres, url: %q, timeout: 1s}
+admin: {listen: 127.0.0.1:0}
+audit: {sink: none}
+log: {level: info}
+routes:
+  - path: /webhooks/test
+    upstream: %s/hook
+    source: test
+    header: x-event-id
+    on_store_error: %s
+    lease: 3s
+`, srv.URL(), backend.URL, policy)
+	gw := startProc(t, writeConfig(t, t.TempDir(), cfg))
+	var r restartResult
+	recovery := make(chan error, 1)
+	r.Tally = gatewaytest.RunTraffic(t, backend, gatewaytest.Traffic{
+		URL:        gw.url("/webhooks/test"),
+		MetricsURL: gw.adminURL("/metrics"),
+		Events:     400,
+		Copies:     2,
+		Lag:        40,
+		Senders:    senders,
+		Rate:       100,
+		Fault: func() error {
+			// The server goes down while a delivery is at the backend: the
+			// worst moment, whose answer can't be stored.
+			for wait := time.Now().Add(10 * time.Second); backend.InFlight() == 0; time.Sleep(100 * time.Microsecond) {
+				if time.Now().After(wait) {
+					return errors.New("no delivery at the backend within 10s to stop the server under")
+				}
+			}
+			srv.Stop()
+			time.Sleep(2 * time.Second)
+			if err := srv.Start(); err != nil {
+				return err
+			}
+			go func() { recovery <- r.measureRecovery(gw) }()
+			return nil
+		},
+	})
+	if err := <-recovery; err != nil {
+		t.Fatal(err)
+	}
+	r.Runs = backend.Runs()
+	for _, m := range unstoredKey.FindAllStringSubmatch(gw.stderr.String(), -1) {
+		r.Unstored = append(r.Unstored, m[1])
+	}
+	slices.Sort(r.Unstored)
+
+	// Fresh events after the traffic, one at a time: each is processed.
+	errorsBefore := storeErrorTotal(t, gw.adminURL("/metrics"))
+	r.Fresh = 20
+	for i := range r.Fresh {
+		id := fmt.Sprint("fresh-", i)
+		a := post(t, gw.url("/webhooks/test"), fmt.Sprintf(`{"id":%q}`, id), gatewaytest.EventHeader, id)
+		if a.Status == http.StatusOK && a.Header.Get(idemhook.ReplayedHeader) == "" && backend.Runs()[id] == 1 {
+			r.FreshProcessed++
+		}
+	}
+	r.FreshStoreErrors = storeErrorTotal(t, gw.adminURL("/metrics")) - errorsBefore
+	return r
+}
+
+// measureRecovery measures, from the server's start, when the gateway's
+// /readyz answers 200 again and when its store breaker closes.
+func (r *restartResult) measureRecovery(gw *proc) error {
+	started := time.Now()
+	deadline := started.Add(30 * time.Second)
+	for {
+		status, _, err := get(gw.adminURL("/readyz"))
+		if err == nil && status == http.StatusOK {
+			break
+		}
+		r.FailedProbes++
+		if time.Now().After(deadline) {
+			return fmt.Errorf("/readyz not 200 within 30s of the restart: %d %v", status, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.Ready = time.Since(started)
+	for {
+		_, body, err := get(gw.adminURL("/metrics"))
+		if err == nil && strings.Contains(body, "\nidemhook_breaker_open 0\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the store breaker still open 30s after the restart: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.Protected = time.Since(started)
+	return nil
+}
+
+// unstoredKey is the middleware's WARN when a delivery's answer could not be
+// stored.
+var unstoredKey = regexp.MustCompile(`msg="WebhookIdempotencyInterceptor cache write failed for key=idem:test:(\S+)" source=test op=complete`)
+
+// storeErrorTotal reads from the gateway's /metrics how many deliveries
+// ended in a store error.
+func storeErrorTotal(t *testing.T, metricsURL string) int {
+	t.Helper()
+	n, err := gatewaytest.StoreErrorCount(metricsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// get sends a GET and returns the status and body. It never fails the test,
+// so that any goroutine may call it.
+func get(url string) (int, string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
 }

@@ -1,7 +1,8 @@
 // Package pgtest connects the tests of the PostgreSQL parts (pgstore, the
 // exactly-once example, the gateway's postgres driver) to the server named by
 // IDEMHOOK_POSTGRES_URL, and hands out table names unique to one test so that
-// runs sharing a database never collide.
+// runs sharing a database never collide. A test that stops or crashes
+// PostgreSQL starts a private server instead (StartServer).
 package pgtest
 
 import (
