@@ -65,7 +65,8 @@ type Middleware struct {
 	inProcess bool // the store never waits on I/O: its calls need no deadline
 	opts      Options
 	breaker   *breaker.Breaker
-	budget    *bodyBudget // nil: no bound on the body bytes held
+	budget    *bodyBudget    // nil: no bound on the body bytes held
+	later     sync.WaitGroup // answers being stored in the background (completion.go)
 
 	mu      sync.Mutex
 	sources map[string]bool // the Source of each route made, and whether it set ShareKeys
@@ -967,6 +968,9 @@ func (ex *exchange) runClaimed(pending *Record) (Outcome, error) {
 	_, err := ex.call("complete", func(ctx context.Context) (*Record, error) {
 		return nil, m.store.Complete(ctx, ex.storeKey, pending, &ex.doneRec, ex.h.rt.TTL)
 	})
+	if err != nil && !errors.Is(err, ErrNotOwner) && !errors.Is(err, ErrCorruptRecord) {
+		ex.completeLater(pending) // the store may take it again before the claim lapses
+	}
 	putHeader(ex.doneRec.Header)
 	if err != nil {
 		ex.warnStore("WebhookIdempotencyInterceptor cache write failed for key=", err)

@@ -1214,8 +1214,9 @@ func TestPresetVerifyKeyAndDuplicateStatus(t *testing.T) {
 // drive the error paths that a live server only reaches by accident.
 type failingStore struct {
 	*memstore.Store
-	fail        map[string]error
-	getFailures atomic.Int64 // the next n Gets time out
+	fail             map[string]error
+	getFailures      atomic.Int64 // the next n Gets time out
+	completeFailures atomic.Int64 // the next n Completes fail
 }
 
 func (f *failingStore) Name() string { return "Flaky" }
@@ -1237,6 +1238,9 @@ func (f *failingStore) Get(ctx context.Context, key string) (*idemhook.Record, e
 func (f *failingStore) Complete(ctx context.Context, key string, claim, done *idemhook.Record, ttl time.Duration) error {
 	if err := f.fail["complete"]; err != nil {
 		return err
+	}
+	if f.completeFailures.Add(-1) >= 0 {
+		return errors.New("connection refused")
 	}
 	return f.Store.Complete(ctx, key, claim, done, ttl)
 }
@@ -1274,13 +1278,49 @@ func TestStoreErrorFailOpenAndClosed(t *testing.T) {
 }
 
 func TestCacheWriteFailureIsLogged(t *testing.T) {
-	e := newFailingEnv(t, map[string]error{"complete": errors.New("disk full")}, idemhook.Options{})
+	// The store keeps refusing: the answer is tried again in the background
+	// until three leases have passed, then given up with a WARN.
+	e := newFailingEnv(t, map[string]error{"complete": errors.New("disk full")}, idemhook.Options{Lease: 60 * time.Millisecond})
 	route := e.route(idemhook.Route{Source: "stone"}, &counter{})
 	if r := send(route, `{"id":1}`); r.Code != 200 {
 		t.Fatalf("status %d", r.Code)
 	}
 	if !strings.Contains(e.logs.String(), `msg="WebhookIdempotencyInterceptor cache write failed for key=idem:stone:sha256:`) {
 		t.Fatalf("missing cache write WARN:\n%s", e.logs)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.mw.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(e.logs.String(), "could not be stored before its claim's lease ran out, or within three leases") {
+		t.Fatalf("missing give-up WARN:\n%s", e.logs)
+	}
+}
+
+// TestCacheWriteRetriedInTheBackground: the store refuses an answer three
+// times (it was down when the handler finished), then takes it. The answer
+// sent is stored in the background meanwhile the claim stays held, so a
+// copy of the event is replayed instead of running the handler again.
+func TestCacheWriteRetriedInTheBackground(t *testing.T) {
+	e := newFailingEnv(t, nil, idemhook.Options{})
+	e.store.(*failingStore).completeFailures.Store(3)
+	h := &counter{}
+	route := e.route(idemhook.Route{Source: "stone"}, h)
+	if r := send(route, `{"id":1}`); r.Code != 200 {
+		t.Fatalf("status %d", r.Code)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.mw.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(e.logs.String(), "stored once it took it again") || !strings.Contains(e.logs.String(), "tries=3") {
+		t.Fatalf("missing the stored-later line:\n%s", e.logs)
+	}
+	r := send(route, `{"id":1}`)
+	if r.Code != 200 || r.Header().Get(idemhook.ReplayedHeader) != "true" || h.n.Load() != 1 {
+		t.Fatalf("copy after the store took the answer: %d replayed=%q, handler ran %d times", r.Code, r.Header().Get(idemhook.ReplayedHeader), h.n.Load())
 	}
 }
 

@@ -377,6 +377,11 @@ func (g *Gateway) Close(ctx context.Context) error {
 		}
 		g.logger.Warn("idemhook shutdown: deliveries still running after the bound; their audit entries may be lost", "bound", bound)
 	}
+	// Answers the store refused while it was down are being stored in the
+	// background: they get what is left of the bound before the store closes.
+	if err := g.mw.Drain(ctx); err != nil {
+		g.logger.Warn("idemhook shutdown: answers the store refused were still not stored at the bound; a copy of their events may run again")
+	}
 	if q := g.queues.Load(); q != nil {
 		// Attempts in flight finish within what is left of the bound; those
 		// cut short are queued again, due at once, for the next start.
