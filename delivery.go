@@ -117,6 +117,35 @@ func (x *Delivery) StoreKey() string { return x.ex.storeKey }
 // returns (the middleware never reuses it).
 func (x *Delivery) Body() []byte { return x.ex.body }
 
+// Fence returns the delivery's fencing token: a number that grows with
+// every claim of the event's key, so that whoever holds the key's claim
+// later (another delivery, in this process or another, that took the
+// event over once this one's lease lapsed) has a larger one. A backend
+// that records the largest fence it has seen for a key, and refuses work
+// whose fence is smaller, refuses the work of a stale holder: a process
+// that was frozen past its lease (a long GC pause, SIGSTOP, a VM paused)
+// and carries on as if it still held the claim. The owner token already
+// keeps that holder from storing its answer; the fence lets the backend
+// keep it from committing its effect. The gateway forwards it to the
+// backend as the header Idempotent-Fence.
+//
+// The fence is the claim's time in Unix microseconds, on one clock where
+// the store has one: a [FencingStore]'s (pgstore: the database's clock),
+// else this process's wall clock, raised to one more than the last fence
+// of the process when the clock has not moved past it. So fences increase
+// within a process whatever its clock does, and across processes (Redis)
+// as long as their clocks agree within the lease (docs/stores.md says
+// what each store assumes).
+//
+// Fence is 0 for a nil *Delivery, which [DeliveryFromContext] returns when
+// the request holds no claim.
+func (x *Delivery) Fence() uint64 {
+	if x == nil {
+		return 0
+	}
+	return x.ex.fence
+}
+
 // Store returns the store holding the claim: the middleware's store.
 func (x *Delivery) Store() Store { return x.ex.h.m.store }
 

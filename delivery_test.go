@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/memstore"
+	"github.com/idemhook/idemhook/storetest"
 )
 
 // The tests below play the handler's transaction with memstore: a write
@@ -374,5 +375,129 @@ func TestDeliveryBody(t *testing.T) {
 	})
 	if rec := post(h, body); rec.Code != http.StatusOK {
 		t.Fatalf("status %d", rec.Code)
+	}
+}
+
+// Every claim of a key gets a larger fence than the claim before it: the
+// retry of a failed delivery, and a delivery that takes the event over
+// from one whose lease lapsed while its handler still ran. The stale one's
+// answer is not stored; a replay runs no handler.
+func TestDeliveryFence(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{Lease: time.Hour}) // renewed every 20 minutes: not during the test
+	var (
+		fences  = make(chan uint64, 10)
+		started = make(chan struct{})
+		resume  = make(chan struct{})
+	)
+	h := e.route(idemhook.Route{Source: "orders", InFlight: idemhook.InFlightReject}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d, _ := idemhook.DeliveryFromContext(r.Context())
+		fences <- d.Fence()
+		switch r.Header.Get("X-Do") {
+		case "fail":
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+		case "hold":
+			close(started)
+			<-resume
+			io.WriteString(w, "stale") //nolint:errcheck
+		default:
+			io.WriteString(w, "fresh") //nolint:errcheck
+		}
+	}))
+	send := func(do string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(`{"id":"evt_fence"}`))
+		req.Header.Set("X-Do", do)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	if rec := send("fail"); rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("failed delivery: %d", rec.Code)
+	}
+	failed := <-fences
+	stale := make(chan *httptest.ResponseRecorder, 1)
+	go func() { stale <- send("hold") }()
+	<-started
+	held := <-fences
+	e.clock.Advance(2 * time.Hour) // the held delivery's lease lapses: it is frozen, as far as the store sees
+	if rec := send(""); rec.Code != http.StatusOK || rec.Body.String() != "fresh" {
+		t.Fatalf("delivery after the lease lapsed: %d %q; want it to take the event over", rec.Code, rec.Body)
+	}
+	took := <-fences
+	close(resume)
+	<-stale
+	if rec := send(""); rec.Body.String() != "fresh" || rec.Header().Get(idemhook.ReplayedHeader) != "true" {
+		t.Fatalf("re-delivery: %d %q; want the answer of the take-over replayed", rec.Code, rec.Body)
+	}
+	if len(fences) != 0 {
+		t.Fatalf("the handler ran for the replay")
+	}
+	if !(0 < failed && failed < held && held < took) {
+		t.Fatalf("fences: failed delivery %d, held one %d, take-over %d; want them increasing from above 0", failed, held, took)
+	}
+	if got := e.outcomes(); !reflect.DeepEqual(got, []idemhook.Outcome{idemhook.OutcomeFailedReleased, idemhook.OutcomeProcessed, idemhook.OutcomeProcessed, idemhook.OutcomeReplayed}) {
+		// The held delivery reports processed, with the completion's
+		// error: its claim was lost.
+		t.Fatalf("outcomes %v", got)
+	}
+}
+
+// fencingStore gives each stored claim the next of its own fences, as a
+// store with a clock of its own (pgstore) does.
+type fencingStore struct {
+	idemhook.Store
+	next uint64
+}
+
+func (s *fencingStore) ClaimFenced(ctx context.Context, key string, claim *idemhook.Record, lease time.Duration) (*idemhook.Record, uint64, error) {
+	existing, err := s.Claim(ctx, key, claim, lease)
+	if err != nil || existing != nil {
+		return existing, 0, err
+	}
+	s.next += 10
+	return nil, s.next, nil
+}
+
+// A delivery's fence is the store's when it is a FencingStore; with no
+// claim (the store is down, the route fails open) there is none.
+func TestDeliveryFenceOfTheStore(t *testing.T) {
+	tests := []struct {
+		name  string
+		store func(t *testing.T) idemhook.Store
+		want  []uint64 // the fences the handler sees, in order; 0: none
+	}{
+		{"store's fences", func(t *testing.T) idemhook.Store {
+			st, err := memstore.New(memstore.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return &fencingStore{Store: st}
+		}, []uint64{10, 20}},
+		{"no claim", func(*testing.T) idemhook.Store {
+			return storetest.Unreachable(errors.New("connection refused"))
+		}, []uint64{0, 0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			mw, err := idemhook.New(tt.store(t), idemhook.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			route, err := mw.Route(idemhook.Route{Source: "orders", Scope: unscoped})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []uint64
+			h := route(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				d, _ := idemhook.DeliveryFromContext(r.Context())
+				got = append(got, d.Fence())
+				w.WriteHeader(http.StatusInternalServerError) // released: the next delivery claims again
+			}))
+			for range 2 {
+				h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(`{"id":"evt_1"}`)))
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("fences %v; want %v", got, tt.want)
+			}
+		})
 	}
 }

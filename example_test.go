@@ -184,6 +184,46 @@ func ExampleDeliveryFromContext() {
 	// 200 ok replayed: true
 }
 
+// A backend that records the largest fence it has seen for each key, and
+// refuses work whose fence is smaller, refuses the work of a stale holder
+// of the claim: here the first delivery, which fails, then resumes after
+// its retry took the event over. (A real backend keeps the fences in its
+// database, and checks them in the transaction of its effect:
+// docs/stores.md.)
+func ExampleDelivery_Fence() {
+	store, _ := memstore.New(memstore.Config{})
+	mw, _ := idemhook.New(store, idemhook.Options{})
+	route, _ := mw.Route(idemhook.Route{Source: "shop", Header: "Idempotency-Key"})
+	highest := map[string]uint64{} // the backend's: the largest fence seen per key
+	var stale func()               // the first delivery's late commit
+	h := route(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d, _ := idemhook.DeliveryFromContext(r.Context())
+		key, fence := d.StoreKey(), d.Fence()
+		highest[key] = max(highest[key], fence)
+		commit := func() string {
+			if fence < highest[key] {
+				return "refused: a later delivery holds the event"
+			}
+			return "committed"
+		}
+		if stale == nil {
+			stale = func() { fmt.Println("first delivery, resumed:", commit()) }
+			http.Error(w, "timed out", http.StatusGatewayTimeout) // the claim is released: the provider retries
+			return
+		}
+		fmt.Println("retry:", commit())
+	}))
+	for range 2 {
+		req := httptest.NewRequest(http.MethodPost, "/webhooks/orders", strings.NewReader(`{}`))
+		req.Header.Set("Idempotency-Key", "order-42")
+		h.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	stale()
+	// Output:
+	// retry: committed
+	// first delivery, resumed: refused: a later delivery holds the event
+}
+
 // A program the docs quote whole must be the file the build compiles and
 // vets (and, for recordorder, its test runs), so that it compiles as
 // written: the README's quick start, docs/stores.md's exactly-once handler.

@@ -23,6 +23,7 @@ import (
 
 	"github.com/idemhook/idemhook/internal/breaker"
 	"github.com/idemhook/idemhook/internal/canonjson"
+	"github.com/idemhook/idemhook/internal/fence"
 )
 
 // Defaults of Options and Route.
@@ -62,7 +63,8 @@ var neverReplayed = map[string]bool{
 type Middleware struct {
 	store     Store
 	storeName string
-	inProcess bool // the store never waits on I/O: its calls need no deadline
+	inProcess bool         // the store never waits on I/O: its calls need no deadline
+	fencing   FencingStore // the store, when it gives its claims' fences; nil otherwise
 	opts      Options
 	breaker   *breaker.Breaker
 	budget    *bodyBudget    // nil: no bound on the body bytes held
@@ -120,10 +122,12 @@ func New(store Store, opts Options) (*Middleware, error) {
 	if l, ok := store.(InProcessStore); ok {
 		inProcess = l.InProcess()
 	}
+	fencing, _ := store.(FencingStore)
 	m := &Middleware{
 		store:     store,
 		storeName: name,
 		inProcess: inProcess,
+		fencing:   fencing,
 		opts:      opts,
 		breaker:   breaker.New(opts.BreakerThreshold, opts.BreakerCooldown, opts.Now, opts.OnBreakerChange),
 	}
@@ -354,6 +358,7 @@ type exchange struct {
 	scope      string // escaped, as in the store key
 	storeKey   string
 	firstToken string // the owner token of the first claim, allocated with storeKey
+	fence      uint64 // the fence of the claim this delivery holds; 0 while it holds none
 	kind       keyKind
 	fp         [FingerprintSize]byte
 
@@ -716,11 +721,28 @@ type claimResult struct {
 // claim is the heart of the flow: one store round trip, whose result
 // decides whether this delivery runs the handler, replays, waits or is
 // refused.
+//
+// A claim that is stored gets its fence (see [Delivery.Fence]): from the
+// store when it is a FencingStore, else from this process's clock, read
+// once the claim is stored, so that a claim made after another's lease
+// lapsed reads a later time.
 func (ex *exchange) claim() claimResult {
 	pending := ex.newClaim()
-	existing, err := ex.call("claim", func(ctx context.Context) (*Record, error) {
-		return ex.h.m.store.Claim(ctx, ex.storeKey, pending, ex.h.lease)
+	m := ex.h.m
+	var f uint64
+	existing, err := ex.call("claim", func(ctx context.Context) (rec *Record, err error) {
+		if m.fencing != nil {
+			rec, f, err = m.fencing.ClaimFenced(ctx, ex.storeKey, pending, ex.h.lease)
+			return rec, err
+		}
+		return m.store.Claim(ctx, ex.storeKey, pending, ex.h.lease)
 	})
+	if err == nil && existing == nil {
+		if m.fencing == nil {
+			f = fence.Next()
+		}
+		ex.fence = f
+	}
 	return claimResult{pending: pending, existing: existing, err: err}
 }
 

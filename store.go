@@ -21,8 +21,8 @@ import (
 // (their Body may be reused), and must return records that don't alias its
 // own memory.
 //
-// A store may also implement [NamedStore], [InProcessStore] and
-// [TimeoutStore]; [New] looks for each.
+// A store may also implement [NamedStore], [InProcessStore],
+// [TimeoutStore] and [FencingStore]; [New] looks for each.
 //
 // Every store in this module passes the conformance suite in package
 // storetest; a third-party store should run it too.
@@ -74,6 +74,29 @@ type InProcessStore interface {
 type TimeoutStore interface {
 	Store
 	StoreTimeout() time.Duration
+}
+
+// FencingStore is a [Store] whose claims carry a fencing token of the
+// store's own: a number that grows with every claim of a key, so that a
+// later holder of a key's claim has a larger one than every earlier holder,
+// whichever process made either claim. The middleware hands it to the
+// handler ([Delivery.Fence]), and the gateway forwards it to the backend,
+// so that a backend that records the largest it has seen can refuse the
+// work of a stale holder: one whose lease lapsed while it was frozen, and
+// whose claim another delivery took over.
+//
+// For a store that is not one, the middleware takes the fence from this
+// process's clock instead (see [Delivery.Fence]): enough for a store only
+// one process uses, and for several processes whose clocks agree within a
+// lease. A store shared by processes on several machines implements it to
+// take the fence from one clock, its own (pgstore).
+type FencingStore interface {
+	Store
+	// ClaimFenced is Claim, and when the claim was stored (existing is
+	// nil) it also returns the claim's fence: larger than the fence of
+	// every earlier claim of key, and never 0. When key holds a record
+	// the fence is 0.
+	ClaimFenced(ctx context.Context, key string, claim *Record, lease time.Duration) (existing *Record, fence uint64, err error)
 }
 
 // ErrNotOwner is returned by Complete, Release and Extend when the key no

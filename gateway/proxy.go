@@ -9,10 +9,12 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/gateway/config"
 )
 
@@ -39,8 +41,9 @@ func newTransport(timeout time.Duration) *http.Transport {
 // newProxy returns the reverse proxy of one route. The request goes to the
 // upstream URL's path (plus, for a route path ending in /, the rest of the
 // request path after it) with the request's query; the body and the headers
-// are forwarded as received, X-Forwarded-For, -Host and -Proto are set, and
-// Host becomes the upstream's.
+// are forwarded as received, X-Forwarded-For, -Host and -Proto are set,
+// Idempotent-Fence is the fence of the delivery's claim (the sender's is
+// dropped), and Host becomes the upstream's.
 //
 // An upstream that can't be reached answers 502, one that doesn't send its
 // headers within the route's upstream_timeout 504, both with a problem+json
@@ -61,6 +64,8 @@ func newProxy(rc config.Route, rt http.RoundTripper, bufs httputil.BufferPool, l
 			out.RawQuery = joinQuery(target.RawQuery, in.RawQuery)
 			pr.Out.Host = ""
 			setForwarded(pr, trusted)
+			d, _ := idemhook.DeliveryFromContext(pr.In.Context())
+			setFence(pr.Out.Header, d.Fence())
 		},
 		Transport:  rt,
 		BufferPool: bufs,
@@ -84,6 +89,16 @@ func writeUpstreamError(w http.ResponseWriter, logger *slog.Logger, rc config.Ro
 	}
 	logger.Warn("idemhook upstream error", "route", rc.Path, "upstream", rc.Upstream.Redacted(), "status", status, "err", err)
 	writeProblem(w, status, title, title+": "+errText(err))
+}
+
+// setFence sets HeaderFence to fence, or removes it (whoever set it) when
+// fence is 0: a delivery with no claim has no fence.
+func setFence(h http.Header, fence uint64) {
+	if fence == 0 {
+		delete(h, HeaderFence)
+		return
+	}
+	h[HeaderFence] = []string{strconv.FormatUint(fence, 10)}
 }
 
 // upstreamPath maps an incoming path onto the upstream: the upstream's path

@@ -37,6 +37,18 @@ const (
 	// HeaderEventID is the event's number in the queue, as the admin API
 	// and the console show it.
 	HeaderEventID = "Idempotent-Event-Id"
+	// HeaderFence is the attempt's fencing token, in decimal, sent on every
+	// route: on the proxy path (and a respond_within route's first attempt)
+	// the fence of the key's claim (idemhook.Delivery.Fence), on a queued
+	// attempt the attempt's own (queue.Event.Fence). It grows with every
+	// later claim of the key and every later attempt, so a backend that
+	// records the largest it has seen for an Idempotency-Key (or for the
+	// event it names) can refuse the late work of a stale one: a gateway
+	// frozen past its lease, an attempt past its timeout. A delivery that
+	// holds no claim (the store failed, on_store_error: open) has none. An
+	// incoming header of this name is never forwarded: a provider can't set
+	// it.
+	HeaderFence = "Idempotent-Fence"
 )
 
 // statsInterval is how often the queue's counts are read for the
@@ -294,7 +306,7 @@ const maxDrain = 256 << 10
 // sender returns the function that sends one attempt of an event of route
 // rc to its upstream, as the proxy would have sent the request: the same
 // upstream URL, the headers as forwarded, plus Idempotency-Key, the
-// attempt's number and the event's id.
+// attempt's number, its fence and the event's id.
 //
 // The answer's body is read up to keep bytes (the attempt's record keeps
 // its head; a respond_within route passes a whole answer back), and what
@@ -320,6 +332,7 @@ func sender(rc config.Route, rt http.RoundTripper, keep int64) func(ctx context.
 		req.Header = ev.Header.Clone()
 		req.Header.Set(HeaderIdempotencyKey, ev.Key)
 		req.Header.Set(HeaderAttempt, strconv.Itoa(ev.Attempt))
+		setFence(req.Header, ev.Fence)
 		if ev.ID != 0 { // a respond_within route's first attempt has none yet
 			req.Header.Set(HeaderEventID, strconv.FormatInt(ev.ID, 10))
 		}
@@ -385,10 +398,12 @@ func (q *queues) accept(rc config.Route, qr *queuedRoute, trusted []netip.Prefix
 }
 
 // newEvent is the event of the delivery d holds: r as the proxy would
-// forward it, with the body the middleware read (not copied).
+// forward it, with the body the middleware read (not copied), and the
+// fence of d's claim, which the engine keeps as the floor of its attempts'.
 func newEvent(rc config.Route, d *idemhook.Delivery, r *http.Request, trusted []netip.Prefix) *queue.Event {
 	body := d.Body()
 	return &queue.Event{
+		Fence:      d.Fence(),
 		Route:      rc.Path,
 		Key:        d.StoreKey(),
 		OrderKey:   orderKey(rc.Queue.OrderBy, r.Header, body),
@@ -497,8 +512,9 @@ func writeResult(w http.ResponseWriter, res queue.Result, rc config.Route, logge
 var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
 // forwardHeader returns the headers of r as the proxy forwards them: without
-// the hop-by-hop ones, with X-Forwarded-For, -Host and -Proto set by the
-// same rules (trusted_proxies).
+// the hop-by-hop ones and the sender's Idempotent-Fence, with
+// X-Forwarded-For, -Host and -Proto set by the same rules
+// (trusted_proxies).
 func forwardHeader(r *http.Request, trusted []netip.Prefix) http.Header {
 	h := r.Header.Clone()
 	for _, f := range h["Connection"] {
@@ -513,6 +529,7 @@ func forwardHeader(r *http.Request, trusted []netip.Prefix) http.Header {
 	h.Del("X-Forwarded-Host")
 	h.Del("X-Forwarded-Proto")
 	h.Del("Forwarded")
+	h.Del(HeaderFence) // each attempt sets its own
 	setForwarded(&httputil.ProxyRequest{In: r, Out: &http.Request{Header: h}}, trusted)
 	return h
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/idemhook/idemhook/gateway/adminapi"
 	"github.com/idemhook/idemhook/gateway/config"
 	"github.com/idemhook/idemhook/internal/gatewaytest"
+	"github.com/idemhook/idemhook/internal/pgtest"
 )
 
 // startGateway serves a gateway built from the configuration text and
@@ -533,5 +534,133 @@ func TestQueueAnswersHandshakesAtOnce(t *testing.T) {
 	}
 	if n := b.up.Calls.Load(); n != 0 {
 		t.Fatalf("the backend got %d requests; want none", n)
+	}
+}
+
+// fenceConfig has a proxy route, a respond_within route and a queued route
+// (/proxy, /hybrid, /queued; keyed by X-Event-Id) in front of upstream, on
+// the store of storeLine.
+func fenceConfig(storeLine, upstream string) string {
+	return fmt.Sprintf(`listen: 127.0.0.1:0
+store: {%s}
+admin: {listen: off}
+audit: {sink: none}
+routes:
+  - path: /proxy
+    upstream: %[2]s/hook
+    source: proxy
+    header: x-event-id
+  - path: /hybrid
+    upstream: %[2]s/hook
+    source: hybrid
+    header: x-event-id
+    respond_within: 300ms
+    queue: {backoff_min: 20ms, backoff_max: 100ms}
+  - path: /queued
+    upstream: %[2]s/hook
+    source: queued
+    header: x-event-id
+    deliver: queue
+    queue: {backoff_min: 20ms, backoff_max: 100ms}
+`, storeLine, upstream)
+}
+
+// The backend gets an Idempotent-Fence with every attempt, the one the
+// provider sent dropped, and a later attempt of a key always carries a
+// larger one than an earlier: the retry of a failed proxied delivery (a new
+// claim), the queue's retry of a respond_within route's first attempt,
+// sent on the proxy path with the claim's fence, and a queued retry. On
+// SQLite, and on PostgreSQL (the database's clock) when
+// IDEMHOOK_POSTGRES_URL is set.
+func TestFenceHeader(t *testing.T) {
+	stores := []struct {
+		name string
+		line func(t *testing.T) string
+	}{
+		{"sqlite", func(t *testing.T) string {
+			return fmt.Sprintf("driver: sqlite, path: %q", filepath.Join(t.TempDir(), "idemhook.db"))
+		}},
+		{"postgres", func(t *testing.T) string {
+			pool := pgtest.Pool(t)
+			table := pgtest.Table(t, pool, "idemhook_fence")
+			t.Cleanup(func() {
+				for _, suffix := range []string{"_queue_attempts", "_queue_routes", "_queue"} {
+					pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+table+suffix) //nolint:errcheck // best effort
+				}
+			})
+			return fmt.Sprintf("driver: postgres, url: %q, table: %s", pgtest.URL(t), table)
+		}},
+	}
+	const forged = "18446744073709551615"
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			type seen struct{ attempt, fence string }
+			var (
+				mu       sync.Mutex
+				attempts = map[string][]seen{} // by X-Event-Id
+			)
+			up := gatewaytest.NewUpstream(t)
+			up.Handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+				id := r.Header.Get("X-Event-Id")
+				mu.Lock()
+				attempts[id] = append(attempts[id], seen{r.Header.Get(gateway.HeaderAttempt), r.Header.Get(gateway.HeaderFence)})
+				first := len(attempts[id]) == 1
+				mu.Unlock()
+				switch {
+				case first && id == "hybrid":
+					time.Sleep(time.Second) // past respond_within: the queue settles it
+					fallthrough
+				case first:
+					http.Error(w, "failed", http.StatusInternalServerError)
+				default:
+					w.WriteHeader(http.StatusOK)
+				}
+			}
+			url, g, _ := startGateway(t, fenceConfig(st.line(t), up.Srv.URL))
+			send := func(route string) gatewaytest.Response {
+				return gatewaytest.Post(t, url+"/"+route, "{}", "X-Event-Id", route, gateway.HeaderFence, forged)
+			}
+			if r := send("proxy"); r.Status != http.StatusInternalServerError {
+				t.Fatalf("proxy, first delivery: %d; want the backend's 500", r.Status)
+			}
+			if r := send("proxy"); r.Status != http.StatusOK {
+				t.Fatalf("proxy, the provider's retry: %d; want 200", r.Status)
+			}
+			if r := send("hybrid"); r.Status != http.StatusAccepted {
+				t.Fatalf("respond_within: %d; want the accept answer at the budget", r.Status)
+			}
+			if r := send("queued"); r.Status != http.StatusAccepted {
+				t.Fatalf("queued: %d; want the accept answer", r.Status)
+			}
+			done := func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(attempts["hybrid"]) == 2 && len(attempts["queued"]) == 2
+			}
+			gatewaytest.Eventually(t, "the queue's retries", done)
+			queueDrained(t, g) // a further attempt would come before
+			mu.Lock()
+			defer mu.Unlock()
+			for _, id := range []string{"proxy", "hybrid", "queued"} {
+				got := attempts[id]
+				if len(got) != 2 {
+					t.Fatalf("%s: attempts %+v; want 2", id, got)
+				}
+				var fences [2]uint64
+				for i, a := range got {
+					f, err := strconv.ParseUint(a.fence, 10, 64)
+					if err != nil || f == 0 || a.fence == forged {
+						t.Fatalf("%s: attempt %d carried %s %q; want a fence of the gateway's, not the provider's", id, i+1, gateway.HeaderFence, a.fence)
+					}
+					fences[i] = f
+				}
+				if fences[1] <= fences[0] {
+					t.Fatalf("%s: fences %d then %d; want the later attempt's larger", id, fences[0], fences[1])
+				}
+				if id != "proxy" && (got[0].attempt != "1" || got[1].attempt != "2") {
+					t.Fatalf("%s: attempts %+v; want 1 then 2", id, got)
+				}
+			}
+		})
 	}
 }

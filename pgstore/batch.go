@@ -35,19 +35,30 @@ const (
 	batchMax     = 64 // statements per batch
 )
 
-// op is one statement run by the batcher: a query whose one value is read
-// (Claim), or a statement whose affected rows are counted (Complete).
+// op is one statement run by the batcher: a query whose value is read
+// (Claim, with its fence when fenced; a queue's accept), or a statement
+// whose affected rows are counted (Complete).
 type op struct {
-	ctx   context.Context
-	key   []byte
-	sql   string
-	args  []any
-	query bool
+	ctx    context.Context
+	key    []byte
+	sql    string
+	args   []any
+	query  bool
+	fenced bool // the query's row holds the fence after the value
 
 	value []byte
+	fence int64
 	n     int64
 	err   error
 	done  chan struct{}
+}
+
+// scan reads the query's row.
+func (o *op) scan(row pgx.Row) error {
+	if o.fenced {
+		return row.Scan(&o.value, &o.fence)
+	}
+	return row.Scan(&o.value)
 }
 
 type batcher struct {
@@ -119,7 +130,7 @@ func (b *batcher) exec(batch []*op) {
 	var failed error
 	for _, o := range live {
 		if o.query {
-			o.err = br.QueryRow().Scan(&o.value)
+			o.err = o.scan(br.QueryRow())
 		} else {
 			var tag pgconn.CommandTag
 			tag, o.err = br.Exec()
@@ -138,14 +149,14 @@ func (b *batcher) exec(batch []*op) {
 	var pgErr *pgconn.PgError
 	if !errors.As(failed, &pgErr) {
 		for _, o := range live {
-			o.value, o.n, o.err = nil, 0, failed
+			o.value, o.fence, o.n, o.err = nil, 0, 0, failed
 		}
 		return
 	}
 	// The server rejected a statement, so it rolled the batch back: run
 	// each statement again, alone.
 	for _, o := range live {
-		o.value, o.n, o.err = nil, 0, nil
+		o.value, o.fence, o.n, o.err = nil, 0, 0, nil
 		b.run(ctx, o)
 	}
 }
@@ -153,7 +164,7 @@ func (b *batcher) exec(batch []*op) {
 // run runs o as a statement of its own.
 func (b *batcher) run(ctx context.Context, o *op) {
 	if o.query {
-		o.err = b.pool.QueryRow(ctx, o.sql, o.args...).Scan(&o.value)
+		o.err = o.scan(b.pool.QueryRow(ctx, o.sql, o.args...))
 		return
 	}
 	tag, err := b.pool.Exec(ctx, o.sql, o.args...)

@@ -12,7 +12,8 @@
 //     first reads the key. It stores the claim when the key is absent,
 //     takes over a row whose lifetime has ended, and returns the live
 //     record otherwise. A duplicate of a stored response is a plain read
-//     and writes nothing.
+//     and writes nothing. The same statement gives the claim its fence
+//     ([Store.ClaimFenced]), the database's clock.
 //   - Complete, Release and Extend are one UPDATE or DELETE each, a
 //     compare-and-set on the claim. They act only while the row still holds
 //     exactly the encoded pending record. Its owner token is unique to the
@@ -143,7 +144,10 @@ type Store struct {
 	stopOnce sync.Once
 }
 
-var _ idemhook.NamedStore = (*Store)(nil)
+var (
+	_ idemhook.NamedStore   = (*Store)(nil)
+	_ idemhook.FencingStore = (*Store)(nil)
+)
 
 // ValidateTable reports whether name is accepted as [Config.Table].
 func ValidateTable(name string) error { return pgschema.Check(name) }
@@ -208,6 +212,15 @@ func (s *Store) prepareSQL() {
 	// the row as it is. RETURNING gives that latest value either way. So the
 	// statement always yields exactly one value. It is the claim itself when
 	// it was stored, and the record in the way otherwise.
+	//
+	// Its second column is the claim's fence, read by ClaimFenced when the
+	// value is the claim: statement_timestamp() in microseconds, the
+	// instant the statement judges expiry by. A claim takes a row over only
+	// once expires_at <= statement_timestamp(), and expires_at was set a
+	// lease (at least 1ms) after the previous claim's own
+	// statement_timestamp() or later (Extend), so a take-over's fence is
+	// larger than the lapsed claim's on any clock that didn't step back by
+	// more than the lease while that claim ran.
 	s.claimSQL = `WITH cur AS (
 		SELECT value FROM ` + t + ` WHERE key = $1::bytea AND expires_at > statement_timestamp()
 	), ins AS (
@@ -219,7 +232,8 @@ func (s *Store) prepareSQL() {
 			expires_at = CASE WHEN k.expires_at <= statement_timestamp() THEN excluded.expires_at ELSE k.expires_at END
 		RETURNING k.value
 	)
-	SELECT value FROM cur UNION ALL SELECT value FROM ins`
+	SELECT value, 0::bigint FROM cur
+	UNION ALL SELECT value, (extract(epoch FROM statement_timestamp()) * 1000000)::bigint FROM ins`
 	s.getSQL = `SELECT value FROM ` + t + ` WHERE key = $1::bytea AND expires_at > statement_timestamp()`
 	s.completeSQL = `UPDATE ` + t + ` SET value = $3::bytea, expires_at = statement_timestamp() + $4::bigint * interval '1 microsecond'
 		WHERE key = $1::bytea AND value = $2::bytea AND expires_at > statement_timestamp()`
@@ -338,30 +352,52 @@ func opError(op, key string, err error) error {
 // concurrent claims of an absent (or expired) key succeeds, in this process
 // or any other sharing the table.
 func (s *Store) Claim(ctx context.Context, key string, claim *idemhook.Record, lease time.Duration) (*idemhook.Record, error) {
+	existing, _, err := s.ClaimFenced(ctx, key, claim, lease)
+	return existing, err
+}
+
+// ClaimFenced is [Store.Claim], the same statement, and when the claim was
+// stored it also returns its fence ([idemhook.FencingStore]): the
+// database's clock at the statement (statement_timestamp()) in Unix
+// microseconds, the clock expiry is judged by. Every instance sharing the
+// table reads that one clock, so the fences of a key's claims increase
+// whichever instance made them. A claim that takes over a lapsed lease
+// gets a larger fence than the lapsed claim's even when the database's
+// clock stepped back, unless it stepped back by more than the lease while
+// that claim ran: it takes the row over only once the clock has passed the
+// lease's end. A claim of a key with no row (new, released, deleted or
+// swept) reads the clock as it is: after the clock stepped back, its fence
+// may be smaller than that of a claim made before the step. It is 0 when
+// key holds a live record.
+func (s *Store) ClaimFenced(ctx context.Context, key string, claim *idemhook.Record, lease time.Duration) (*idemhook.Record, uint64, error) {
 	us, err := micros("claim", lease)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	value, err := encode("claim", claim)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	var got []byte
+	var (
+		got   []byte
+		fence int64
+	)
 	if s.batcher != nil {
-		o := &op{ctx: ctx, key: []byte(key), sql: s.claimSQL, query: true}
+		o := &op{ctx: ctx, key: []byte(key), sql: s.claimSQL, query: true, fenced: true}
 		o.args = []any{o.key, value, us}
 		s.batcher.do(o)
-		got, err = o.value, o.err
+		got, fence, err = o.value, o.fence, o.err
 	} else {
-		err = s.pool.QueryRow(ctx, s.claimSQL, []byte(key), value, us).Scan(&got)
+		err = s.pool.QueryRow(ctx, s.claimSQL, []byte(key), value, us).Scan(&got, &fence)
 	}
 	if err != nil {
-		return nil, opError("claim", key, err)
+		return nil, 0, opError("claim", key, err)
 	}
 	if bytes.Equal(got, value) {
-		return nil, nil // the claim itself: stored
+		return nil, uint64(max(fence, 1)), nil // the claim itself: stored
 	}
-	return decode(key, got)
+	existing, err := decode(key, got)
+	return existing, 0, err
 }
 
 // Complete replaces the pending claim under key with done, kept for ttl. It

@@ -399,6 +399,37 @@ func TestExpiryOnTheDatabaseClock(t *testing.T) {
 	}
 }
 
+// TestFenceIsTheDatabaseClock checks that a claim's fence is the database's
+// clock in microseconds at the claim, whatever the process's clock says,
+// on both paths: every gateway sharing the table reads the same clock.
+func TestFenceIsTheDatabaseClock(t *testing.T) {
+	pool := pgtest.Pool(t)
+	for _, batch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batch=%t", batch), func(t *testing.T) {
+			st := newStore(t, pool, pgstore.Config{Batch: batch})
+			ctx := t.Context()
+			dbNow := func() uint64 {
+				var us int64
+				if err := pool.QueryRow(ctx, `SELECT (extract(epoch FROM clock_timestamp()) * 1e6)::bigint`).Scan(&us); err != nil {
+					t.Fatal(err)
+				}
+				return uint64(us)
+			}
+			// CreatedAt from a clock two hours ahead, as a skewed gateway sets it.
+			claim := &idemhook.Record{State: idemhook.StatePending, Token: "skewed", CreatedAt: time.Now().Add(2 * time.Hour)}
+			before := dbNow()
+			existing, fence, err := st.ClaimFenced(ctx, "k", claim, time.Minute)
+			after := dbNow()
+			if err != nil || existing != nil {
+				t.Fatalf("ClaimFenced = %v, %v", existing, err)
+			}
+			if fence < before || fence > after {
+				t.Fatalf("fence %d; want the database's clock at the claim, between %d and %d", fence, before, after)
+			}
+		})
+	}
+}
+
 // TestBatchOneRejected checks that, with Config.Batch, a statement the
 // server rejects fails alone. The claims sent with it still succeed.
 func TestBatchOneRejected(t *testing.T) {

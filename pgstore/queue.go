@@ -49,6 +49,16 @@ import (
 //   - Extend and Settle match (id, state running, attempt). When that
 //     matches no row the attempt is superseded; Settle still records it.
 //
+// # Fences
+//
+// Each attempt also gets a fence for the backend ([queue.Event.Fence]), kept
+// in the event's fence column: Accept stores the fence of the key's claim
+// ([Store.ClaimFenced]), and each Claim sets it to the database's clock in
+// microseconds, or to one more than the event's last fence when the clock
+// has not passed it. So an event's fences increase whatever the clocks of
+// the gateways and of the database do, and its first attempt's is larger
+// than the fence of the claim the key was claimed with.
+//
 // # Ordered groups
 //
 // An ordered event is due only while it is its group's head: the smallest
@@ -183,6 +193,7 @@ func queueDDL(ev, at, rt pgx.Identifier) []string {
 	state       smallint    NOT NULL DEFAULT 0,   -- 0 queued, 1 running, 2 dead (delivered rows are deleted)
 	head        boolean     NOT NULL,             -- unordered, or the oldest event of its group still here
 	attempt     integer     NOT NULL DEFAULT 0,   -- attempts started; with id, the fencing token
+	fence       bigint      NOT NULL DEFAULT 0,   -- the last attempt's fence for the backend (at first the key's claim's)
 	base        integer     NOT NULL DEFAULT 0,   -- attempt at the last redrive
 	next_at     timestamptz NOT NULL,             -- queued: when it is due
 	lease_until timestamptz,                      -- running: when the lease ends
@@ -231,7 +242,7 @@ func (s *Store) Queue(ctx context.Context) (*Queue, error) {
 	q.prepareAcceptSQL()
 	if s.skipCreate {
 		checks := []string{
-			`SELECT id, route, store_key, order_key, state, head, attempt, base, next_at, lease_until, lease_by, received_at, since, reason, request FROM ` + q.events + ` WHERE false`,
+			`SELECT id, route, store_key, order_key, state, head, attempt, fence, base, next_at, lease_until, lease_by, received_at, since, reason, request FROM ` + q.events + ` WHERE false`,
 			`SELECT event_id, attempt, started_at, latency_us, status, error, body_head, worker FROM ` + q.attempts + ` WHERE false`,
 			`SELECT route, paused_at FROM ` + q.routes + ` WHERE false`,
 		}
@@ -242,10 +253,22 @@ func (s *Store) Queue(ctx context.Context) (*Queue, error) {
 		}
 		return q, nil
 	}
-	if err := pgschema.Create(ctx, s.pool, "pgstore", ev, queueDDL(ev, at, rt)); err != nil {
+	if err := pgschema.Create(ctx, s.pool, "pgstore", ev, append(queueDDL(ev, at, rt), queueUpgrade(ev))); err != nil {
 		return nil, fmt.Errorf("pgstore: Queue: %w", err)
 	}
 	return q, nil
+}
+
+// queueUpgrade adds the fence column to an events table created before it
+// existed. It looks before it alters, so that a start finding the column
+// takes no lock that would hold back the other gateways' claims.
+func queueUpgrade(ev pgx.Identifier) string {
+	e := ev.Sanitize() // letters, digits, underscores and quotes: safe in a literal
+	return `DO $$ BEGIN
+	IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '` + e + `'::regclass AND attname = 'fence' AND NOT attisdropped) THEN
+		ALTER TABLE ` + e + ` ADD COLUMN fence bigint NOT NULL DEFAULT 0;
+	END IF;
+END $$`
 }
 
 func (q *Queue) errorf(op string, err error) error {
@@ -334,7 +357,7 @@ func (q *Queue) acceptBatched(ctx context.Context, c queue.Completion, ev *queue
 		return 0, err
 	}
 	o := &op{ctx: ctx, key: []byte(c.Key), sql: q.acceptSQL, query: true}
-	o.args = []any{o.key, old, value, us, ev.Route, ev.ReceivedAt, since, request, ev.Lease.Microseconds(), nullText(ev.Worker), []byte(ev.Key)}
+	o.args = []any{o.key, old, value, us, ev.Route, ev.ReceivedAt, since, request, ev.Lease.Microseconds(), nullText(ev.Worker), []byte(ev.Key), fenceArg(ev.Fence)}
 	q.s.batcher.do(o)
 	if o.err != nil {
 		return 0, o.err
@@ -368,17 +391,21 @@ func (q *Queue) acceptTx(ctx context.Context, c queue.Completion, ev *queue.Even
 		// With a lease, the event is running its first attempt (see
 		// queue.Event.Lease).
 		return tx.QueryRow(ctx, `INSERT INTO `+q.events+` (route, store_key, order_key, head, next_at, received_at, since, request,
-				state, attempt, lease_until, lease_by)
+				state, attempt, lease_until, lease_by, fence)
 			SELECT $1, $2, $3::bytea, $3::bytea IS NULL OR NOT EXISTS (
 				SELECT 1 FROM `+q.events+` g WHERE g.route = $1 AND g.order_key = $3::bytea),
 				now(), $4, $5, $6,
 				CASE WHEN $7::bigint > 0 THEN 1 ELSE 0 END, CASE WHEN $7::bigint > 0 THEN 1 ELSE 0 END,
-				CASE WHEN $7::bigint > 0 THEN now() + $7::bigint * interval '1 microsecond' END, $8::text
+				CASE WHEN $7::bigint > 0 THEN now() + $7::bigint * interval '1 microsecond' END, $8::text, $9::bigint
 			RETURNING id`,
-			ev.Route, []byte(ev.Key), order, ev.ReceivedAt, since, request, ev.Lease.Microseconds(), nullText(ev.Worker)).Scan(&id)
+			ev.Route, []byte(ev.Key), order, ev.ReceivedAt, since, request, ev.Lease.Microseconds(), nullText(ev.Worker), fenceArg(ev.Fence)).Scan(&id)
 	})
 	return id, err
 }
+
+// fenceArg is a fence as the bigint column holds it. Fences are
+// microseconds since 1970: they fit.
+func fenceArg(f uint64) int64 { return int64(min(f, 1<<63-1)) }
 
 // nullText is s, or NULL when it is empty.
 func nullText(s string) any {
@@ -414,9 +441,10 @@ func (q *Queue) Claim(ctx context.Context, route string, max int, lease time.Dur
 		FOR NO KEY UPDATE SKIP LOCKED
 	)
 	UPDATE ` + q.events + ` q SET state = 1, attempt = q.attempt + 1,
-		lease_until = now() + $3::bigint * interval '1 microsecond', lease_by = $4
+		lease_until = now() + $3::bigint * interval '1 microsecond', lease_by = $4,
+		fence = greatest(q.fence + 1, (extract(epoch FROM now()) * 1000000)::bigint)
 	FROM due WHERE q.id = due.id
-	RETURNING q.id, q.store_key, q.order_key, q.request, q.received_at, q.attempt, q.base, q.since`
+	RETURNING q.id, q.store_key, q.order_key, q.request, q.received_at, q.attempt, q.base, q.since, q.fence`
 	rows, err := q.s.pool.Query(ctx, sql, route, max, us, worker)
 	if err != nil {
 		return nil, q.errorf("claim", err)
@@ -428,13 +456,14 @@ func (q *Queue) Claim(ctx context.Context, route string, max int, lease time.Dur
 			key, order    []byte
 			request       []byte
 			attempt, base int32
+			fence         int64
 		)
-		if err := rows.Scan(&ev.ID, &key, &order, &request, &ev.ReceivedAt, &attempt, &base, &ev.Since); err != nil {
+		if err := rows.Scan(&ev.ID, &key, &order, &request, &ev.ReceivedAt, &attempt, &base, &ev.Since, &fence); err != nil {
 			rows.Close()
 			return nil, q.errorf("claim", err)
 		}
 		ev.Route, ev.Key, ev.OrderKey = route, string(key), string(order)
-		ev.Attempt, ev.Base = int(attempt), int(base)
+		ev.Attempt, ev.Base, ev.Fence = int(attempt), int(base), uint64(fence)
 		if err := queue.DecodeRequest(request, &ev); err != nil {
 			rows.Close()
 			// The claim committed: the event's lease ends and it is

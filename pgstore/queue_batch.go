@@ -36,9 +36,9 @@ import (
 // microseconds (those four are completeSQL's, in its order), $5 the route,
 // $6 the received time, $7 since, $8 the encoded request, $9 the lease in
 // microseconds (0: queued), $10 the worker holding it (NULL without a
-// lease), $11 the event's store key. The UPDATE is completeSQL's
-// compare-and-set; the INSERT is acceptTx's, for an unordered event (its
-// own head). The statement yields one row: the event's id as 8 big-endian
+// lease), $11 the event's store key, $12 its fence (the claim's). The
+// UPDATE is completeSQL's compare-and-set; the INSERT is acceptTx's, for an
+// unordered event (its own head). The statement yields one row: the event's id as 8 big-endian
 // bytes (int8send), or NULL when the claim is no longer held.
 func (q *Queue) prepareAcceptSQL() {
 	keys := q.s.ident
@@ -48,10 +48,10 @@ func (q *Queue) prepareAcceptSQL() {
 		RETURNING 1
 	), ins AS (
 		INSERT INTO ` + q.events + ` (route, store_key, order_key, head, next_at, received_at, since, request,
-			state, attempt, lease_until, lease_by)
+			state, attempt, lease_until, lease_by, fence)
 		SELECT $5::text, $11::bytea, NULL, true, now(), $6::timestamptz, $7::timestamptz, $8::bytea,
 			CASE WHEN $9::bigint > 0 THEN 1 ELSE 0 END, CASE WHEN $9::bigint > 0 THEN 1 ELSE 0 END,
-			CASE WHEN $9::bigint > 0 THEN now() + $9::bigint * interval '1 microsecond' END, $10::text
+			CASE WHEN $9::bigint > 0 THEN now() + $9::bigint * interval '1 microsecond' END, $10::text, $12::bigint
 		FROM c
 		RETURNING id
 	)

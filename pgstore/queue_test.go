@@ -352,6 +352,27 @@ func TestQueueSchemaIsWhatQueueCreates(t *testing.T) {
 	}
 }
 
+// TestQueueAddsTheFenceColumn opens the queue on tables made before events
+// had a fence: the column is added, and the events carry fences from then
+// on.
+func TestQueueAddsTheFenceColumn(t *testing.T) {
+	pool := pgtest.Pool(t)
+	s, _ := newQueue(t, pool, pgstore.Config{})
+	events := pgx.Identifier{s.Table() + "_queue"}.Sanitize()
+	if _, err := pool.Exec(t.Context(), `ALTER TABLE `+events+` DROP COLUMN fence`); err != nil {
+		t.Fatal(err)
+	}
+	q, err := s.Queue(t.Context())
+	if err != nil {
+		t.Fatalf("Queue on tables without the fence column: %v", err)
+	}
+	route := "fence-" + strings.ToLower(rand.Text()[:8])
+	ev := accept(t, s, q, route, "")
+	if evs, err := q.Claim(t.Context(), route, 1, time.Minute, "w"); err != nil || len(evs) != 1 || evs[0].ID != ev.ID || evs[0].Fence == 0 {
+		t.Fatalf("Claim = %+v, %v; want the event with a fence", evs, err)
+	}
+}
+
 // TestQueueGroupHeadRace delivers a group's only event while the group's
 // next event is accepted, many times over: whichever commits first, the
 // new event must become the group's head and be claimable, or the group

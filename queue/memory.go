@@ -7,12 +7,15 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/fence"
 )
 
 // Memory is an [Engine] in this process's memory, over any idemhook.Store:
 // for tests, the demo and a gateway on the memory store. A restart loses
 // what it holds, so its accept step is atomic only within the process:
-// Accept completes the claim in the store, then appends.
+// Accept completes the claim in the store, then appends. An attempt's
+// fence is this process's clock (as the middleware's fences on a store
+// without a clock of its own), and above the event's last fence.
 type Memory struct {
 	store idemhook.Store
 	now   func() time.Time
@@ -112,6 +115,11 @@ func (m *Memory) Claim(ctx context.Context, route string, max int, lease time.Du
 		}
 		e.state, e.nextAt, e.worker = Running, now.Add(lease), worker
 		e.ev.Attempt++
+		if f := fence.Next(); f > e.ev.Fence {
+			e.ev.Fence = f
+		} else {
+			e.ev.Fence++ // the event's last fence came from another clock (the store's) and is ahead
+		}
 		ev := e.ev
 		ev.Header = e.ev.Header.Clone()
 		ev.Body = slices.Clone(e.ev.Body)

@@ -80,6 +80,18 @@ type Event struct {
 	// just started: 1 for the first. It never decreases, redrives included,
 	// and with ID it is the attempt's fencing token.
 	Attempt int
+	// Fence is the attempt's fencing token for the backend, which the
+	// gateway sends it as Idempotent-Fence: a number larger for every later
+	// attempt of the event, on whichever process makes it, so that a
+	// backend that records the largest it has seen can refuse the late work
+	// of an attempt another has superseded. Claim sets it. Accept keeps the
+	// one it is given, the fence of the key's claim (idemhook.Delivery.Fence):
+	// an event accepted running makes its first attempt with it, and every
+	// later attempt gets a larger one, so that the attempts of one key never
+	// carry a smaller fence than an earlier one, the first attempt of a
+	// respond_within route (sent before the event is kept) included. 0: the
+	// engine gives none.
+	Fence uint64
 	// Base is the value of Attempt when the event was last redriven (0
 	// before): the route's attempt limit counts the attempts after it.
 	Base int

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemhook/idemhook/internal/fence"
 	"github.com/idemhook/idemhook/queue"
 )
 
@@ -26,6 +27,7 @@ CREATE TABLE IF NOT EXISTS idem_queue (
 	state       INTEGER NOT NULL,    -- 0 queued, 1 running, 2 dead; delivered rows are deleted
 	attempt     INTEGER NOT NULL DEFAULT 0, -- attempts started; with id, the fencing token
 	base        INTEGER NOT NULL DEFAULT 0, -- attempt at the last redrive
+	fence       INTEGER NOT NULL DEFAULT 0, -- the last attempt's fence for the backend (at first the key's claim's)
 	since       INTEGER NOT NULL,    -- received, or the last redrive: the maximum age counts from here
 	next_at     INTEGER NOT NULL,    -- queued: when due; running: when the lease ends
 	lease_by    TEXT,
@@ -77,7 +79,7 @@ var (
 	// as many rows as it takes however many are due: the running ones whose
 	// lease has ended, then the queued ones. An ordered event is due only
 	// as its group's head.
-	writeSQL2 = prepared(`UPDATE idem_queue SET state = 1, attempt = attempt + 1, next_at = ?3, lease_by = ?4
+	writeSQL2 = prepared(`UPDATE idem_queue SET state = 1, attempt = attempt + 1, next_at = ?3, lease_by = ?4, fence = max(fence + 1, ?6)
 			WHERE id IN (
 				SELECT id FROM (SELECT q.id FROM idem_queue q
 					WHERE q.route = ?1 AND q.state = 1 AND q.next_at <= ?2 AND (q.order_key IS NULL OR NOT EXISTS (
@@ -89,7 +91,7 @@ var (
 						SELECT 1 FROM idem_queue h WHERE h.route = ?1 AND h.order_key = q.order_key AND h.id < q.id))
 					ORDER BY q.next_at LIMIT ?5)
 				LIMIT ?5)
-			RETURNING id, key, order_key, attempt, base, since, received_at, request`)
+			RETURNING id, key, order_key, attempt, base, since, received_at, request, fence`)
 	writeSQL3 = prepared(`UPDATE idem_queue SET next_at = ?3 WHERE id = ?1 AND state = 1 AND attempt = ?2`)
 	writeSQL4 = prepared(`DELETE FROM idem_queue` + fenceSQL)
 	writeSQL5 = prepared(`UPDATE idem_queue SET state = 0, next_at = ?3, lease_by = NULL, last_status = ?4, last_error = ?5` + fenceSQL)
@@ -176,6 +178,9 @@ func (s *Store) Queue(ctx context.Context) (*Queue, error) {
 		if _, err := tx.ExecContext(ctx, queueSchema); err != nil {
 			return 0, err
 		}
+		if err := addFenceColumn(ctx, tx); err != nil {
+			return 0, err
+		}
 		if _, held := s.mode.(*heldStore); held {
 			if _, err := tx.ExecContext(ctx, `UPDATE idem_queue SET state = 0, next_at = ?1, lease_by = NULL WHERE state = 1`, f.nowMillis()); err != nil {
 				return 0, err
@@ -185,8 +190,8 @@ func (s *Store) Queue(ctx context.Context) (*Queue, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("sqlitestore: Queue: %w", err)
 	}
-	insert, err := f.db.PrepareContext(ctx, `INSERT INTO idem_queue (route, key, order_key, state, attempt, lease_by, since, next_at, received_at, request)
-		VALUES (?1, ?2, ?3, ?7, ?7, ?8, ?4, ?9, ?5, ?6)`)
+	insert, err := f.db.PrepareContext(ctx, `INSERT INTO idem_queue (route, key, order_key, state, attempt, lease_by, since, next_at, received_at, request, fence)
+		VALUES (?1, ?2, ?3, ?7, ?7, ?8, ?4, ?9, ?5, ?6, ?10)`)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: Queue: %w", err)
 	}
@@ -208,6 +213,21 @@ func (s *Store) Queue(ctx context.Context) (*Queue, error) {
 	s.onClose(closeAll)
 	return q, nil
 }
+
+// addFenceColumn adds the fence column to an idem_queue made before it
+// existed.
+func addFenceColumn(ctx context.Context, tx *sql.Tx) error {
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('idem_queue') WHERE name = 'fence'`).Scan(&n); err != nil || n > 0 {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, `ALTER TABLE idem_queue ADD COLUMN fence INTEGER NOT NULL DEFAULT 0`)
+	return err
+}
+
+// fenceArg is a fence as the INTEGER column holds it. Fences are
+// microseconds since 1970: they fit.
+func fenceArg(f uint64) int64 { return int64(min(f, 1<<63-1)) }
 
 func ms(t time.Time) int64 { return t.UnixMilli() }
 
@@ -257,7 +277,7 @@ func (q *Queue) Accept(ctx context.Context, c queue.Completion, ev *queue.Event)
 			running, nextAt = 1, q.f.nowMillis()+ev.Lease.Milliseconds()
 		}
 		res, err := tx.StmtContext(ctx, q.insert).ExecContext(ctx,
-			ev.Route, ev.Key, nullString(ev.OrderKey), ms(since), ms(ev.ReceivedAt), req, running, nullString(ev.Worker), nextAt)
+			ev.Route, ev.Key, nullString(ev.OrderKey), ms(since), ms(ev.ReceivedAt), req, running, nullString(ev.Worker), nextAt, fenceArg(ev.Fence))
 		if err != nil {
 			return err
 		}
@@ -274,7 +294,11 @@ func (q *Queue) Accept(ctx context.Context, c queue.Completion, ev *queue.Event)
 	return nil
 }
 
-// Claim implements [queue.Engine].
+// Claim implements [queue.Engine]. An attempt's fence is this process's
+// clock, as the fences the middleware gives claims of this store (one
+// process holds the file, or processes of one machine share it: one
+// clock), or one more than the event's last fence (at first the claim's,
+// stored by Accept) when the clock has not passed it.
 func (q *Queue) Claim(ctx context.Context, route string, max int, lease time.Duration, worker string) ([]*queue.Event, error) {
 	if max <= 0 {
 		return nil, nil
@@ -296,7 +320,7 @@ func (q *Queue) Claim(ctx context.Context, route string, max int, lease time.Dur
 		// first max of them by id. An ordered event is due only as its
 		// group's head.
 		rows, err := q.query(ctx, tx, writeSQL2,
-			route, now, now+lease.Milliseconds(), worker, max)
+			route, now, now+lease.Milliseconds(), worker, max, fenceArg(fence.Next()))
 		if err != nil {
 			return 0, err
 		}
@@ -306,10 +330,11 @@ func (q *Queue) Claim(ctx context.Context, route string, max int, lease time.Dur
 			var order sql.NullString
 			var since, received sql.NullInt64
 			var req []byte
-			if err := rows.Scan(&ev.ID, &ev.Key, &order, &ev.Attempt, &ev.Base, &since, &received, &req); err != nil {
+			var f int64
+			if err := rows.Scan(&ev.ID, &ev.Key, &order, &ev.Attempt, &ev.Base, &since, &received, &req, &f); err != nil {
 				return 0, err
 			}
-			ev.OrderKey, ev.Since, ev.ReceivedAt = order.String, fromMs(since), fromMs(received)
+			ev.OrderKey, ev.Since, ev.ReceivedAt, ev.Fence = order.String, fromMs(since), fromMs(received), uint64(f)
 			if err := queue.DecodeRequest(req, ev); err != nil {
 				return 0, fmt.Errorf("event %d: %w", ev.ID, err)
 			}

@@ -104,3 +104,24 @@ func TestQueueRequeuesRunningAtStart(t *testing.T) {
 		t.Fatalf("Claim after restart = %+v, %v; want the event at attempt 2, without waiting out the lease", evs, err)
 	}
 }
+
+// A file whose queue was made before events had a fence gets the column
+// when the queue opens, and its events carry fences from then on.
+func TestQueueAddsTheFenceColumn(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "idemhook.db")
+	db := openDB(t, path)
+	s := newStore(t, db, sqlitestore.Config{})
+	openQueue(t, s)
+	if _, err := db.Exec(`ALTER TABLE idem_queue DROP COLUMN fence`); err != nil {
+		t.Fatal(err)
+	}
+	q := openQueue(t, s)
+	ev, err := acceptOne(t, s, q, "idem:t:fence")
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := q.Claim(t.Context(), "r", 1, time.Minute, "w")
+	if err != nil || len(evs) != 1 || evs[0].ID != ev.ID || evs[0].Fence == 0 {
+		t.Fatalf("Claim = %+v, %v; want the event with a fence", evs, err)
+	}
+}

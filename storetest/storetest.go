@@ -13,6 +13,9 @@
 // claims, the owner-only (compare-and-set) Complete, Release and Extend,
 // exact round trips of completed records, lease and TTL expiry, large bodies,
 // unusual keys, canceled contexts and races between the steps of one claim.
+// For a store that implements [idemhook.FencingStore] it checks that the
+// fences of a key's claims increase, a take-over of a lapsed lease
+// included.
 //
 // Contexts: a call made with a context that is already canceled must fail
 // with an error for which errors.Is(err, context.Canceled) holds, and must
@@ -115,6 +118,8 @@ func Run(t *testing.T, h Harness) {
 		{"OddKeys", s.oddKeys},
 		{"CanceledContext", s.canceledContext},
 		{"Race/CompleteReleaseExtend", s.raceSteps},
+		{"Fence/Increases", s.fenceIncreases},
+		{"Fence/Concurrent", s.fenceConcurrent},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -770,6 +775,7 @@ func (s *suite) expiry(t *testing.T) {
 		t.Run("ConcurrentClaimAfterLease", s.realConcurrentClaimAfterLease)
 		t.Run("TTL", s.realTTL)
 		t.Run("ExtendRenews", s.realExtend)
+		t.Run("FenceAfterLease", s.realFenceAfterLease)
 		return
 	}
 	// Sequential: each of these moves the shared clock.
@@ -780,6 +786,7 @@ func (s *suite) expiry(t *testing.T) {
 	t.Run("CompleteReplacesLease", s.fakeCompleteReplacesLease)
 	t.Run("ExtendRenews", s.fakeExtend)
 	t.Run("ExtendCanShorten", s.fakeExtendShorten)
+	t.Run("FenceAfterLease", s.fakeFenceAfterLease)
 }
 
 func (s *suite) fakeLease(t *testing.T) {
@@ -967,4 +974,143 @@ func (s *suite) realExtend(t *testing.T) {
 	done := newDone(claim)
 	s.mustComplete(t, st, key, claim, done, longLease)
 	wantRecord(t, st, key, done)
+}
+
+// fencing returns st as a FencingStore, or skips t when it is not one.
+func fencing(t *testing.T, st idemhook.Store) idemhook.FencingStore {
+	t.Helper()
+	fs, ok := st.(idemhook.FencingStore)
+	if !ok {
+		t.Skipf("%T does not implement idemhook.FencingStore (the middleware takes its fences from the process's clock)", st)
+	}
+	return fs
+}
+
+// mustClaimFenced claims key with claim and returns the claim's fence,
+// which must not be 0.
+func mustClaimFenced(t testing.TB, st idemhook.FencingStore, key string, claim *idemhook.Record, lease time.Duration) uint64 {
+	t.Helper()
+	existing, fence, err := st.ClaimFenced(t.Context(), key, claim, lease)
+	if err != nil {
+		t.Fatalf("ClaimFenced(%q): %v", key, err)
+	}
+	if existing != nil {
+		t.Fatalf("ClaimFenced(%q) on an absent key: got existing %s, want nil (claim stored)", key, Describe(existing))
+	}
+	if fence == 0 {
+		t.Fatalf("ClaimFenced(%q) stored the claim with fence 0", key)
+	}
+	return fence
+}
+
+// wantNoFence fails t unless a ClaimFenced of key returns want, the record
+// the key holds, and fence 0.
+func wantNoFence(t testing.TB, st idemhook.FencingStore, what, key string, want *idemhook.Record) {
+	t.Helper()
+	existing, fence, err := st.ClaimFenced(t.Context(), key, newClaim(), longLease)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if d := Diff(existing, want); d != "" {
+		t.Fatalf("%s must return the record the key holds:\n%s", what, d)
+	}
+	if fence != 0 {
+		t.Fatalf("%s returned fence %d with the record in the way; want 0", what, fence)
+	}
+}
+
+// The fences of a key's successive claims increase: after a release, after
+// a delete. A claim that finds a record gets none.
+func (s *suite) fenceIncreases(t *testing.T) {
+	st := fencing(t, s.store(t))
+	key, first := newKey(), newClaim()
+	f1 := mustClaimFenced(t, st, key, first, longLease)
+	wantNoFence(t, st, "ClaimFenced of a pending key", key, first)
+	if err := st.Release(t.Context(), key, first); err != nil {
+		t.Fatalf("Release by the owner: %v", err)
+	}
+	second := newClaim()
+	f2 := mustClaimFenced(t, st, key, second, longLease)
+	done := newDone(second)
+	s.mustComplete(t, st, key, second, done, longLease)
+	wantNoFence(t, st, "ClaimFenced of a completed key", key, done)
+	if _, err := st.Delete(t.Context(), key); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	f3 := mustClaimFenced(t, st, key, newClaim(), longLease)
+	if !(f1 < f2 && f2 < f3) {
+		t.Fatalf("fences of successive claims: %d, after a release %d, after a delete %d; want them increasing", f1, f2, f3)
+	}
+}
+
+// Of racers claiming one key at once, the one that wins gets a fence and
+// the others none.
+func (s *suite) fenceConcurrent(t *testing.T) {
+	st := fencing(t, s.store(t))
+	key := newKey()
+	fences := make([]uint64, racers)
+	errs := make([]error, racers)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range racers {
+		wg.Go(func() {
+			<-start
+			var existing *idemhook.Record
+			existing, fences[i], errs[i] = st.ClaimFenced(t.Context(), key, newClaim(), longLease)
+			if errs[i] == nil && existing == nil && fences[i] == 0 {
+				errs[i] = errors.New("stored the claim with fence 0")
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	fenced := 0
+	for i := range racers {
+		if errs[i] != nil {
+			t.Fatalf("ClaimFenced by racer %d: %v", i, errs[i])
+		}
+		if fences[i] != 0 {
+			fenced++
+		}
+	}
+	if fenced != 1 {
+		t.Fatalf("%d goroutines claimed one key at once: %d got a fence, want exactly 1", racers, fenced)
+	}
+}
+
+// A claim that takes over a lapsed lease gets a larger fence than the
+// lapsed claim.
+func (s *suite) realFenceAfterLease(t *testing.T) {
+	t.Parallel()
+	st := fencing(t, s.store(t))
+	key := newKey()
+	lapsed := mustClaimFenced(t, st, key, newClaim(), shortLife)
+	deadline := time.Now().Add(RealTimeDeadline)
+	for {
+		existing, fence, err := st.ClaimFenced(t.Context(), key, newClaim(), longLease)
+		if err != nil {
+			t.Fatalf("ClaimFenced(%q): %v", key, err)
+		}
+		if existing == nil {
+			if fence <= lapsed {
+				t.Fatalf("the claim that took over a lapsed lease has fence %d; want more than the lapsed claim's %d", fence, lapsed)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ClaimFenced(%q) still finds %s %v after its lifetime of %v", key, Describe(existing), RealTimeDeadline, shortLife)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (s *suite) fakeFenceAfterLease(t *testing.T) {
+	st := fencing(t, s.store(t))
+	key := newKey()
+	const lease = 10 * time.Second
+	lapsed := mustClaimFenced(t, st, key, newClaim(), lease)
+	s.h.Advance(lease + time.Second)
+	if fence := mustClaimFenced(t, st, key, newClaim(), longLease); fence <= lapsed {
+		t.Fatalf("the claim that took over a lapsed lease has fence %d; want more than the lapsed claim's %d", fence, lapsed)
+	}
 }

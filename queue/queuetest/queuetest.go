@@ -55,6 +55,7 @@ func Run(t *testing.T, h Harness) {
 		{"AttemptsKept", testAttemptsKept},
 		{"ListPages", testListPages},
 		{"ConcurrentClaims", testConcurrentClaims},
+		{"Fences", testFences},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -531,5 +532,52 @@ func testAcceptRunning(t *testing.T, s *suite) {
 	}
 	if err := s.settle(again, queue.Delivered, time.Time{}, ""); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Every attempt of an event carries a larger fence than the one before it,
+// and the first a larger one than the fence of the key's claim, given to
+// Accept: an event accepted running makes attempt 1 with the claim's fence
+// (a respond_within route's first attempt), a lapsed lease's next attempt
+// and a retry get larger ones. A claim's fence ahead of the engine's clock
+// (another clock made it) is a floor all the same.
+func testFences(t *testing.T, s *suite) {
+	for _, tt := range []struct {
+		name  string
+		ahead time.Duration // how far ahead of the clock the claim's fence is
+	}{{"claim's fence", 0}, {"claim's fence an hour ahead", time.Hour}} {
+		t.Run(tt.name, func(t *testing.T) {
+			key := "idem:queuetest:" + randHex(8)
+			claim := &idemhook.Record{State: idemhook.StatePending, Token: randHex(8), CreatedAt: time.Now()}
+			if existing, err := s.st.Claim(ctx(t), key, claim, time.Minute); err != nil || existing != nil {
+				t.Fatalf("Claim(%s) = %v, %v; want a new claim", key, existing, err)
+			}
+			claimed := uint64(time.Now().Add(tt.ahead).UnixMicro())
+			done := &idemhook.Record{State: idemhook.StateCompleted, CreatedAt: time.Now(), Status: http.StatusAccepted}
+			ev := &queue.Event{Route: s.route, Key: key, Method: "POST", Target: "/", ReceivedAt: time.Now(),
+				Lease: lease, Worker: "hybrid", Fence: claimed}
+			if err := s.eng.Accept(ctx(t), queue.Completion{Key: key, Claim: claim, Done: done, TTL: time.Hour}, ev); err != nil {
+				t.Fatal(err)
+			}
+			if ev.Attempt != 1 || ev.Fence != claimed {
+				t.Fatalf("accepted running: attempt %d fence %d; want attempt 1 with the claim's fence %d", ev.Attempt, ev.Fence, claimed)
+			}
+			lapsed := s.waitClaim(lease) // attempt 2, once attempt 1's lease lapsed
+			if lapsed.ID != ev.ID || lapsed.Attempt != 2 || lapsed.Fence <= claimed {
+				t.Fatalf("after the lease lapsed: event %d attempt %d fence %d; want attempt 2 of event %d with a fence above %d",
+					lapsed.ID, lapsed.Attempt, lapsed.Fence, ev.ID, claimed)
+			}
+			if err := s.settle(lapsed, queue.Retry, time.Now(), ""); err != nil {
+				t.Fatal(err)
+			}
+			retry := s.waitClaim(time.Minute)
+			if retry.ID != ev.ID || retry.Attempt != 3 || retry.Fence <= lapsed.Fence {
+				t.Fatalf("the retry: event %d attempt %d fence %d; want attempt 3 of event %d with a fence above %d",
+					retry.ID, retry.Attempt, retry.Fence, ev.ID, lapsed.Fence)
+			}
+			if err := s.settle(retry, queue.Delivered, time.Time{}, ""); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
