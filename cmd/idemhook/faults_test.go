@@ -57,6 +57,7 @@ func TestFaultSuite(t *testing.T) {
 		{"PostgreSQL restarted (on_store_error: closed)", func(t *testing.T) faultRow { return faultPostgres(t, "closed") }},
 		{"PostgreSQL restarted (on_store_error: open)", func(t *testing.T) faultRow { return faultPostgres(t, "open") }},
 		{"flood of 5MiB bodies under a 512MiB limit", faultFlood},
+		{"a gateway frozen past its lease (SIGSTOP, PostgreSQL)", faultStall},
 	}
 	for _, sc := range scenarios {
 		if time.Since(start) > *faultsBudget {
@@ -233,5 +234,19 @@ func faultFlood(t *testing.T) faultRow {
 		Sent: fmt.Sprintf("%d events of 5MiB, %d requests (%d answered 503, %d cut mid-body)", f.Events, f.Sent, f.Refused503, f.ConnErrors),
 		Ran:  f.Ran, Lost: f.Lost, Twice: f.RanTwice, PeakRSS: f.PeakRSS,
 		Note: fmt.Sprintf("limit %d MiB (GOMEMLIMIT and a cgroup), %d OOM kills", f.Limit>>20, f.CgroupOOMKills),
+	}
+}
+
+// faultStall: gateway A is frozen (SIGSTOP) while the backend runs its
+// request; the retry goes to gateway B on the same PostgreSQL, which takes
+// the lapsed claim over with a larger fence. The backend is called twice
+// (by design: A's call was under way) and commits the effect once,
+// refusing A's late commit by its fence.
+func faultStall(t *testing.T) faultRow {
+	calls, committed, refused := frozenGateway(t)
+	return faultRow{
+		Sent: "1 event, 3 deliveries (to A, to B, then to both)",
+		Ran:  int(calls), Twice: max(len(committed)-1, 0),
+		Note: fmt.Sprintf("backend called %d times, effect committed %d, stale commit refused by its fence %d", calls, len(committed), len(refused)),
 	}
 }

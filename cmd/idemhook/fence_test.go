@@ -149,7 +149,12 @@ func deliver(c *http.Client, url, id string) answer {
 // its fence is lower. The effect is committed once, A's refusal is not
 // stored over B's answer, and every re-delivery, to either gateway,
 // replays B's answer.
-func TestPostgresFrozenGatewayIsFenced(t *testing.T) {
+func TestPostgresFrozenGatewayIsFenced(t *testing.T) { frozenGateway(t) }
+
+// frozenGateway runs the scenario of TestPostgresFrozenGatewayIsFenced,
+// with its checks, and returns what the backend saw: the requests, and the
+// fences it committed and refused.
+func frozenGateway(t *testing.T) (calls int64, committed, refused []uint64) {
 	pool := pgtest.Pool(t)
 	table := pgtest.Table(t, pool, "gw_fence")
 	b := newFencedBackend(t)
@@ -170,7 +175,7 @@ func TestPostgresFrozenGatewayIsFenced(t *testing.T) {
 	})
 
 	retry := deliver(client, gwB.url("/webhooks/test"), id)
-	committed, _ := b.outcome(id)
+	committed, _ = b.outcome(id)
 	if retry.err != nil || retry.status != http.StatusOK || len(committed) != 1 {
 		t.Fatalf("the retry to B: %d %q %v, commits %v; want B to take the event over and the backend to commit it\nA:\n%s\nB:\n%s",
 			retry.status, retry.body, retry.err, committed, gwA.stderr, gwB.stderr)
@@ -187,7 +192,7 @@ func TestPostgresFrozenGatewayIsFenced(t *testing.T) {
 	if stale.err != nil || stale.status != http.StatusConflict {
 		t.Fatalf("A's delivery after SIGCONT: %d %q %v; want the backend's 409", stale.status, stale.body, stale.err)
 	}
-	committed, refused := b.outcome(id)
+	committed, refused = b.outcome(id)
 	if len(committed) != 1 || len(refused) != 1 || refused[0] != fenceA {
 		t.Fatalf("commits %v, refusals %v; want B's commit (fence %d) once and A's refused (fence %d)", committed, refused, fenceB, fenceA)
 	}
@@ -199,6 +204,7 @@ func TestPostgresFrozenGatewayIsFenced(t *testing.T) {
 	if n := b.up.Calls.Load(); n != 2 {
 		t.Fatalf("the backend got %d requests; want 2 (A's and B's)", n)
 	}
+	return b.up.Calls.Load(), committed, refused
 }
 
 // The same on a queued route: gateway A accepts event E and sends its
