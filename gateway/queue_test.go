@@ -486,9 +486,22 @@ func TestQueueKeptAcrossReloads(t *testing.T) {
 	if len(q.Routes) != 1 || q.Routes[0].Retrying != 3 {
 		t.Fatalf("queue after the route came back: %+v; want its 3 retries kept", q)
 	}
+	// Paused while the backend comes back, so that the breaker's probe
+	// (one attempt a second) can't take an event before the redrive
+	// counts them: a loaded machine met that.
+	if r := gatewaytest.Post(t, admin.URL+"/admin/queue/pause", `{"route":"/webhooks/test"}`); r.Status != http.StatusOK {
+		t.Fatalf("pause: %d %s", r.Status, r.Body)
+	}
+	gatewaytest.Eventually(t, "no attempt running", func() bool {
+		q = gatewaytest.DecodeJSON[adminapi.Queue](t, gatewaytest.Do(t, http.MethodGet, admin.URL+"/admin/queue", ""))
+		return len(q.Routes) == 1 && q.Routes[0].Running == 0 && q.Routes[0].Retrying == 3
+	})
 	b.down.Store(false)
 	if r := gatewaytest.Post(t, admin.URL+"/admin/queue/redrive", `{"route":"/webhooks/test","state":"queued"}`); r.Status != http.StatusOK || !strings.Contains(strings.Join(strings.Fields(r.Body), ""), `"redriven":3`) {
 		t.Fatalf("redrive: %d %s", r.Status, r.Body)
+	}
+	if r := gatewaytest.Post(t, admin.URL+"/admin/queue/resume", `{"route":"/webhooks/test"}`); r.Status != http.StatusOK {
+		t.Fatalf("resume: %d %s", r.Status, r.Body)
 	}
 	gatewaytest.Eventually(t, "the 3 kept events delivered", func() bool { k, _ := b.count(); return k == 3 })
 	queueDrained(t, g)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -12,13 +13,13 @@ import (
 )
 
 // setMemoryLimit gives the Go runtime a memory limit of 90% of the
-// container's when GOMEMLIMIT is not set and the container has one, so that
-// the collector works harder before the kernel's OOM killer ends the
-// process (and every delivery in flight). The gateway's body budget is a
-// quarter of that limit by default (limits.body_memory).
-func setMemoryLimit(getenv func(string) string, logger *slog.Logger) {
-	if getenv("GOMEMLIMIT") != "" {
-		return // the runtime read it at start
+// container's when it has none (GOMEMLIMIT unset) and the container has
+// one, so that the collector works harder before the kernel's OOM killer
+// ends the process (and every delivery in flight). The gateway's body
+// budget is a quarter of that limit by default (limits.body_memory).
+func setMemoryLimit(logger *slog.Logger) {
+	if debug.SetMemoryLimit(-1) != math.MaxInt64 {
+		return // GOMEMLIMIT, read by the runtime at start, or set before
 	}
 	self, _ := os.ReadFile("/proc/self/cgroup")
 	limit, file := cgroupMemoryLimit("/sys/fs/cgroup", self)

@@ -228,7 +228,7 @@ func serve(ctx context.Context, cfg *config.Config, e env) error {
 	for _, w := range cfg.Warnings {
 		logger.Warn("idemhook configuration: " + w.Error())
 	}
-	setMemoryLimit(e.getenv, logger)
+	setMemoryLimit(logger)
 	g, err := gateway.New(ctx, cfg, gateway.Options{Logger: logger, Now: e.now, Getenv: e.getenv, Version: buildVersion()})
 	if err != nil {
 		return err
