@@ -31,6 +31,11 @@ func eventBody(n int64) []byte {
 }
 
 func benchMiddleware(b *testing.B) http.Handler {
+	return benchRoute(b, idemhook.Route{Source: "stone"})
+}
+
+// benchRoute is webhookHandler behind rt on a memory store.
+func benchRoute(b *testing.B, rt idemhook.Route) http.Handler {
 	b.Helper()
 	store, err := memstore.New(memstore.Config{})
 	if err != nil {
@@ -40,7 +45,7 @@ func benchMiddleware(b *testing.B) http.Handler {
 	if err != nil {
 		b.Fatal(err)
 	}
-	route, err := mw.Route(idemhook.Route{Source: "stone"})
+	route, err := mw.Route(rt)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -164,19 +169,7 @@ func BenchmarkBigBody(b *testing.B) {
 		sized bool
 	}{{"sized", true}, {"chunked", false}} {
 		b.Run(tt.name, func(b *testing.B) {
-			store, err := memstore.New(memstore.Config{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			mw, err := idemhook.New(store, idemhook.Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			route, err := mw.Route(idemhook.Route{Source: "big", MaxBodyBytes: 16 << 20})
-			if err != nil {
-				b.Fatal(err)
-			}
-			h := route(webhookHandler)
+			h := benchRoute(b, idemhook.Route{Source: "big", MaxBodyBytes: 16 << 20})
 			bodies := make([][]byte, b.N)
 			for i := range bodies {
 				bodies[i] = next()

@@ -124,6 +124,23 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// faultSQLiteConfig is the configuration of a gateway on the SQLite file
+// db, listening on listen, whose route /webhooks/test keys on X-Event-Id
+// and forwards to upstream.
+func faultSQLiteConfig(listen, db, upstream, onStoreError string) string {
+	return fmt.Sprintf(`listen: %s
+store: {driver: sqlite, path: %q}
+admin: {listen: 127.0.0.1:0}
+audit: {sink: none}
+routes:
+  - path: /webhooks/test
+    upstream: %s/hook
+    source: test
+    header: x-event-id
+    on_store_error: %s
+`, listen, db, upstream, onStoreError)
+}
+
 // faultKill9: a gateway on SQLite is killed with SIGKILL while deliveries
 // are at the backend, and started again on the same file and address. The
 // SQLite store holds its claims in the process, so the restarted gateway
@@ -135,16 +152,7 @@ func faultKill9(t *testing.T) faultRow {
 	backend.Delay = 5 * time.Millisecond
 	dir := t.TempDir()
 	addr := freeAddr(t)
-	cfg := writeConfig(t, dir, fmt.Sprintf(`listen: %s
-store: {driver: sqlite, path: %q}
-admin: {listen: 127.0.0.1:0}
-audit: {sink: none}
-routes:
-  - path: /webhooks/test
-    upstream: %s/hook
-    source: test
-    header: x-event-id
-`, addr, filepath.Join(dir, "idemhook.db"), backend.URL))
+	cfg := writeConfig(t, dir, faultSQLiteConfig(addr, filepath.Join(dir, "idemhook.db"), backend.URL, "open"))
 	p := startProc(t, cfg)
 	var peak int64
 	tl := gatewaytest.RunTraffic(t, backend, gatewaytest.Traffic{
@@ -181,17 +189,7 @@ func faultFullDisk(t *testing.T) faultRow {
 	}
 	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() }) //nolint:errcheck
 	backend := gatewaytest.NewEventBackend(t)
-	cfg := writeConfig(t, t.TempDir(), fmt.Sprintf(`listen: 127.0.0.1:0
-store: {driver: sqlite, path: %q}
-admin: {listen: 127.0.0.1:0}
-audit: {sink: none}
-routes:
-  - path: /webhooks/test
-    upstream: %s/hook
-    source: test
-    header: x-event-id
-    on_store_error: closed
-`, filepath.Join(dir, "idemhook.db"), backend.URL))
+	cfg := writeConfig(t, t.TempDir(), faultSQLiteConfig("127.0.0.1:0", filepath.Join(dir, "idemhook.db"), backend.URL, "closed"))
 	p := startProc(t, cfg)
 	filler := filepath.Join(dir, "filler")
 	tl := gatewaytest.RunTraffic(t, backend, gatewaytest.Traffic{
