@@ -74,6 +74,12 @@
 //   - Release and Extend don't wait: a lost release delays a retry until
 //     the lease lapses, and a lost extension is redone by the next
 //     renewal, so neither runs an event twice.
+//   - The WAIT goes out with its write, in the same round trip, so a Claim
+//     that finds a record (a replay) sends one too and ignores its answer.
+//     That costs next to nothing while the replicas keep up, and all of
+//     WaitTimeout while fewer than WaitReplicas replicas are connected.
+//     Run more replicas than WaitReplicas, so that a failover (which takes
+//     one replica to be the master) leaves the new master enough.
 //
 // WAIT narrows the window; it doesn't close it. Redis's documentation of
 // WAIT says so: Sentinel promotes the best replica it can find, on a best

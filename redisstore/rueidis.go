@@ -55,6 +55,8 @@ func (c rueidisConn) setNXGet(ctx context.Context, key string, val []byte, ms in
 		old, found, err := bytesOf(c.client.Do(ctx, cmd))
 		return old, found, acks{}, err
 	}
+	// SET and WAIT in one round trip, on one dedicated connection (rueidis
+	// sends a DoMulti holding a blocking command so); see wait.go.
 	res := c.client.DoMulti(ctx, cmd, w.rueidisCmd(c.client))
 	old, found, err := bytesOf(res[0])
 	return old, found, w.rueidisAcks(res[1]), err
@@ -77,8 +79,9 @@ func (c rueidisConn) eval(ctx context.Context, sc *script, key string, w *waitin
 		return n, acks{}, err
 	}
 	// EVALSHA, or EVAL when the server hasn't cached the script, each
-	// followed by the WAIT. rueidis sends a DoMulti holding a blocking
-	// command (WAIT) on one dedicated connection, in order.
+	// followed by the WAIT in the same round trip (its answer is ignored
+	// when the script answers 0). rueidis sends a DoMulti holding a
+	// blocking command (WAIT) on one dedicated connection, in order.
 	res := c.client.DoMulti(ctx, c.client.B().Evalsha().Sha1(sc.sha1()).Numkeys(1).Key(key).Arg(argv...).Build(), w.rueidisCmd(c.client))
 	if rerr, ok := rueidis.IsRedisErr(res[0].Error()); ok && rerr.IsNoScript() {
 		res = c.client.DoMulti(ctx, c.client.B().Eval().Script(sc.src).Numkeys(1).Key(key).Arg(argv...).Build(), w.rueidisCmd(c.client))
@@ -91,7 +94,7 @@ func (c rueidisConn) eval(ctx context.Context, sc *script, key string, w *waitin
 }
 
 // rueidisCmd returns the WAIT or WAITAOF command w asks for.
-func (w *waiting) rueidisCmd(client rueidis.Client) rueidis.Completed {
+func (w *waiting) rueidisCmd(client rueidis.CommandClient) rueidis.Completed {
 	if w.aof {
 		return client.B().Waitaof().Numlocal(1).Numreplicas(int64(w.replicas)).Timeout(w.ms).Build()
 	}

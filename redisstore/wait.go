@@ -17,13 +17,25 @@ import (
 // WAIT counts the replicas that acknowledged the last write of the
 // connection it is sent on, so it must follow its write on the write's
 // connection; it can't run inside a script. Each client sends the write
-// and the WAIT together: go-redis as one pipeline on a *redis.Client (one
-// connection), in Config.Batch's pipelines once after all their writes (see
-// batch.go), rueidis as a DoMulti, which it sends on one dedicated
-// connection because WAIT blocks. A Claim's WAIT goes with its SET before
-// the SET's answer is known; when the SET found a record, nothing was
-// written and the WAIT's answer is ignored (it returns at once unless the
-// replicas are behind the connection's previous write).
+// and its WAIT together, in one round trip: go-redis as one pipeline on a
+// *redis.Client (one connection), or with Config.Batch once at the end of
+// a pipeline of the waiting calls (see batch.go); rueidis as a DoMulti,
+// which it sends on one dedicated connection because WAIT blocks.
+//
+// A Claim's WAIT goes out with its SET, before the SET's answer is known.
+// When the SET found a record (a replay, a copy of a running delivery),
+// nothing was written and the WAIT's answer is ignored. Its time is not:
+// it is the replicas catching up with the connection's previous write,
+// next to nothing while they keep up, but all of WaitTimeout while fewer
+// replicas than asked are connected (one died; a failover left the new
+// master without one). Sending WAIT only after a SET that stored would
+// take a second round trip on a connection held for both, and neither
+// client holds one cleanly: go-redis's Client.Conn shares the client's
+// options without its lock (a data race when the two dial at once), and
+// rueidis's Dedicated resets the connection with four more commands on
+// every release. While replicas are missing, first deliveries fail short
+// and open the middleware's breaker, which then skips the store for
+// replays too; only traffic of replays alone pays the timeout each time.
 
 // ErrReplicasShort is wrapped by the error of a Claim or Complete whose
 // write fewer replicas acknowledged within [Config.WaitTimeout] than

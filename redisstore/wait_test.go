@@ -261,6 +261,9 @@ func TestWaitCommands(t *testing.T) {
 			}{
 				{"ColdScriptCache", true, []string{"set", "wait", "evalsha", "wait", "eval", "wait"}},
 				{"FirstDelivery", false, []string{"set", "wait", "evalsha", "wait"}},
+				// A claim that finds a record sends its WAIT all the
+				// same (its answer is ignored): see wait.go.
+				{"Replay", false, []string{"set", "wait"}},
 			} {
 				t.Run(tt.name, func(t *testing.T) {
 					if tt.cold {
@@ -268,8 +271,18 @@ func TestWaitCommands(t *testing.T) {
 							t.Fatal(err)
 						}
 					}
+					key := "idem:test:" + kind.name + "-" + tt.name
+					if tt.name == "Replay" {
+						deliver(key)
+					}
 					mon.sentFrom(t, admin)
-					deliver("idem:test:" + kind.name + "-" + tt.name)
+					if tt.name == "Replay" {
+						if got, err := st.Claim(ctx, key, pendingRecord(), time.Minute); err != nil || got == nil {
+							t.Fatalf("Claim of a completed key = (%v, %v), want the record", got, err)
+						}
+					} else {
+						deliver(key)
+					}
 					sent := mon.sentFrom(t, admin)
 					var names []string
 					for _, c := range sent {
