@@ -139,8 +139,12 @@ func StartSentinel(t testing.TB, name, addr string, settings ...string) *Server 
 }
 
 // StartReplica starts a redis-server as StartServer does, replicating the
-// master at addr (--replicaof), and waits until its link to the master is
-// up and the first synchronization is done (master_link_status:up).
+// master at addr (--replicaof), and waits until the master streams its
+// writes to it: a key written on the master (through addr) has reached the
+// replica. A link up (master_link_status:up) is not enough: after a
+// diskless full synchronization, Redis 7 holds the stream until the
+// replica's first acknowledgement, up to a second later, and a master that
+// dies meanwhile takes every write since the synchronization along.
 func StartReplica(t testing.TB, addr string, args ...string) *Server {
 	t.Helper()
 	host, port, err := net.SplitHostPort(addr)
@@ -148,19 +152,27 @@ func StartReplica(t testing.TB, addr string, args ...string) *Server {
 		t.Fatalf("redistest: master address %q: %v", addr, err)
 	}
 	s := StartServer(t, append([]string{"--replicaof", host, port}, args...)...)
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
-	defer c.Close()
+	master := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer master.Close()
+	replica := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+	defer replica.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
+	marker := "redistest:replica:" + strconv.Itoa(s.port)
+	if err := master.Set(ctx, marker, "streaming", 0).Err(); err != nil {
+		t.Fatalf("redistest: writing a marker on the master %s: %v", addr, err)
+	}
+	defer master.Del(context.Background(), marker)
 	for {
-		info, err := c.Info(ctx, "replication").Result()
-		if err == nil && strings.Contains(info, "master_link_status:up") {
+		v, err := replica.Get(ctx, marker).Result()
+		if err == nil && v == "streaming" {
 			return s
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("redistest: the replica on %s did not sync with %s within %v (INFO replication: %v %q); log:\n%s",
-				s.Addr(), addr, startTimeout, err, info, s.logTail())
+			info, _ := replica.Info(context.Background(), "replication").Result()
+			t.Fatalf("redistest: a write on %s did not reach the replica on %s within %v (GET: %v; INFO replication %q); log:\n%s",
+				addr, s.Addr(), startTimeout, err, info, s.logTail())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -231,6 +243,10 @@ func (s *Server) Restart(t testing.TB) {
 }
 
 func (s *Server) logPath() string { return filepath.Join(s.dir, "redis.log") }
+
+// LogTail returns the last 20 lines of the server's log, for a test's
+// messages.
+func (s *Server) LogTail() string { return s.logTail() }
 
 // start runs redis-server and waits until it answers PING or exits.
 func (s *Server) start() error {
