@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -418,31 +420,50 @@ func TestWaitConfigErrors(t *testing.T) {
 // BenchmarkWaitReplicas is the cost of Config.WaitReplicas: one first
 // delivery's store calls (a Claim that stores its claim, then Complete)
 // against a private master with one replica on this machine, without
-// waiting and waiting for the replica, through each client. Run it with
+// waiting and waiting for the replica, through each client: one delivery
+// at a time ("serial"), and 16 at once ("parallel", where Batch's pipelines
+// share a WAIT). Run it with
 //
 //	go test -run '^$' -bench BenchmarkWaitReplicas -benchtime 2000x -count 5 ./redisstore/
 func BenchmarkWaitReplicas(b *testing.B) {
 	master := redistest.StartServer(b)
 	redistest.StartReplica(b, master.Addr())
-	for _, kind := range waitKinds {
-		for _, wait := range []int{0, 1} {
-			b.Run(fmt.Sprintf("%s/replicas=%d", kind.name, wait), func(b *testing.B) {
-				st := kind.store(b, master.Addr(), redisstore.Config{Prefix: "bench:" + rand.Text() + ":", WaitReplicas: wait, WaitTimeout: map[int]time.Duration{1: time.Second}[wait]})
-				ctx := context.Background()
-				i := 0
-				b.ReportAllocs()
-				for b.Loop() {
-					i++
-					key := fmt.Sprintf("idem:bench:%d", i)
-					claim := pendingRecord()
-					if _, err := st.Claim(ctx, key, claim, time.Minute); err != nil {
-						b.Fatal(err)
+	var n atomic.Int64 // numbers the keys
+	deliver := func(b *testing.B, st *redisstore.Store) {
+		key := "idem:bench:" + strconv.FormatInt(n.Add(1), 10)
+		claim := pendingRecord()
+		if _, err := st.Claim(context.Background(), key, claim, time.Minute); err != nil {
+			b.Error(err)
+			return
+		}
+		if err := st.Complete(context.Background(), key, claim, completedRecord(claim), time.Hour); err != nil {
+			b.Error(err)
+		}
+	}
+	for _, mode := range []string{"serial", "parallel"} {
+		for _, kind := range waitKinds {
+			for _, wait := range []int{0, 1} {
+				b.Run(fmt.Sprintf("%s/%s/replicas=%d", mode, kind.name, wait), func(b *testing.B) {
+					cfg := redisstore.Config{Prefix: "bench:" + rand.Text() + ":", WaitReplicas: wait}
+					if wait > 0 {
+						cfg.WaitTimeout = time.Second
 					}
-					if err := st.Complete(ctx, key, claim, completedRecord(claim), time.Hour); err != nil {
-						b.Fatal(err)
+					st := kind.store(b, master.Addr(), cfg)
+					b.ReportAllocs()
+					if mode == "serial" {
+						for b.Loop() {
+							deliver(b, st)
+						}
+						return
 					}
-				}
-			})
+					b.SetParallelism(8) // 16 goroutines on 2 cores
+					b.RunParallel(func(pb *testing.PB) {
+						for pb.Next() {
+							deliver(b, st)
+						}
+					})
+				})
+			}
 		}
 	}
 }
