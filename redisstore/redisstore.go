@@ -161,15 +161,12 @@ type Config struct {
 	// wrapping [ErrReplicasShort] when fewer replicas acknowledged the write
 	// in time. The middleware then treats the call as a store error, under
 	// the route's OnStoreError. A Claim that stored its claim releases it
-	// before it returns that error; a Complete's record stays written on the
-	// master (the package documentation's "Replicas and failover" says
-	// why). Redis's own
-	// documentation says what WAIT still doesn't promise: an acknowledged
-	// write can be lost in a failover that promotes another replica. It
-	// needs a client that sends a pipeline on one connection: New accepts
-	// a *redis.Client (redis.NewClient, redis.NewFailoverClient) and
-	// refuses a Cluster or a Ring, [NewRueidis] refuses a Cluster. Default 0:
-	// no waiting.
+	// before it returns that error; a Complete's record stays written on
+	// the master (the package documentation's "Replicas and failover" says
+	// why, and what WAIT still doesn't promise). It needs a client that
+	// sends a pipeline on one connection: New accepts a *redis.Client
+	// (redis.NewClient, redis.NewFailoverClient) and refuses a Cluster or a
+	// Ring; [NewRueidis] refuses a Cluster. Default 0: no waiting.
 	WaitReplicas int
 
 	// WaitTimeout bounds each WAIT (or WAITAOF). Keep it below the
