@@ -190,8 +190,13 @@ func openStore(ctx context.Context, sc config.Store, files *connections, now fun
 		files.rs.add(client.Close)
 		files.redis = client
 		// Batch: the commands of concurrent deliveries share pipelines
-		// (docs/benchmarks.md measures what that saves).
-		s, err := redisstore.New(client, redisstore.Config{Prefix: sc.Prefix, CompactKeys: sc.Compact, Batch: true})
+		// (docs/benchmarks.md measures what that saves). wait_replicas:
+		// each claim and completion waits for replicas (docs/stores.md,
+		// "Redis failover and replicas").
+		s, err := redisstore.New(client, redisstore.Config{
+			Prefix: sc.Prefix, CompactKeys: sc.Compact, Batch: true,
+			WaitReplicas: sc.WaitReplicas, WaitTimeout: sc.WaitTimeout, WaitAOF: sc.WaitAOF,
+		})
 		if err != nil {
 			return nil, fmt.Errorf("redis store: %w", err)
 		}

@@ -1,15 +1,21 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/gateway/config"
 	"github.com/idemhook/idemhook/internal/gatewaytest"
+	"github.com/idemhook/idemhook/internal/redistest"
 	"github.com/idemhook/idemhook/sqlitestore"
 )
 
@@ -45,5 +51,59 @@ func TestStoreCallTimeout(t *testing.T) {
 		if err := g.res.close(); err != nil {
 			t.Errorf("%s: close: %v", tt.store, err)
 		}
+	}
+}
+
+// TestRedisWaitReplicas: store.wait_replicas reaches the Redis store. On a
+// master with one replica, waiting for 1, a delivery is stored and the
+// replica holds its record when the answer goes out; waiting for 2, the
+// claim is short, which the route's on_store_error: closed answers 503, and
+// /readyz's probe reports.
+func TestRedisWaitReplicas(t *testing.T) {
+	master := redistest.StartServer(t)
+	replica := redistest.StartReplica(t, master.Addr())
+	rc := redis.NewClient(&redis.Options{Addr: replica.Addr()})
+	t.Cleanup(func() { rc.Close() })
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"ok":true}`)) //nolint:errcheck // a test upstream
+	}))
+	t.Cleanup(upstream.Close)
+	for _, tt := range []struct {
+		replicas   int
+		wantStatus int
+		wantReady  string // "" for ready
+	}{
+		{1, http.StatusOK, ""},
+		{2, http.StatusServiceUnavailable, "fewer replicas acknowledged the write than Config.WaitReplicas asks: 1 of 2 within 50ms (WAIT); the claim was released"},
+	} {
+		t.Run(fmt.Sprintf("replicas=%d", tt.replicas), func(t *testing.T) {
+			store := fmt.Sprintf("store: {driver: redis, url: %q, wait_replicas: %d, wait_timeout: 50ms}", master.URL(), tt.replicas)
+			text := strings.Replace(gatewaytest.RouteConfig(upstream.URL, "on_store_error: closed"), "store: {driver: memory}", store, 1)
+			cfg, err := config.Parse("f.yaml", []byte(text), gatewaytest.EnvOf())
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := New(t.Context(), cfg, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { g.Close(context.Background()) })
+			err = g.Ready(t.Context())
+			if (tt.wantReady == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tt.wantReady) {
+				t.Errorf("Ready = %v, want an error saying %q (none if empty)", err, tt.wantReady)
+			}
+			key := fmt.Sprintf("evt-%d", tt.replicas)
+			req := httptest.NewRequest(http.MethodPost, "/webhooks/test", strings.NewReader(`{}`))
+			req.Header.Set("Idempotency-Key", key)
+			rec := httptest.NewRecorder()
+			g.Handler().ServeHTTP(rec, req)
+			if rec.Code != tt.wantStatus {
+				t.Fatalf("delivery answered %d, want %d: %s", rec.Code, tt.wantStatus, rec.Body)
+			}
+			n, err := rc.Exists(t.Context(), idemhook.StoreKey("test", key)).Result()
+			if want := map[bool]int64{true: 1, false: 0}[tt.wantStatus == http.StatusOK]; err != nil || n != want {
+				t.Fatalf("EXISTS of the record on the replica = (%d, %v), want %d", n, err, want)
+			}
+		})
 	}
 }

@@ -19,6 +19,14 @@ import (
 // error, and its caller gets them as before. A caller whose context ends
 // first returns its context's error. The command may still run, as with any
 // command whose reply is not awaited.
+//
+// With Config.WaitReplicas (or WaitAOF), the calls that wait (a claim's
+// SET, a completion's EVALSHA) go in pipelines of their own, which end with
+// one WAIT: WAIT counts the replicas that have the connection's last write,
+// so its one answer covers every write before it in the pipeline, and every
+// call of the pipeline gets it. The other calls of the same moment go out
+// beside them in a pipeline without WAIT, so that they never wait for a
+// replica.
 
 const (
 	batchWorkers = 4   // pipelines on the wire at once
@@ -28,18 +36,21 @@ const (
 type call struct {
 	ctx  context.Context
 	cmd  redis.Cmder
+	wait bool // followed by the batcher's WAIT
+	ack  acks // the WAIT's answer, set before done is closed
 	done chan struct{}
 }
 
 type batcher struct {
 	client  redis.UniversalClient
+	wait    *waiting // nil: no call waits
 	workers *gather.Workers[*call]
 }
 
 var errClosed = errors.New("redisstore: the store is closed")
 
-func startBatcher(client redis.UniversalClient) *batcher {
-	b := &batcher{client: client}
+func startBatcher(client redis.UniversalClient, w *waiting) *batcher {
+	b := &batcher{client: client, wait: w}
 	b.workers = gather.Start(batchWorkers, batchMax, b.exec)
 	return b
 }
@@ -48,31 +59,68 @@ func (b *batcher) close() { b.workers.Close() }
 
 // do runs cmd in one of the next pipelines and returns its error.
 func (b *batcher) do(ctx context.Context, cmd redis.Cmder) error {
-	c := &call{ctx: ctx, cmd: cmd, done: make(chan struct{})}
+	_, err := b.queue(&call{ctx: ctx, cmd: cmd, done: make(chan struct{})})
+	return err
+}
+
+// doWait runs cmd in one of the next pipelines that end with the
+// batcher's WAIT, and returns the WAIT's answer and cmd's error.
+func (b *batcher) doWait(ctx context.Context, cmd redis.Cmder) (acks, error) {
+	return b.queue(&call{ctx: ctx, cmd: cmd, wait: true, done: make(chan struct{})})
+}
+
+func (b *batcher) queue(c *call) (acks, error) {
 	select {
 	case b.workers.Queue() <- c:
-	case <-ctx.Done():
-		return ctx.Err()
+	case <-c.ctx.Done():
+		return acks{}, c.ctx.Err()
 	case <-b.workers.Stopped():
-		return errClosed
+		return acks{}, errClosed
 	}
 	select {
 	case <-c.done:
-		return cmd.Err()
-	case <-ctx.Done():
-		return ctx.Err()
+		return c.ack, c.cmd.Err()
+	case <-c.ctx.Done():
+		return acks{}, c.ctx.Err()
 	}
 }
 
-// exec sends batch as one pipeline. It runs until the latest deadline of
-// the batch's calls, so that one caller's short deadline never fails the
-// others' commands. If any call has no deadline, only the client's own
-// timeouts bound the pipeline.
+// exec sends batch as one pipeline; or, when some of its calls wait and
+// others don't, as two pipelines at once, the one of the waiting calls
+// followed by WAIT.
 func (b *batcher) exec(batch []*call) {
+	n := 0 // the calls that wait, moved to the front
+	for i, c := range batch {
+		if c.wait {
+			batch[n], batch[i] = batch[i], batch[n]
+			n++
+		}
+	}
+	switch {
+	case n == 0:
+		b.send(batch, false)
+	case n == len(batch):
+		b.send(batch, true)
+	default:
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			b.send(batch[n:], false)
+		}()
+		b.send(batch[:n], true)
+		<-done
+	}
+}
+
+// send sends calls as one pipeline, followed by the batcher's WAIT when
+// wait is set. The pipeline runs until the latest deadline of the calls,
+// so that one caller's short deadline never fails the others' commands. If
+// any call has no deadline, only the client's own timeouts bound it.
+func (b *batcher) send(calls []*call, wait bool) {
 	var deadline gather.Deadline
 	pipe := b.client.Pipeline()
 	var sent []*call
-	for _, c := range batch {
+	for _, c := range calls {
 		if err := c.ctx.Err(); err != nil {
 			c.cmd.SetErr(err)
 			close(c.done)
@@ -86,9 +134,19 @@ func (b *batcher) exec(batch []*call) {
 		return
 	}
 	ctx, cancel := deadline.Context()
+	var wc redis.Cmder
+	if wait {
+		wc = b.wait.goredisCmd(ctx)
+		pipe.Process(ctx, wc) //nolint:errcheck // a pipeline's Process only queues
+	}
 	pipe.Exec(ctx) //nolint:errcheck // every command carries its own error
 	cancel()
+	var ack acks
+	if wait {
+		ack = b.wait.goredisAcks(wc)
+	}
 	for _, c := range sent {
+		c.ack = ack
 		close(c.done)
 	}
 }

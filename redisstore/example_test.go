@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"fmt"
 	"log"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
@@ -52,6 +53,29 @@ func ExampleNew_sentinel() {
 		log.Fatal(err)
 	}
 	_ = store // pass to idemhook.New
+}
+
+// With WaitReplicas each claim and each completion waits until a replica
+// has it, so that a failover doesn't lose it and run the event again; a
+// short count is a store error, under the route's OnStoreError. WAIT must
+// follow its write on the same connection, which a Cluster client can't
+// promise: New refuses it. (Nothing is sent: New doesn't connect.)
+func ExampleNew_waitReplicas() {
+	client := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:    "mymaster",
+		SentinelAddrs: []string{"10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"},
+	})
+	defer client.Close()
+	store, err := redisstore.New(client, redisstore.Config{WaitReplicas: 1, WaitTimeout: 50 * time.Millisecond})
+	fmt.Println(store != nil, err)
+
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"10.0.0.1:6379"}})
+	defer cluster.Close()
+	_, err = redisstore.New(cluster, redisstore.Config{WaitReplicas: 1})
+	fmt.Println(err)
+	// Output:
+	// true <nil>
+	// redisstore: Config.WaitReplicas and WaitAOF are not available on a *redis.ClusterClient: WAIT has no key, so the cluster client sends it to a node and connection of its choosing, not after the write it should count
 }
 
 // With a Cluster every step touches one key, so records spread over the

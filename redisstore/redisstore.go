@@ -47,6 +47,47 @@
 // Measured here, this makes a call against a stopped Redis fail in about
 // 0.1ms rather than 250ms. The gateway sets them.
 //
+// # Replicas and failover
+//
+// Redis replicates asynchronously: a write is acknowledged once the master
+// has it and reaches the replicas a moment later. A master that dies in
+// that moment takes it along, and the replica Sentinel promotes doesn't
+// have it. For this store a lost claim or completed record means the next
+// delivery of the event runs the handler again. [Config.WaitReplicas]
+// makes each Claim that stores its claim, and each Complete, wait (WAIT,
+// or WAITAOF with [Config.WaitAOF]) until that many replicas acknowledged
+// the write, within [Config.WaitTimeout]:
+//
+//   - A short count is an error wrapping [ErrReplicasShort], so the
+//     middleware follows the route's OnStoreError (open: the handler runs
+//     unclaimed, with a WARN; closed: 503, the provider retries). A Claim
+//     releases the claim it stored first, since an error means "no claim"
+//     to the middleware and a claim left behind would hold off the
+//     provider's retry until its lease lapsed.
+//   - A Complete's record stays written on the master: the handler has
+//     run and its answer is sent. The error makes the middleware log its
+//     "cache write failed" WARN, which here means "written, but a failover
+//     now may run the event again".
+//   - Both count as failures for the middleware's circuit breaker, so
+//     replicas that stop acknowledging soon make every delivery follow
+//     OnStoreError until a probe gets its count again.
+//   - Release and Extend don't wait: a lost release delays a retry until
+//     the lease lapses, and a lost extension is redone by the next
+//     renewal, so neither runs an event twice.
+//   - The WAIT goes out with its write, in the same round trip, so a Claim
+//     that finds a record (a replay) sends one too and ignores its answer.
+//     That costs next to nothing while the replicas keep up, and all of
+//     WaitTimeout while fewer than WaitReplicas replicas are connected.
+//     Run more replicas than WaitReplicas, so that a failover (which takes
+//     one replica to be the master) leaves the new master enough.
+//
+// WAIT narrows the window; it doesn't close it. Redis's documentation of
+// WAIT says so: Sentinel promotes the best replica it can find, on a best
+// effort, and an acknowledged write can still be lost. For effects that
+// must happen once, use pgstore and commit the record in the handler's own
+// transaction (CompleteTx). docs/stores.md ("Redis failover and replicas")
+// has the measured cost and a failover test's counts.
+//
 // # go-redis or rueidis
 //
 // go-redis sends each command on a pooled connection of its own, or with
@@ -112,13 +153,46 @@ type Config struct {
 	// go-redis clients: [NewRueidis] refuses it, since rueidis pipelines
 	// concurrent commands by itself.
 	Batch bool
+
+	// WaitReplicas makes the writes a failover could undo into a second run
+	// wait for that many replicas: each Claim that stores its claim and
+	// each Complete is followed, on the same connection and in the same
+	// round trip, by WAIT WaitReplicas WaitTimeout, and fails with an error
+	// wrapping [ErrReplicasShort] when fewer replicas acknowledged the write
+	// in time. The middleware then treats the call as a store error, under
+	// the route's OnStoreError. A Claim that stored its claim releases it
+	// before it returns that error; a Complete's record stays written on
+	// the master (the package documentation's "Replicas and failover" says
+	// why, and what WAIT still doesn't promise). It needs a client that
+	// sends a pipeline on one connection: New accepts a *redis.Client
+	// (redis.NewClient, redis.NewFailoverClient) and refuses a Cluster or a
+	// Ring; [NewRueidis] refuses a Cluster. Default 0: no waiting.
+	WaitReplicas int
+
+	// WaitTimeout bounds each WAIT (or WAITAOF). Keep it below the
+	// middleware's StoreTimeout (250ms by default), or the call's deadline
+	// ends it first and the call fails with the deadline instead of the
+	// count; New refuses one that is not below the go-redis client's
+	// ReadTimeout. Set without WaitReplicas or WaitAOF it would do nothing,
+	// and New refuses it. Default 100ms when WaitReplicas or WaitAOF is set.
+	WaitTimeout time.Duration
+
+	// WaitAOF sends WAITAOF 1 WaitReplicas WaitTimeout instead of WAIT: the
+	// write must be fsynced to the append-only file of the master and of
+	// WaitReplicas replicas, which survives a restart of all of them, where
+	// WAIT only says the replicas hold it in memory. WAITAOF needs Redis 7.2
+	// or later with appendonly yes on the master (and on the replicas
+	// counted); against an older server every Claim and Complete fails with
+	// an error naming the server's version. Default false.
+	WaitAOF bool
 }
 
 // Store is an [idemhook.Store] in Redis. It is safe for concurrent use.
 type Store struct {
 	conn    conn
 	prefix  string
-	compact bool // Config.CompactKeys
+	compact bool     // Config.CompactKeys
+	wait    *waiting // Config.WaitReplicas, WaitTimeout, WaitAOF; nil: no waiting
 
 	closeOnce sync.Once
 }
@@ -128,15 +202,24 @@ var _ idemhook.NamedStore = (*Store)(nil)
 // conn sends the store's commands through one client library. Each method
 // is one command on one key; eval is EVALSHA, followed by EVAL when the
 // server doesn't have the script cached.
+//
+// setNXGet and eval take a *waiting: when it is not nil, the command is
+// followed on the same connection, in the same round trip, by the WAIT (or
+// WAITAOF) it describes, and ack is that command's answer. WAIT can't run
+// inside a script, and it counts the acknowledgements of the connection's
+// last write, so it must follow the write on the write's connection.
 type conn interface {
 	// setNXGet runs SET key val NX GET PX ms and returns the value the key
 	// held, or found false when it held none (and now holds val).
-	setNXGet(ctx context.Context, key string, val []byte, ms int64) (old []byte, found bool, err error)
+	setNXGet(ctx context.Context, key string, val []byte, ms int64, w *waiting) (old []byte, found bool, ack acks, err error)
 	// eval runs a compare-and-set script and returns its answer. Each
 	// argument is an encoded record ([]byte) or a lifetime in ms (int64).
-	eval(ctx context.Context, sc *script, key string, args ...any) (int64, error)
+	eval(ctx context.Context, sc *script, key string, w *waiting, args ...any) (int64, acks, error)
 	get(ctx context.Context, key string) (val []byte, found bool, err error)
 	del(ctx context.Context, key string) (int64, error)
+	// version returns the server's redis_version (INFO server), for an
+	// error that depends on it.
+	version(ctx context.Context) (string, error)
 	close()
 }
 
@@ -146,11 +229,20 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client: pass a redis.UniversalClient such as redis.NewClient(&redis.Options{Addr: \"127.0.0.1:6379\"})")
 	}
+	w, err := newWaiting(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if w != nil {
+		if err := w.checkGoRedis(client); err != nil {
+			return nil, err
+		}
+	}
 	c := &goredisConn{client: client}
 	if cfg.Batch {
-		c.batch = startBatcher(client)
+		c.batch = startBatcher(client, w)
 	}
-	return &Store{conn: c, prefix: cfg.Prefix, compact: cfg.CompactKeys}, nil
+	return &Store{conn: c, prefix: cfg.Prefix, compact: cfg.CompactKeys, wait: w}, nil
 }
 
 // Close stops the goroutines of [Config.Batch]. The store must not be used
@@ -220,13 +312,17 @@ return 0
 // its SHA-1 (EVALSHA), and by its source (EVAL) when the server hasn't
 // cached it yet.
 type script struct {
+	src     string
 	goredis *redis.Script
 	rueidis *rueidis.Lua
 }
 
 func newScript(src string) *script {
-	return &script{goredis: redis.NewScript(src), rueidis: rueidis.NewLuaScript(src)}
+	return &script{src: src, goredis: redis.NewScript(src), rueidis: rueidis.NewLuaScript(src)}
 }
+
+// sha1 is the script's SHA-1 in hex, which EVALSHA names it by.
+func (sc *script) sha1() string { return sc.goredis.Hash() }
 
 // Claim stores claim under key for lease with SET NX GET PX and returns the
 // record found there (nil when the claim was stored).
@@ -240,7 +336,7 @@ func (s *Store) Claim(ctx context.Context, key string, claim *idemhook.Record, l
 	if err != nil {
 		return nil, opError("claim", rkey, err)
 	}
-	old, found, err := s.conn.setNXGet(ctx, rkey, val, ms)
+	old, found, ack, err := s.conn.setNXGet(ctx, rkey, val, ms, s.wait)
 	if err != nil {
 		if strings.Contains(err.Error(), "ERR syntax error") {
 			err = fmt.Errorf("%w (SET with both NX and GET needs Redis 7.0 or later)", err)
@@ -248,8 +344,14 @@ func (s *Store) Claim(ctx context.Context, key string, claim *idemhook.Record, l
 		return nil, opError("claim", rkey, err)
 	}
 	if !found {
-		return nil, nil // the key was absent and now holds the claim
+		// The key was absent and now holds the claim.
+		if err := s.checkAcks(ctx, ack); err != nil {
+			return nil, opError("claim", rkey, s.unclaim(ctx, rkey, val, err))
+		}
+		return nil, nil
 	}
+	// Nothing was written: the WAIT's answer, if any, says nothing of this
+	// call.
 	rec := new(idemhook.Record)
 	if err := rec.UnmarshalBinary(old); err != nil {
 		return nil, opError("claim", rkey, err)
@@ -273,7 +375,17 @@ func (s *Store) Complete(ctx context.Context, key string, claim, done *idemhook.
 	if err != nil {
 		return opError("complete", rkey, err)
 	}
-	return s.runCAS(ctx, "complete", completeScript, rkey, cv, dv, ms)
+	n, ack, err := s.conn.eval(ctx, completeScript, rkey, s.wait, cv, dv, ms)
+	switch {
+	case err != nil:
+		return opError("complete", rkey, err)
+	case n != 1:
+		return opError("complete", rkey, idemhook.ErrNotOwner)
+	}
+	if err := s.checkAcks(ctx, ack); err != nil {
+		return opError("complete", rkey, fmt.Errorf("%w; the record is written on the master, but a failover now may lose it", err))
+	}
+	return nil
 }
 
 // Release deletes key if it still holds claim. Otherwise it returns an
@@ -306,7 +418,7 @@ func (s *Store) Extend(ctx context.Context, key string, claim *idemhook.Record, 
 // runCAS runs one of the compare-and-set scripts, which answer 1 when they
 // acted and 0 when the key no longer held the claim.
 func (s *Store) runCAS(ctx context.Context, op string, sc *script, rkey string, args ...any) error {
-	n, err := s.conn.eval(ctx, sc, rkey, args...)
+	n, _, err := s.conn.eval(ctx, sc, rkey, nil, args...)
 	if err != nil {
 		return opError(op, rkey, err)
 	}

@@ -485,12 +485,26 @@ func (m *monitor) line(t *testing.T) string {
 // call is missed.
 func (m *monitor) sent(t *testing.T, admin *redis.Client) []string {
 	t.Helper()
+	var names []string
+	for _, c := range m.sentFrom(t, admin) {
+		names = append(names, c.name)
+	}
+	return names
+}
+
+// sentCommand is a command MONITOR showed: its name, and the client
+// connection that sent it ("127.0.0.1:40000").
+type sentCommand struct{ name, from string }
+
+// sentFrom is sent with the connection each command came from.
+func (m *monitor) sentFrom(t *testing.T, admin *redis.Client) []sentCommand {
+	t.Helper()
 	m.n++
 	marker := "marker-" + strconv.Itoa(m.n)
 	if err := admin.Echo(t.Context(), marker).Err(); err != nil {
 		t.Fatal(err)
 	}
-	var names []string
+	var cmds []sentCommand
 	for {
 		// +1700000000.123456 [0 127.0.0.1:40000] "set" "key" ...
 		// +1700000000.123457 [0 lua] "GET" "key"
@@ -505,11 +519,12 @@ func (m *monitor) sent(t *testing.T, admin *redis.Client) []string {
 		}
 		name, _, _ := strings.Cut(args[1:], `"`)
 		name = strings.ToLower(name)
+		_, from, _ := strings.Cut(source, " ")
 		switch {
 		case name == "echo" && strings.Contains(args, `"`+marker+`"`):
-			return names
+			return cmds
 		case name != "ping":
-			names = append(names, name)
+			cmds = append(cmds, sentCommand{name, from})
 		}
 	}
 }

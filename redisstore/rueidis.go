@@ -24,6 +24,11 @@ import (
 // would rather fail open at once. The store's writes are never
 // retried, so a failed write is a store error for the middleware's policy,
 // never a second SET of the same claim. See ExampleNewRueidis.
+//
+// With [Config.WaitReplicas] or [Config.WaitAOF], leave
+// ClientOption.ConnLifetime unset: when a connection's lifetime ends in the
+// middle of a DoMulti, rueidis sends the rest on another connection, and a
+// WAIT sent there counts that connection's writes, not the store's.
 func NewRueidis(client rueidis.Client, cfg Config) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client: pass a rueidis.Client such as rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{\"127.0.0.1:6379\"}})")
@@ -31,18 +36,33 @@ func NewRueidis(client rueidis.Client, cfg Config) (*Store, error) {
 	if cfg.Batch {
 		return nil, errors.New("redisstore: Config.Batch is for go-redis clients: rueidis pipelines concurrent commands by itself")
 	}
-	return &Store{conn: rueidisConn{client}, prefix: cfg.Prefix, compact: cfg.CompactKeys}, nil
+	w, err := newWaiting(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if w != nil && client.Mode() == rueidis.ClientModeCluster {
+		return nil, errors.New("redisstore: Config.WaitReplicas and WaitAOF are not available on a rueidis Cluster client: WAIT has no key, so the client sends it to a node and connection of its choosing, not after the write it should count")
+	}
+	return &Store{conn: rueidisConn{client}, prefix: cfg.Prefix, compact: cfg.CompactKeys, wait: w}, nil
 }
 
 // rueidisConn sends the store's commands through a rueidis client.
 type rueidisConn struct{ client rueidis.Client }
 
-func (c rueidisConn) setNXGet(ctx context.Context, key string, val []byte, ms int64) ([]byte, bool, error) {
+func (c rueidisConn) setNXGet(ctx context.Context, key string, val []byte, ms int64, w *waiting) ([]byte, bool, acks, error) {
 	cmd := c.client.B().Set().Key(key).Value(rueidis.BinaryString(val)).Nx().Get().PxMilliseconds(ms).Build()
-	return bytesOf(c.client.Do(ctx, cmd))
+	if w == nil {
+		old, found, err := bytesOf(c.client.Do(ctx, cmd))
+		return old, found, acks{}, err
+	}
+	// SET and WAIT in one round trip, on one dedicated connection (rueidis
+	// sends a DoMulti holding a blocking command so); see wait.go.
+	res := c.client.DoMulti(ctx, cmd, w.rueidisCmd(c.client))
+	old, found, err := bytesOf(res[0])
+	return old, found, w.rueidisAcks(res[1]), err
 }
 
-func (c rueidisConn) eval(ctx context.Context, sc *script, key string, args ...any) (int64, error) {
+func (c rueidisConn) eval(ctx context.Context, sc *script, key string, w *waiting, args ...any) (int64, acks, error) {
 	argv := make([]string, len(args))
 	for i, a := range args {
 		switch a := a.(type) {
@@ -51,10 +71,50 @@ func (c rueidisConn) eval(ctx context.Context, sc *script, key string, args ...a
 		case int64:
 			argv[i] = strconv.FormatInt(a, 10)
 		default:
-			return 0, fmt.Errorf("redisstore: script argument of type %T", a)
+			return 0, acks{}, fmt.Errorf("redisstore: script argument of type %T", a)
 		}
 	}
-	return sc.rueidis.Exec(ctx, c.client, []string{key}, argv).AsInt64()
+	if w == nil {
+		n, err := sc.rueidis.Exec(ctx, c.client, []string{key}, argv).AsInt64()
+		return n, acks{}, err
+	}
+	// EVALSHA, or EVAL when the server hasn't cached the script, each
+	// followed by the WAIT in the same round trip (its answer is ignored
+	// when the script answers 0). rueidis sends a DoMulti holding a
+	// blocking command (WAIT) on one dedicated connection, in order.
+	res := c.client.DoMulti(ctx, c.client.B().Evalsha().Sha1(sc.sha1()).Numkeys(1).Key(key).Arg(argv...).Build(), w.rueidisCmd(c.client))
+	if rerr, ok := rueidis.IsRedisErr(res[0].Error()); ok && rerr.IsNoScript() {
+		res = c.client.DoMulti(ctx, c.client.B().Eval().Script(sc.src).Numkeys(1).Key(key).Arg(argv...).Build(), w.rueidisCmd(c.client))
+	}
+	n, err := res[0].AsInt64()
+	if err != nil {
+		return 0, acks{}, err
+	}
+	return n, w.rueidisAcks(res[1]), nil
+}
+
+// rueidisCmd returns the WAIT or WAITAOF command w asks for.
+func (w *waiting) rueidisCmd(client rueidis.CommandClient) rueidis.Completed {
+	if w.aof {
+		return client.B().Waitaof().Numlocal(1).Numreplicas(int64(w.replicas)).Timeout(w.ms).Build()
+	}
+	return client.B().Wait().Numreplicas(int64(w.replicas)).Timeout(w.ms).Build()
+}
+
+// rueidisAcks reads the answer of a command rueidisCmd made.
+func (w *waiting) rueidisAcks(r rueidis.RedisResult) acks {
+	if !w.aof {
+		n, err := r.AsInt64()
+		return acks{replicas: n, err: err}
+	}
+	v, err := r.AsIntSlice()
+	switch {
+	case err != nil:
+		return acks{err: err}
+	case len(v) != 2:
+		return acks{err: fmt.Errorf("unexpected WAITAOF answer %v", v)}
+	}
+	return acks{local: v[0], replicas: v[1]}
 }
 
 func (c rueidisConn) get(ctx context.Context, key string) ([]byte, bool, error) {
@@ -63,6 +123,14 @@ func (c rueidisConn) get(ctx context.Context, key string) ([]byte, bool, error) 
 
 func (c rueidisConn) del(ctx context.Context, key string) (int64, error) {
 	return c.client.Do(ctx, c.client.B().Del().Key(key).Build()).AsInt64()
+}
+
+func (c rueidisConn) version(ctx context.Context) (string, error) {
+	info, err := c.client.Do(ctx, c.client.B().Info().Section("server").Build()).ToString()
+	if err != nil {
+		return "", err
+	}
+	return serverVersion(info)
 }
 
 func (rueidisConn) close() {}

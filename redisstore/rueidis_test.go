@@ -103,6 +103,11 @@ func TestConformanceRueidis(t *testing.T) {
 func TestConformanceRueidisCluster(t *testing.T) {
 	addrs := redistest.StartCluster(t, 3)
 	client := rueidisClient(t, rueidis.ClientOption{InitAddress: addrs})
+	// WAIT can't follow its write on a cluster client: refused.
+	_, err := redisstore.NewRueidis(client, redisstore.Config{WaitReplicas: 1})
+	if want := "redisstore: Config.WaitReplicas and WaitAOF are not available on a rueidis Cluster client: WAIT has no key, so the client sends it to a node and connection of its choosing, not after the write it should count"; err == nil || err.Error() != want {
+		t.Errorf("NewRueidis with WaitReplicas on a Cluster: got %v, want %q", err, want)
+	}
 	storetest.Run(t, storetest.Harness{
 		New: func(tb testing.TB) idemhook.Store { return newRueidisStore(tb, client, "test:"+rand.Text()+":") },
 	})

@@ -161,6 +161,23 @@ func buildVersion() string {
 	return "(devel)"
 }
 
+// waitSummary says what the redis store's claims and completions wait
+// for (wait_replicas, wait_aof), or "" when nothing.
+func waitSummary(sc config.Store) string {
+	if sc.WaitReplicas == 0 && !sc.WaitAOF {
+		return ""
+	}
+	timeout := config.FormatDuration(sc.WaitTimeout)
+	replicas := fmt.Sprintf("%d replica", sc.WaitReplicas)
+	if sc.WaitReplicas != 1 {
+		replicas += "s"
+	}
+	if sc.WaitAOF {
+		return fmt.Sprintf("; claims and completions wait for the AOF fsync of the master and %s (WAITAOF, %s)", replicas, timeout)
+	}
+	return fmt.Sprintf("; claims and completions wait for %s (WAIT, %s)", replicas, timeout)
+}
+
 // printSummary is the output of check: what the file configures, defaults
 // included.
 func printSummary(w io.Writer, cfg *config.Config) {
@@ -170,11 +187,11 @@ func printSummary(w io.Writer, cfg *config.Config) {
 	case "sqlite":
 		fmt.Fprintf(w, "  store    sqlite %s\n", cfg.Store.Path)
 	case "redis":
+		where := strings.Join(cfg.Store.Addrs, ",")
 		if cfg.Store.URL != "" {
-			fmt.Fprintf(w, "  store    redis %s\n", config.RedactURL(cfg.Store.URL))
-		} else {
-			fmt.Fprintf(w, "  store    redis %s\n", strings.Join(cfg.Store.Addrs, ","))
+			where = config.RedactURL(cfg.Store.URL)
 		}
+		fmt.Fprintf(w, "  store    redis %s%s\n", where, waitSummary(cfg.Store))
 	case "postgres":
 		fmt.Fprintf(w, "  store    postgres %s table %s\n", config.RedactURL(cfg.Store.URL), cfg.Store.Table)
 	default:

@@ -156,6 +156,34 @@ func TestConfigWarnsAboutSettingsThatDoNothing(t *testing.T) {
 	}
 }
 
+// check's summary says what the redis store's writes wait for.
+func TestCheckSummaryRedisWait(t *testing.T) {
+	const routes = "routes:\n  - path: /a\n    upstream: http://127.0.0.1:3000\n    source: a\n"
+	tests := []struct {
+		store, want string
+	}{
+		{"store: {driver: redis, url: \"redis://:pw@h:6379/0\"}",
+			"  store    redis redis://:xxxxx@h:6379/0\n"},
+		{"store: {driver: redis, url: \"redis://h:6379/0\", wait_replicas: 1}",
+			"  store    redis redis://h:6379/0; claims and completions wait for 1 replica (WAIT, 100ms)\n"},
+		{"store: {driver: redis, addrs: [\"s1:26379\"], master_name: m, wait_replicas: 2, wait_timeout: 50ms}",
+			"  store    redis s1:26379; claims and completions wait for 2 replicas (WAIT, 50ms)\n"},
+		{"store: {driver: redis, url: \"redis://h:6379/0\", wait_replicas: 1, wait_aof: true}",
+			"  store    redis redis://h:6379/0; claims and completions wait for the AOF fsync of the master and 1 replica (WAITAOF, 100ms)\n"},
+	}
+	for _, tt := range tests {
+		cfg, err := config.Parse("idemhook.yaml", []byte(tt.store+"\n"+routes), envOf())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var summary bytes.Buffer
+		printSummary(&summary, cfg)
+		if !strings.Contains(summary.String(), tt.want) {
+			t.Errorf("%s: check's summary lacks %q:\n%s", tt.store, tt.want, summary.String())
+		}
+	}
+}
+
 func TestCheckCommand(t *testing.T) {
 	dir := t.TempDir()
 	good := writeConfig(t, dir, minimal)

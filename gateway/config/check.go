@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/pgstore"
 	"github.com/idemhook/idemhook/provider"
+	"github.com/idemhook/idemhook/redisstore"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 	"go.yaml.in/yaml/v3"
@@ -313,6 +315,7 @@ func (c *checker) store(s *storeFile, n *yaml.Node) Store {
 	}
 	sc.Prefix, _ = c.str(s.Prefix, "store.prefix")
 	sc.Compact = c.boolean(s.Compact, "store.compact_keys")
+	c.storeWait(s, &sc)
 	// Fields of another driver.
 	for _, f := range []struct {
 		name, driver string
@@ -321,6 +324,7 @@ func (c *checker) store(s *storeFile, n *yaml.Node) Store {
 		{"path", "sqlite", s.Path}, {"addrs", "redis", s.Addrs}, {"master_name", "redis", s.MasterName},
 		{"username", "redis", s.Username}, {"password", "redis", s.Password}, {"table", "postgres", s.Table},
 		{"prefix", "redis", s.Prefix}, {"compact_keys", "redis", s.Compact},
+		{"wait_replicas", "redis", s.WaitReplicas}, {"wait_timeout", "redis", s.WaitTimeout}, {"wait_aof", "redis", s.WaitAOF},
 	} {
 		if f.l.Node != nil && sc.Driver != f.driver {
 			c.errorf(c.key(f.l), "store."+f.name, "only used by driver %s (driver is %s)", f.driver, sc.Driver)
@@ -330,6 +334,51 @@ func (c *checker) store(s *storeFile, n *yaml.Node) Store {
 		c.errorf(c.key(s.URL), "store.url", "only used by drivers redis and postgres (driver is %s)", sc.Driver)
 	}
 	return sc
+}
+
+// maxWaitReplicas bounds store.wait_replicas: a larger count is a typo,
+// which would make every claim wait its whole timeout and fail.
+const maxWaitReplicas = 100
+
+// storeWait checks wait_replicas, wait_timeout and wait_aof of the store:
+// section into sc (their driver is checked with the other fields').
+func (c *checker) storeWait(s *storeFile, sc *Store) {
+	if v, ok := c.str(s.WaitReplicas, "store.wait_replicas"); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > maxWaitReplicas {
+			c.errorf(s.WaitReplicas.Node, "store.wait_replicas", "want a whole number from 0 (no waiting) to %d, got %q", maxWaitReplicas, v)
+		} else {
+			sc.WaitReplicas = n
+		}
+	}
+	sc.WaitAOF = c.boolean(s.WaitAOF, "store.wait_aof")
+	sc.WaitTimeout = c.duration(s.WaitTimeout, "store.wait_timeout", 0)
+	if sc.Driver != "redis" {
+		return
+	}
+	waits := sc.WaitReplicas > 0 || sc.WaitAOF
+	// Where an error about waiting goes: the field that turns it on.
+	on, onField := c.key(s.WaitReplicas), "store.wait_replicas"
+	if sc.WaitReplicas == 0 {
+		on, onField = c.key(s.WaitAOF), "store.wait_aof"
+	}
+	switch {
+	case !waits && sc.WaitTimeout > 0:
+		c.errorf(c.key(s.WaitTimeout), "store.wait_timeout", "does nothing without wait_replicas or wait_aof")
+	case waits && len(sc.Addrs) > 1 && sc.MasterName == "":
+		c.errorf(on, onField, "not available on a Redis Cluster (several addrs and no master_name): WAIT has no key, so the cluster client can't send it after the write it counts; use a standalone server or Sentinel, or leave it off")
+	case waits:
+		sc.WaitTimeout = cmp.Or(sc.WaitTimeout, redisstore.DefaultWaitTimeout)
+		wait, store := sc.WaitTimeout, cmp.Or(sc.Timeout, idemhook.DefaultStoreTimeout)
+		if wait < store {
+			break
+		}
+		if s.WaitTimeout.Node != nil {
+			c.errorf(s.WaitTimeout.Node, "store.wait_timeout", "%s is not below store.timeout %s: the store call would give up before WAIT answers", FormatDuration(wait), FormatDuration(store))
+		} else {
+			c.errorf(s.Timeout.Node, "store.timeout", "%s is not above wait_timeout's default %s: the store call would give up before WAIT answers (set a shorter wait_timeout)", FormatDuration(store), FormatDuration(wait))
+		}
+	}
 }
 
 // checkPostgresURL checks a PostgreSQL URL the way pgx will read it, without

@@ -324,3 +324,76 @@ func TestParseSizeAndDuration(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigRedisWait: wait_replicas, wait_timeout and wait_aof, read into
+// Store with the store's default timeout, and every way they are refused,
+// at their line and field.
+func TestConfigRedisWait(t *testing.T) {
+	const routes = "routes:\n  - path: /a\n    upstream: http://127.0.0.1:3000\n    source: a\n"
+	valid := []struct {
+		name, store string
+		want        Store
+	}{
+		{"off", "store: {driver: redis, url: \"redis://h:6379/0\"}\n",
+			Store{Driver: "redis", URL: "redis://h:6379/0"}},
+		{"replicas, the default timeout", "store: {driver: redis, url: \"redis://h:6379/0\", wait_replicas: 1}\n",
+			Store{Driver: "redis", URL: "redis://h:6379/0", WaitReplicas: 1, WaitTimeout: 100 * time.Millisecond}},
+		{"replicas and timeout, Sentinel", "store: {driver: redis, addrs: [\"s1:26379\", \"s2:26379\"], master_name: m, wait_replicas: 2, wait_timeout: 50ms}\n",
+			Store{Driver: "redis", Addrs: []string{"s1:26379", "s2:26379"}, MasterName: "m", WaitReplicas: 2, WaitTimeout: 50 * time.Millisecond}},
+		{"aof alone", "store: {driver: redis, url: \"redis://h:6379/0\", wait_aof: true}\n",
+			Store{Driver: "redis", URL: "redis://h:6379/0", WaitAOF: true, WaitTimeout: 100 * time.Millisecond}},
+		{"zero replicas", "store: {driver: redis, url: \"redis://h:6379/0\", wait_replicas: 0}\n",
+			Store{Driver: "redis", URL: "redis://h:6379/0"}},
+		{"a longer store timeout", "store: {driver: redis, url: \"redis://h:6379/0\", timeout: 2s, wait_replicas: 1, wait_timeout: 1s}\n",
+			Store{Driver: "redis", URL: "redis://h:6379/0", Timeout: 2 * time.Second, WaitReplicas: 1, WaitTimeout: time.Second}},
+	}
+	for _, tt := range valid {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := Parse("f.yaml", []byte(tt.store+routes), envOf())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(cfg.Store) != fmt.Sprint(tt.want) {
+				t.Fatalf("store %+v\nwant  %+v", cfg.Store, tt.want)
+			}
+		})
+	}
+	invalid := []struct {
+		name, store, want string
+	}{
+		{"negative count", "store:\n  driver: redis\n  url: redis://h:6379/0\n  wait_replicas: -1\n",
+			"f.yaml:4: store.wait_replicas: want a whole number from 0 (no waiting) to 100, got \"-1\""},
+		{"not a count", "store:\n  driver: redis\n  url: redis://h:6379/0\n  wait_replicas: one\n",
+			"f.yaml:4: store.wait_replicas: want a whole number from 0 (no waiting) to 100, got \"one\""},
+		{"timeout without replicas", "store:\n  driver: redis\n  url: redis://h:6379/0\n  wait_timeout: 50ms\n",
+			"f.yaml:4: store.wait_timeout: does nothing without wait_replicas or wait_aof"},
+		{"timeout with zero replicas", "store:\n  driver: redis\n  url: redis://h:6379/0\n  wait_replicas: 0\n  wait_timeout: 50ms\n",
+			"f.yaml:5: store.wait_timeout: does nothing without wait_replicas or wait_aof"},
+		{"timeout not positive", "store:\n  driver: redis\n  url: redis://h:6379/0\n  wait_replicas: 1\n  wait_timeout: 0s\n",
+			"f.yaml:5: store.wait_timeout: must be positive, got \"0s\""},
+		{"timeout not below the store's", "store:\n  driver: redis\n  url: redis://h:6379/0\n  wait_replicas: 1\n  wait_timeout: 250ms\n",
+			"f.yaml:5: store.wait_timeout: 250ms is not below store.timeout 250ms: the store call would give up before WAIT answers"},
+		{"store timeout under the default wait", "store:\n  driver: redis\n  url: redis://h:6379/0\n  timeout: 80ms\n  wait_replicas: 1\n",
+			"f.yaml:4: store.timeout: 80ms is not above wait_timeout's default 100ms: the store call would give up before WAIT answers (set a shorter wait_timeout)"},
+		{"aof not a boolean", "store:\n  driver: redis\n  url: redis://h:6379/0\n  wait_aof: yes\n",
+			"f.yaml:4: store.wait_aof: invalid wait_aof \"yes\" (want true or false)"},
+		{"cluster", "store:\n  driver: redis\n  addrs: [\"n1:6379\", \"n2:6379\", \"n3:6379\"]\n  wait_replicas: 1\n",
+			"f.yaml:4: store.wait_replicas: not available on a Redis Cluster (several addrs and no master_name): WAIT has no key, so the cluster client can't send it after the write it counts; use a standalone server or Sentinel, or leave it off"},
+		{"cluster, aof", "store:\n  driver: redis\n  addrs: [\"n1:6379\", \"n2:6379\"]\n  wait_aof: true\n",
+			"f.yaml:4: store.wait_aof: not available on a Redis Cluster (several addrs and no master_name): WAIT has no key, so the cluster client can't send it after the write it counts; use a standalone server or Sentinel, or leave it off"},
+		{"replicas for postgres", "store:\n  driver: postgres\n  url: postgres://h/db\n  wait_replicas: 1\n",
+			"f.yaml:4: store.wait_replicas: only used by driver redis (driver is postgres)"},
+		{"timeout for sqlite", "store:\n  driver: sqlite\n  wait_timeout: 50ms\n",
+			"f.yaml:3: store.wait_timeout: only used by driver redis (driver is sqlite)"},
+		{"aof for memory", "store:\n  driver: memory\n  wait_aof: true\n",
+			"f.yaml:3: store.wait_aof: only used by driver redis (driver is memory)"},
+	}
+	for _, tt := range invalid {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("f.yaml", []byte(tt.store+routes), envOf())
+			if err == nil || err.Error() != tt.want {
+				t.Fatalf("got %v\nwant %s", err, tt.want)
+			}
+		})
+	}
+}

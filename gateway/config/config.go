@@ -77,6 +77,12 @@ type Store struct {
 	Password   string
 	Prefix     string
 	Compact    bool // redis: compact_keys
+	// redis: wait_replicas, wait_timeout, wait_aof (redisstore.Config's
+	// WaitReplicas, WaitTimeout, WaitAOF). Parse sets WaitTimeout to the
+	// store's default when waiting and none is given.
+	WaitReplicas int
+	WaitTimeout  time.Duration
+	WaitAOF      bool
 }
 
 // Limits is the limits: section: bounds on what the gateway holds at once,
@@ -304,17 +310,20 @@ type (
 		root *yaml.Node // the document's mapping, as decoded
 	}
 	storeFile struct {
-		Driver     leaf `yaml:"driver"`
-		Path       leaf `yaml:"path"`
-		URL        leaf `yaml:"url"`
-		Addrs      leaf `yaml:"addrs"`
-		MasterName leaf `yaml:"master_name"`
-		Username   leaf `yaml:"username"`
-		Password   leaf `yaml:"password"`
-		Prefix     leaf `yaml:"prefix"`
-		Compact    leaf `yaml:"compact_keys"`
-		Table      leaf `yaml:"table"`
-		Timeout    leaf `yaml:"timeout"`
+		Driver       leaf `yaml:"driver"`
+		Path         leaf `yaml:"path"`
+		URL          leaf `yaml:"url"`
+		Addrs        leaf `yaml:"addrs"`
+		MasterName   leaf `yaml:"master_name"`
+		Username     leaf `yaml:"username"`
+		Password     leaf `yaml:"password"`
+		Prefix       leaf `yaml:"prefix"`
+		Compact      leaf `yaml:"compact_keys"`
+		Table        leaf `yaml:"table"`
+		Timeout      leaf `yaml:"timeout"`
+		WaitReplicas leaf `yaml:"wait_replicas"`
+		WaitTimeout  leaf `yaml:"wait_timeout"`
+		WaitAOF      leaf `yaml:"wait_aof"`
 	}
 	limitsFile struct {
 		BodyMemory     leaf `yaml:"body_memory"`

@@ -141,7 +141,7 @@ func TestConfigErrors(t *testing.T) {
 		{
 			name: "unknown field in a section",
 			give: "store: {driver: memory, drvier: redis}\n" + minimal,
-			want: []string{`idemhook.yaml:1: store.drvier: unknown field "drvier": did you mean "driver"? (known: driver, path, url, addrs, master_name, username, password, prefix, compact_keys, table, timeout)`},
+			want: []string{`idemhook.yaml:1: store.drvier: unknown field "drvier": did you mean "driver"? (known: driver, path, url, addrs, master_name, username, password, prefix, compact_keys, table, timeout, wait_replicas, wait_timeout, wait_aof)`},
 		},
 		{
 			name: "unknown field, capitalised",
@@ -151,7 +151,7 @@ func TestConfigErrors(t *testing.T) {
 		{
 			name: "unknown field near none",
 			give: "store: {driver: memory, hostname: h}\n" + minimal,
-			want: []string{`idemhook.yaml:1: store.hostname: unknown field "hostname" (known: driver, path, url, addrs, master_name, username, password, prefix, compact_keys, table, timeout)`},
+			want: []string{`idemhook.yaml:1: store.hostname: unknown field "hostname" (known: driver, path, url, addrs, master_name, username, password, prefix, compact_keys, table, timeout, wait_replicas, wait_timeout, wait_aof)`},
 		},
 		{
 			name: "misspelt value",

@@ -99,7 +99,8 @@ type Server struct {
 }
 
 // StartServer starts redis-server on a free loopback port with its own
-// temporary directory, no persistence, and the extra args (redis-server
+// temporary directory, no persistence, no delay before a replica's first
+// synchronization, and the extra args (redis-server
 // command-line options such as "--maxmemory", "10mb"), waits until it answers
 // PING, and kills it when the test ends.
 func StartServer(t testing.TB, args ...string) *Server {
@@ -113,8 +114,10 @@ func StartServer(t testing.TB, args ...string) *Server {
 // StartSentinel starts a Redis Sentinel (redis-server --sentinel) on a free
 // loopback port that monitors the master at addr under name with a quorum
 // of 1, waits until it answers PING, and kills it when the test ends. Point
-// redis.NewFailoverClient at its Addr with MasterName name.
-func StartSentinel(t testing.TB, name, addr string) *Server {
+// redis.NewFailoverClient at its Addr with MasterName name. Each of
+// settings is a further line of its configuration file, after the monitor
+// line, such as "sentinel down-after-milliseconds <name> 200".
+func StartSentinel(t testing.TB, name, addr string, settings ...string) *Server {
 	t.Helper()
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -123,13 +126,56 @@ func StartSentinel(t testing.TB, name, addr string) *Server {
 	return startServer(t, func(s *Server) error {
 		// Sentinel requires a writable config file and rewrites it.
 		conf := filepath.Join(s.dir, "sentinel.conf")
-		line := fmt.Sprintf("sentinel monitor %s %s %s 1\n", name, host, port)
-		if err := os.WriteFile(conf, []byte(line), 0o600); err != nil {
+		text := fmt.Sprintf("sentinel monitor %s %s %s 1\n", name, host, port)
+		for _, line := range settings {
+			text += line + "\n"
+		}
+		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 			return err
 		}
 		s.lead = []string{conf, "--sentinel"}
 		return nil
 	})
+}
+
+// StartReplica starts a redis-server as StartServer does, replicating the
+// master at addr (--replicaof), and waits until the master streams its
+// writes to it: a key written on the master (through addr) has reached the
+// replica. A link up (master_link_status:up) is not enough: after a
+// diskless full synchronization, Redis 7 holds the stream until the
+// replica's first acknowledgement, up to a second later, and a master that
+// dies meanwhile takes every write since the synchronization along.
+func StartReplica(t testing.TB, addr string, args ...string) *Server {
+	t.Helper()
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatalf("redistest: master address %q: %v", addr, err)
+	}
+	s := StartServer(t, append([]string{"--replicaof", host, port}, args...)...)
+	master := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer master.Close()
+	replica := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+	defer replica.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	marker := "redistest:replica:" + strconv.Itoa(s.port)
+	if err := master.Set(ctx, marker, "streaming", 0).Err(); err != nil {
+		t.Fatalf("redistest: writing a marker on the master %s: %v", addr, err)
+	}
+	defer master.Del(context.Background(), marker)
+	for {
+		v, err := replica.Get(ctx, marker).Result()
+		if err == nil && v == "streaming" {
+			return s
+		}
+		select {
+		case <-ctx.Done():
+			info, _ := replica.Info(context.Background(), "replication").Result()
+			t.Fatalf("redistest: a write on %s did not reach the replica on %s within %v (GET: %v; INFO replication %q); log:\n%s",
+				addr, s.Addr(), startTimeout, err, info, s.logTail())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // startServer starts a server that setup may configure further (its
@@ -198,6 +244,10 @@ func (s *Server) Restart(t testing.TB) {
 
 func (s *Server) logPath() string { return filepath.Join(s.dir, "redis.log") }
 
+// LogTail returns the last 20 lines of the server's log, for a test's
+// messages.
+func (s *Server) LogTail() string { return s.logTail() }
+
 // start runs redis-server and waits until it answers PING or exits.
 func (s *Server) start() error {
 	argv := append([]string(nil), s.lead...)
@@ -206,6 +256,9 @@ func (s *Server) start() error {
 		"--bind", "127.0.0.1",
 		"--save", "",
 		"--appendonly", "no",
+		// A replica's first synchronization starts at once, instead of
+		// 5s later (Redis 7's default for diskless replication).
+		"--repl-diskless-sync-delay", "0",
 		"--dir", s.dir,
 		"--logfile", s.logPath(),
 	)
