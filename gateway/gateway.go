@@ -122,7 +122,7 @@ func newGateway(ctx context.Context, cfg *config.Config, opts Options) (_ *Gatew
 			g.res.close()
 		}
 	}()
-	g.limits = processLimits(cfg.Limits)
+	g.limits = processLimits(cfg)
 	if err := g.limits.checkBodies(cfg); err != nil {
 		return nil, err
 	}

@@ -40,8 +40,11 @@ type Limits struct {
 
 // resolveLimits derives the zero fields of l from the process's memory
 // limit (memLimit, math.MaxInt64 when none) and open-file limit (files, 0
-// when unknown).
-func resolveLimits(l config.Limits, memLimit int64, files uint64) Limits {
+// when unknown). A derived body budget is at least twice the largest body
+// a route takes (largestBody), so that a file check passes is one serve
+// starts with: only a body_memory set in the file refuses a route's
+// max_body.
+func resolveLimits(l config.Limits, memLimit int64, files uint64, largestBody int64) Limits {
 	r := Limits{Limits: l}
 	switch {
 	case l.BodyMemory > 0:
@@ -52,6 +55,10 @@ func resolveLimits(l config.Limits, memLimit int64, files uint64) Limits {
 	default:
 		r.BodyMemory = defaultBodyMemory
 		r.Why.BodyMemory = "the default, with no memory limit set"
+	}
+	if l.BodyMemory == 0 && r.BodyMemory <= 2*largestBody {
+		r.BodyMemory = 2*largestBody + 2
+		r.Why.BodyMemory += ", raised to hold two of the largest max_body"
 	}
 	switch {
 	case l.MaxConnections > 0:
@@ -73,9 +80,13 @@ func resolveLimits(l config.Limits, memLimit int64, files uint64) Limits {
 	return r
 }
 
-// processLimits resolves l against this process.
-func processLimits(l config.Limits) Limits {
-	return resolveLimits(l, debug.SetMemoryLimit(-1), openFileLimit())
+// processLimits resolves cfg's limits against this process.
+func processLimits(cfg *config.Config) Limits {
+	var largest int64
+	for _, rc := range cfg.Routes {
+		largest = max(largest, rc.Route.MaxBodyBytes)
+	}
+	return resolveLimits(cfg.Limits, debug.SetMemoryLimit(-1), openFileLimit(), largest)
 }
 
 // formatBytes writes n in the largest binary unit that divides it, as the

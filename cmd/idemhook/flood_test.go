@@ -104,7 +104,7 @@ routes:
 	for i := range events {
 		id := "evt-" + strconv.Itoa(i)
 		wg.Go(func() {
-			for try := 0; try < 200; try++ {
+			for give := time.Now().Add(3 * time.Minute); time.Now().Before(give); {
 				req, _ := http.NewRequest(http.MethodPost, p.url("/webhooks/flood"), newFloodBody(id, size))
 				req.ContentLength = int64(size)
 				req.Header.Set("Content-Type", "application/json")
@@ -131,7 +131,7 @@ routes:
 					return
 				}
 			}
-			t.Errorf("%s: not answered 200 in 200 tries", id)
+			t.Errorf("%s: not answered 200 within 3 minutes", id)
 		})
 	}
 	wg.Wait()
@@ -216,6 +216,13 @@ func oomKills(dir string) int {
 func TestFloodUnderMemoryLimit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a flood of 1.5 GB")
+	}
+	if raceEnabled {
+		// The gateway process is this test binary: under the race detector
+		// it takes several times the memory of a real build, so the
+		// figures would say nothing of the gateway. The fault suite
+		// (.ci/run) runs the flood on a plain build.
+		t.Skip("the flood measures memory: run without -race")
 	}
 	f := floodRun(t, 300, 5<<20-1024, 512<<20, 500*time.Millisecond)
 	t.Logf("%+v", f)

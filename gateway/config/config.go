@@ -94,7 +94,8 @@ type Limits struct {
 	// routes (idemhook.Options.MaxHeldBodyBytes). 0: a quarter of the
 	// process's memory limit (GOMEMLIMIT, which idemhook serve sets from
 	// the container's cgroup limit when it is not set) when there is one,
-	// else 256MiB.
+	// else 256MiB; raised to twice the largest route max_body if that is
+	// more. Set here, it must be above every route's max_body.
 	BodyMemory int64
 	// MaxConnections bounds the open connections of the public listener;
 	// beyond it a connection is answered 503 and closed. 0: half the
