@@ -392,6 +392,15 @@ type Preset struct {
 	// is replayed (iFood wants 202, Asaas exactly 200). Default: 0.
 	DuplicateStatus int
 
+	// SuccessStatus, if not 0, is the status the provider counts as
+	// success. The gateway answers it in place of any 2xx its backend
+	// answered (Asaas counts only 200: a 201 or 204 is a failure to it, and
+	// 15 failures pause its queue; iFood expects 202), so a backend never
+	// has to know; the answer stored, and so every replay, has it too. A Go
+	// handler behind the middleware answers what it likes: it is not
+	// applied there. Default: 0, the backend's own status.
+	SuccessStatus int
+
 	// RetryWindow is how long after the first attempt the provider may
 	// still send the event again (its documented retry schedule). A route
 	// with this preset keeps its answers for [Preset.DefaultTTL] unless it

@@ -287,6 +287,9 @@ func (rt *Route) applyDefaults() error {
 	if rt.Preset != nil && rt.Preset.DuplicateStatus != 0 && (rt.Preset.DuplicateStatus < 200 || rt.Preset.DuplicateStatus > 299) {
 		return fail("Preset", 0, "Preset %q: DuplicateStatus %d is not a 2xx status", rt.Preset.Name, rt.Preset.DuplicateStatus)
 	}
+	if rt.Preset != nil && rt.Preset.SuccessStatus != 0 && (rt.Preset.SuccessStatus < 200 || rt.Preset.SuccessStatus > 299 || rt.Preset.SuccessStatus == http.StatusNoContent) {
+		return fail("Preset", 0, "Preset %q: SuccessStatus %d is not a 2xx status with a body", rt.Preset.Name, rt.Preset.SuccessStatus)
+	}
 	if rt.TTL == 0 {
 		rt.TTL = rt.Preset.DefaultTTL()
 	}

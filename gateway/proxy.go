@@ -67,12 +67,44 @@ func newProxy(rc config.Route, rt http.RoundTripper, bufs httputil.BufferPool, l
 			d, _ := idemhook.DeliveryFromContext(pr.In.Context())
 			setFence(pr.Out.Header, d.Fence())
 		},
-		Transport:  rt,
-		BufferPool: bufs,
+		Transport:      rt,
+		BufferPool:     bufs,
+		ModifyResponse: successStatus(rc),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			writeUpstreamError(w, logger, rc, err, r.Context().Err() != nil)
 		},
 	}
+}
+
+// successStatus returns the proxy's ModifyResponse for rc: a 2xx of the
+// backend becomes the status the route's provider counts as success
+// (idemhook.Preset.SuccessStatus); nil when the preset has none.
+func successStatus(rc config.Route) func(*http.Response) error {
+	want := successOf(rc)
+	if want == 0 {
+		return nil
+	}
+	return func(resp *http.Response) error {
+		resp.StatusCode = providerStatus(want, resp.StatusCode)
+		return nil
+	}
+}
+
+// successOf is the status rc's provider counts as success, 0 for none.
+func successOf(rc config.Route) int {
+	if p := rc.Route.Preset; p != nil {
+		return p.SuccessStatus
+	}
+	return 0
+}
+
+// providerStatus is the status the provider gets for the backend's status:
+// want (its success) in place of any 2xx, when want is not 0.
+func providerStatus(want, status int) int {
+	if want != 0 && status >= 200 && status <= 299 {
+		return want
+	}
+	return status
 }
 
 // writeUpstreamError answers a delivery whose upstream call got no answer:

@@ -503,7 +503,7 @@ func writeResult(w http.ResponseWriter, res queue.Result, rc config.Route, logge
 		h.Del(name)
 	}
 	h.Del("Content-Length")
-	w.WriteHeader(res.Status)
+	w.WriteHeader(providerStatus(successOf(rc), res.Status))
 	_, _ = w.Write(res.BodyHead)
 }
 

@@ -35,6 +35,7 @@ func Asaas(cfg Config) (*idemhook.Preset, error) {
 			return topLevelID(body, "id"), nil
 		},
 		DuplicateStatus: http.StatusOK,
+		SuccessStatus:   http.StatusOK,
 	}, nil
 }
 

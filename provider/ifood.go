@@ -45,5 +45,6 @@ func IFood(cfg Config) (*idemhook.Preset, error) {
 			return topLevelID(body, "id"), nil
 		},
 		DuplicateStatus: http.StatusAccepted,
+		SuccessStatus:   http.StatusAccepted,
 	}, nil
 }

@@ -50,5 +50,6 @@ func Paddle(cfg Config) (*idemhook.Preset, error) {
 			return topLevelID(body, "event_id"), nil
 		},
 		DuplicateStatus: http.StatusOK,
+		SuccessStatus:   http.StatusOK,
 	}, nil
 }
