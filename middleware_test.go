@@ -484,6 +484,8 @@ func TestRouteValidation(t *testing.T) {
 		{idemhook.Route{Source: "s", MaxStoredBodyBytes: -1}, "must not be negative", "MaxStoredBodyBytes", 0},
 		{idemhook.Route{Source: "s", Lease: time.Microsecond}, "Lease 1µs is under the minimum of 1ms", "Lease", 0},
 		{idemhook.Route{Source: "s", Preset: &idemhook.Preset{Name: "p", DuplicateStatus: 500}}, "DuplicateStatus 500 is not a 2xx status", "Preset", 0},
+		{idemhook.Route{Source: "s", Preset: &idemhook.Preset{Name: "p", SuccessStatus: 204}}, "SuccessStatus 204 is not a 2xx status with a body", "Preset", 0},
+		{idemhook.Route{Source: "s", Preset: &idemhook.Preset{Name: "p", SuccessStatus: 302}}, "SuccessStatus 302 is not a 2xx status with a body", "Preset", 0},
 	}
 	for _, tt := range tests {
 		_, err := e.mw.Route(tt.give)
