@@ -66,6 +66,14 @@ func newProxy(rc config.Route, rt http.RoundTripper, bufs httputil.BufferPool, l
 			setForwarded(pr, trusted)
 			d, _ := idemhook.DeliveryFromContext(pr.In.Context())
 			setFence(pr.Out.Header, d.Fence())
+			if rc.ForwardKey != nil {
+				body, id, err := forwardedBody(pr.In)
+				if err != nil {
+					logger.Warn("idemhook forward signature: the body could not be read; sent unsigned", "route", rc.Path, "err", err)
+					return
+				}
+				signForward(pr.Out.Header, rc.ForwardKey, id, body, time.Now())
+			}
 		},
 		Transport:      rt,
 		BufferPool:     bufs,

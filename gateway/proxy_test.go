@@ -3,12 +3,19 @@ package gateway_test
 import (
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/internal/gatewaytest"
@@ -83,5 +90,120 @@ routes:
 			t.Errorf("%s: %d replayed=%q, backend called %d times; want %d replayed=%v, %d calls",
 				tt.name, r.Status, r.Header.Get(idemhook.ReplayedHeader), calls.Load(), tt.want, tt.replayed, tt.calls)
 		}
+	}
+}
+
+// forwardSecret is a route's forward_secret in the tests: a 24-byte key.
+const forwardSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// TestForwardSignature: with forward_secret, what the gateway sends the
+// backend carries a Standard Webhooks signature, on the proxy path and on
+// queued attempts, with the event's store key as webhook-id, replacing any
+// webhook-* headers the provider sent. The backend checks it with
+// provider.StandardWebhooks (the Go helper) and, where Node.js and the
+// standardwebhooks package are installed (.ci/run installs them), with
+// that reference library too.
+func TestForwardSignature(t *testing.T) {
+	check, err := provider.StandardWebhooks(provider.Config{Secrets: []string{forwardSecret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type seen struct {
+		id     string
+		header http.Header
+		body   string
+		err    error
+	}
+	got := make(chan seen, 16)
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		err := check.Verify(r, body)
+		got <- seen{r.Header.Get(provider.WebhookIDHeader), r.Header.Clone(), string(body), err}
+		if err != nil {
+			w.WriteHeader(http.StatusUnauthorized)
+		}
+	}))
+	defer backend.Close()
+	url, _, _ := startGateway(t, fmt.Sprintf(`listen: 127.0.0.1:0
+store: {driver: sqlite, path: %[2]q}
+admin: {listen: off}
+audit: {sink: none}
+routes:
+  - path: /proxied
+    upstream: %[1]s/hook
+    source: proxied
+    header: X-Event-Id
+    forward_secret: %[3]s
+  - path: /queued
+    upstream: %[1]s/hook
+    source: queued
+    header: X-Event-Id
+    deliver: queue
+    forward_secret: %[3]s
+`, backend.URL, t.TempDir()+"/idemhook.db", forwardSecret))
+	for _, tt := range []struct{ path, wantID string }{
+		{"/proxied", "idem:proxied:evt_1"},
+		{"/queued", "idem:queued:evt_1"},
+	} {
+		r := gatewaytest.Post(t, url+tt.path, `{"id":"evt_1","amount":100}`, "X-Event-Id", "evt_1",
+			provider.WebhookIDHeader, "forged", provider.WebhookSignatureHeader, "v1,Zm9yZ2Vk")
+		if r.Status/100 != 2 {
+			t.Fatalf("%s: %d %s", tt.path, r.Status, r.Body)
+		}
+		var s seen
+		select {
+		case s = <-got:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the backend got nothing", tt.path)
+		}
+		if s.err != nil || s.id != tt.wantID {
+			t.Fatalf("%s: webhook-id %q, check: %v; want %q signed", tt.path, s.id, s.err, tt.wantID)
+		}
+		verifyWithNode(t, s.header, s.body, true)
+		verifyWithNode(t, s.header, s.body+" ", false) // a body changed on the way
+	}
+	// The check can fail: another secret refuses the same request.
+	other, _ := provider.StandardWebhooks(provider.Config{Secrets: []string{"whsec_" + base64.StdEncoding.EncodeToString([]byte("another secret of 24 bytes!"))}})
+	signed := `{"id":"evt_2"}`
+	if r := gatewaytest.Post(t, url+"/proxied", signed, "X-Event-Id", "evt_2"); r.Status != http.StatusOK {
+		t.Fatalf("evt_2: %d", r.Status)
+	}
+	req := httptest.NewRequest(http.MethodPost, "/", nil)
+	req.Header = (<-got).header
+	if err := other.Verify(req, []byte(signed)); err == nil {
+		t.Fatal("a signature checked with another secret passed")
+	}
+}
+
+// verifyWithNode checks a forwarded request with the Standard Webhooks
+// reference library for Node.js (gateway/testdata/forward-signature), and
+// fails t unless it passes exactly when want says. Skipped where node or
+// the package is missing, unless CI is set.
+func verifyWithNode(t *testing.T, header http.Header, body string, want bool) {
+	t.Helper()
+	dir := filepath.Join("testdata", "forward-signature")
+	node, err := exec.LookPath("node")
+	if err == nil {
+		_, err = os.Stat(filepath.Join(dir, "node_modules", "standardwebhooks"))
+	}
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI is set but the Node.js check can't run (%v): .ci/run installs node's package with npm ci --prefix %s", err, dir)
+		}
+		t.Logf("skipping the Node.js check: %v (npm ci --prefix %s installs it)", err, dir)
+		return
+	}
+	headers := map[string]string{}
+	for _, name := range []string{provider.WebhookIDHeader, provider.WebhookTimestampHeader, provider.WebhookSignatureHeader} {
+		headers[name] = header.Get(name)
+	}
+	in, _ := json.Marshal(map[string]any{"secret": forwardSecret, "headers": headers, "body": body})
+	file := filepath.Join(t.TempDir(), "request.json")
+	if err := os.WriteFile(file, in, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(node, filepath.Join(dir, "verify.js"), file).CombinedOutput()
+	if (err == nil) != want {
+		t.Fatalf("node verify.js: %v %s; want passed=%v", err, out, want)
 	}
 }

@@ -336,6 +336,9 @@ func sender(rc config.Route, rt http.RoundTripper, keep int64) func(ctx context.
 		if ev.ID != 0 { // a respond_within route's first attempt has none yet
 			req.Header.Set(HeaderEventID, strconv.FormatInt(ev.ID, 10))
 		}
+		if rc.ForwardKey != nil {
+			signForward(req.Header, rc.ForwardKey, ev.Key, ev.Body, time.Now())
+		}
 		resp, err := rt.RoundTrip(req)
 		if err != nil {
 			return queue.Result{Err: err}

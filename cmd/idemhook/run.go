@@ -234,6 +234,9 @@ func printSummary(w io.Writer, cfg *config.Config) {
 		if r.RequireKey {
 			extra += " require_key"
 		}
+		if rc.ForwardKey != nil {
+			extra += " forward_signed"
+		}
 		fmt.Fprintf(w, "    %s -> %s source=%s ttl=%s in_flight=%s on_store_error=%s%s\n",
 			rc.Path, rc.Upstream, r.Source, config.FormatDuration(r.TTL), r.InFlight, r.OnStoreError, extra)
 	}

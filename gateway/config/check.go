@@ -3,6 +3,7 @@ package config
 import (
 	"cmp"
 	"crypto/tls"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -674,6 +675,13 @@ func (c *checker) route(in *routeInputs) Route {
 			r.MaxBodyBytes, 10*r.MaxBodyBytes>>20)
 	}
 	c.delivery(in, &rc)
+	if v, ok := c.str(f.ForwardSecret, field("forward_secret")); ok {
+		key, err := parseWebhookSecret(v)
+		if err != nil {
+			c.errorf(f.ForwardSecret.Node, field("forward_secret"), "%v", err)
+		}
+		rc.ForwardKey = key
+	}
 	return rc
 }
 
@@ -1129,4 +1137,21 @@ func FormatDuration(d time.Duration) string {
 		s = strings.TrimSuffix(s, "0m")
 	}
 	return s
+}
+
+// minForwardKey is the shortest forward_secret key taken: the Standard
+// Webhooks specification asks for 24 to 64 random bytes.
+const minForwardKey = 24
+
+// parseWebhookSecret decodes a Standard Webhooks secret: "whsec_" and the
+// base64 of the key (the prefix may be left out).
+func parseWebhookSecret(v string) ([]byte, error) {
+	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(v, "whsec_"))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("not \"whsec_<base64>\": the part after whsec_ does not decode as base64 (make one with: echo whsec_$(head -c 32 /dev/urandom | base64))")
+	case len(key) < minForwardKey:
+		return nil, fmt.Errorf("the key is %d bytes: want at least %d random bytes (make one with: echo whsec_$(head -c 32 /dev/urandom | base64))", len(key), minForwardKey)
+	}
+	return key, nil
 }

@@ -172,7 +172,13 @@ type Route struct {
 	// first). 0: none.
 	RespondWithin time.Duration
 	Accept        Accept // the answer of an accepted event (deliver: queue, respond_within)
-	Queue         Queue  // how queued events are delivered (deliver: queue, respond_within)
+	// ForwardKey, when not nil, signs what the gateway sends the backend by
+	// the Standard Webhooks scheme (webhook-id, webhook-timestamp,
+	// webhook-signature), so that the backend can check the request came
+	// through the gateway: the key decoded from forward_secret
+	// ("whsec_<base64>").
+	ForwardKey []byte
+	Queue      Queue // how queued events are delivered (deliver: queue, respond_within)
 }
 
 // Queued reports whether the route keeps events in the queue: deliver:
@@ -380,6 +386,7 @@ type (
 		RetryAfter      leaf       `yaml:"retry_after"`
 		Deliver         leaf       `yaml:"deliver"`
 		RespondWithin   leaf       `yaml:"respond_within"`
+		ForwardSecret   leaf       `yaml:"forward_secret"`
 		Accept          acceptFile `yaml:"accept"`
 		Queue           queueFile  `yaml:"queue"`
 	}

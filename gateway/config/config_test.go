@@ -136,7 +136,7 @@ func TestConfigErrors(t *testing.T) {
 		{
 			name: "unknown route field",
 			give: route("    tll: 1h\n"),
-			want: []string{`idemhook.yaml:5: routes[0].tll: unknown field "tll": did you mean "ttl"? (known: path, upstream, source, ttl, header, in_flight, wait_timeout, on_store_error, provider, secret_env, secrets, secret_file, provider_options, tolerance, max_body, upstream_timeout, replay_headers, store_statuses, require_key, share_keys, lease, max_stored_body, retry_after, deliver, respond_within, accept, queue)`},
+			want: []string{`idemhook.yaml:5: routes[0].tll: unknown field "tll": did you mean "ttl"? (known: path, upstream, source, ttl, header, in_flight, wait_timeout, on_store_error, provider, secret_env, secrets, secret_file, provider_options, tolerance, max_body, upstream_timeout, replay_headers, store_statuses, require_key, share_keys, lease, max_stored_body, retry_after, deliver, respond_within, forward_secret, accept, queue)`},
 		},
 		{
 			name: "unknown field in a section",
@@ -872,5 +872,39 @@ func TestExampleListsEveryField(t *testing.T) {
 		if !slices.Contains(want, f) {
 			t.Errorf("examples/idemhook.yaml shows %s, which the parser does not know", f)
 		}
+	}
+}
+
+func TestConfigForwardSecret(t *testing.T) {
+	tests := []struct {
+		name, give string
+		env        []string
+		wantKey    int    // bytes of the decoded key
+		wantErr    string // "" when valid
+	}{
+		{name: "off", give: minimal},
+		{name: "whsec_ and 24 bytes", give: minimal + "    forward_secret: whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n", wantKey: 24},
+		{name: "from the environment, no prefix", give: minimal + "    forward_secret: ${FWD}\n", env: []string{"FWD", "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, wantKey: 24},
+		{name: "not base64", give: minimal + "    forward_secret: whsec_not*base64\n",
+			wantErr: `idemhook.yaml:5: routes[0].forward_secret: not "whsec_<base64>": the part after whsec_ does not decode as base64 (make one with: echo whsec_$(head -c 32 /dev/urandom | base64))`},
+		{name: "too short", give: minimal + "    forward_secret: whsec_c2hvcnQ=\n",
+			wantErr: `idemhook.yaml:5: routes[0].forward_secret: the key is 5 bytes: want at least 24 random bytes (make one with: echo whsec_$(head -c 32 /dev/urandom | base64))`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := Parse("idemhook.yaml", []byte(tt.give), envOf(tt.env...))
+			if tt.wantErr != "" {
+				if err == nil || err.Error() != tt.wantErr {
+					t.Fatalf("got %v, want %s", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := len(cfg.Routes[0].ForwardKey); n != tt.wantKey {
+				t.Fatalf("key of %d bytes, want %d", n, tt.wantKey)
+			}
+		})
 	}
 }
