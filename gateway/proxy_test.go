@@ -178,7 +178,8 @@ routes:
 // verifyWithNode checks a forwarded request with the Standard Webhooks
 // reference library for Node.js (gateway/testdata/forward-signature), and
 // fails t unless it passes exactly when want says. Skipped where node or
-// the package is missing, unless CI is set.
+// the package is missing, unless CI is set (.ci/run installs the package);
+// TestFreshClone's run in a new clone, which has no node_modules, skips.
 func verifyWithNode(t *testing.T, header http.Header, body string, want bool) {
 	t.Helper()
 	dir := filepath.Join("testdata", "forward-signature")
@@ -187,7 +188,7 @@ func verifyWithNode(t *testing.T, header http.Header, body string, want bool) {
 		_, err = os.Stat(filepath.Join(dir, "node_modules", "standardwebhooks"))
 	}
 	if err != nil {
-		if os.Getenv("CI") != "" {
+		if os.Getenv("CI") != "" && os.Getenv("IDEMHOOK_IN_FRESH_CLONE") == "" {
 			t.Fatalf("CI is set but the Node.js check can't run (%v): .ci/run installs node's package with npm ci --prefix %s", err, dir)
 		}
 		t.Logf("skipping the Node.js check: %v (npm ci --prefix %s installs it)", err, dir)
