@@ -37,8 +37,8 @@ import (
 // The one load command of the repository, behind docs/benchmarks.md. It is
 // off by default (it takes a minute or two and wants the machine to itself):
 //
-//	IDEMHOOK_REDIS_URL=redis://127.0.0.1:6379/0 IDEMHOOK_POSTGRES_URL=postgres://... \
-//	  go test ./cmd/idemhook -run TestLoadComparison -count=1 -v -load
+//	cd tests && IDEMHOOK_REDIS_URL=redis://127.0.0.1:6379/0 IDEMHOOK_POSTGRES_URL=postgres://... \
+//	  go test ./load -run TestLoadComparison -count=1 -v -load
 //
 // In one process, on loopback, it measures two groups in interleaved rounds.
 //
