@@ -63,7 +63,7 @@ var (
 	loadRequests = flag.Int("load.requests", 200000, "load comparison: request bound of each measurement")
 	loadConc     = flag.Int("load.concurrency", 32, "load comparison: concurrent senders")
 	loadRounds   = flag.Int("load.rounds", 3, "load comparison: interleaved rounds of every setup (medians and spreads are over them)")
-	loadOnly     = flag.String("load.only", "", "load comparison: only the rows (besides the baselines) whose name contains this")
+	loadOnly     = flag.String("load.only", "", "load comparison: only the rows whose name contains this, and the baselines they need (the proxy and the bare net/http handler always run; the bare Fiber handler with a Fiber row)")
 	loadPGParams = flag.String("load.pg", "", "load comparison: PostgreSQL gateway rows, as URL parameters added to IDEMHOOK_POSTGRES_URL, one row per ';'-separated set (e.g. \"pool_max_conns=16;pool_max_conns=16&synchronous_commit=off\"); the row with none always runs")
 	loadProfile  = flag.String("load.cpuprofile", "", "load comparison: write a CPU profile of each gateway and middleware row's last round into this directory (the senders run in the same process: focus on ServeHTTP)")
 	loadChart    = flag.String("load.chart", "", "load comparison: write the ratios as a PNG chart to this file (e.g. ../../docs/benchmarks-load.png)")
