@@ -61,7 +61,7 @@ func writeChart(path, title string, bars []chartBar) error {
 	text(26, 40, "first deliveries", black)
 	rect(160, 30, 172, 40, replay)
 	text(176, 40, "replays", black)
-	text(260, 40, "whisker: lowest to highest round; ratios to the pooled proxy (gateway) or the bare handler (library)", black)
+	text(260, 40, "whisker: lowest to highest round; ratios to the pooled proxy (gateway) or the bare handler of the same framework (library)", black)
 
 	bottom := top + rowH*len(bars)
 	for v := 0.0; v <= scaleMax+1e-9; v += 0.5 {

@@ -37,8 +37,8 @@ import (
 // The one load command of the repository, behind docs/benchmarks.md. It is
 // off by default (it takes a minute or two and wants the machine to itself):
 //
-//	IDEMHOOK_REDIS_URL=redis://127.0.0.1:6379/0 IDEMHOOK_POSTGRES_URL=postgres://... \
-//	  go test ./cmd/idemhook -run TestLoadComparison -count=1 -v -load
+//	cd tests && IDEMHOOK_REDIS_URL=redis://127.0.0.1:6379/0 IDEMHOOK_POSTGRES_URL=postgres://... \
+//	  go test ./load -run TestLoadComparison -count=1 -v -load
 //
 // In one process, on loopback, it measures two groups in interleaved rounds.
 //
@@ -47,11 +47,14 @@ import (
 //     SQLite, SQLite with its audit trail, Redis, PostgreSQL).
 //   - The library rows are a bare net/http handler, and the same handler
 //     behind the middleware on memory and on Redis (through go-redis, with
-//     and without Batch, and through rueidis).
+//     and without Batch, and through rueidis). Beside them, the peer: a bare
+//     Fiber handler, and the same handler behind Fiber's idempotency
+//     middleware on memory and on Redis (fiber_test.go), each against the
+//     bare Fiber handler.
 //
 // Each row is measured for first deliveries (every body new) and for
 // replays (one body over and over). The test prints the ratios to the
-// baseline measured in the same round (the pooled proxy, the bare handler),
+// baseline measured in the same round (the pooled proxy, a bare handler),
 // as their median and their spread over the rounds. With -load.chart it
 // draws them into a PNG.
 var (
@@ -60,7 +63,7 @@ var (
 	loadRequests = flag.Int("load.requests", 200000, "load comparison: request bound of each measurement")
 	loadConc     = flag.Int("load.concurrency", 32, "load comparison: concurrent senders")
 	loadRounds   = flag.Int("load.rounds", 3, "load comparison: interleaved rounds of every setup (medians and spreads are over them)")
-	loadOnly     = flag.String("load.only", "", "load comparison: only the rows (besides the baselines) whose name contains this")
+	loadOnly     = flag.String("load.only", "", "load comparison: only the rows whose name contains this, and the baselines they need (the proxy and the bare net/http handler always run; the bare Fiber handler with a Fiber row)")
 	loadPGParams = flag.String("load.pg", "", "load comparison: PostgreSQL gateway rows, as URL parameters added to IDEMHOOK_POSTGRES_URL, one row per ';'-separated set (e.g. \"pool_max_conns=16;pool_max_conns=16&synchronous_commit=off\"); the row with none always runs")
 	loadProfile  = flag.String("load.cpuprofile", "", "load comparison: write a CPU profile of each gateway and middleware row's last round into this directory (the senders run in the same process: focus on ServeHTTP)")
 	loadChart    = flag.String("load.chart", "", "load comparison: write the ratios as a PNG chart to this file (e.g. ../../docs/benchmarks-load.png)")
@@ -86,15 +89,24 @@ func sameBody(int64) string { return loadBody(-1) }
 
 // measure sends requests to target with *loadConc senders until
 // *loadRequests were sent or *loadDuration passed. body(base+n) is the body
-// of request n.
-func measure(target string, base int64, body func(n int64) string) loadResult {
+// of request n; unless key is nil, key(base+n) is its X-Idempotency-Key
+// header (the Fiber rows' key).
+func measure(target string, base int64, body, key func(n int64) string) loadResult {
 	client := &http.Client{Transport: &http.Transport{
 		MaxIdleConns: *loadConc * 2, MaxIdleConnsPerHost: *loadConc * 2, DisableCompression: true,
 	}}
 	defer client.CloseIdleConnections()
 	send := func(n int64) (time.Duration, bool) {
 		start := time.Now()
-		resp, err := client.Post(target, "application/json", strings.NewReader(body(n)))
+		req, err := http.NewRequest(http.MethodPost, target, strings.NewReader(body(n)))
+		if err != nil {
+			return time.Since(start), false
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if key != nil {
+			req.Header.Set(fiberKeyHeader, key(n))
+		}
+		resp, err := client.Do(req)
 		if err != nil {
 			return time.Since(start), false
 		}
@@ -166,7 +178,10 @@ type loadRow struct {
 	replay   bool
 	url      string
 	baseline *loadRow // nil for a baseline
-	rounds   []loadResult
+	// key gives request n its X-Idempotency-Key header; nil for the rows
+	// whose key is the body (every row but Fiber's).
+	key    func(n int64) string
+	rounds []loadResult
 }
 
 func (r *loadRow) traffic() string {
@@ -386,6 +401,7 @@ routes:
 		}
 		pair("library", "middleware, Redis (rueidis)", serveLoopback(t, protect(st)), bare)
 	}
+	addFiberRows(t, pair, wanted, redisURL, rdb)
 
 	// Every row runs once per round, the rows interleaved. That way the
 	// noise of a shared machine weighs on every row alike, and so does
@@ -403,7 +419,7 @@ routes:
 			if profiling {
 				startProfile(t, filepath.Join(*loadProfile, profileName(r)))
 			}
-			r.rounds = append(r.rounds, measure(r.url, int64(round)<<40|int64(i)<<32, body))
+			r.rounds = append(r.rounds, measure(r.url, int64(round)<<40|int64(i)<<32, body, r.key))
 			if profiling {
 				pprof.StopCPUProfile()
 			}
@@ -451,9 +467,12 @@ routes:
 			}
 			rs := r.ratios()
 			label := r.name + ", " + r.traffic()
-			if r.group == "gateway" {
+			switch {
+			case r.group == "gateway":
 				label += " (vs proxy)"
-			} else {
+			case r.key != nil: // the Fiber rows
+				label += " (vs Fiber bare)"
+			default:
 				label += " (vs bare)"
 			}
 			bars = append(bars, chartBar{label: label, median: medianOf(rs), lo: slices.Min(rs), hi: slices.Max(rs), replay: r.replay})
