@@ -15,12 +15,14 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -250,6 +252,18 @@ func fixtures(t testing.TB) []fixture {
 			key: func(id string) string { return "msg_" + id },
 		},
 		{
+			// Tolerance 5m, not Twitch's 10m default, so that the shared
+			// stale and future cases (6 minutes off) apply; twitch_test.go
+			// checks the default.
+			name: "twitch", bodySigned: true, cfg: provider.Config{Secrets: []string{"twitch-eventsub-secret"}, Tolerance: 5 * time.Minute}, wrongSecret: "not-the-subscription-secret",
+			timestamped: true, sigHeader: "Twitch-Eventsub-Message-Signature", malformed: "sha1=abcd", badReason: provider.ErrNoMatchingSignature,
+			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {
+				body := `{"subscription":{"id":"f1c2a387-161a-49f9-a165-0f21d7a4e1c4","type":"channel.follow","version":"2","status":"enabled","cost":0},"event":{"user_id":"1234` + id + `","user_login":"cool_user","broadcaster_user_id":"1337","followed_at":"2026-11-30T10:00:00.000Z"}}`
+				return twitchRequest("/twitch", "e76c6bd4-55c9-4987-8304-da1588d8988"+id, "notification", at, secret, body)
+			},
+			key: func(id string) string { return "e76c6bd4-55c9-4987-8304-da1588d8988" + id },
+		},
+		{
 			name: "whatsapp-cloud", bodySigned: true, cfg: provider.Config{Secrets: []string{"meta-app-secret"}, WhatsAppCloud: provider.WhatsAppCloudOptions{VerifyToken: "vt-123"}},
 			wrongSecret: "other-app-secret", sigHeader: "X-Hub-Signature-256", malformed: "sha256=xyz", badReason: provider.ErrNoMatchingSignature,
 			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {
@@ -261,6 +275,20 @@ func fixtures(t testing.TB) []fixture {
 			key: func(id string) string { return "wamid." + id },
 		},
 	}
+}
+
+// twitchRequest is a Twitch EventSub message of type typ, signed as Twitch's
+// docs say: "sha256=" + hex HMAC-SHA256(secret, id + timestamp + body).
+func twitchRequest(target, id, typ string, at time.Time, secret, body string) *http.Request {
+	ts := at.UTC().Format(time.RFC3339Nano)
+	r := post(target, body)
+	r.Header.Set("Twitch-Eventsub-Message-Id", id)
+	r.Header.Set("Twitch-Eventsub-Message-Retry", "0")
+	r.Header.Set("Twitch-Eventsub-Message-Type", typ)
+	r.Header.Set("Twitch-Eventsub-Message-Timestamp", ts)
+	r.Header.Set("Twitch-Eventsub-Subscription-Type", "channel.follow")
+	r.Header.Set("Twitch-Eventsub-Message-Signature", "sha256="+hmacHex(secret, id+ts+body))
+	return r
 }
 
 // digits maps an id to decimal digits (three per byte, so distinct ids stay
@@ -365,4 +393,48 @@ func readBody(t testing.TB, r *http.Request) []byte {
 	}
 	r.Body = io.NopCloser(bytes.NewReader(b))
 	return b
+}
+
+// nodeVector is a request of testdata/provider-vectors.json, made by
+// testdata/node/vectors.js with the provider's SDK or its documented sample
+// code (see the script).
+type nodeVector struct {
+	Name    string            `json:"name"`
+	Secret  string            `json:"secret"`
+	Now     int64             `json:"now"` // when it was signed, unix seconds
+	Method  string            `json:"method"`
+	URL     string            `json:"url"`
+	Headers map[string]string `json:"headers"`
+	Body    string            `json:"body"`
+	Key     string            `json:"key"`    // what the preset's Key must give
+	Forged  bool              `json:"forged"` // signed with another secret than Secret
+}
+
+// nodeVectors returns the vectors of one provider, failing when there are
+// none (a test over no vectors could not fail).
+func nodeVectors(t *testing.T, name string) []nodeVector {
+	t.Helper()
+	data, err := os.ReadFile("testdata/provider-vectors.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all map[string][]nodeVector
+	if err := json.Unmarshal(data, &all); err != nil {
+		t.Fatalf("testdata/provider-vectors.json: %v", err)
+	}
+	if len(all[name]) == 0 {
+		t.Fatalf("testdata/provider-vectors.json has no vector for %s", name)
+	}
+	return all[name]
+}
+
+// request is the vector as the receiving server sees it. httptest.NewRequest
+// takes the URL's host as Host and sets TLS for https, as a server that
+// terminates TLS itself does.
+func (v nodeVector) request(body string) *http.Request {
+	r := httptest.NewRequest(v.Method, v.URL, strings.NewReader(body))
+	for k, val := range v.Headers {
+		r.Header.Set(k, val)
+	}
+	return r
 }

@@ -34,6 +34,8 @@ func fuzzVerify(t *testing.T, name string, cfg Config, header, v string) error {
 	r.Header.Set("webhook-id", "msg_1")
 	r.Header.Set("webhook-timestamp", "1780000000")
 	r.Header.Set("X-Slack-Request-Timestamp", "1780000000")
+	r.Header.Set(TwitchMessageIDHeader, "m-1")
+	r.Header.Set(TwitchMessageTimestampHeader, fuzzNow.UTC().Format(time.RFC3339Nano))
 	err = p.Verify(r, []byte("{}"))
 	var ve *VerifyError
 	if err != nil && !errors.As(err, &ve) {
@@ -133,7 +135,8 @@ func hexMAC(prefix string) func(string) ([]byte, error) {
 }
 
 // FuzzBodyHMACSignatures covers the single-MAC headers: GitHub and Meta's
-// X-Hub-Signature-256, Slack's v0, Shopify's base64 and iFood's bare hex.
+// X-Hub-Signature-256, Slack's v0, Shopify's base64, iFood's bare hex and
+// Twitch's sha256=.
 func FuzzBodyHMACSignatures(f *testing.F) {
 	f.Add("sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17")
 	f.Add("v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503")
@@ -149,6 +152,7 @@ func FuzzBodyHMACSignatures(f *testing.F) {
 			{"slack", SlackSignatureHeader, hexMAC("v0=")},
 			{"shopify", ShopifySignatureHeader, parseShopifySignature},
 			{"ifood", IFoodSignatureHeader, hexMAC("")},
+			{"twitch", TwitchMessageSignatureHeader, hexMAC("sha256=")},
 		}
 		for _, p := range parsers {
 			sig, err := p.parse(v)

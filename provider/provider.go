@@ -39,9 +39,10 @@ type Config struct {
 
 	// Tolerance is how far a signed timestamp may be from Now, in either
 	// direction, for providers whose scheme signs one. These are stripe,
-	// standardwebhooks, svix, slack and paddle, and also mercadopago and
-	// stone when it is set. Default (0): the provider's default, 5 minutes
-	// for all of them (see each constructor). Set for a provider that signs
+	// standardwebhooks, svix, slack, paddle and twitch, and also
+	// mercadopago and stone when it is set. Default (0): the provider's
+	// default, 5 minutes for all of them but twitch, 10 minutes (see each
+	// constructor). Set for a provider that signs
 	// no timestamp (asaas, evolution, github, ifood, shopify,
 	// whatsapp-cloud), it is an error.
 	Tolerance time.Duration
@@ -90,6 +91,9 @@ const (
 	stoneRetryWindow = day
 	// Live mode: up to 3 days with exponential backoff.
 	stripeRetryWindow = 3 * day
+	// Twitch resends a message when it is unsure it arrived, with the same
+	// message id, and documents no schedule: a day is assumed.
+	twitchRetryWindow = day
 	// Decreasing frequency for up to 7 days.
 	whatsAppRetryWindow = 7 * day
 )
@@ -189,6 +193,7 @@ func registry() []preset {
 		}},
 		{name: "stripe", build: Stripe, timed: true},
 		{name: "svix", build: Svix, timed: true},
+		{name: "twitch", build: Twitch, timed: true},
 		{name: "whatsapp-cloud", build: WhatsAppCloud, options: []option{
 			{"verify_token", func(c *Config, v string) { c.WhatsAppCloud.VerifyToken = v }, func(c *Config) string { return c.WhatsAppCloud.VerifyToken }},
 		}},

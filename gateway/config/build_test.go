@@ -1,8 +1,11 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestConfigToleranceWithoutTimestamp: tolerance on a route whose provider
@@ -19,5 +22,50 @@ func TestConfigToleranceWithoutTimestamp(t *testing.T) {
 	_, err := Parse("f.yaml", []byte(text), envOf())
 	if want := "f.yaml:7: routes[0].tolerance: provider github: tolerance 5m0s has no effect"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("error = %v, want it to contain %q", err, want)
+	}
+}
+
+// TestConfigProviderPresets: the presets of providers that send one event
+// per request are configured like the others, with their secrets given in
+// any of the three ways, their tolerance where they sign a timestamp, and
+// their options; a mistake is reported at its line.
+func TestConfigProviderPresets(t *testing.T) {
+	route := "routes:\n  - path: /hook\n    upstream: http://127.0.0.1:3000/hook\n    source: hook\n    provider: PROVIDER\n"
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "secrets"), []byte("new-secret\nold-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		provider string
+		give     string // appended to the route
+		wantTTL  time.Duration
+		wantErr  string
+	}{
+		{provider: "twitch", give: "    secret_env: TWITCH_SECRET\n", wantTTL: 2 * 24 * time.Hour},
+		{provider: "twitch", give: "    secrets: [s]\n    tolerance: 2m\n", wantTTL: 2 * 24 * time.Hour},
+		{provider: "twitch", give: "    secret_file: DIR/secrets\n", wantTTL: 2 * 24 * time.Hour},
+		{provider: "twitch", give: "    secrets: [s]\n    provider_options: {verify_token: x}\n",
+			wantErr: "f.yaml:7: routes[0].provider_options.verify_token: provider twitch: option verify_token: unknown option (this provider takes no options)"},
+		{provider: "twitch", give: "",
+			wantErr: "f.yaml:5: routes[0].provider: provider twitch needs a secret"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.provider+"/"+tt.give, func(t *testing.T) {
+			text := strings.ReplaceAll(route, "PROVIDER", tt.provider) + strings.ReplaceAll(tt.give, "DIR", dir)
+			cfg, err := Parse("f.yaml", []byte(text), envOf("TWITCH_SECRET", "s"))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want it to contain %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := cfg.Routes[0].Route
+			if r.Preset == nil || r.Preset.Name != tt.provider || r.TTL != tt.wantTTL {
+				t.Fatalf("preset %v, TTL %v; want %s, %v", r.Preset, r.TTL, tt.provider, tt.wantTTL)
+			}
+		})
 	}
 }
