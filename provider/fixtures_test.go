@@ -274,7 +274,33 @@ func fixtures(t testing.TB) []fixture {
 			},
 			key: func(id string) string { return "wamid." + id },
 		},
+		{
+			// Tolerance 5m, not the preset's 2h default, so that the shared
+			// stale and future cases (6 minutes off) apply; zoom_test.go
+			// checks the default.
+			name: "zoom", bodySigned: true, cfg: provider.Config{Secrets: []string{"zoom-secret-token"}, Tolerance: 5 * time.Minute}, wrongSecret: "zoom-other-token",
+			timestamped: true, sigHeader: "x-zm-signature", malformed: "v0=zz", badReason: provider.ErrNoMatchingSignature,
+			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {
+				body := `{"event":"meeting.started","event_ts":1780000000` + digits(id)[:3] + `,"payload":{"account_id":"AAAAAABBBB","object":{"id":"1234567890","uuid":"4444AAAiAAAAAiAiAiiAii==","host_id":"x1yCzABCDEfg123HIJKLMN","topic":"My Meeting","type":2}}}`
+				return zoomRequest("/zoom", at, secret, body)
+			},
+			key: func(id string) string {
+				payload := `{"account_id":"AAAAAABBBB","object":{"id":"1234567890","uuid":"4444AAAiAAAAAiAiAiiAii==","host_id":"x1yCzABCDEfg123HIJKLMN","topic":"My Meeting","type":2}}`
+				sum := sha256.Sum256([]byte(payload))
+				return "meeting.started:1780000000" + digits(id)[:3] + ":" + hex.EncodeToString(sum[:16])
+			},
+		},
 	}
+}
+
+// zoomRequest is a Zoom webhook sent at `at`, signed as Zoom's docs say:
+// "v0=" + hex HMAC-SHA256(secret token, "v0:<timestamp>:<body>").
+func zoomRequest(target string, at time.Time, secret, body string) *http.Request {
+	r := post(target, body)
+	r.Header.Set("x-zm-request-timestamp", unix(at))
+	r.Header.Set("x-zm-signature", "v0="+hmacHex(secret, "v0:"+unix(at)+":"+body))
+	r.Header.Set("x-zm-trackingid", "v=2.0;clid=us06;rid=WEB_"+unix(at))
+	return r
 }
 
 // twitchRequest is a Twitch EventSub message of type typ, signed as Twitch's
@@ -408,6 +434,7 @@ type nodeVector struct {
 	Body    string            `json:"body"`
 	Key     string            `json:"key"`    // what the preset's Key must give
 	Forged  bool              `json:"forged"` // signed with another secret than Secret
+	Answer  string            `json:"answer"` // a handshake's answer, by the provider's SDK
 }
 
 // nodeVectors returns the vectors of one provider, failing when there are

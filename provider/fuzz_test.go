@@ -34,6 +34,7 @@ func fuzzVerify(t *testing.T, name string, cfg Config, header, v string) error {
 	r.Header.Set("webhook-id", "msg_1")
 	r.Header.Set("webhook-timestamp", "1780000000")
 	r.Header.Set("X-Slack-Request-Timestamp", "1780000000")
+	r.Header.Set(ZoomTimestampHeader, "1780000000")
 	r.Header.Set(TwitchMessageIDHeader, "m-1")
 	r.Header.Set(TwitchMessageTimestampHeader, fuzzNow.UTC().Format(time.RFC3339Nano))
 	err = p.Verify(r, []byte("{}"))
@@ -135,8 +136,8 @@ func hexMAC(prefix string) func(string) ([]byte, error) {
 }
 
 // FuzzBodyHMACSignatures covers the single-MAC headers: GitHub and Meta's
-// X-Hub-Signature-256, Slack's v0, Shopify's base64, iFood's bare hex and
-// Twitch's sha256=.
+// X-Hub-Signature-256, Slack's v0, Shopify's base64, iFood's bare hex,
+// Twitch's sha256= and Zoom's v0=.
 func FuzzBodyHMACSignatures(f *testing.F) {
 	f.Add("sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17")
 	f.Add("v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503")
@@ -153,6 +154,7 @@ func FuzzBodyHMACSignatures(f *testing.F) {
 			{"shopify", ShopifySignatureHeader, parseShopifySignature},
 			{"ifood", IFoodSignatureHeader, hexMAC("")},
 			{"twitch", TwitchMessageSignatureHeader, hexMAC("sha256=")},
+			{"zoom", ZoomSignatureHeader, hexMAC("v0=")},
 		}
 		for _, p := range parsers {
 			sig, err := p.parse(v)
@@ -175,11 +177,15 @@ func FuzzPresetKeys(f *testing.F) {
 	f.Add(`{"object":"whatsapp_business_account","entry":[{"changes":[{"value":{"messages":[{"id":"wamid.A"}]}}]}]}`)
 	f.Add(`{"event":"messages.update","data":{"keyId":"A","status":"READ"}}`)
 	f.Add(`{"id":12345,"event_id":null}`)
+	f.Add(`{"event":"meeting.started","event_ts":1,"payload":{"object":{"id":1}}}`)
 	f.Add(`[1,2`)
 	f.Fuzz(func(t *testing.T, body string) {
 		b := []byte(body)
 		_ = whatsAppKey(b)
 		_ = evolutionKey(b)
+		if k := zoomKey(b); k != "" && !strings.HasPrefix(strings.TrimLeft(body, " \t\r\n"), "{") {
+			t.Fatalf("zoom key %q from a body that is not an object", k)
+		}
 		_ = topLevelID(b, "id")
 		if k := topLevelID(b, "id"); k != "" && !strings.Contains(body, k) && !strings.Contains(body, `\`) {
 			t.Fatalf("id %q is not in the body %q", k, body)

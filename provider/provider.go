@@ -39,10 +39,10 @@ type Config struct {
 
 	// Tolerance is how far a signed timestamp may be from Now, in either
 	// direction, for providers whose scheme signs one. These are stripe,
-	// standardwebhooks, svix, slack, paddle and twitch, and also
-	// mercadopago and stone when it is set. Default (0): the provider's
-	// default, 5 minutes for all of them but twitch, 10 minutes (see each
-	// constructor). Set for a provider that signs
+	// standardwebhooks, svix, slack, paddle, twitch and zoom, and also
+	// mercadopago and stone when it is set. Default (0): the
+	// provider's default, 5 minutes for all of them but twitch (10 minutes)
+	// and zoom (2 hours) (see each constructor). Set for a provider that signs
 	// no timestamp (asaas, evolution, github, ifood, shopify,
 	// whatsapp-cloud), it is an error.
 	Tolerance time.Duration
@@ -96,6 +96,9 @@ const (
 	twitchRetryWindow = day
 	// Decreasing frequency for up to 7 days.
 	whatsAppRetryWindow = 7 * day
+	// 3 retries: 5 minutes after the first attempt, 20 minutes after the
+	// first retry, 60 minutes after the second: 85 minutes.
+	zoomRetryWindow = 85 * time.Minute
 )
 
 // Response timeouts: how long each provider waits for the answer to an
@@ -125,6 +128,8 @@ const (
 	// Svix times out at 15 s; the specification recommends 15 to 30 s,
 	// so a sender that follows it waits at least 15 s.
 	standardWebhooksResponseTimeout = 15 * time.Second
+	// 200 or 204 within three seconds.
+	zoomResponseTimeout = 3 * time.Second
 )
 
 // defaultTolerance is the timestamp tolerance of every provider that signs a
@@ -197,6 +202,7 @@ func registry() []preset {
 		{name: "whatsapp-cloud", build: WhatsAppCloud, options: []option{
 			{"verify_token", func(c *Config, v string) { c.WhatsAppCloud.VerifyToken = v }, func(c *Config) string { return c.WhatsAppCloud.VerifyToken }},
 		}},
+		{name: "zoom", build: Zoom, timed: true},
 	}
 }
 

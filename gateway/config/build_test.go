@@ -48,11 +48,16 @@ func TestConfigProviderPresets(t *testing.T) {
 			wantErr: "f.yaml:7: routes[0].provider_options.verify_token: provider twitch: option verify_token: unknown option (this provider takes no options)"},
 		{provider: "twitch", give: "",
 			wantErr: "f.yaml:5: routes[0].provider: provider twitch needs a secret"},
+		{provider: "zoom", give: "    secret_env: ZOOM_SECRET\n", wantTTL: 2 * 24 * time.Hour},
+		{provider: "zoom", give: "    secrets: [s]\n    tolerance: 5m\n", wantTTL: 2 * 24 * time.Hour},
+		{provider: "zoom", give: "    secret_file: DIR/secrets\n", wantTTL: 2 * 24 * time.Hour},
+		{provider: "zoom", give: "    secrets: [s]\n    tolerance: -1s\n",
+			wantErr: "f.yaml:7: routes[0].tolerance:"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.provider+"/"+tt.give, func(t *testing.T) {
 			text := strings.ReplaceAll(route, "PROVIDER", tt.provider) + strings.ReplaceAll(tt.give, "DIR", dir)
-			cfg, err := Parse("f.yaml", []byte(text), envOf("TWITCH_SECRET", "s"))
+			cfg, err := Parse("f.yaml", []byte(text), envOf("TWITCH_SECRET", "s", "ZOOM_SECRET", "s"))
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error = %v, want it to contain %q", err, tt.wantErr)

@@ -3,6 +3,11 @@
 // providers that send one event per request, made by Node.js rather than by
 // the Go code that checks them.
 //
+//   - zoom: signed with node:crypto as Zoom documents, then checked by
+//     Zoom's own library, @zoom/rivet (its AwsLambdaReceiver, which verifies
+//     x-zm-signature and answers endpoint.url_validation): a vector Rivet
+//     refuses is not written, and a url_validation vector records Rivet's
+//     answer as the one the preset must give. Rivet signs nothing itself.
 //   - twitch: Twitch publishes no SDK on npm that signs or verifies
 //     webhooks, so its vectors follow the documented sample code with
 //     node:crypto (the page is named beside it).
@@ -23,6 +28,7 @@
 "use strict";
 
 const crypto = require("node:crypto");
+const { AwsLambdaReceiver } = require("@zoom/rivet/meetings");
 
 const hmacHex = (key, data) => crypto.createHmac("sha256", key).update(data, "utf8").digest("hex");
 
@@ -68,4 +74,53 @@ vectors.twitch = [
   twitch("signed with another secret", "s3cRe7", "e76c6bd4-55c9-4987-8304-da1588d8988c", "notification", "2026-11-30T10:00:02.634234626Z", twitchFollow, "other-secret"),
 ];
 
-process.stdout.write(JSON.stringify(vectors, null, 2) + "\n");
+// Zoom, developers.zoom.us/docs/api/webhooks, "Verify webhook events":
+// "v0=" + hex HMAC-SHA256(secret token, "v0:" + x-zm-request-timestamp +
+// ":" + raw body). Rivet re-serializes the parsed body before checking, so
+// the bodies are JSON.stringify's (the compact form Zoom sends).
+async function zoom(name, secret, timestamp, event, key, signWith) {
+  const body = JSON.stringify(event);
+  const headers = {
+    "Content-Type": "application/json",
+    "x-zm-request-timestamp": String(timestamp),
+    "x-zm-signature": "v0=" + hmacHex(signWith || secret, "v0:" + timestamp + ":" + body),
+    "x-zm-trackingid": "v=2.0;clid=us06;rid=WEB_" + timestamp,
+  };
+  const receiver = new AwsLambdaReceiver({ webhooksSecretToken: secret });
+  const res = await receiver.start()({ body, headers, isBase64Encoded: false }, {});
+  const accepted = res.statusCode === 200;
+  if (accepted === Boolean(signWith)) {
+    throw new Error(`zoom vector ${name}: Rivet answered ${res.statusCode} ${res.body}`);
+  }
+  const v = { name, secret, now: timestamp, method: "POST", url: "https://hooks.example.com/zoom", headers, body, key, forged: Boolean(signWith) };
+  if (event.event === "endpoint.url_validation") {
+    v.answer = res.body; // Rivet's {"plainToken", "encryptedToken"}
+  }
+  return v;
+}
+
+async function main() {
+  const zoomPayloadKey = (event) =>
+    event.event + ":" + event.event_ts + ":" + crypto.createHash("sha256").update(JSON.stringify(event.payload)).digest("hex").slice(0, 32);
+  const started = { event: "meeting.started", event_ts: 1796032800123,
+    payload: { account_id: "AAAAAABBBB", object: { id: "1234567890", uuid: "4444AAAiAAAAAiAiAiiAii==", host_id: "x1yCzABCDEfg123HIJKLMN",
+      topic: "Reunião semanal", type: 2, start_time: "2026-11-30T10:00:00Z", timezone: "America/Sao_Paulo", duration: 60 } } };
+  const joined = { event: "meeting.participant_joined", event_ts: 1796032860456,
+    payload: { account_id: "AAAAAABBBB", object: { id: "1234567890", uuid: "4444AAAiAAAAAiAiAiiAii==", host_id: "x1yCzABCDEfg123HIJKLMN",
+      participant: { user_id: "16778240", user_name: "Ana", id: "iFxeBPYun6SAiWUzBcEkX", join_time: "2026-11-30T10:01:00Z" } } } };
+  const validation = { payload: { plainToken: "qgg8vlvZRS6UYooatFL8Aw" }, event_ts: 1796032800000, event: "endpoint.url_validation" };
+  vectors.zoom = [
+    await zoom("meeting.started", "zoom-s3cret-token", 1796032800, started, zoomPayloadKey(started)),
+    await zoom("meeting.participant_joined", "zoom-s3cret-token", 1796032861, joined, zoomPayloadKey(joined)),
+    await zoom("endpoint.url_validation", "zoom-s3cret-token", 1796032801, validation, zoomPayloadKey(validation)),
+    await zoom("signed with another secret token", "zoom-s3cret-token", 1796032800, started, zoomPayloadKey(started), "other-token"),
+  ];
+  process.stdout.write(JSON.stringify(vectors, null, 2) + "\n");
+}
+
+// Rivet logs every event it processes with console.debug, on stdout.
+console.debug = () => {};
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});
