@@ -11,6 +11,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/sha1"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
@@ -22,7 +23,9 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -252,6 +255,19 @@ func fixtures(t testing.TB) []fixture {
 			key: func(id string) string { return "msg_" + id },
 		},
 		{
+			// Behind the test server (127.0.0.1:port), so the URL Twilio
+			// called is the public_url option's.
+			name: "twilio", bodySigned: true, cfg: provider.Config{Secrets: []string{"twilio-auth-token"}, Twilio: provider.TwilioOptions{PublicURL: "https://hooks.example.com"}},
+			wrongSecret: "another-auth-token", sigHeader: "X-Twilio-Signature", malformed: "not base64!", badReason: provider.ErrNoMatchingSignature,
+			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {
+				return twilioRequest("https://hooks.example.com", "/twilio/status?tenant=acme", secret, map[string]string{
+					"MessageSid": "SM" + id, "SmsSid": "SM" + id, "MessageStatus": "delivered", "SmsStatus": "delivered",
+					"To": "+5511988887777", "From": "+5511999990000", "AccountSid": "AC0123", "ErrorCode": "",
+				})
+			},
+			key: func(id string) string { return "SM" + id + ":delivered" },
+		},
+		{
 			// Tolerance 5m, not Twitch's 10m default, so that the shared
 			// stale and future cases (6 minutes off) apply; twitch_test.go
 			// checks the default.
@@ -291,6 +307,30 @@ func fixtures(t testing.TB) []fixture {
 			},
 		},
 	}
+}
+
+// twilioRequest is a Twilio webhook to target (a path and query) of the
+// server whose public URL is public, its form signed as Twilio's docs say:
+// base64 HMAC-SHA1(Auth Token, URL + each parameter's name and value,
+// sorted by name).
+func twilioRequest(public, target, secret string, form map[string]string) *http.Request {
+	values := url.Values{}
+	var names []string
+	for k, v := range form {
+		values.Set(k, v)
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	signed := public + target
+	for _, k := range names {
+		signed += k + form[k]
+	}
+	m := hmac.New(sha1.New, []byte(secret))
+	m.Write([]byte(signed))
+	r := httptest.NewRequest(http.MethodPost, target, strings.NewReader(values.Encode()))
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	r.Header.Set("X-Twilio-Signature", base64.StdEncoding.EncodeToString(m.Sum(nil)))
+	return r
 }
 
 // zoomRequest is a Zoom webhook sent at `at`, signed as Zoom's docs say:

@@ -4,11 +4,14 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/sha1"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -216,4 +219,48 @@ func FuzzStoneBody(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzTwilioSignature covers X-Twilio-Signature, the signature settings
+// header and the form body: Verify never panics, fails with one of the
+// package's reasons, and accepts only the MAC of the URL and the form.
+func FuzzTwilioSignature(f *testing.F) {
+	const body = "MessageSid=SM1&MessageStatus=sent"
+	m := hmac.New(sha1.New, []byte("fuzz-token"))
+	m.Write([]byte("https://hooks.example.com/t" + "MessageSidSM1MessageStatussent"))
+	valid := m.Sum(nil)
+	f.Add(base64.StdEncoding.EncodeToString(valid), "", body)
+	f.Add(base64.StdEncoding.EncodeToString(valid), "key=k,algorithm=HMAC_SHA1", body)
+	f.Add("bm9wZQ==", "algorithm=HMAC_SHA256", "a=%zz")
+	f.Add("", "algorithm=", "&&=")
+	f.Fuzz(func(t *testing.T, sig, settings, form string) {
+		p, err := New("twilio", Config{Secrets: []string{"fuzz-token"}, Twilio: TwilioOptions{PublicURL: "https://hooks.example.com"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := httptest.NewRequest(http.MethodPost, "/t", strings.NewReader(form))
+		r.Header.Set(TwilioSignatureHeader, sig)
+		r.Header.Set(TwilioSignatureSettingsHeader, settings)
+		err = p.Verify(r, []byte(form))
+		var ve *VerifyError
+		if err != nil && !errors.As(err, &ve) {
+			t.Fatalf("Verify error %v is not a *VerifyError", err)
+		}
+		if err == nil {
+			got, _ := base64.StdEncoding.DecodeString(strings.TrimSpace(sig))
+			if !hmac.Equal(got, valid) || form != body && twilioParamsOf(form) != "MessageSidSM1MessageStatussent" {
+				t.Fatalf("Verify accepted signature %q over %q", sig, form)
+			}
+		}
+		_ = twilioKey(r, []byte(form))
+	})
+}
+
+// twilioParamsOf is what a form signs, or "" when it is not a form.
+func twilioParamsOf(form string) string {
+	v, err := url.ParseQuery(form)
+	if err != nil {
+		return ""
+	}
+	return string(twilioParams(v))
 }

@@ -43,16 +43,18 @@ type Config struct {
 	// mercadopago and stone when it is set. Default (0): the
 	// provider's default, 5 minutes for all of them but twitch (10 minutes)
 	// and zoom (2 hours) (see each constructor). Set for a provider that signs
-	// no timestamp (asaas, evolution, github, ifood, shopify,
+	// no timestamp (asaas, evolution, github, ifood, shopify, twilio,
 	// whatsapp-cloud), it is an error.
 	Tolerance time.Duration
 
-	// WhatsAppCloud, Evolution and Stone are the settings of the presets
-	// that have any. Each is read by its own preset only: set for another
-	// one, it is an *OptionError. Default: zero, the preset's defaults.
+	// WhatsAppCloud, Evolution, Stone and Twilio are the settings of the
+	// presets that have any. Each is read by its own preset only: set for
+	// another one, it is an *OptionError. Default: zero, the preset's
+	// defaults.
 	WhatsAppCloud WhatsAppCloudOptions
 	Evolution     EvolutionOptions
 	Stone         StoneOptions
+	Twilio        TwilioOptions
 
 	// Now is the clock used for timestamp tolerance. Default: time.Now.
 	Now func() time.Time
@@ -91,6 +93,10 @@ const (
 	stoneRetryWindow = day
 	// Live mode: up to 3 days with exponential backoff.
 	stripeRetryWindow = 3 * day
+	// Event Streams retry "until it succeeds or four hours have passed";
+	// programmable webhooks retry once, on a failed connection, at once
+	// (up to 5 times within the URL's #tt total time).
+	twilioRetryWindow = 4 * time.Hour
 	// Twitch resends a message when it is unsure it arrived, with the same
 	// message id, and documents no schedule: a day is assumed.
 	twitchRetryWindow = day
@@ -128,6 +134,9 @@ const (
 	// Svix times out at 15 s; the specification recommends 15 to 30 s,
 	// so a sender that follows it waits at least 15 s.
 	standardWebhooksResponseTimeout = 15 * time.Second
+	// Connect 5 s, read 15 s, 15 s in all (#ct, #rt, #tt change them per
+	// URL); Event Streams' sinks wait 5 s.
+	twilioResponseTimeout = 15 * time.Second
 	// 200 or 204 within three seconds.
 	zoomResponseTimeout = 3 * time.Second
 )
@@ -198,6 +207,9 @@ func registry() []preset {
 		}},
 		{name: "stripe", build: Stripe, timed: true},
 		{name: "svix", build: Svix, timed: true},
+		{name: "twilio", build: Twilio, options: []option{
+			{"public_url", func(c *Config, v string) { c.Twilio.PublicURL = v }, func(c *Config) string { return c.Twilio.PublicURL }},
+		}},
 		{name: "twitch", build: Twitch, timed: true},
 		{name: "whatsapp-cloud", build: WhatsAppCloud, options: []option{
 			{"verify_token", func(c *Config, v string) { c.WhatsAppCloud.VerifyToken = v }, func(c *Config) string { return c.WhatsAppCloud.VerifyToken }},

@@ -3,6 +3,10 @@
 // providers that send one event per request, made by Node.js rather than by
 // the Go code that checks them.
 //
+//   - twilio: signed by Twilio's own SDK (npm "twilio",
+//     twilio.getExpectedTwilioSignature and getExpectedBodyHash), and each
+//     vector is checked with the SDK's validateRequest /
+//     validateRequestWithBody before it is written.
 //   - zoom: signed with node:crypto as Zoom documents, then checked by
 //     Zoom's own library, @zoom/rivet (its AwsLambdaReceiver, which verifies
 //     x-zm-signature and answers endpoint.url_validation): a vector Rivet
@@ -29,6 +33,7 @@
 
 const crypto = require("node:crypto");
 const { AwsLambdaReceiver } = require("@zoom/rivet/meetings");
+const twilioSDK = require("twilio");
 
 const hmacHex = (key, data) => crypto.createHmac("sha256", key).update(data, "utf8").digest("hex");
 
@@ -99,7 +104,81 @@ async function zoom(name, secret, timestamp, event, key, signWith) {
   return v;
 }
 
+// Twilio, twilio.com/docs/usage/webhooks/webhooks-security: the SDK signs
+// the URL Twilio calls (signedUrl; the request goes to url) and the form's
+// parameters, or, for a JSON body, the URL carrying bodySHA256.
+function twilio(name, { secret, signWith, method = "POST", url, signedUrl, pairs, json, headers = {}, algorithm, key }) {
+  const token = signWith || secret;
+  let body = "";
+  let params = {};
+  if (json !== undefined) {
+    body = JSON.stringify(json);
+    const sep = url.includes("?") ? "&" : "?";
+    url += sep + "bodySHA256=" + twilioSDK.getExpectedBodyHash(body);
+    if (signedUrl) signedUrl += sep + "bodySHA256=" + twilioSDK.getExpectedBodyHash(body);
+  } else if (pairs) {
+    body = new URLSearchParams(pairs).toString();
+    for (const [k, v] of pairs) {
+      params[k] = k in params ? [].concat(params[k], v) : v;
+    }
+  }
+  signedUrl = signedUrl || url;
+  const signature = twilioSDK.getExpectedTwilioSignature(token, signedUrl, json !== undefined ? {} : params, algorithm);
+  const all = { ...headers, "X-Twilio-Signature": signature };
+  if (pairs) all["Content-Type"] = "application/x-www-form-urlencoded";
+  if (json !== undefined) all["Content-Type"] = "application/json";
+  if (algorithm) all["X-Twilio-Webhooks-Signature-Settings"] = "key=webhooks_sharedkey_1,algorithm=" + algorithm;
+  // The SDK's own check, at the URL the request went to.
+  const valid = json !== undefined
+    ? twilioSDK.validateRequestWithBody(secret, signature, url, body, algorithm)
+    : twilioSDK.validateRequest(secret, signature, url, params, algorithm);
+  if (valid === Boolean(signWith)) {
+    throw new Error(`twilio vector ${name}: the SDK's validation says ${valid}`);
+  }
+  return { name, secret, now: 1796032800, method, url, headers: all, body, key, forged: Boolean(signWith) };
+}
+
 async function main() {
+  const token = "12345abcdefTwilioAuthToken6789a";
+  const inbound = [
+    ["ToCountry", "BR"], ["ToState", "SP"], ["SmsMessageSid", "SM1f0e8ae6ade43cb3c0ce4525424e404f"], ["NumMedia", "0"],
+    ["ToCity", ""], ["FromZip", ""], ["SmsSid", "SM1f0e8ae6ade43cb3c0ce4525424e404f"], ["FromState", "SP"],
+    ["SmsStatus", "received"], ["FromCity", "SAO PAULO"], ["Body", "Olá! Quero pedir 2 pizzas + 1 refri & o troco p/ R$100 = 😀"],
+    ["FromCountry", "BR"], ["To", "+5511999990000"], ["ToZip", ""], ["NumSegments", "1"],
+    ["MessageSid", "SM1f0e8ae6ade43cb3c0ce4525424e404f"], ["AccountSid", "AC0123456789abcdef0123456789abcdef"],
+    ["From", "+5511988887777"], ["ApiVersion", "2010-04-01"],
+  ];
+  const status = [
+    ["SmsSid", "SM5ef8732a3c49700934481addd5ce1659"], ["SmsStatus", "delivered"], ["MessageStatus", "delivered"],
+    ["To", "+5511988887777"], ["MessageSid", "SM5ef8732a3c49700934481addd5ce1659"],
+    ["AccountSid", "AC0123456789abcdef0123456789abcdef"], ["From", "+5511999990000"], ["ApiVersion", "2010-04-01"], ["ErrorCode", ""],
+  ];
+  vectors.twilio = [
+    twilio("inbound message, idempotency token", { secret: token, url: "https://hooks.example.com/twilio/sms", pairs: inbound,
+      headers: { "I-Twilio-Idempotency-Token": "4b4d5a7e-6d5f-4a53-9c67-2f3f0e5c1a77", "User-Agent": "TwilioProxy/1.1" },
+      key: "4b4d5a7e-6d5f-4a53-9c67-2f3f0e5c1a77" }),
+    twilio("inbound message, no token", { secret: token, url: "https://hooks.example.com/twilio/sms", pairs: inbound,
+      key: "SM1f0e8ae6ade43cb3c0ce4525424e404f:received" }),
+    twilio("status callback with a query string", { secret: token, url: "https://hooks.example.com/twilio/status?tenant=acme&route=a%2Fb", pairs: status,
+      key: "SM5ef8732a3c49700934481addd5ce1659:delivered" }),
+    twilio("signed with the default port", { secret: token, url: "https://hooks.example.com/twilio/status",
+      signedUrl: "https://hooks.example.com:443/twilio/status", pairs: status, key: "SM5ef8732a3c49700934481addd5ce1659:delivered" }),
+    twilio("a parameter given several times", { secret: token, url: "https://hooks.example.com/twilio/sms",
+      pairs: [["MessageSid", "SM00000000000000000000000000000001"], ["SmsStatus", "received"], ["Tag", "b"], ["Tag", "a"], ["Tag", "b"]],
+      key: "SM00000000000000000000000000000001:received" }),
+    twilio("voice callback by GET", { secret: token, method: "GET",
+      url: "https://hooks.example.com/twilio/voice?CallSid=CA1234&CallStatus=ringing&From=%2B5511988887777&To=%2B5511999990000", key: "" }),
+    twilio("Event Streams, JSON with bodySHA256", { secret: token, url: "https://hooks.example.com/twilio/events",
+      json: [{ specversion: "1.0", type: "com.twilio.messaging.message.delivered", source: "/2010-04-01/Accounts/AC0123/Messages/SM5e.json",
+        id: "EZ0123456789abcdef0123456789abcdef", dataschema: "https://events-schemas.twilio.com/Messaging.MessageStatus/2",
+        datacontenttype: "application/json", time: "2026-11-30T10:00:00.000Z", data: { messageSid: "SM5e", messageStatus: "DELIVERED" } }],
+      key: "EZ0123456789abcdef0123456789abcdef" }),
+    twilio("SharedKey, HMAC-SHA256", { secret: "webhooks-shared-key-secret", algorithm: "HMAC_SHA256",
+      url: "https://hooks.example.com/twilio/status", pairs: status, key: "SM5ef8732a3c49700934481addd5ce1659:delivered" }),
+    twilio("signed with another Auth Token", { secret: token, signWith: "another-auth-token", url: "https://hooks.example.com/twilio/sms",
+      pairs: inbound, key: "SM1f0e8ae6ade43cb3c0ce4525424e404f:received" }),
+  ];
+
   const zoomPayloadKey = (event) =>
     event.event + ":" + event.event_ts + ":" + crypto.createHash("sha256").update(JSON.stringify(event.payload)).digest("hex").slice(0, 32);
   const started = { event: "meeting.started", event_ts: 1796032800123,
