@@ -110,7 +110,7 @@ func ExampleNew_errors() {
 	_, err = provider.New("ifood", provider.Config{})
 	fmt.Println(err)
 	// Output:
-	// provider: unknown provider "paypal" (known: asaas, evolution, github, ifood, mercadopago, paddle, shopify, slack, standardwebhooks, stone, stripe, svix, twilio, twitch, whatsapp-cloud, zoom)
+	// provider: unknown provider "paypal" (known: asaas, evolution, github, ifood, mailgun, mercadopago, paddle, shopify, slack, standardwebhooks, stone, stripe, svix, twilio, twitch, whatsapp-cloud, zoom)
 	// provider ifood: no secret configured (Config.Secrets is empty); set the provider's signing secret or token
 }
 

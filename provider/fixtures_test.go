@@ -150,6 +150,21 @@ func fixtures(t testing.TB) []fixture {
 			key: func(id string) string { return id },
 		},
 		{
+			// The signature is in the body and covers its timestamp and
+			// token only, not event-data (so no "tampered body" case, and no
+			// header cases). Tolerance 5m, not the preset's 9h default, so
+			// that the shared stale and future cases apply.
+			name: "mailgun", cfg: provider.Config{Secrets: []string{"key-mailgun-signing"}, Tolerance: 5 * time.Minute}, wrongSecret: "key-not-mailgun",
+			timestamped: true, badReason: provider.ErrNoMatchingSignature, dupStatus: 200,
+			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {
+				token := "a8ce0edb2dd8301dee6c2405235584e45aa91d1e9f979f3de0" + id + unix(at) // random per request
+				body := `{"signature":{"timestamp":"` + unix(at) + `","token":"` + token + `","signature":"` + hmacHex(secret, unix(at)+token) + `"},` +
+					`"event-data":{"event":"opened","timestamp":1529006854.329574,"id":"DACSsAdVSeGpLid7TN03WA` + id + `","recipient":"alice@example.com"}}`
+				return post("/mailgun", body)
+			},
+			key: func(id string) string { return "DACSsAdVSeGpLid7TN03WA" + id },
+		},
+		{
 			name: "mercadopago", cfg: provider.Config{Secrets: []string{"mp-secret-signature"}}, wrongSecret: "mp-wrong",
 			sigHeader: "x-signature", malformed: "ts=abc,v1=00", badReason: provider.ErrNoMatchingSignature,
 			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {

@@ -39,12 +39,13 @@ type Config struct {
 
 	// Tolerance is how far a signed timestamp may be from Now, in either
 	// direction, for providers whose scheme signs one. These are stripe,
-	// standardwebhooks, svix, slack, paddle, twitch and zoom, and also
-	// mercadopago and stone when it is set. Default (0): the
-	// provider's default, 5 minutes for all of them but twitch (10 minutes)
-	// and zoom (2 hours) (see each constructor). Set for a provider that signs
-	// no timestamp (asaas, evolution, github, ifood, shopify, twilio,
-	// whatsapp-cloud), it is an error.
+	// standardwebhooks, svix, slack, paddle, twitch, zoom and mailgun, and
+	// also mercadopago and stone when it is set. Default (0): the
+	// provider's default, 5 minutes for all of them but twitch (10
+	// minutes), zoom (2 hours) and mailgun (9 hours) (see each
+	// constructor). Set for a provider that signs no timestamp (asaas,
+	// evolution, github, ifood, shopify, twilio, whatsapp-cloud), it is an
+	// error.
 	Tolerance time.Duration
 
 	// WhatsAppCloud, Evolution, Stone and Twilio are the settings of the
@@ -77,6 +78,8 @@ const (
 	githubRetryWindow = 3 * day
 	// Retries for up to 15 minutes, then the event is discarded.
 	ifoodRetryWindow = 15 * time.Minute
+	// "During 8 hours": 5m, 10m, 15m, 1h, 2h, 4h after one another.
+	mailgunRetryWindow = 8 * time.Hour
 	// Every 15 minutes, then at growing intervals (5m, 45m, 6h, 2d, 4d for
 	// IPN): about 6 days and 7 hours.
 	mercadoPagoRetryWindow = 7 * day
@@ -196,6 +199,7 @@ func registry() []preset {
 		}},
 		{name: "github", build: GitHub},
 		{name: "ifood", build: IFood},
+		{name: "mailgun", build: Mailgun, timed: true},
 		{name: "mercadopago", build: MercadoPago, timed: true},
 		{name: "paddle", build: Paddle, timed: true},
 		{name: "shopify", build: Shopify},

@@ -67,6 +67,11 @@ func TestConfigProviderPresets(t *testing.T) {
 		{provider: "zoom", give: "    secrets: [s]\n    provider_options: {public_url: https://hooks.example.com}\n",
 			wantErr: "f.yaml:7: routes[0].provider_options.public_url: provider zoom: option public_url: unknown option (this provider takes no options)"},
 		{provider: "zoom", give: "    secret_env: ZOOM_SECRET\n", wantTTL: 2 * 24 * time.Hour},
+		{provider: "mailgun", give: "    secret_env: MAILGUN_SIGNING_KEY\n", wantTTL: 2 * 24 * time.Hour},
+		{provider: "mailgun", give: "    secrets: [s]\n    tolerance: 10m\n", wantTTL: 2 * 24 * time.Hour},
+		{provider: "mailgun", give: "    secret_file: DIR/secrets\n", wantTTL: 2 * 24 * time.Hour},
+		{provider: "mailgun", give: "    secrets: [s]\n    provider_options: {header: x}\n",
+			wantErr: "f.yaml:7: routes[0].provider_options.header: provider mailgun: option header: unknown option (this provider takes no options)"},
 		{provider: "zoom", give: "    secrets: [s]\n    tolerance: 5m\n", wantTTL: 2 * 24 * time.Hour},
 		{provider: "zoom", give: "    secret_file: DIR/secrets\n", wantTTL: 2 * 24 * time.Hour},
 		{provider: "zoom", give: "    secrets: [s]\n    tolerance: -1s\n",
@@ -75,7 +80,7 @@ func TestConfigProviderPresets(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.provider+"/"+tt.give, func(t *testing.T) {
 			text := strings.ReplaceAll(route, "PROVIDER", tt.provider) + strings.ReplaceAll(tt.give, "DIR", dir)
-			cfg, err := Parse("f.yaml", []byte(text), envOf("TWITCH_SECRET", "s", "ZOOM_SECRET", "s", "TWILIO_AUTH_TOKEN", "s", "PUBLIC_URL", "https://hooks.example.com/base"))
+			cfg, err := Parse("f.yaml", []byte(text), envOf("TWITCH_SECRET", "s", "ZOOM_SECRET", "s", "TWILIO_AUTH_TOKEN", "s", "PUBLIC_URL", "https://hooks.example.com/base", "MAILGUN_SIGNING_KEY", "s"))
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error = %v, want it to contain %q", err, tt.wantErr)

@@ -12,9 +12,10 @@
 //     x-zm-signature and answers endpoint.url_validation): a vector Rivet
 //     refuses is not written, and a url_validation vector records Rivet's
 //     answer as the one the preset must give. Rivet signs nothing itself.
-//   - twitch: Twitch publishes no SDK on npm that signs or verifies
-//     webhooks, so its vectors follow the documented sample code with
-//     node:crypto (the page is named beside it).
+//   - twitch, mailgun: neither publishes an SDK on npm that signs or
+//     verifies webhooks (Mailgun's own mailgun.js has no webhook check), so
+//     their vectors follow the documented sample code with node:crypto (the
+//     page is named beside each).
 //
 // Each vector is a request (method, url, headers, body), the secret that
 // signed it, the time it was signed at, and the key the preset must give.
@@ -138,7 +139,35 @@ function twilio(name, { secret, signWith, method = "POST", url, signedUrl, pairs
   return { name, secret, now: 1796032800, method, url, headers: all, body, key, forged: Boolean(signWith) };
 }
 
+// Mailgun, documentation.mailgun.com/docs/mailgun/user-manual/webhooks/securing-webhooks:
+// hex HMAC-SHA256(webhook signing key, timestamp + token), in the body's
+// "signature" object; parent-signature is the same with the primary
+// account's key, for a subaccount's domain.
+function mailgun(name, { secret, timestamp, token, eventData, signWith, parentKey }) {
+  const signature = { token, timestamp: String(timestamp), signature: hmacHex(signWith || secret, String(timestamp) + token) };
+  if (parentKey) signature["parent-signature"] = hmacHex(parentKey, String(timestamp) + token);
+  const body = JSON.stringify({ signature, "event-data": eventData });
+  return { name, secret, now: timestamp, method: "POST", url: "https://hooks.example.com/mailgun",
+    headers: { "Content-Type": "application/json", "User-Agent": "mailgun/treq-16.12.0" }, body, key: eventData.id,
+    forged: Boolean(signWith) && !parentKey };
+}
+
 async function main() {
+  const opened = { event: "opened", timestamp: 1796032799.329574, id: "DACSsAdVSeGpLid7TN03WA", "log-level": "info",
+    recipient: "alice@example.com", "recipient-domain": "example.com", tags: ["my_tag_1"],
+    message: { headers: { "message-id": "20261130100000.1.1@sandbox.mailgun.org" } }, "user-variables": { "my-var-1": "Mailgun Variable #1" } };
+  const failed = { event: "failed", severity: "permanent", timestamp: 1796032801.1, id: "G9Bn5sl1TC6nu79C8C0bwg",
+    recipient: "bob@example.com", reason: "bounce", "delivery-status": { code: 550, message: "5.1.1 The email account does not exist" } };
+  vectors.mailgun = [
+    mailgun("opened", { secret: "key-3ax6xnjp29jd6fds4gc373sgvjxteol0", timestamp: 1796032800,
+      token: "a8ce0edb2dd8301dee6c2405235584e45aa91d1e9f979f3de0", eventData: opened }),
+    mailgun("failed, from a subaccount: parent-signature", { secret: "key-3ax6xnjp29jd6fds4gc373sgvjxteol0", timestamp: 1796032802,
+      token: "c1d2e3f4a5b60718293a4b5c6d7e8f9012345678901234567ab", eventData: failed,
+      signWith: "key-subaccount-unknown-here", parentKey: "key-3ax6xnjp29jd6fds4gc373sgvjxteol0" }),
+    mailgun("signed with another key", { secret: "key-3ax6xnjp29jd6fds4gc373sgvjxteol0", timestamp: 1796032800,
+      token: "a8ce0edb2dd8301dee6c2405235584e45aa91d1e9f979f3de0", eventData: opened, signWith: "key-another" }),
+  ];
+
   const token = "12345abcdefTwilioAuthToken6789a";
   const inbound = [
     ["ToCountry", "BR"], ["ToState", "SP"], ["SmsMessageSid", "SM1f0e8ae6ade43cb3c0ce4525424e404f"], ["NumMedia", "0"],
