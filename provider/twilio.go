@@ -132,7 +132,8 @@ func twilioURLs(public string, r *http.Request) []string {
 		return []string{full, prefix + port + rest}
 	}
 	if ":"+u.Port() == port {
-		return []string{full, u.Scheme + "://" + u.Hostname() + rest}
+		// Not u.Hostname(), which drops an IPv6 literal's brackets.
+		return []string{full, u.Scheme + "://" + strings.TrimSuffix(u.Host, port) + rest}
 	}
 	return []string{full}
 }

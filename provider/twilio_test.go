@@ -1,6 +1,7 @@
 package provider_test
 
 import (
+	"crypto/tls"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -63,6 +64,7 @@ func TestTwilioNodeVectors(t *testing.T) {
 func TestTwilio(t *testing.T) {
 	const token = "tok"
 	p := newPreset(t, "twilio", provider.Config{Secrets: []string{token}, Twilio: provider.TwilioOptions{PublicURL: "https://hooks.example.com"}}, baseTime)
+	direct := newPreset(t, "twilio", provider.Config{Secrets: []string{token}}, baseTime) // no public_url: the request's own URL
 	form := map[string]string{"MessageSid": "SM1", "MessageStatus": "sent"}
 	tests := []struct {
 		name string
@@ -79,6 +81,11 @@ func TestTwilio(t *testing.T) {
 		{"signed for http", func() *http.Request { return twilioRequest("http://hooks.example.com", "/t", token, form) }, provider.ErrNoMatchingSignature},
 		{"signed with the default port", func() *http.Request { return twilioRequest("https://hooks.example.com:443", "/t", token, form) }, nil},
 		{"signed with another port", func() *http.Request { return twilioRequest("https://hooks.example.com:8443", "/t", token, form) }, provider.ErrNoMatchingSignature},
+		{"an IPv6 host signed without its port", func() *http.Request {
+			r := twilioRequest("https://[2001:db8::1]", "/t", token, form)
+			r.Host, r.TLS = "[2001:db8::1]:443", &tls.ConnectionState{}
+			return r
+		}, nil},
 		{"an unknown algorithm", func() *http.Request {
 			r := twilioRequest("https://hooks.example.com", "/t", token, form)
 			r.Header.Set("X-Twilio-Webhooks-Signature-Settings", "key=k,algorithm=HMAC_MD5")
@@ -116,7 +123,11 @@ func TestTwilio(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if err := verify(t, p, tt.give()); !errors.Is(err, tt.want) || (err == nil) != (tt.want == nil) {
+			pp := p
+			if strings.HasPrefix(tt.name, "an IPv6 host") {
+				pp = direct
+			}
+			if err := verify(t, pp, tt.give()); !errors.Is(err, tt.want) || (err == nil) != (tt.want == nil) {
 				t.Fatalf("Verify = %v, want %v", err, tt.want)
 			}
 		})
