@@ -114,8 +114,9 @@ const (
 // attempt before it counts the attempt as failed, from its documentation
 // (docs/providers.md has the table with the sources). Where the attempts of
 // one event wait for different times, the shortest is taken, since a route's
-// respond_within budget must fit every attempt. Stripe, Stone, Asaas and
-// WhatsApp Cloud document none, so their presets leave ResponseTimeout 0.
+// respond_within budget must fit every attempt. Stripe, Stone, Asaas,
+// WhatsApp Cloud, Mailgun and Twitch ("within a few seconds") document
+// none, so their presets leave ResponseTimeout 0.
 const (
 	// The WEBHOOK_REQUEST_TIMEOUT_MS default of Evolution's own code;
 	// a deployment can set another.

@@ -57,7 +57,9 @@ type TwilioOptions struct {
 // "algorithm=HMAC_SHA256" (a Webhook Rule's SharedKey) the MAC is
 // HMAC-SHA256; put the SharedKey among the secrets. The URL is the one
 // Twilio called (see TwilioOptions.PublicURL), tried with and without its
-// scheme's default port, as Twilio's own SDK does. No timestamp is signed:
+// scheme's default port, as Twilio's own SDK does (not its further
+// re-encodings of the query string, for URLs your own code signed with
+// another escaping). No timestamp is signed:
 // the key store is the only replay defence, and a request signed for one
 // URL of the account fails at another.
 //
