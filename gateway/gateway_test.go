@@ -1,7 +1,13 @@
 package gateway_test
 
 import (
+	"crypto/hmac"
+	"crypto/sha1"
+	"encoding/base64"
 	"errors"
+	"fmt"
+	"github.com/idemhook/idemhook/internal/gatewaytest"
+	"net/http"
 	"net/url"
 	"testing"
 
@@ -35,5 +41,69 @@ func TestNewRefusesAConfigItCannotServe(t *testing.T) {
 	defer g.Close(t.Context())
 	if err := g.Reload(&bad); !errors.As(err, &errs) {
 		t.Fatalf("Reload(two routes on /a) = %v, want config.Errors", err)
+	}
+}
+
+// twilioPost sends a Twilio status callback for message sid to url, signed
+// for signedURL (the URL Twilio called), with the X-Forwarded-* a balancer
+// in front of the gateway would add.
+func twilioPost(t *testing.T, url, signedURL, sid string) gatewaytest.Response {
+	t.Helper()
+	m := hmac.New(sha1.New, []byte("twilio-auth-token"))
+	m.Write([]byte(signedURL + "MessageSid" + sid + "MessageStatusdelivered"))
+	return gatewaytest.Post(t, url, "MessageSid="+sid+"&MessageStatus=delivered",
+		"Content-Type", "application/x-www-form-urlencoded",
+		"X-Twilio-Signature", base64.StdEncoding.EncodeToString(m.Sum(nil)),
+		"X-Forwarded-Proto", "https", "X-Forwarded-Host", "hooks.example.com")
+}
+
+// A twilio route behind a balancer (a trusted proxy) checks Twilio's
+// signature against its public_url, whatever address the gateway listens
+// on; the balancer's X-Forwarded-Host and -Proto reach the backend but
+// play no part in the check, so the route without public_url refuses the
+// same request, 401, though the headers name the right URL. The retry is
+// replayed and the backend runs once.
+func TestTwilioRouteBehindTrustedProxy(t *testing.T) {
+	up := gatewaytest.NewUpstream(t)
+	url, _, _ := startGateway(t, fmt.Sprintf(`listen: 127.0.0.1:0
+store: {driver: memory}
+admin: {listen: off}
+audit: {sink: none}
+trusted_proxies: [127.0.0.0/8]
+routes:
+  - path: /twilio/status
+    upstream: %[1]s/status
+    source: twilio
+    provider: twilio
+    secrets: [twilio-auth-token]
+    provider_options: {public_url: "https://hooks.example.com"}
+  - path: /twilio/no-public-url
+    upstream: %[1]s/status
+    source: twilio-plain
+    provider: twilio
+    secrets: [twilio-auth-token]
+`, up.Srv.URL))
+	for attempt := 1; attempt <= 2; attempt++ {
+		r := twilioPost(t, url+"/twilio/status", "https://hooks.example.com/twilio/status", "SM1")
+		if replayed := r.Header.Get("Idempotent-Replayed") == "true"; r.Status != http.StatusOK || replayed != (attempt == 2) {
+			t.Fatalf("attempt %d: %d %q replayed %v", attempt, r.Status, r.Body, replayed)
+		}
+	}
+	if n := up.Calls.Load(); n != 1 {
+		t.Fatalf("the backend ran %d times, want 1", n)
+	}
+	got := up.Received()[0].Header
+	if got.Get("X-Forwarded-Host") != "hooks.example.com" || got.Get("X-Forwarded-Proto") != "https" {
+		t.Fatalf("the backend got X-Forwarded-Host %q, -Proto %q: the trusted balancer's are kept", got.Get("X-Forwarded-Host"), got.Get("X-Forwarded-Proto"))
+	}
+	r := twilioPost(t, url+"/twilio/no-public-url", "https://hooks.example.com/twilio/no-public-url", "SM2")
+	if r.Status != http.StatusUnauthorized || up.Calls.Load() != 1 {
+		t.Fatalf("without public_url: %d %q, backend calls %d; want 401 and none", r.Status, r.Body, up.Calls.Load())
+	}
+	// Signed for the address the gateway really listens on, it passes: the
+	// URL is rebuilt from the request itself.
+	r = twilioPost(t, url+"/twilio/no-public-url", url+"/twilio/no-public-url", "SM2")
+	if r.Status != http.StatusOK || up.Calls.Load() != 2 {
+		t.Fatalf("signed for the gateway's own URL: %d %q", r.Status, r.Body)
 	}
 }

@@ -2,6 +2,7 @@ package provider_test
 
 import (
 	"crypto/hmac"
+	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -110,7 +111,7 @@ func ExampleNew_errors() {
 	_, err = provider.New("ifood", provider.Config{})
 	fmt.Println(err)
 	// Output:
-	// provider: unknown provider "paypal" (known: asaas, evolution, github, ifood, mercadopago, paddle, shopify, slack, standardwebhooks, stone, stripe, svix, whatsapp-cloud)
+	// provider: unknown provider "paypal" (known: asaas, evolution, github, ifood, mailgun, mercadopago, paddle, shopify, slack, standardwebhooks, stone, stripe, svix, twilio, twitch, whatsapp-cloud, zoom)
 	// provider ifood: no secret configured (Config.Secrets is empty); set the provider's signing secret or token
 }
 
@@ -305,4 +306,68 @@ func ExampleStone() {
 	_, err := provider.Stone(provider.Config{Secrets: []string{"-----BEGIN PRIVATE KEY-----\n..."}})
 	fmt.Println(err)
 	// Output: provider stone: secret #1: not a PEM private key (want your application's RSA private key)
+}
+
+// Twilio signs the URL it called, so behind a proxy the preset is told the
+// public one. The key of a status callback is the message and its status.
+func ExampleTwilio() {
+	p, _ := provider.Twilio(provider.Config{
+		Secrets: []string{"auth-token"},
+		Twilio:  provider.TwilioOptions{PublicURL: "https://hooks.example.com"},
+	})
+	body := "MessageSid=SM5ef8732a3c49700934481addd5ce1659&MessageStatus=delivered"
+	m := hmac.New(sha1.New, []byte("auth-token"))
+	m.Write([]byte("https://hooks.example.com/twilio/status" + "MessageSidSM5ef8732a3c49700934481addd5ce1659MessageStatusdelivered"))
+	// The request as the gateway behind the balancer receives it.
+	r := httptest.NewRequest(http.MethodPost, "http://10.0.0.7:8080/twilio/status", strings.NewReader(body))
+	r.Header.Set("X-Twilio-Signature", base64.StdEncoding.EncodeToString(m.Sum(nil)))
+	key, _ := p.Key(r, []byte(body))
+	fmt.Println(p.Verify(r, []byte(body)), key)
+	// Output: <nil> SM5ef8732a3c49700934481addd5ce1659:delivered
+}
+
+// Twitch: the webhook_callback_verification challenge is answered by the
+// preset, after the signature.
+func ExampleTwitch() {
+	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	p, _ := provider.Twitch(provider.Config{Secrets: []string{"s3cRe7"}, Now: func() time.Time { return now }})
+	body := []byte(`{"challenge":"pogchamp-kappa-360noscope-vohiyo","subscription":{"type":"channel.follow"}}`)
+	r := httptest.NewRequest(http.MethodPost, "/twitch", nil)
+	r.Header.Set("Twitch-Eventsub-Message-Id", "e76c6bd4-55c9-4987-8304-da1588d8988b")
+	r.Header.Set("Twitch-Eventsub-Message-Timestamp", "2026-11-30T09:59:58.634234626Z")
+	r.Header.Set("Twitch-Eventsub-Message-Type", "webhook_callback_verification")
+	r.Header.Set("Twitch-Eventsub-Message-Signature", "sha256="+sign("s3cRe7", "e76c6bd4-55c9-4987-8304-da1588d8988b"+"2026-11-30T09:59:58.634234626Z"+string(body)))
+	w := httptest.NewRecorder()
+	fmt.Println(p.Verify(r, body), p.Handshake(w, r, body), w.Code, w.Body)
+	// Output: <nil> true 200 pogchamp-kappa-360noscope-vohiyo
+}
+
+// Zoom: endpoint.url_validation is answered with the plainToken and its
+// HMAC, after the signature.
+func ExampleZoom() {
+	now := time.Unix(1_780_000_000, 0)
+	p, _ := provider.Zoom(provider.Config{Secrets: []string{"secret-token"}, Now: func() time.Time { return now }})
+	body := []byte(`{"payload":{"plainToken":"qgg8vlvZRS6UYooatFL8Aw"},"event_ts":1780000000000,"event":"endpoint.url_validation"}`)
+	r := httptest.NewRequest(http.MethodPost, "/zoom", nil)
+	r.Header.Set("x-zm-request-timestamp", "1780000000")
+	r.Header.Set("x-zm-signature", "v0="+sign("secret-token", "v0:1780000000:"+string(body)))
+	w := httptest.NewRecorder()
+	fmt.Println(p.Verify(r, body), p.Handshake(w, r, body), w.Code)
+	fmt.Println(w.Body.String() == `{"encryptedToken":"`+sign("secret-token", "qgg8vlvZRS6UYooatFL8Aw")+`","plainToken":"qgg8vlvZRS6UYooatFL8Aw"}`)
+	// Output:
+	// <nil> true 200
+	// true
+}
+
+// Mailgun signs inside the body. The key is event-data.id; duplicates are
+// answered exactly 200.
+func ExampleMailgun() {
+	now := time.Unix(1_780_000_000, 0)
+	p, _ := provider.Mailgun(provider.Config{Secrets: []string{"key-signing"}, Now: func() time.Time { return now }})
+	body := []byte(`{"signature":{"timestamp":"1780000000","token":"a8ce0edb2dd8301dee6c2405235584e45aa91d1e9f979f3de0","signature":"` +
+		sign("key-signing", "1780000000a8ce0edb2dd8301dee6c2405235584e45aa91d1e9f979f3de0") + `"},"event-data":{"event":"opened","id":"DACSsAdVSeGpLid7TN03WA"}}`)
+	r := httptest.NewRequest(http.MethodPost, "/mailgun", nil)
+	key, _ := p.Key(r, body)
+	fmt.Println(p.Verify(r, body), key, p.DuplicateStatus)
+	// Output: <nil> DACSsAdVSeGpLid7TN03WA 200
 }

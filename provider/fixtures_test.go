@@ -11,16 +11,21 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/sha1"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -145,6 +150,21 @@ func fixtures(t testing.TB) []fixture {
 			key: func(id string) string { return id },
 		},
 		{
+			// The signature is in the body and covers its timestamp and
+			// token only, not event-data (so no "tampered body" case, and no
+			// header cases). Tolerance 5m, not the preset's 9h default, so
+			// that the shared stale and future cases apply.
+			name: "mailgun", cfg: provider.Config{Secrets: []string{"key-mailgun-signing"}, Tolerance: 5 * time.Minute}, wrongSecret: "key-not-mailgun",
+			timestamped: true, badReason: provider.ErrNoMatchingSignature, dupStatus: 200,
+			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {
+				token := "a8ce0edb2dd8301dee6c2405235584e45aa91d1e9f979f3de0" + id + unix(at) // random per request
+				body := `{"signature":{"timestamp":"` + unix(at) + `","token":"` + token + `","signature":"` + hmacHex(secret, unix(at)+token) + `"},` +
+					`"event-data":{"event":"opened","timestamp":1529006854.329574,"id":"DACSsAdVSeGpLid7TN03WA` + id + `","recipient":"alice@example.com"}}`
+				return post("/mailgun", body)
+			},
+			key: func(id string) string { return "DACSsAdVSeGpLid7TN03WA" + id },
+		},
+		{
 			name: "mercadopago", cfg: provider.Config{Secrets: []string{"mp-secret-signature"}}, wrongSecret: "mp-wrong",
 			sigHeader: "x-signature", malformed: "ts=abc,v1=00", badReason: provider.ErrNoMatchingSignature,
 			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {
@@ -250,6 +270,31 @@ func fixtures(t testing.TB) []fixture {
 			key: func(id string) string { return "msg_" + id },
 		},
 		{
+			// Behind the test server (127.0.0.1:port), so the URL Twilio
+			// called is the public_url option's.
+			name: "twilio", bodySigned: true, cfg: provider.Config{Secrets: []string{"twilio-auth-token"}, Twilio: provider.TwilioOptions{PublicURL: "https://hooks.example.com"}},
+			wrongSecret: "another-auth-token", sigHeader: "X-Twilio-Signature", malformed: "not base64!", badReason: provider.ErrNoMatchingSignature,
+			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {
+				return twilioRequest("https://hooks.example.com", "/twilio/status?tenant=acme", secret, map[string]string{
+					"MessageSid": "SM" + id, "SmsSid": "SM" + id, "MessageStatus": "delivered", "SmsStatus": "delivered",
+					"To": "+5511988887777", "From": "+5511999990000", "AccountSid": "AC0123", "ErrorCode": "",
+				})
+			},
+			key: func(id string) string { return "SM" + id + ":delivered" },
+		},
+		{
+			// Tolerance 5m, not Twitch's 10m default, so that the shared
+			// stale and future cases (6 minutes off) apply; twitch_test.go
+			// checks the default.
+			name: "twitch", bodySigned: true, cfg: provider.Config{Secrets: []string{"twitch-eventsub-secret"}, Tolerance: 5 * time.Minute}, wrongSecret: "not-the-subscription-secret",
+			timestamped: true, sigHeader: "Twitch-Eventsub-Message-Signature", malformed: "sha1=abcd", badReason: provider.ErrNoMatchingSignature,
+			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {
+				body := `{"subscription":{"id":"f1c2a387-161a-49f9-a165-0f21d7a4e1c4","type":"channel.follow","version":"2","status":"enabled","cost":0},"event":{"user_id":"1234` + id + `","user_login":"cool_user","broadcaster_user_id":"1337","followed_at":"2026-11-30T10:00:00.000Z"}}`
+				return twitchRequest("/twitch", "e76c6bd4-55c9-4987-8304-da1588d8988"+id, "notification", at, secret, body)
+			},
+			key: func(id string) string { return "e76c6bd4-55c9-4987-8304-da1588d8988" + id },
+		},
+		{
 			name: "whatsapp-cloud", bodySigned: true, cfg: provider.Config{Secrets: []string{"meta-app-secret"}, WhatsAppCloud: provider.WhatsAppCloudOptions{VerifyToken: "vt-123"}},
 			wrongSecret: "other-app-secret", sigHeader: "X-Hub-Signature-256", malformed: "sha256=xyz", badReason: provider.ErrNoMatchingSignature,
 			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {
@@ -260,7 +305,71 @@ func fixtures(t testing.TB) []fixture {
 			},
 			key: func(id string) string { return "wamid." + id },
 		},
+		{
+			// Tolerance 5m, not the preset's 2h default, so that the shared
+			// stale and future cases (6 minutes off) apply; zoom_test.go
+			// checks the default.
+			name: "zoom", bodySigned: true, cfg: provider.Config{Secrets: []string{"zoom-secret-token"}, Tolerance: 5 * time.Minute}, wrongSecret: "zoom-other-token",
+			timestamped: true, sigHeader: "x-zm-signature", malformed: "v0=zz", badReason: provider.ErrNoMatchingSignature,
+			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {
+				body := `{"event":"meeting.started","event_ts":1780000000` + digits(id)[:3] + `,"payload":{"account_id":"AAAAAABBBB","object":{"id":"1234567890","uuid":"4444AAAiAAAAAiAiAiiAii==","host_id":"x1yCzABCDEfg123HIJKLMN","topic":"My Meeting","type":2}}}`
+				return zoomRequest("/zoom", at, secret, body)
+			},
+			key: func(id string) string {
+				payload := `{"account_id":"AAAAAABBBB","object":{"id":"1234567890","uuid":"4444AAAiAAAAAiAiAiiAii==","host_id":"x1yCzABCDEfg123HIJKLMN","topic":"My Meeting","type":2}}`
+				sum := sha256.Sum256([]byte(payload))
+				return "meeting.started:1780000000" + digits(id)[:3] + ":" + hex.EncodeToString(sum[:16])
+			},
+		},
 	}
+}
+
+// twilioRequest is a Twilio webhook to target (a path and query) of the
+// server whose public URL is public, its form signed as Twilio's docs say:
+// base64 HMAC-SHA1(Auth Token, URL + each parameter's name and value,
+// sorted by name).
+func twilioRequest(public, target, secret string, form map[string]string) *http.Request {
+	values := url.Values{}
+	var names []string
+	for k, v := range form {
+		values.Set(k, v)
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	signed := public + target
+	for _, k := range names {
+		signed += k + form[k]
+	}
+	m := hmac.New(sha1.New, []byte(secret))
+	m.Write([]byte(signed))
+	r := httptest.NewRequest(http.MethodPost, target, strings.NewReader(values.Encode()))
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	r.Header.Set("X-Twilio-Signature", base64.StdEncoding.EncodeToString(m.Sum(nil)))
+	return r
+}
+
+// zoomRequest is a Zoom webhook sent at `at`, signed as Zoom's docs say:
+// "v0=" + hex HMAC-SHA256(secret token, "v0:<timestamp>:<body>").
+func zoomRequest(target string, at time.Time, secret, body string) *http.Request {
+	r := post(target, body)
+	r.Header.Set("x-zm-request-timestamp", unix(at))
+	r.Header.Set("x-zm-signature", "v0="+hmacHex(secret, "v0:"+unix(at)+":"+body))
+	r.Header.Set("x-zm-trackingid", "v=2.0;clid=us06;rid=WEB_"+unix(at))
+	return r
+}
+
+// twitchRequest is a Twitch EventSub message of type typ, signed as Twitch's
+// docs say: "sha256=" + hex HMAC-SHA256(secret, id + timestamp + body).
+func twitchRequest(target, id, typ string, at time.Time, secret, body string) *http.Request {
+	ts := at.UTC().Format(time.RFC3339Nano)
+	r := post(target, body)
+	r.Header.Set("Twitch-Eventsub-Message-Id", id)
+	r.Header.Set("Twitch-Eventsub-Message-Retry", "0")
+	r.Header.Set("Twitch-Eventsub-Message-Type", typ)
+	r.Header.Set("Twitch-Eventsub-Message-Timestamp", ts)
+	r.Header.Set("Twitch-Eventsub-Subscription-Type", "channel.follow")
+	r.Header.Set("Twitch-Eventsub-Message-Signature", "sha256="+hmacHex(secret, id+ts+body))
+	return r
 }
 
 // digits maps an id to decimal digits (three per byte, so distinct ids stay
@@ -365,4 +474,49 @@ func readBody(t testing.TB, r *http.Request) []byte {
 	}
 	r.Body = io.NopCloser(bytes.NewReader(b))
 	return b
+}
+
+// nodeVector is a request of testdata/provider-vectors.json, made by
+// testdata/node/vectors.js with the provider's SDK or its documented sample
+// code (see the script).
+type nodeVector struct {
+	Name    string            `json:"name"`
+	Secret  string            `json:"secret"`
+	Now     int64             `json:"now"` // when it was signed, unix seconds
+	Method  string            `json:"method"`
+	URL     string            `json:"url"`
+	Headers map[string]string `json:"headers"`
+	Body    string            `json:"body"`
+	Key     string            `json:"key"`    // what the preset's Key must give
+	Forged  bool              `json:"forged"` // signed with another secret than Secret
+	Answer  string            `json:"answer"` // a handshake's answer, by the provider's SDK
+}
+
+// nodeVectors returns the vectors of one provider, failing when there are
+// none (a test over no vectors could not fail).
+func nodeVectors(t *testing.T, name string) []nodeVector {
+	t.Helper()
+	data, err := os.ReadFile("testdata/provider-vectors.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all map[string][]nodeVector
+	if err := json.Unmarshal(data, &all); err != nil {
+		t.Fatalf("testdata/provider-vectors.json: %v", err)
+	}
+	if len(all[name]) == 0 {
+		t.Fatalf("testdata/provider-vectors.json has no vector for %s", name)
+	}
+	return all[name]
+}
+
+// request is the vector as the receiving server sees it. httptest.NewRequest
+// takes the URL's host as Host and sets TLS for https, as a server that
+// terminates TLS itself does.
+func (v nodeVector) request(body string) *http.Request {
+	r := httptest.NewRequest(v.Method, v.URL, strings.NewReader(body))
+	for k, val := range v.Headers {
+		r.Header.Set(k, val)
+	}
+	return r
 }

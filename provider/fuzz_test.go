@@ -4,11 +4,14 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/sha1"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +37,9 @@ func fuzzVerify(t *testing.T, name string, cfg Config, header, v string) error {
 	r.Header.Set("webhook-id", "msg_1")
 	r.Header.Set("webhook-timestamp", "1780000000")
 	r.Header.Set("X-Slack-Request-Timestamp", "1780000000")
+	r.Header.Set(ZoomTimestampHeader, "1780000000")
+	r.Header.Set(TwitchMessageIDHeader, "m-1")
+	r.Header.Set(TwitchMessageTimestampHeader, fuzzNow.UTC().Format(time.RFC3339Nano))
 	err = p.Verify(r, []byte("{}"))
 	var ve *VerifyError
 	if err != nil && !errors.As(err, &ve) {
@@ -133,7 +139,8 @@ func hexMAC(prefix string) func(string) ([]byte, error) {
 }
 
 // FuzzBodyHMACSignatures covers the single-MAC headers: GitHub and Meta's
-// X-Hub-Signature-256, Slack's v0, Shopify's base64 and iFood's bare hex.
+// X-Hub-Signature-256, Slack's v0, Shopify's base64, iFood's bare hex,
+// Twitch's sha256= and Zoom's v0=.
 func FuzzBodyHMACSignatures(f *testing.F) {
 	f.Add("sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17")
 	f.Add("v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503")
@@ -149,6 +156,8 @@ func FuzzBodyHMACSignatures(f *testing.F) {
 			{"slack", SlackSignatureHeader, hexMAC("v0=")},
 			{"shopify", ShopifySignatureHeader, parseShopifySignature},
 			{"ifood", IFoodSignatureHeader, hexMAC("")},
+			{"twitch", TwitchMessageSignatureHeader, hexMAC("sha256=")},
+			{"zoom", ZoomSignatureHeader, hexMAC("v0=")},
 		}
 		for _, p := range parsers {
 			sig, err := p.parse(v)
@@ -171,11 +180,15 @@ func FuzzPresetKeys(f *testing.F) {
 	f.Add(`{"object":"whatsapp_business_account","entry":[{"changes":[{"value":{"messages":[{"id":"wamid.A"}]}}]}]}`)
 	f.Add(`{"event":"messages.update","data":{"keyId":"A","status":"READ"}}`)
 	f.Add(`{"id":12345,"event_id":null}`)
+	f.Add(`{"event":"meeting.started","event_ts":1,"payload":{"object":{"id":1}}}`)
 	f.Add(`[1,2`)
 	f.Fuzz(func(t *testing.T, body string) {
 		b := []byte(body)
 		_ = whatsAppKey(b)
 		_ = evolutionKey(b)
+		if k := zoomKey(b); k != "" && !strings.HasPrefix(strings.TrimLeft(body, " \t\r\n"), "{") {
+			t.Fatalf("zoom key %q from a body that is not an object", k)
+		}
 		_ = topLevelID(b, "id")
 		if k := topLevelID(b, "id"); k != "" && !strings.Contains(body, k) && !strings.Contains(body, `\`) {
 			t.Fatalf("id %q is not in the body %q", k, body)
@@ -205,5 +218,88 @@ func FuzzStoneBody(f *testing.F) {
 				t.Fatalf("verifyJWS accepted %q", body)
 			}
 		}
+	})
+}
+
+// FuzzTwilioSignature covers X-Twilio-Signature, the signature settings
+// header and the form body: Verify never panics, fails with one of the
+// package's reasons, and accepts only the MAC of the URL and the form.
+func FuzzTwilioSignature(f *testing.F) {
+	const body = "MessageSid=SM1&MessageStatus=sent"
+	m := hmac.New(sha1.New, []byte("fuzz-token"))
+	m.Write([]byte("https://hooks.example.com/t" + "MessageSidSM1MessageStatussent"))
+	valid := m.Sum(nil)
+	f.Add(base64.StdEncoding.EncodeToString(valid), "", body)
+	f.Add(base64.StdEncoding.EncodeToString(valid), "key=k,algorithm=HMAC_SHA1", body)
+	f.Add("bm9wZQ==", "algorithm=HMAC_SHA256", "a=%zz")
+	f.Add("", "algorithm=", "&&=")
+	f.Fuzz(func(t *testing.T, sig, settings, form string) {
+		p, err := New("twilio", Config{Secrets: []string{"fuzz-token"}, Twilio: TwilioOptions{PublicURL: "https://hooks.example.com"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := httptest.NewRequest(http.MethodPost, "/t", strings.NewReader(form))
+		r.Header.Set(TwilioSignatureHeader, sig)
+		r.Header.Set(TwilioSignatureSettingsHeader, settings)
+		err = p.Verify(r, []byte(form))
+		var ve *VerifyError
+		if err != nil && !errors.As(err, &ve) {
+			t.Fatalf("Verify error %v is not a *VerifyError", err)
+		}
+		if err == nil {
+			got, _ := base64.StdEncoding.DecodeString(strings.TrimSpace(sig))
+			if !hmac.Equal(got, valid) || form != body && twilioParamsOf(form) != "MessageSidSM1MessageStatussent" {
+				t.Fatalf("Verify accepted signature %q over %q", sig, form)
+			}
+		}
+		_ = twilioKey(r, []byte(form))
+	})
+}
+
+// twilioParamsOf is what a form signs, or "" when it is not a form.
+func twilioParamsOf(form string) string {
+	v, err := url.ParseQuery(form)
+	if err != nil {
+		return ""
+	}
+	return string(twilioParams(v))
+}
+
+// FuzzMailgunBody feeds arbitrary bodies to Mailgun's signature object
+// parser: never a panic; what it accepts has a numeric timestamp, a token
+// and 32-byte MACs; Verify refuses what it refuses, for its reason, and
+// accepts only the right MAC.
+func FuzzMailgunBody(f *testing.F) {
+	m := hmac.New(sha256.New, []byte("key-fuzz"))
+	m.Write([]byte("1780000000tok"))
+	valid := hex.EncodeToString(m.Sum(nil))
+	f.Add(`{"signature":{"timestamp":"1780000000","token":"tok","signature":"` + valid + `"},"event-data":{"id":"e"}}`)
+	f.Add(`{"signature":{"timestamp":1780000000,"token":"tok","signature":"00","parent-signature":""}}`)
+	f.Add(`{"signature":null}`)
+	f.Add(`timestamp=1&token=t&signature=00`)
+	f.Fuzz(func(t *testing.T, body string) {
+		sig, err := parseMailgunSignature([]byte(body))
+		if err == nil {
+			if !allDigits(sig.timestamp) || sig.token == "" || len(sig.macs) == 0 {
+				t.Fatalf("accepted %q as %+v", body, sig)
+			}
+			for _, mac := range sig.macs {
+				if len(mac) != sha256.Size {
+					t.Fatalf("accepted a %d-byte MAC in %q", len(mac), body)
+				}
+			}
+		}
+		p, perr := New("mailgun", Config{Secrets: []string{"key-fuzz"}, Now: func() time.Time { return fuzzNow }})
+		if perr != nil {
+			t.Fatal(perr)
+		}
+		verr := p.Verify(httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body)), []byte(body))
+		if err != nil && !errors.Is(verr, ErrMalformedBody) {
+			t.Fatalf("parse error %v but Verify %v", err, verr)
+		}
+		if verr == nil && (sig.timestamp+sig.token != "1780000000tok" && !strings.Contains(body, valid)) {
+			t.Fatalf("Verify accepted %q", body)
+		}
+		_, _ = p.Key(nil, []byte(body))
 	})
 }

@@ -39,19 +39,23 @@ type Config struct {
 
 	// Tolerance is how far a signed timestamp may be from Now, in either
 	// direction, for providers whose scheme signs one. These are stripe,
-	// standardwebhooks, svix, slack and paddle, and also mercadopago and
-	// stone when it is set. Default (0): the provider's default, 5 minutes
-	// for all of them (see each constructor). Set for a provider that signs
-	// no timestamp (asaas, evolution, github, ifood, shopify,
-	// whatsapp-cloud), it is an error.
+	// standardwebhooks, svix, slack, paddle, twitch, zoom and mailgun, and
+	// also mercadopago and stone when it is set. Default (0): the
+	// provider's default, 5 minutes for all of them but twitch (10
+	// minutes), zoom (2 hours) and mailgun (9 hours) (see each
+	// constructor). Set for a provider that signs no timestamp (asaas,
+	// evolution, github, ifood, shopify, twilio, whatsapp-cloud), it is an
+	// error.
 	Tolerance time.Duration
 
-	// WhatsAppCloud, Evolution and Stone are the settings of the presets
-	// that have any. Each is read by its own preset only: set for another
-	// one, it is an *OptionError. Default: zero, the preset's defaults.
+	// WhatsAppCloud, Evolution, Stone and Twilio are the settings of the
+	// presets that have any. Each is read by its own preset only: set for
+	// another one, it is an *OptionError. Default: zero, the preset's
+	// defaults.
 	WhatsAppCloud WhatsAppCloudOptions
 	Evolution     EvolutionOptions
 	Stone         StoneOptions
+	Twilio        TwilioOptions
 
 	// Now is the clock used for timestamp tolerance. Default: time.Now.
 	Now func() time.Time
@@ -74,6 +78,8 @@ const (
 	githubRetryWindow = 3 * day
 	// Retries for up to 15 minutes, then the event is discarded.
 	ifoodRetryWindow = 15 * time.Minute
+	// "During 8 hours": 5m, 10m, 15m, 1h, 2h, 4h after one another.
+	mailgunRetryWindow = 8 * time.Hour
 	// Every 15 minutes, then at growing intervals (5m, 45m, 6h, 2d, 4d for
 	// IPN): about 6 days and 7 hours.
 	mercadoPagoRetryWindow = 7 * day
@@ -90,16 +96,27 @@ const (
 	stoneRetryWindow = day
 	// Live mode: up to 3 days with exponential backoff.
 	stripeRetryWindow = 3 * day
+	// Event Streams retry "until it succeeds or four hours have passed";
+	// programmable webhooks retry once, on a failed connection, at once
+	// (up to 5 times within the URL's #tt total time).
+	twilioRetryWindow = 4 * time.Hour
+	// Twitch resends a message when it is unsure it arrived, with the same
+	// message id, and documents no schedule: a day is assumed.
+	twitchRetryWindow = day
 	// Decreasing frequency for up to 7 days.
 	whatsAppRetryWindow = 7 * day
+	// 3 retries: 5 minutes after the first attempt, 20 minutes after the
+	// first retry, 60 minutes after the second: 85 minutes.
+	zoomRetryWindow = 85 * time.Minute
 )
 
 // Response timeouts: how long each provider waits for the answer to an
 // attempt before it counts the attempt as failed, from its documentation
 // (docs/providers.md has the table with the sources). Where the attempts of
 // one event wait for different times, the shortest is taken, since a route's
-// respond_within budget must fit every attempt. Stripe, Stone, Asaas and
-// WhatsApp Cloud document none, so their presets leave ResponseTimeout 0.
+// respond_within budget must fit every attempt. Stripe, Stone, Asaas,
+// WhatsApp Cloud, Mailgun and Twitch ("within a few seconds") document
+// none, so their presets leave ResponseTimeout 0.
 const (
 	// The WEBHOOK_REQUEST_TIMEOUT_MS default of Evolution's own code;
 	// a deployment can set another.
@@ -121,6 +138,11 @@ const (
 	// Svix times out at 15 s; the specification recommends 15 to 30 s,
 	// so a sender that follows it waits at least 15 s.
 	standardWebhooksResponseTimeout = 15 * time.Second
+	// Connect 5 s, read 15 s, 15 s in all (#ct, #rt, #tt change them per
+	// URL); Event Streams' sinks wait 5 s.
+	twilioResponseTimeout = 15 * time.Second
+	// 200 or 204 within three seconds.
+	zoomResponseTimeout = 3 * time.Second
 )
 
 // defaultTolerance is the timestamp tolerance of every provider that signs a
@@ -178,6 +200,7 @@ func registry() []preset {
 		}},
 		{name: "github", build: GitHub},
 		{name: "ifood", build: IFood},
+		{name: "mailgun", build: Mailgun, timed: true},
 		{name: "mercadopago", build: MercadoPago, timed: true},
 		{name: "paddle", build: Paddle, timed: true},
 		{name: "shopify", build: Shopify},
@@ -189,9 +212,14 @@ func registry() []preset {
 		}},
 		{name: "stripe", build: Stripe, timed: true},
 		{name: "svix", build: Svix, timed: true},
+		{name: "twilio", build: Twilio, options: []option{
+			{"public_url", func(c *Config, v string) { c.Twilio.PublicURL = v }, func(c *Config) string { return c.Twilio.PublicURL }},
+		}},
+		{name: "twitch", build: Twitch, timed: true},
 		{name: "whatsapp-cloud", build: WhatsAppCloud, options: []option{
 			{"verify_token", func(c *Config, v string) { c.WhatsAppCloud.VerifyToken = v }, func(c *Config) string { return c.WhatsAppCloud.VerifyToken }},
 		}},
+		{name: "zoom", build: Zoom, timed: true},
 	}
 }
 

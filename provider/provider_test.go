@@ -183,7 +183,7 @@ func TestNamesAndNew(t *testing.T) {
 		t.Fatalf("Names() = %v, fixtures cover %v", names, fixtureNames)
 	}
 	_, err := provider.New("paypal", provider.Config{Secrets: []string{"x"}})
-	if err == nil || !strings.Contains(err.Error(), `"paypal"`) || !strings.Contains(err.Error(), "stripe, svix, whatsapp-cloud") {
+	if err == nil || !strings.Contains(err.Error(), `"paypal"`) || !strings.Contains(err.Error(), "(known: "+strings.Join(names, ", ")+")") {
 		t.Fatalf("New(unknown) error = %v, want one naming it and listing the known names", err)
 	}
 }

@@ -59,8 +59,10 @@ type Report struct {
 	Broken []Broken // in file and line order
 }
 
-// Check reads every Markdown file (*.md) under root, skipping .git, and
-// reports the links that do not resolve.
+// Check reads every Markdown file (*.md) under root, skipping .git and
+// node_modules (the npm packages that provider/testdata/node installs,
+// whose documents are not the repository's), and reports the links that do
+// not resolve.
 func Check(root string) (Report, error) {
 	docs := map[string]*doc{} // by slash-separated path relative to root
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
@@ -72,6 +74,9 @@ func Check(root string) (Report, error) {
 				return filepath.SkipDir
 			}
 			return nil // a worktree's .git file
+		}
+		if d.IsDir() && d.Name() == "node_modules" {
+			return filepath.SkipDir
 		}
 		if d.IsDir() || !strings.EqualFold(filepath.Ext(p), ".md") {
 			return nil

@@ -147,6 +147,13 @@ func TestCheck(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, ".git", "x.md"), []byte("[x](nothing.md)"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// So is node_modules, anywhere: npm packages' own documents.
+	if err := os.MkdirAll(filepath.Join(root, "tools", "node_modules", "pkg"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "tools", "node_modules", "pkg", "README.md"), []byte("[x](nothing.md)"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 
 	r, err := Check(root)
 	if err != nil {

@@ -1,0 +1,234 @@
+#!/usr/bin/env node
+// Generates provider/testdata/provider-vectors.json: signed requests of the
+// providers that send one event per request, made by Node.js rather than by
+// the Go code that checks them.
+//
+//   - twilio: signed by Twilio's own SDK (npm "twilio",
+//     twilio.getExpectedTwilioSignature and getExpectedBodyHash), and each
+//     vector is checked with the SDK's validateRequest /
+//     validateRequestWithBody before it is written.
+//   - zoom: signed with node:crypto as Zoom documents, then checked by
+//     Zoom's own library, @zoom/rivet (its AwsLambdaReceiver, which verifies
+//     x-zm-signature and answers endpoint.url_validation): a vector Rivet
+//     refuses is not written, and a url_validation vector records Rivet's
+//     answer as the one the preset must give. Rivet signs nothing itself.
+//   - twitch, mailgun: neither publishes an SDK on npm that signs or
+//     verifies webhooks (Mailgun's own mailgun.js has no webhook check), so
+//     their vectors follow the documented sample code with node:crypto (the
+//     page is named beside each).
+//
+// Each vector is a request (method, url, headers, body), the secret that
+// signed it, the time it was signed at, and the key the preset must give.
+// A "forged" vector is the same request signed with another secret.
+//
+// Usage, from the repository root (npm ci installs the SDKs at the
+// versions of package-lock.json):
+//
+//   (cd provider/testdata/node && npm ci)
+//   node provider/testdata/node/vectors.js > provider/testdata/provider-vectors.json
+//
+// .ci/run regenerates the file this way when node is installed and fails
+// when the result differs from the committed one. Never edit the JSON by
+// hand.
+"use strict";
+
+const crypto = require("node:crypto");
+const { AwsLambdaReceiver } = require("@zoom/rivet/meetings");
+const twilioSDK = require("twilio");
+
+const hmacHex = (key, data) => crypto.createHmac("sha256", key).update(data, "utf8").digest("hex");
+
+const vectors = {};
+
+// Twitch EventSub, dev.twitch.tv/docs/eventsub/handling-webhook-events,
+// "Verifying the event message": HMAC-SHA256 of message id + timestamp +
+// raw body, hex, prefixed "sha256=".
+function twitch(name, secret, id, type, timestamp, body, signWith) {
+  const sig = "sha256=" + hmacHex(signWith || secret, id + timestamp + body);
+  return {
+    name,
+    secret,
+    now: Math.floor(Date.parse(timestamp) / 1000),
+    method: "POST",
+    url: "https://hooks.example.com/twitch",
+    headers: {
+      "Content-Type": "application/json",
+      "Twitch-Eventsub-Message-Id": id,
+      "Twitch-Eventsub-Message-Retry": "0",
+      "Twitch-Eventsub-Message-Type": type,
+      "Twitch-Eventsub-Message-Signature": sig,
+      "Twitch-Eventsub-Message-Timestamp": timestamp,
+      "Twitch-Eventsub-Subscription-Type": "channel.follow",
+      "Twitch-Eventsub-Subscription-Version": "2",
+    },
+    body,
+    key: id,
+    forged: Boolean(signWith),
+  };
+}
+const twitchFollow = JSON.stringify({
+  subscription: { id: "f1c2a387-161a-49f9-a165-0f21d7a4e1c4", status: "enabled", type: "channel.follow", version: "2", cost: 0,
+    condition: { broadcaster_user_id: "1337", moderator_user_id: "1337" },
+    transport: { method: "webhook", callback: "https://hooks.example.com/twitch" }, created_at: "2026-11-30T10:00:00.000000000Z" },
+  event: { user_id: "1234", user_login: "cool_user", user_name: "Cool_User", broadcaster_user_id: "1337",
+    broadcaster_user_login: "cooler_user", broadcaster_user_name: "Cooler_User", followed_at: "2026-11-30T10:00:01.1234567Z" },
+});
+vectors.twitch = [
+  twitch("notification", "s3cRe7", "e76c6bd4-55c9-4987-8304-da1588d8988b", "notification", "2026-11-30T10:00:02.634234626Z", twitchFollow),
+  twitch("unicode body", "s3cRe7", "befa7b53-d79d-478f-86b9-120f112b044e", "notification", "2026-11-30T10:00:03Z",
+    JSON.stringify({ subscription: { type: "channel.chat.message" }, event: { message: { text: "olá 👋 \u2028" } } })),
+  twitch("signed with another secret", "s3cRe7", "e76c6bd4-55c9-4987-8304-da1588d8988c", "notification", "2026-11-30T10:00:02.634234626Z", twitchFollow, "other-secret"),
+];
+
+// Zoom, developers.zoom.us/docs/api/webhooks, "Verify webhook events":
+// "v0=" + hex HMAC-SHA256(secret token, "v0:" + x-zm-request-timestamp +
+// ":" + raw body). Rivet re-serializes the parsed body before checking, so
+// the bodies are JSON.stringify's (the compact form Zoom sends).
+async function zoom(name, secret, timestamp, event, key, signWith) {
+  const body = JSON.stringify(event);
+  const headers = {
+    "Content-Type": "application/json",
+    "x-zm-request-timestamp": String(timestamp),
+    "x-zm-signature": "v0=" + hmacHex(signWith || secret, "v0:" + timestamp + ":" + body),
+    "x-zm-trackingid": "v=2.0;clid=us06;rid=WEB_" + timestamp,
+  };
+  const receiver = new AwsLambdaReceiver({ webhooksSecretToken: secret });
+  const res = await receiver.start()({ body, headers, isBase64Encoded: false }, {});
+  const accepted = res.statusCode === 200;
+  if (accepted === Boolean(signWith)) {
+    throw new Error(`zoom vector ${name}: Rivet answered ${res.statusCode} ${res.body}`);
+  }
+  const v = { name, secret, now: timestamp, method: "POST", url: "https://hooks.example.com/zoom", headers, body, key, forged: Boolean(signWith) };
+  if (event.event === "endpoint.url_validation") {
+    v.answer = res.body; // Rivet's {"plainToken", "encryptedToken"}
+  }
+  return v;
+}
+
+// Twilio, twilio.com/docs/usage/webhooks/webhooks-security: the SDK signs
+// the URL Twilio calls (signedUrl; the request goes to url) and the form's
+// parameters, or, for a JSON body, the URL carrying bodySHA256.
+function twilio(name, { secret, signWith, method = "POST", url, signedUrl, pairs, json, headers = {}, algorithm, key }) {
+  const token = signWith || secret;
+  let body = "";
+  let params = {};
+  if (json !== undefined) {
+    body = JSON.stringify(json);
+    const sep = url.includes("?") ? "&" : "?";
+    url += sep + "bodySHA256=" + twilioSDK.getExpectedBodyHash(body);
+    if (signedUrl) signedUrl += sep + "bodySHA256=" + twilioSDK.getExpectedBodyHash(body);
+  } else if (pairs) {
+    body = new URLSearchParams(pairs).toString();
+    for (const [k, v] of pairs) {
+      params[k] = k in params ? [].concat(params[k], v) : v;
+    }
+  }
+  signedUrl = signedUrl || url;
+  const signature = twilioSDK.getExpectedTwilioSignature(token, signedUrl, json !== undefined ? {} : params, algorithm);
+  const all = { ...headers, "X-Twilio-Signature": signature };
+  if (pairs) all["Content-Type"] = "application/x-www-form-urlencoded";
+  if (json !== undefined) all["Content-Type"] = "application/json";
+  if (algorithm) all["X-Twilio-Webhooks-Signature-Settings"] = "key=webhooks_sharedkey_1,algorithm=" + algorithm;
+  // The SDK's own check, at the URL the request went to.
+  const valid = json !== undefined
+    ? twilioSDK.validateRequestWithBody(secret, signature, url, body, algorithm)
+    : twilioSDK.validateRequest(secret, signature, url, params, algorithm);
+  if (valid === Boolean(signWith)) {
+    throw new Error(`twilio vector ${name}: the SDK's validation says ${valid}`);
+  }
+  return { name, secret, now: 1796032800, method, url, headers: all, body, key, forged: Boolean(signWith) };
+}
+
+// Mailgun, documentation.mailgun.com/docs/mailgun/user-manual/webhooks/securing-webhooks:
+// hex HMAC-SHA256(webhook signing key, timestamp + token), in the body's
+// "signature" object; parent-signature is the same with the primary
+// account's key, for a subaccount's domain.
+function mailgun(name, { secret, timestamp, token, eventData, signWith, parentKey }) {
+  const signature = { token, timestamp: String(timestamp), signature: hmacHex(signWith || secret, String(timestamp) + token) };
+  if (parentKey) signature["parent-signature"] = hmacHex(parentKey, String(timestamp) + token);
+  const body = JSON.stringify({ signature, "event-data": eventData });
+  return { name, secret, now: timestamp, method: "POST", url: "https://hooks.example.com/mailgun",
+    headers: { "Content-Type": "application/json", "User-Agent": "mailgun/treq-16.12.0" }, body, key: eventData.id,
+    forged: Boolean(signWith) && !parentKey };
+}
+
+async function main() {
+  const opened = { event: "opened", timestamp: 1796032799.329574, id: "DACSsAdVSeGpLid7TN03WA", "log-level": "info",
+    recipient: "alice@example.com", "recipient-domain": "example.com", tags: ["my_tag_1"],
+    message: { headers: { "message-id": "20261130100000.1.1@sandbox.mailgun.org" } }, "user-variables": { "my-var-1": "Mailgun Variable #1" } };
+  const failed = { event: "failed", severity: "permanent", timestamp: 1796032801.1, id: "G9Bn5sl1TC6nu79C8C0bwg",
+    recipient: "bob@example.com", reason: "bounce", "delivery-status": { code: 550, message: "5.1.1 The email account does not exist" } };
+  vectors.mailgun = [
+    mailgun("opened", { secret: "key-3ax6xnjp29jd6fds4gc373sgvjxteol0", timestamp: 1796032800,
+      token: "a8ce0edb2dd8301dee6c2405235584e45aa91d1e9f979f3de0", eventData: opened }),
+    mailgun("failed, from a subaccount: parent-signature", { secret: "key-3ax6xnjp29jd6fds4gc373sgvjxteol0", timestamp: 1796032802,
+      token: "c1d2e3f4a5b60718293a4b5c6d7e8f9012345678901234567ab", eventData: failed,
+      signWith: "key-subaccount-unknown-here", parentKey: "key-3ax6xnjp29jd6fds4gc373sgvjxteol0" }),
+    mailgun("signed with another key", { secret: "key-3ax6xnjp29jd6fds4gc373sgvjxteol0", timestamp: 1796032800,
+      token: "a8ce0edb2dd8301dee6c2405235584e45aa91d1e9f979f3de0", eventData: opened, signWith: "key-another" }),
+  ];
+
+  const token = "12345abcdefTwilioAuthToken6789a";
+  const inbound = [
+    ["ToCountry", "BR"], ["ToState", "SP"], ["SmsMessageSid", "SM1f0e8ae6ade43cb3c0ce4525424e404f"], ["NumMedia", "0"],
+    ["ToCity", ""], ["FromZip", ""], ["SmsSid", "SM1f0e8ae6ade43cb3c0ce4525424e404f"], ["FromState", "SP"],
+    ["SmsStatus", "received"], ["FromCity", "SAO PAULO"], ["Body", "Olá! Quero pedir 2 pizzas + 1 refri & o troco p/ R$100 = 😀"],
+    ["FromCountry", "BR"], ["To", "+5511999990000"], ["ToZip", ""], ["NumSegments", "1"],
+    ["MessageSid", "SM1f0e8ae6ade43cb3c0ce4525424e404f"], ["AccountSid", "AC0123456789abcdef0123456789abcdef"],
+    ["From", "+5511988887777"], ["ApiVersion", "2010-04-01"],
+  ];
+  const status = [
+    ["SmsSid", "SM5ef8732a3c49700934481addd5ce1659"], ["SmsStatus", "delivered"], ["MessageStatus", "delivered"],
+    ["To", "+5511988887777"], ["MessageSid", "SM5ef8732a3c49700934481addd5ce1659"],
+    ["AccountSid", "AC0123456789abcdef0123456789abcdef"], ["From", "+5511999990000"], ["ApiVersion", "2010-04-01"], ["ErrorCode", ""],
+  ];
+  vectors.twilio = [
+    twilio("inbound message, idempotency token", { secret: token, url: "https://hooks.example.com/twilio/sms", pairs: inbound,
+      headers: { "I-Twilio-Idempotency-Token": "4b4d5a7e-6d5f-4a53-9c67-2f3f0e5c1a77", "User-Agent": "TwilioProxy/1.1" },
+      key: "4b4d5a7e-6d5f-4a53-9c67-2f3f0e5c1a77" }),
+    twilio("inbound message, no token", { secret: token, url: "https://hooks.example.com/twilio/sms", pairs: inbound,
+      key: "SM1f0e8ae6ade43cb3c0ce4525424e404f:received" }),
+    twilio("status callback with a query string", { secret: token, url: "https://hooks.example.com/twilio/status?tenant=acme&route=a%2Fb", pairs: status,
+      key: "SM5ef8732a3c49700934481addd5ce1659:delivered" }),
+    twilio("signed with the default port", { secret: token, url: "https://hooks.example.com/twilio/status",
+      signedUrl: "https://hooks.example.com:443/twilio/status", pairs: status, key: "SM5ef8732a3c49700934481addd5ce1659:delivered" }),
+    twilio("a parameter given several times", { secret: token, url: "https://hooks.example.com/twilio/sms",
+      pairs: [["MessageSid", "SM00000000000000000000000000000001"], ["SmsStatus", "received"], ["Tag", "b"], ["Tag", "a"], ["Tag", "b"]],
+      key: "SM00000000000000000000000000000001:received" }),
+    twilio("voice callback by GET", { secret: token, method: "GET",
+      url: "https://hooks.example.com/twilio/voice?CallSid=CA1234&CallStatus=ringing&From=%2B5511988887777&To=%2B5511999990000", key: "" }),
+    twilio("Event Streams, JSON with bodySHA256", { secret: token, url: "https://hooks.example.com/twilio/events",
+      json: [{ specversion: "1.0", type: "com.twilio.messaging.message.delivered", source: "/2010-04-01/Accounts/AC0123/Messages/SM5e.json",
+        id: "EZ0123456789abcdef0123456789abcdef", dataschema: "https://events-schemas.twilio.com/Messaging.MessageStatus/2",
+        datacontenttype: "application/json", time: "2026-11-30T10:00:00.000Z", data: { messageSid: "SM5e", messageStatus: "DELIVERED" } }],
+      key: "EZ0123456789abcdef0123456789abcdef" }),
+    twilio("SharedKey, HMAC-SHA256", { secret: "webhooks-shared-key-secret", algorithm: "HMAC_SHA256",
+      url: "https://hooks.example.com/twilio/status", pairs: status, key: "SM5ef8732a3c49700934481addd5ce1659:delivered" }),
+    twilio("signed with another Auth Token", { secret: token, signWith: "another-auth-token", url: "https://hooks.example.com/twilio/sms",
+      pairs: inbound, key: "SM1f0e8ae6ade43cb3c0ce4525424e404f:received" }),
+  ];
+
+  const zoomPayloadKey = (event) =>
+    event.event + ":" + event.event_ts + ":" + crypto.createHash("sha256").update(JSON.stringify(event.payload)).digest("hex").slice(0, 32);
+  const started = { event: "meeting.started", event_ts: 1796032800123,
+    payload: { account_id: "AAAAAABBBB", object: { id: "1234567890", uuid: "4444AAAiAAAAAiAiAiiAii==", host_id: "x1yCzABCDEfg123HIJKLMN",
+      topic: "Reunião semanal", type: 2, start_time: "2026-11-30T10:00:00Z", timezone: "America/Sao_Paulo", duration: 60 } } };
+  const joined = { event: "meeting.participant_joined", event_ts: 1796032860456,
+    payload: { account_id: "AAAAAABBBB", object: { id: "1234567890", uuid: "4444AAAiAAAAAiAiAiiAii==", host_id: "x1yCzABCDEfg123HIJKLMN",
+      participant: { user_id: "16778240", user_name: "Ana", id: "iFxeBPYun6SAiWUzBcEkX", join_time: "2026-11-30T10:01:00Z" } } } };
+  const validation = { payload: { plainToken: "qgg8vlvZRS6UYooatFL8Aw" }, event_ts: 1796032800000, event: "endpoint.url_validation" };
+  vectors.zoom = [
+    await zoom("meeting.started", "zoom-s3cret-token", 1796032800, started, zoomPayloadKey(started)),
+    await zoom("meeting.participant_joined", "zoom-s3cret-token", 1796032861, joined, zoomPayloadKey(joined)),
+    await zoom("endpoint.url_validation", "zoom-s3cret-token", 1796032801, validation, zoomPayloadKey(validation)),
+    await zoom("signed with another secret token", "zoom-s3cret-token", 1796032800, started, zoomPayloadKey(started), "other-token"),
+  ];
+  process.stdout.write(JSON.stringify(vectors, null, 2) + "\n");
+}
+
+// Rivet logs every event it processes with console.debug, on stdout.
+console.debug = () => {};
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});
