@@ -33,8 +33,9 @@ const mailgunTolerance = 9 * time.Hour
 // a custom preset. Legacy form-encoded webhooks are refused (malformed
 // body).
 //
-// Duplicates: exactly 200, because Mailgun counts only 200 as success (any
-// other status but 406 makes it retry). No options.
+// Success: exactly 200, because Mailgun counts only 200 as success (any
+// other status but 406 makes it retry): the gateway answers it for any 2xx
+// of the backend, and replays with it. No options.
 func Mailgun(cfg Config) (*idemhook.Preset, error) {
 	s, err := cfg.check("mailgun")
 	if err != nil {
@@ -75,6 +76,7 @@ func Mailgun(cfg Config) (*idemhook.Preset, error) {
 			return string(v.EventData.ID), nil
 		},
 		DuplicateStatus: http.StatusOK,
+		SuccessStatus:   http.StatusOK,
 	}, nil
 }
 
