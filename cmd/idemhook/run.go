@@ -215,6 +215,10 @@ func printSummary(w io.Writer, cfg *config.Config) {
 		audit += ", retention " + config.FormatDuration(cfg.Audit.Retention)
 	}
 	fmt.Fprintf(w, "  audit    %s\n", audit)
+	fmt.Fprintf(w, "  limits   body_memory=%s max_connections=%s max_deliveries=%s\n",
+		orDerived(cfg.Limits.BodyMemory > 0, fmt.Sprint(cfg.Limits.BodyMemory)),
+		orDerived(cfg.Limits.MaxConnections > 0, fmt.Sprint(cfg.Limits.MaxConnections)),
+		orDerived(cfg.Limits.MaxDeliveries > 0, fmt.Sprint(cfg.Limits.MaxDeliveries)))
 	fmt.Fprintf(w, "  routes   %d\n", len(cfg.Routes))
 	for _, rc := range cfg.Routes {
 		r := rc.Route
@@ -240,6 +244,15 @@ func printSummary(w io.Writer, cfg *config.Config) {
 		fmt.Fprintf(w, "    %s -> %s source=%s ttl=%s in_flight=%s on_store_error=%s%s\n",
 			rc.Path, rc.Upstream, r.Source, config.FormatDuration(r.TTL), r.InFlight, r.OnStoreError, extra)
 	}
+}
+
+// orDerived is v when set, else what the summary says of a limit derived at
+// start (docs/gateway.md, limits).
+func orDerived(set bool, v string) string {
+	if set {
+		return v
+	}
+	return "(derived at start)"
 }
 
 // serve runs the gateway until ctx is done, then shuts down gracefully.
