@@ -1,6 +1,8 @@
 package gateway_test
 
 import (
+	"compress/gzip"
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -8,6 +10,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,6 +22,8 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/gateway"
+	"github.com/idemhook/idemhook/gateway/config"
 	"github.com/idemhook/idemhook/internal/gatewaytest"
 	"github.com/idemhook/idemhook/provider"
 )
@@ -91,6 +97,115 @@ routes:
 				tt.name, r.Status, r.Header.Get(idemhook.ReplayedHeader), calls.Load(), tt.want, tt.replayed, tt.calls)
 		}
 	}
+}
+
+// TestProviderSuccessBody: with a preset's SuccessBody, a success of the
+// backend reaches the provider as SuccessStatus with that body (text/plain,
+// its own length, the backend's gzip encoding dropped) in place of the
+// backend's JSON, on the first delivery, its replay and a respond_within
+// answer; a failure passes as it is, body and all.
+func TestProviderSuccessBody(t *testing.T) {
+	var status, calls atomic.Int64
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		st := int(status.Load())
+		w.Header().Set("Content-Type", "application/json")
+		if st >= 300 {
+			w.WriteHeader(st)
+			fmt.Fprint(w, `{"error":"down"}`)
+			return
+		}
+		w.Header().Set("Content-Encoding", "gzip")
+		w.WriteHeader(st)
+		zw := gzip.NewWriter(w)
+		fmt.Fprint(zw, `{"ok":true}`)
+		zw.Close()
+	}))
+	defer backend.Close()
+	url := startGatewayWith(t, fmt.Sprintf(`listen: 127.0.0.1:0
+store: {driver: sqlite, path: %[2]q}
+admin: {listen: off}
+audit: {sink: none}
+routes:
+  - path: /proxied
+    upstream: %[1]s/hook
+    source: proxied
+    provider: asaas
+    secrets: [tok]
+  - path: /within
+    upstream: %[1]s/hook
+    source: within
+    provider: asaas
+    secrets: [tok]
+    respond_within: 5s
+`, backend.URL, t.TempDir()+"/idemhook.db"), func(cfg *config.Config) {
+		for i := range cfg.Routes {
+			p := *cfg.Routes[i].Route.Preset
+			p.SuccessBody = "[accepted]"
+			cfg.Routes[i].Route.Preset = &p
+		}
+	})
+	send := func(path, id string) gatewaytest.Response {
+		return gatewaytest.Post(t, url+path, `{"id":"`+id+`","event":"PAYMENT_RECEIVED"}`, provider.AsaasTokenHeader, "tok")
+	}
+	tests := []struct {
+		name     string
+		backend  int
+		path, id string
+		want     int
+		body     string
+		replayed bool
+		calls    int64
+	}{
+		{"a 201 with a JSON body", 201, "/proxied", "evt_1", 200, "[accepted]", false, 1},
+		{"its replay", 201, "/proxied", "evt_1", 200, "[accepted]", true, 1},
+		{"a failure passes", 500, "/proxied", "evt_2", 500, `{"error":"down"}`, false, 2},
+		{"respond_within: a 201 within the budget", 201, "/within", "evt_3", 200, "[accepted]", false, 3},
+		{"respond_within: its replay", 201, "/within", "evt_3", 200, "[accepted]", true, 3},
+		{"respond_within: a failure passes", 500, "/within", "evt_4", 500, `{"error":"down"}`, false, 4},
+	}
+	for _, tt := range tests {
+		status.Store(int64(tt.backend))
+		r := send(tt.path, tt.id)
+		if r.Status != tt.want || r.Body != tt.body || (r.Header.Get(idemhook.ReplayedHeader) == "true") != tt.replayed || calls.Load() != tt.calls {
+			t.Errorf("%s: %d %q replayed=%q, backend called %d times; want %d %q replayed=%v, %d calls",
+				tt.name, r.Status, r.Body, r.Header.Get(idemhook.ReplayedHeader), calls.Load(), tt.want, tt.body, tt.replayed, tt.calls)
+		}
+		wantType := "text/plain; charset=utf-8"
+		if tt.want >= 300 {
+			wantType = "application/json"
+		}
+		if got := r.Header.Get("Content-Type"); got != wantType {
+			t.Errorf("%s: Content-Type %q, want %q", tt.name, got, wantType)
+		}
+	}
+}
+
+// startGatewayWith is startGateway with a change to the parsed
+// configuration, for what a file cannot say (a preset of the test's own).
+func startGatewayWith(t *testing.T, text string, change func(*config.Config)) string {
+	t.Helper()
+	cfg, err := config.Parse("idemhook.yaml", []byte(text), gatewaytest.EnvOf())
+	if err != nil {
+		t.Fatal(err)
+	}
+	change(cfg)
+	g, err := gateway.New(t.Context(), cfg, gateway.Options{Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(g.Handler())
+	srv.Config.BaseContext = func(net.Listener) context.Context { return g.Context() }
+	srv.Start()
+	t.Cleanup(func() {
+		srv.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := g.Close(ctx); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return srv.URL
 }
 
 // forwardSecret is a route's forward_secret in the tests: a 24-byte key.
