@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,9 +30,10 @@ import (
 )
 
 // TestProviderSuccessStatus: the provider gets the status it counts as
-// success whatever 2xx the backend chose (Asaas: exactly 200; iFood: 202),
-// on the first delivery, on its replay and on a respond_within answer; a
-// failure passes as it is.
+// success whatever 2xx the backend chose (Asaas: exactly 200; iFood: 202;
+// Adyen: 200 with the body [accepted] in place of the backend's JSON), on
+// the first delivery, on its replay, on a respond_within answer and as a
+// queued route's accept answer; a failure passes as it is.
 func TestProviderSuccessStatus(t *testing.T) {
 	var status, calls atomic.Int64
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -62,7 +64,21 @@ routes:
     provider: asaas
     secrets: [tok]
     respond_within: 5s
-`, backend.URL, t.TempDir()+"/idemhook.db"))
+  - path: /adyen
+    upstream: %[1]s/hook
+    source: adyen
+    provider: adyen
+    secrets: [%[3]s]
+  - path: /adyen-queued
+    upstream: %[1]s/hook
+    source: adyen-queued
+    provider: adyen
+    secrets: [%[3]s]
+    deliver: queue
+`, backend.URL, t.TempDir()+"/idemhook.db", adyenKey))
+	adyen := func(path, psp string) gatewaytest.Response {
+		return gatewaytest.Post(t, url+path, adyenBody(t, psp))
+	}
 	asaas := func(path, id string) gatewaytest.Response {
 		return gatewaytest.Post(t, url+path, `{"id":"`+id+`","event":"PAYMENT_RECEIVED"}`, provider.AsaasTokenHeader, "tok")
 	}
@@ -79,22 +95,36 @@ routes:
 		want     int
 		replayed bool
 		calls    int64
+		body     string // "": not checked
 	}{
-		{"asaas: a 201 becomes 200", 201, func() gatewaytest.Response { return asaas("/asaas", "evt_1") }, 200, false, 1},
-		{"asaas: its replay", 201, func() gatewaytest.Response { return asaas("/asaas", "evt_1") }, 200, true, 1},
-		{"asaas: a 204 becomes 200", 204, func() gatewaytest.Response { return asaas("/asaas", "evt_2") }, 200, false, 2},
-		{"asaas: a failure passes", 500, func() gatewaytest.Response { return asaas("/asaas", "evt_3") }, 500, false, 3},
-		{"ifood: a 200 becomes 202", 200, func() gatewaytest.Response { return ifood("evt_4") }, 202, false, 4},
-		{"ifood: its replay", 200, func() gatewaytest.Response { return ifood("evt_4") }, 202, true, 4},
-		{"respond_within: a 201 within the budget becomes 200", 201, func() gatewaytest.Response { return asaas("/asaas-within", "evt_5") }, 200, false, 5},
-		{"respond_within: its replay", 201, func() gatewaytest.Response { return asaas("/asaas-within", "evt_5") }, 200, true, 5},
+		{"asaas: a 201 becomes 200", 201, func() gatewaytest.Response { return asaas("/asaas", "evt_1") }, 200, false, 1, ""},
+		{"asaas: its replay", 201, func() gatewaytest.Response { return asaas("/asaas", "evt_1") }, 200, true, 1, ""},
+		{"asaas: a 204 becomes 200", 204, func() gatewaytest.Response { return asaas("/asaas", "evt_2") }, 200, false, 2, ""},
+		{"asaas: a failure passes", 500, func() gatewaytest.Response { return asaas("/asaas", "evt_3") }, 500, false, 3, ""},
+		{"ifood: a 200 becomes 202", 200, func() gatewaytest.Response { return ifood("evt_4") }, 202, false, 4, ""},
+		{"ifood: its replay", 200, func() gatewaytest.Response { return ifood("evt_4") }, 202, true, 4, ""},
+		{"respond_within: a 201 within the budget becomes 200", 201, func() gatewaytest.Response { return asaas("/asaas-within", "evt_5") }, 200, false, 5, ""},
+		{"respond_within: its replay", 201, func() gatewaytest.Response { return asaas("/asaas-within", "evt_5") }, 200, true, 5, ""},
+		{"adyen: a 201 with a JSON body becomes 200 [accepted]", 201, func() gatewaytest.Response { return adyen("/adyen", "7914073381342284") }, 200, false, 6, "[accepted]"},
+		{"adyen: its replay", 201, func() gatewaytest.Response { return adyen("/adyen", "7914073381342284") }, 200, true, 6, "[accepted]"},
+		{"adyen: a failure passes", 500, func() gatewaytest.Response { return adyen("/adyen", "7914073381342285") }, 500, false, 7, `{"ok":true}`},
+		{"adyen: an altered item is refused, nothing claimed", 201, func() gatewaytest.Response {
+			return gatewaytest.Post(t, url+"/adyen", strings.Replace(adyenBody(t, "7914073381342287"), `"pspReference":"7914073381342287"`, `"pspReference":"7914073381342288"`, 1))
+		}, 401, false, 7, ""},
+		{"adyen, queued: the accept answer", 201, func() gatewaytest.Response { return adyen("/adyen-queued", "7914073381342286") }, 200, false, -1, "[accepted]"},
 	}
 	for _, tt := range tests {
 		status.Store(int64(tt.backend))
 		r := tt.send()
-		if r.Status != tt.want || (r.Header.Get(idemhook.ReplayedHeader) == "true") != tt.replayed || calls.Load() != tt.calls {
+		if r.Status != tt.want || (r.Header.Get(idemhook.ReplayedHeader) == "true") != tt.replayed || tt.calls >= 0 && calls.Load() != tt.calls {
 			t.Errorf("%s: %d replayed=%q, backend called %d times; want %d replayed=%v, %d calls",
 				tt.name, r.Status, r.Header.Get(idemhook.ReplayedHeader), calls.Load(), tt.want, tt.replayed, tt.calls)
+		}
+		if tt.body != "" && r.Body != tt.body {
+			t.Errorf("%s: body %q, want %q", tt.name, r.Body, tt.body)
+		}
+		if tt.body == "[accepted]" && r.Header.Get("Content-Type") != "text/plain; charset=utf-8" {
+			t.Errorf("%s: Content-Type %q, want text/plain; charset=utf-8", tt.name, r.Header.Get("Content-Type"))
 		}
 	}
 }
@@ -206,6 +236,23 @@ func startGatewayWith(t *testing.T, text string, change func(*config.Config)) st
 		}
 	})
 	return srv.URL
+}
+
+// adyenKey is the Adyen routes' HMAC key in the tests, hex.
+const adyenKey = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056"
+
+// adyenBody is an Adyen Standard webhook of one AUTHORISATION item for
+// pspReference psp, signed with adyenKey as Adyen documents.
+func adyenBody(t *testing.T, psp string) string {
+	key, err := hex.DecodeString(adyenKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(psp + "::TestMerchant:order-1:1130:EUR:AUTHORISATION:true"))
+	return `{"live":"false","notificationItems":[{"NotificationRequestItem":{"additionalData":{"hmacSignature":"` +
+		base64.StdEncoding.EncodeToString(mac.Sum(nil)) + `"},"amount":{"currency":"EUR","value":1130},"eventCode":"AUTHORISATION",` +
+		`"merchantAccountCode":"TestMerchant","merchantReference":"order-1","pspReference":"` + psp + `","success":"true"}}]}`
 }
 
 // forwardSecret is a route's forward_secret in the tests: a 24-byte key.
