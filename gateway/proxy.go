@@ -116,12 +116,15 @@ func successStatus(rc config.Route) func(*http.Response) error {
 func isSuccess(status int) bool { return status >= 200 && status <= 299 }
 
 // setSuccessBodyHeader makes h describe body, a preset's SuccessBody, in
-// place of the backend's body it replaces: its type and length, and no
-// encoding.
+// place of the backend's body it replaces: its type and length, and none
+// of the headers that described the backend's body (its encoding, range
+// and validators), which the middleware would otherwise store and replay.
 func setSuccessBodyHeader(h http.Header, body string) {
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
-	h.Del("Content-Encoding")
+	for _, name := range []string{"Content-Encoding", "Content-Range", "Content-Language", "Content-Md5", "Digest", "Content-Digest", "Etag", "Last-Modified"} {
+		h.Del(name)
+	}
 }
 
 // successOf is the status rc's provider counts as success, 0 for none.

@@ -131,9 +131,9 @@ routes:
 
 // TestProviderSuccessBody: with a preset's SuccessBody, a success of the
 // backend reaches the provider as SuccessStatus with that body (text/plain,
-// its own length, the backend's gzip encoding dropped) in place of the
-// backend's JSON, on the first delivery, its replay and a respond_within
-// answer; a failure passes as it is, body and all.
+// its own length, the backend's gzip encoding, language and ETag dropped)
+// in place of the backend's JSON, on the first delivery, its replay and a
+// respond_within answer; a failure passes as it is, body and all.
 func TestProviderSuccessBody(t *testing.T) {
 	var status, calls atomic.Int64
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -146,6 +146,8 @@ func TestProviderSuccessBody(t *testing.T) {
 			return
 		}
 		w.Header().Set("Content-Encoding", "gzip")
+		w.Header().Set("Content-Language", "pt-BR")
+		w.Header().Set("ETag", `"v1"`)
 		w.WriteHeader(st)
 		zw := gzip.NewWriter(w)
 		fmt.Fprint(zw, `{"ok":true}`)
@@ -207,6 +209,9 @@ routes:
 		}
 		if got := r.Header.Get("Content-Type"); got != wantType {
 			t.Errorf("%s: Content-Type %q, want %q", tt.name, got, wantType)
+		}
+		if tt.want < 300 && (r.Header.Get("Content-Language") != "" || r.Header.Get("ETag") != "") {
+			t.Errorf("%s: Content-Language %q, ETag %q of the backend's body kept", tt.name, r.Header.Get("Content-Language"), r.Header.Get("ETag"))
 		}
 	}
 }
