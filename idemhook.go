@@ -401,6 +401,17 @@ type Preset struct {
 	// applied there. Default: 0, the backend's own status.
 	SuccessStatus int
 
+	// SuccessBody, if not "", is the body the provider expects with a
+	// success (Adyen's Standard webhooks: "[accepted]"). Wherever the
+	// gateway answers SuccessStatus in place of a 2xx of its backend, it
+	// answers this body in place of the backend's, as text/plain;
+	// charset=utf-8, and a queued route's accept answer is this body
+	// unless the route sets accept.body; the answer stored, and so every
+	// replay, has it too. It needs a SuccessStatus and must be valid UTF-8.
+	// Like SuccessStatus it is not applied to a Go handler behind the
+	// middleware. Default: "", the backend's own body.
+	SuccessBody string
+
 	// RetryWindow is how long after the first attempt the provider may
 	// still send the event again (its documented retry schedule). A route
 	// with this preset keeps its answers for [Preset.DefaultTTL] unless it

@@ -20,6 +20,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/idemhook/idemhook/internal/breaker"
 	"github.com/idemhook/idemhook/internal/canonjson"
@@ -289,6 +290,12 @@ func (rt *Route) applyDefaults() error {
 	}
 	if rt.Preset != nil && rt.Preset.SuccessStatus != 0 && (rt.Preset.SuccessStatus < 200 || rt.Preset.SuccessStatus > 299 || rt.Preset.SuccessStatus == http.StatusNoContent) {
 		return fail("Preset", 0, "Preset %q: SuccessStatus %d is not a 2xx status with a body", rt.Preset.Name, rt.Preset.SuccessStatus)
+	}
+	if rt.Preset != nil && rt.Preset.SuccessBody != "" && rt.Preset.SuccessStatus == 0 {
+		return fail("Preset", 0, "Preset %q: SuccessBody is set without a SuccessStatus (the body is answered with that status)", rt.Preset.Name)
+	}
+	if rt.Preset != nil && !utf8.ValidString(rt.Preset.SuccessBody) {
+		return fail("Preset", 0, "Preset %q: SuccessBody is not valid UTF-8 (it is answered as text/plain; charset=utf-8)", rt.Preset.Name)
 	}
 	if rt.TTL == 0 {
 		rt.TTL = rt.Preset.DefaultTTL()

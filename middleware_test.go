@@ -486,6 +486,8 @@ func TestRouteValidation(t *testing.T) {
 		{idemhook.Route{Source: "s", Preset: &idemhook.Preset{Name: "p", DuplicateStatus: 500}}, "DuplicateStatus 500 is not a 2xx status", "Preset", 0},
 		{idemhook.Route{Source: "s", Preset: &idemhook.Preset{Name: "p", SuccessStatus: 204}}, "SuccessStatus 204 is not a 2xx status with a body", "Preset", 0},
 		{idemhook.Route{Source: "s", Preset: &idemhook.Preset{Name: "p", SuccessStatus: 302}}, "SuccessStatus 302 is not a 2xx status with a body", "Preset", 0},
+		{idemhook.Route{Source: "s", Preset: &idemhook.Preset{Name: "p", SuccessBody: "[accepted]"}}, "SuccessBody is set without a SuccessStatus", "Preset", 0},
+		{idemhook.Route{Source: "s", Preset: &idemhook.Preset{Name: "p", SuccessStatus: 200, SuccessBody: "\xff"}}, "SuccessBody is not valid UTF-8", "Preset", 0},
 	}
 	for _, tt := range tests {
 		_, err := e.mw.Route(tt.give)

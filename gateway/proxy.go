@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -86,15 +87,43 @@ func newProxy(rc config.Route, rt http.RoundTripper, bufs httputil.BufferPool, l
 
 // successStatus returns the proxy's ModifyResponse for rc: a 2xx of the
 // backend becomes the status the route's provider counts as success
-// (idemhook.Preset.SuccessStatus); nil when the preset has none.
+// (idemhook.Preset.SuccessStatus) and, when the preset has a SuccessBody,
+// its body replaces the backend's; nil when the preset has no
+// SuccessStatus.
 func successStatus(rc config.Route) func(*http.Response) error {
 	want := successOf(rc)
 	if want == 0 {
 		return nil
 	}
+	body := rc.Route.Preset.SuccessBody
 	return func(resp *http.Response) error {
+		if body != "" && isSuccess(resp.StatusCode) {
+			// The backend's body is not what the provider reads: drain a
+			// little of it so the connection can be reused, then drop it.
+			_, _ = io.CopyN(io.Discard, resp.Body, 4<<10)
+			resp.Body.Close()
+			resp.Body = io.NopCloser(strings.NewReader(body))
+			resp.ContentLength = int64(len(body))
+			resp.TransferEncoding = nil
+			setSuccessBodyHeader(resp.Header, body)
+		}
 		resp.StatusCode = providerStatus(want, resp.StatusCode)
 		return nil
+	}
+}
+
+// isSuccess reports whether status is a 2xx: the backend's success.
+func isSuccess(status int) bool { return status >= 200 && status <= 299 }
+
+// setSuccessBodyHeader makes h describe body, a preset's SuccessBody, in
+// place of the backend's body it replaces: its type and length, and none
+// of the headers that described the backend's body (its encoding, range
+// and validators), which the middleware would otherwise store and replay.
+func setSuccessBodyHeader(h http.Header, body string) {
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	for _, name := range []string{"Content-Encoding", "Content-Range", "Content-Language", "Content-Md5", "Digest", "Content-Digest", "Etag", "Last-Modified"} {
+		h.Del(name)
 	}
 }
 
@@ -109,7 +138,7 @@ func successOf(rc config.Route) int {
 // providerStatus is the status the provider gets for the backend's status:
 // want (its success) in place of any 2xx, when want is not 0.
 func providerStatus(want, status int) int {
-	if want != 0 && status >= 200 && status <= 299 {
+	if want != 0 && isSuccess(status) {
 		return want
 	}
 	return status

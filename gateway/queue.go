@@ -492,7 +492,8 @@ func (q *queues) hybrid(rc config.Route, qr *queuedRoute, trusted []netip.Prefix
 
 // writeResult sends the backend's answer to the provider as the proxy
 // would: its status, headers (not the hop-by-hop ones) and body, or 502 or
-// 504 when none came.
+// 504 when none came. A success the route's preset rewrites
+// (SuccessStatus, SuccessBody) is rewritten as on the proxy path.
 func writeResult(w http.ResponseWriter, res queue.Result, rc config.Route, logger *slog.Logger) {
 	if res.Err != nil {
 		writeUpstreamError(w, logger, rc, res.Err, false)
@@ -506,7 +507,15 @@ func writeResult(w http.ResponseWriter, res queue.Result, rc config.Route, logge
 		h.Del(name)
 	}
 	h.Del("Content-Length")
-	w.WriteHeader(providerStatus(successOf(rc), res.Status))
+	want := successOf(rc)
+	if want != 0 && isSuccess(res.Status) && rc.Route.Preset.SuccessBody != "" {
+		body := rc.Route.Preset.SuccessBody
+		setSuccessBodyHeader(h, body)
+		w.WriteHeader(want)
+		_, _ = io.WriteString(w, body)
+		return
+	}
+	w.WriteHeader(providerStatus(want, res.Status))
 	_, _ = w.Write(res.BodyHead)
 }
 

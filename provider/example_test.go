@@ -111,7 +111,7 @@ func ExampleNew_errors() {
 	_, err = provider.New("ifood", provider.Config{})
 	fmt.Println(err)
 	// Output:
-	// provider: unknown provider "paypal" (known: asaas, evolution, github, ifood, mailgun, mercadopago, paddle, shopify, slack, standardwebhooks, stone, stripe, svix, twilio, twitch, whatsapp-cloud, zoom)
+	// provider: unknown provider "paypal" (known: adyen, asaas, evolution, github, ifood, mailgun, mercadopago, paddle, shopify, slack, standardwebhooks, stone, stripe, svix, twilio, twitch, whatsapp-cloud, zoom)
 	// provider ifood: no secret configured (Config.Secrets is empty); set the provider's signing secret or token
 }
 
@@ -370,4 +370,30 @@ func ExampleMailgun() {
 	key, _ := p.Key(r, body)
 	fmt.Println(p.Verify(r, body), key, p.DuplicateStatus)
 	// Output: <nil> DACSsAdVSeGpLid7TN03WA 200
+}
+
+// Adyen signs each item of its Standard webhook body with the HMAC key
+// (hex), over eight of the item's fields. The key is the item's
+// pspReference, eventCode and success; the gateway answers 200
+// "[accepted]" for any 2xx of the backend.
+func ExampleAdyen() {
+	const hmacKey = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056"
+	p, _ := provider.Adyen(provider.Config{Secrets: []string{hmacKey}})
+	key, _ := hex.DecodeString(hmacKey)
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("7914073381342284::TestMerchant:TestPayment-1407325143704:1130:EUR:AUTHORISATION:true"))
+	body := []byte(`{"live":"false","notificationItems":[{"NotificationRequestItem":{` +
+		`"additionalData":{"hmacSignature":"` + base64.StdEncoding.EncodeToString(m.Sum(nil)) + `"},` +
+		`"amount":{"currency":"EUR","value":1130},"eventCode":"AUTHORISATION","merchantAccountCode":"TestMerchant",` +
+		`"merchantReference":"TestPayment-1407325143704","pspReference":"7914073381342284","success":"true"}}]}`)
+	r := httptest.NewRequest(http.MethodPost, "/adyen", nil)
+	k, _ := p.Key(r, body)
+	fmt.Println(p.Verify(r, body), k)
+	fmt.Println(p.SuccessStatus, p.SuccessBody)
+	_, err := provider.Adyen(provider.Config{Secrets: []string{"not-hex"}})
+	fmt.Println(err)
+	// Output:
+	// <nil> 7914073381342284:AUTHORISATION:true
+	// 200 [accepted]
+	// provider adyen: secret #1 is not a hex HMAC key (Adyen's Customer Area shows it as hex digits, e.g. 64 of them)
 }

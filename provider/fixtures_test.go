@@ -105,6 +105,17 @@ func fixtures(t testing.TB) []fixture {
 	stone := stoneKeys(t)
 	return []fixture{
 		{
+			// The signature is in the body and covers eight of its fields,
+			// not the body (so no "tampered body" case, and no header
+			// cases); adyen_test.go tampers with the signed fields.
+			name: "adyen", cfg: provider.Config{Secrets: []string{adyenTestKey}}, wrongSecret: adyenOtherKey,
+			badReason: provider.ErrNoMatchingSignature, dupStatus: 200,
+			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {
+				return post("/adyen", adyenBody(t, secret, "7914"+digits(id)+" AUTHORISATION true"))
+			},
+			key: func(id string) string { return "7914" + digits(id) + ":AUTHORISATION:true" },
+		},
+		{
 			name: "asaas", cfg: provider.Config{Secrets: []string{"asaas-token-1"}}, wrongSecret: "asaas-token-x",
 			sigHeader: "asaas-access-token", malformed: "", badReason: provider.ErrTokenMismatch, dupStatus: 200,
 			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {

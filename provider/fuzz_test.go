@@ -303,3 +303,49 @@ func FuzzMailgunBody(f *testing.F) {
 		_, _ = p.Key(nil, []byte(body))
 	})
 }
+
+// FuzzAdyenBody feeds arbitrary bodies to Adyen's item parser: never a
+// panic; Verify refuses what the parser refuses, for a malformed body, and
+// accepts only bodies whose every item carries the MAC of its own signed
+// fields; a key comes only from a body of one item, made of its fields.
+func FuzzAdyenBody(f *testing.F) {
+	key, _ := hex.DecodeString("44782def547aaa06c910c43932b1eb0c71fc68d9d0c057550c48ec2acf6ba056")
+	mac := func(s string) string { return base64.StdEncoding.EncodeToString(hmacSHA256(key, []byte(s))) }
+	valid := `{"notificationItems":[{"NotificationRequestItem":{"additionalData":{"hmacSignature":"` + mac("psp1::M:R:1130:EUR:AUTHORISATION:true") +
+		`"},"amount":{"value":1130,"currency":"EUR"},"eventCode":"AUTHORISATION","merchantAccountCode":"M","merchantReference":"R","pspReference":"psp1","success":"true"}}]}`
+	f.Add(valid)
+	f.Add(`{"notificationItems":[{"NotificationRequestItem":{"pspReference":1e3,"success":true,"amount":{"value":-0.5},"additionalData":{"hmacSignature":null}}}]}`)
+	f.Add(`{"notificationItems":[{"NotificationRequestItem":{}},{"NotificationRequestItem":[]}]}`)
+	f.Add(`{"notificationItems":{}}`)
+	f.Add(`[]`)
+	f.Fuzz(func(t *testing.T, body string) {
+		items, err := adyenItems([]byte(body))
+		p, perr := New("adyen", Config{Secrets: []string{"44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056"}})
+		if perr != nil {
+			t.Fatal(perr)
+		}
+		verr := p.Verify(httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body)), []byte(body))
+		var ve *VerifyError
+		if verr != nil && !errors.As(verr, &ve) {
+			t.Fatalf("Verify error %v is not a *VerifyError", verr)
+		}
+		if err != nil && !errors.Is(verr, ErrMalformedBody) {
+			t.Fatalf("parse error %v but Verify %v", err, verr)
+		}
+		if verr == nil {
+			if len(items) == 0 {
+				t.Fatalf("Verify accepted %q with no items", body)
+			}
+			for _, it := range items {
+				got, _ := base64.StdEncoding.DecodeString(it.signature)
+				if !hmac.Equal(got, hmacSHA256(key, []byte(it.signingString()))) {
+					t.Fatalf("Verify accepted item %+v of %q", it, body)
+				}
+			}
+		}
+		k, _ := p.Key(nil, []byte(body))
+		if k != "" && (len(items) != 1 || k != items[0].signed[0]+":"+items[0].signed[6]+":"+items[0].signed[7]) {
+			t.Fatalf("Key %q from %q (%d items)", k, body, len(items))
+		}
+	})
+}

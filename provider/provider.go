@@ -6,7 +6,8 @@
 // a duplicate is answered.
 //
 // Every preset is built only from the exported fields of [idemhook.Preset]
-// (Name, Verify, Handshake, Key, DuplicateStatus), so a custom preset is
+// (Name, Verify, Handshake, Key, DuplicateStatus, SuccessStatus,
+// SuccessBody, RetryWindow, ResponseTimeout), so a custom preset is
 // written the same way (see Example_customPreset).
 //
 // Keys are the key part only. The middleware stores them under
@@ -43,9 +44,9 @@ type Config struct {
 	// also mercadopago and stone when it is set. Default (0): the
 	// provider's default, 5 minutes for all of them but twitch (10
 	// minutes), zoom (2 hours) and mailgun (9 hours) (see each
-	// constructor). Set for a provider that signs no timestamp (asaas,
-	// evolution, github, ifood, shopify, twilio, whatsapp-cloud), it is an
-	// error.
+	// constructor). Set for a provider that signs no timestamp (adyen,
+	// asaas, evolution, github, ifood, shopify, twilio, whatsapp-cloud), it
+	// is an error.
 	Tolerance time.Duration
 
 	// WhatsAppCloud, Evolution, Stone and Twilio are the settings of the
@@ -68,6 +69,10 @@ type Config struct {
 const (
 	day = 24 * time.Hour
 
+	// 3 attempts within the first half minute (9, 18 and 27 s), then a
+	// retry queue "for up to 30 days" (2m, 5m, 10m, 15m, 30m, 1h, 2h, 4h,
+	// 8h, ...).
+	adyenRetryWindow = 30 * day
 	// 15 attempts over about 17 hours, then the queue pauses. Events are
 	// kept 14 days and are resent when the queue is re-enabled.
 	asaasRetryWindow = 14 * day
@@ -118,6 +123,9 @@ const (
 // WhatsApp Cloud, Mailgun and Twitch ("within a few seconds") document
 // none, so their presets leave ResponseTimeout 0.
 const (
+	// "If we do not receive this response within 10 seconds ... webhooks
+	// ... will be queued and retried" (Adyen's webhook pages).
+	adyenResponseTimeout = 10 * time.Second
 	// The WEBHOOK_REQUEST_TIMEOUT_MS default of Evolution's own code;
 	// a deployment can set another.
 	evolutionResponseTimeout = 30 * time.Second
@@ -194,6 +202,7 @@ type option struct {
 // Names, New and Config.SetOption read.
 func registry() []preset {
 	return []preset{
+		{name: "adyen", build: Adyen},
 		{name: "asaas", build: Asaas},
 		{name: "evolution", build: Evolution, options: []option{
 			{"header", func(c *Config, v string) { c.Evolution.Header = v }, func(c *Config) string { return c.Evolution.Header }},

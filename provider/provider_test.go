@@ -579,7 +579,7 @@ func TestSetOptionAndTypedErrors(t *testing.T) {
 // are bounded. Like an unknown option, it is an error that says so. The
 // providers that sign one accept it.
 func TestToleranceWithoutTimestamp(t *testing.T) {
-	for _, name := range []string{"asaas", "evolution", "github", "ifood", "shopify", "whatsapp-cloud"} {
+	for _, name := range []string{"adyen", "asaas", "evolution", "github", "ifood", "shopify", "whatsapp-cloud"} {
 		_, err := provider.New(name, provider.Config{Secrets: []string{"s"}, Tolerance: time.Minute})
 		if err == nil || !strings.Contains(err.Error(), "tolerance") {
 			t.Errorf("New(%s) with a tolerance = %v, want an error about tolerance", name, err)

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/provider"
+	"go.yaml.in/yaml/v3"
 )
 
 // build is the last phase of Parse. For each route it creates the
@@ -34,6 +36,14 @@ func (c *checker) build(cfg *Config) {
 			if r.Preset != nil && r.Preset.DuplicateStatus != 0 && in.f.Accept.Status.Node == nil {
 				rc.Accept.Status = r.Preset.DuplicateStatus // what the provider counts as success
 			}
+			if r.Preset != nil && r.Preset.SuccessBody != "" && in.f.Accept.Body.Node == nil {
+				// The body the provider expects with a success (Adyen's
+				// "[accepted]"), as the gateway answers it on the proxy path.
+				rc.Accept.Body = []byte(r.Preset.SuccessBody)
+				if rc.Accept.Header.Get("Content-Type") == "application/json" && !acceptHeaderSet(&in, "Content-Type") {
+					rc.Accept.Header.Set("Content-Type", "text/plain; charset=utf-8")
+				}
+			}
 			c.queueTTL(&in, rc)
 		}
 		if r.TTL == 0 {
@@ -50,7 +60,10 @@ func (c *checker) presetError(in *routeInputs, err error) {
 	node, field := in.f.Provider.Node, join(in.at, "provider")
 	var oe *provider.OptionError
 	var te *provider.ToleranceError
+	var se *provider.SecretError
 	switch {
+	case errors.As(err, &se):
+		node, field = in.secretAt(se.Index, node, field)
 	case errors.As(err, &oe) && in.optionKeys[oe.Option] != nil:
 		node, field = in.optionKeys[oe.Option], join(join(in.at, "provider_options"), oe.Option)
 	case errors.As(err, &oe) && in.f.ProviderOptions.Node != nil:
@@ -92,4 +105,41 @@ func (c *checker) routeError(in *routeInputs, r *idemhook.Route, err error) {
 		return
 	}
 	c.errorf(in.own(name), join(in.at, name), "%s", re.Reason)
+}
+
+// acceptHeaderSet reports whether the route's accept.headers names the
+// header name.
+func acceptHeaderSet(in *routeInputs, name string) bool {
+	n := in.f.Accept.Headers.Node
+	if n != nil {
+		n = resolve(n)
+	}
+	for i := 0; n != nil && n.Kind == yaml.MappingNode && i+1 < len(n.Content); i += 2 {
+		if strings.EqualFold(resolve(n.Content[i]).Value, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// secretAt returns the node and field of the route's secret i, counted as
+// providerSettings lists them (secret_env first, then secrets, or the
+// secret_file's lines), or node and field when it can't tell.
+func (in *routeInputs) secretAt(i int, node *yaml.Node, field string) (*yaml.Node, string) {
+	if in.f.SecretFile.Node != nil {
+		return in.f.SecretFile.Node, join(in.at, "secret_file")
+	}
+	if in.f.SecretEnv.Node != nil {
+		if i == 0 {
+			return in.f.SecretEnv.Node, join(in.at, "secret_env")
+		}
+		i--
+	}
+	if n := in.f.Secrets.Node; n != nil {
+		n = resolve(n)
+		if n.Kind == yaml.SequenceNode && i < len(n.Content) {
+			return n.Content[i], fmt.Sprintf("%s[%d]", join(in.at, "secrets"), i)
+		}
+	}
+	return node, field
 }

@@ -216,7 +216,7 @@ func TestConfigErrors(t *testing.T) {
 			name: "unknown provider",
 			give: route("    provider: strip\n    secret_env: S\n"),
 			env:  []string{"S", "x"},
-			want: []string{`idemhook.yaml:5: routes[0].provider: unknown provider "strip": did you mean "stripe"? (known: asaas, evolution, github, ifood, mailgun, mercadopago, paddle, shopify, slack, standardwebhooks, stone, stripe, svix, twilio, twitch, whatsapp-cloud, zoom)`},
+			want: []string{`idemhook.yaml:5: routes[0].provider: unknown provider "strip": did you mean "stripe"? (known: adyen, asaas, evolution, github, ifood, mailgun, mercadopago, paddle, shopify, slack, standardwebhooks, stone, stripe, svix, twilio, twitch, whatsapp-cloud, zoom)`},
 		},
 		{
 			name: "provider without secret",
@@ -233,6 +233,17 @@ func TestConfigErrors(t *testing.T) {
 			give: route("    provider: stripe\n    secrets: [\"${NEW}\", \"${OLD}\"]\n"),
 			env:  []string{"NEW", "n"},
 			want: []string{`idemhook.yaml:6: routes[0].secrets[1]: environment variable OLD is not set or empty (used as ${OLD})`},
+		},
+		{
+			name: "adyen secret not hex",
+			give: route("    provider: adyen\n    secrets:\n      - 44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056\n      - not-hex\n"),
+			want: []string{`idemhook.yaml:8: routes[0].secrets[1]: provider adyen: secret #2 is not a hex HMAC key (Adyen's Customer Area shows it as hex digits, e.g. 64 of them)`},
+		},
+		{
+			name: "adyen secret_env not hex",
+			give: route("    provider: adyen\n    secret_env: ADYEN_HMAC_KEY\n    secrets: [abcd]\n"),
+			env:  []string{"ADYEN_HMAC_KEY", "s3cret"},
+			want: []string{`idemhook.yaml:6: routes[0].secret_env: provider adyen: secret #1 is not a hex HMAC key (Adyen's Customer Area shows it as hex digits, e.g. 64 of them)`},
 		},
 		{
 			name: "secret without provider",
@@ -532,14 +543,14 @@ func TestEditDistance(t *testing.T) {
 }
 
 func TestExampleConfigs(t *testing.T) {
-	env := envOf("STRIPE_WEBHOOK_SECRET", "whsec_x", "SHOPIFY_WEBHOOK_SECRET", "shpss_x", "GITHUB_WEBHOOK_SECRET", "gh", "REDIS_URL", "redis://127.0.0.1:6379/0",
+	env := envOf("STRIPE_WEBHOOK_SECRET", "whsec_x", "ADYEN_HMAC_KEY", "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056", "SHOPIFY_WEBHOOK_SECRET", "shpss_x", "GITHUB_WEBHOOK_SECRET", "gh", "REDIS_URL", "redis://127.0.0.1:6379/0",
 		"AUDIT_URL", "postgres://postgres@127.0.0.1:5432/test", "IDEMHOOK_ADMIN_TOKEN", "t",
 		"IDEMHOOK_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test")
 	tests := []struct {
 		file   string
 		routes int
 	}{
-		{"idemhook.yaml", 3},
+		{"idemhook.yaml", 4},
 		{"redis.yaml", 3},
 		{"postgres.yaml", 1},
 	}
@@ -906,5 +917,19 @@ func TestConfigForwardSecret(t *testing.T) {
 				t.Fatalf("key of %d bytes, want %d", n, tt.wantKey)
 			}
 		})
+	}
+}
+
+// An adyen secret that is not hex is reported at secret_file's line when
+// the route's secrets come from a file.
+func TestConfigAdyenSecretFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "adyen.secrets")
+	if err := os.WriteFile(path, []byte("# the old key, then the new one\n44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056\nnot-hex\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Parse("idemhook.yaml", []byte(minimal+"    provider: adyen\n    secret_file: "+path+"\n"), envOf())
+	want := `idemhook.yaml:6: routes[0].secret_file: provider adyen: secret #2 is not a hex HMAC key`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Parse: %v, want %q", err, want)
 	}
 }

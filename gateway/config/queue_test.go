@@ -62,6 +62,56 @@ routes:
 	}
 }
 
+// TestQueuePresetAcceptBody: a queued route (or respond_within) with a
+// preset that has a SuccessBody answers it as its accept answer, unless
+// the route sets accept.body; a Content-Type of accept.headers stays.
+func TestQueuePresetAcceptBody(t *testing.T) {
+	const key = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056"
+	cfg, err := Parse("idemhook.yaml", []byte(`store: {driver: sqlite, path: /tmp/x.db}
+routes:
+  - path: /queued
+    upstream: http://127.0.0.1:3000/hook
+    source: queued
+    provider: adyen
+    secrets: [`+key+`]
+    deliver: queue
+  - path: /within
+    upstream: http://127.0.0.1:3000/hook
+    source: within
+    provider: adyen
+    secrets: [`+key+`]
+    respond_within: 5s
+  - path: /own-body
+    upstream: http://127.0.0.1:3000/hook
+    source: own-body
+    provider: adyen
+    secrets: [`+key+`]
+    deliver: queue
+    accept: {body: '{"ok":true}'}
+  - path: /own-type
+    upstream: http://127.0.0.1:3000/hook
+    source: own-type
+    provider: adyen
+    secrets: [`+key+`]
+    deliver: queue
+    accept: {headers: {Content-Type: text/x-adyen}}
+`), envOf())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []struct{ body, contentType string }{
+		{"[accepted]", "text/plain; charset=utf-8"},
+		{"[accepted]", "text/plain; charset=utf-8"},
+		{`{"ok":true}`, "application/json"},
+		{"[accepted]", "text/x-adyen"},
+	} {
+		r := cfg.Routes[i]
+		if r.Accept.Status != http.StatusOK || string(r.Accept.Body) != want.body || r.Accept.Header.Get("Content-Type") != want.contentType {
+			t.Errorf("%s: accept %d %q %q; want 200 %q %q", r.Path, r.Accept.Status, r.Accept.Body, r.Accept.Header.Get("Content-Type"), want.body, want.contentType)
+		}
+	}
+}
+
 func TestQueueConfigErrors(t *testing.T) {
 	tests := []struct {
 		name, give string

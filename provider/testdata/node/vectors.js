@@ -12,6 +12,11 @@
 //     x-zm-signature and answers endpoint.url_validation): a vector Rivet
 //     refuses is not written, and a url_validation vector records Rivet's
 //     answer as the one the preset must give. Rivet signs nothing itself.
+//   - adyen: each NotificationRequestItem is signed by Adyen's own SDK
+//     (npm "@adyen/api-library", HmacValidator.calculateHmac) and checked
+//     with its validateHMAC before it is written: a forged vector is one
+//     the SDK refuses. The SDK joins the signed values unescaped, so the
+//     vectors with ':' and '\\' in them pin that down.
 //   - twitch, mailgun: neither publishes an SDK on npm that signs or
 //     verifies webhooks (Mailgun's own mailgun.js has no webhook check), so
 //     their vectors follow the documented sample code with node:crypto (the
@@ -35,6 +40,7 @@
 const crypto = require("node:crypto");
 const { AwsLambdaReceiver } = require("@zoom/rivet/meetings");
 const twilioSDK = require("twilio");
+const { hmacValidator: AdyenHmacValidator } = require("@adyen/api-library");
 
 const hmacHex = (key, data) => crypto.createHmac("sha256", key).update(data, "utf8").digest("hex");
 
@@ -152,6 +158,27 @@ function mailgun(name, { secret, timestamp, token, eventData, signWith, parentKe
     forged: Boolean(signWith) && !parentKey };
 }
 
+// Adyen Standard webhooks, docs.adyen.com/development-resources/webhooks/
+// verify-hmac-signatures: additionalData.hmacSignature of each item. items
+// are [item, signWith] pairs; signWith (another HMAC key) forges that item.
+function adyen(name, { secret, items, key }) {
+  const validator = new AdyenHmacValidator();
+  let forged = false;
+  const notificationItems = items.map(([item, signWith]) => {
+    const signed = { ...item, additionalData: { ...(item.additionalData || {}) } };
+    signed.additionalData.hmacSignature = validator.calculateHmac(item, signWith || secret);
+    const valid = validator.validateHMAC(signed, secret);
+    if (valid === Boolean(signWith)) {
+      throw new Error(`adyen vector ${name}: the SDK's validateHMAC says ${valid}`);
+    }
+    forged = forged || !valid;
+    return { NotificationRequestItem: signed };
+  });
+  const body = JSON.stringify({ live: "false", notificationItems });
+  return { name, secret, now: 1796032800, method: "POST", url: "https://hooks.example.com/adyen",
+    headers: { "Content-Type": "application/json", "User-Agent": "Adyen HttpClient 1.0" }, body, key, forged };
+}
+
 async function main() {
   const opened = { event: "opened", timestamp: 1796032799.329574, id: "DACSsAdVSeGpLid7TN03WA", "log-level": "info",
     recipient: "alice@example.com", "recipient-domain": "example.com", tags: ["my_tag_1"],
@@ -166,6 +193,34 @@ async function main() {
       signWith: "key-subaccount-unknown-here", parentKey: "key-3ax6xnjp29jd6fds4gc373sgvjxteol0" }),
     mailgun("signed with another key", { secret: "key-3ax6xnjp29jd6fds4gc373sgvjxteol0", timestamp: 1796032800,
       token: "a8ce0edb2dd8301dee6c2405235584e45aa91d1e9f979f3de0", eventData: opened, signWith: "key-another" }),
+  ];
+
+  const adyenKey = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056";
+  const adyenOtherKey = "0F1E2D3C4B5A69788796A5B4C3D2E1F00F1E2D3C4B5A69788796A5B4C3D2E1F0";
+  const authorisation = { eventCode: "AUTHORISATION", success: "true", pspReference: "7914073381342284",
+    merchantAccountCode: "TestMerchant", merchantReference: "TestPayment-1407325143704", amount: { value: 1130, currency: "EUR" },
+    eventDate: "2026-11-30T10:00:00+01:00", paymentMethod: "visa", reason: "033899:1111:03/2030",
+    additionalData: { authCode: "033899", cardSummary: "1111", expiryDate: "03/2030" }, operations: ["CANCEL", "CAPTURE", "REFUND"] };
+  const capture = { eventCode: "CAPTURE", success: "true", pspReference: "8825408195409505", originalReference: "7914073381342284",
+    merchantAccountCode: "TestMerchant", merchantReference: "TestPayment-1407325143704", amount: { value: 1130, currency: "EUR" },
+    eventDate: "2026-11-30T10:05:00+01:00", paymentMethod: "visa" };
+  vectors.adyen = [
+    adyen("authorisation", { secret: adyenKey, items: [[authorisation]], key: "7914073381342284:AUTHORISATION:true" }),
+    adyen("refused authorisation", { secret: adyenKey,
+      items: [[{ ...authorisation, success: "false", pspReference: "7914073381342285", reason: "Refused" }]],
+      key: "7914073381342285:AUTHORISATION:false" }),
+    adyen("capture: a modification with its originalReference", { secret: adyenKey, items: [[capture]],
+      key: "8825408195409505:CAPTURE:true" }),
+    adyen("values with ':' and '\\', signed unescaped", { secret: adyenKey,
+      items: [[{ ...authorisation, pspReference: "7914073381342286", merchantAccountCode: "Acme:EU\\Shop",
+        merchantReference: "order:42\\a\\:b", amount: { value: 0, currency: "BRL" } }]],
+      key: "7914073381342286:AUTHORISATION:true" }),
+    adyen("unicode reference, no originalReference", { secret: adyenKey,
+      items: [[{ ...authorisation, pspReference: "7914073381342287", merchantReference: "Pedido nº 7 – São Paulo 😀" }]],
+      key: "7914073381342287:AUTHORISATION:true" }),
+    adyen("several items: the body hash", { secret: adyenKey, items: [[authorisation], [capture]], key: "" }),
+    adyen("several items, one signed with another key", { secret: adyenKey, items: [[authorisation], [capture, adyenOtherKey]], key: "" }),
+    adyen("signed with another key", { secret: adyenKey, items: [[authorisation, adyenOtherKey]], key: "7914073381342284:AUTHORISATION:true" }),
   ];
 
   const token = "12345abcdefTwilioAuthToken6789a";
