@@ -369,7 +369,7 @@ func checkRules(t *testing.T, names map[string]bool) {
 	}
 	// The conditions an operator must hear about.
 	for _, want := range []string{"IdemhookBreakerOpen", "IdemhookStoreErrors", "IdemhookAuditEntriesLost", "IdemhookReplayRatioHigh", "IdemhookUpstreamFailing",
-		"IdemhookQueueOldestEventOld", "IdemhookQueueDeadEvents", "IdemhookQueueAttemptsSuperseded", "IdemhookQueueBackendDown", "IdemhookQueuePaused"} {
+		"IdemhookQueueOldestEventOld", "IdemhookQueueDeadEvents", "IdemhookQueueAttemptsSuperseded", "IdemhookQueueBackendDown", "IdemhookQueuePaused", "IdemhookOverloaded"} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("prometheus/alerts.yml has no alert %s", want)
 		}
