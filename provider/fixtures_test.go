@@ -18,6 +18,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -32,6 +33,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/provider"
 )
 
@@ -530,4 +532,25 @@ func (v nodeVector) request(body string) *http.Request {
 		r.Header.Set(k, val)
 	}
 	return r
+}
+
+// checkNodeVector builds the preset name with v's secret and clock and
+// verifies v's request: a forged vector must fail with no matching
+// signature (and checkNodeVector then reports false: nothing more to
+// check), any other must pass. It returns the preset for the caller's
+// further checks (the key, a changed body).
+func checkNodeVector(t *testing.T, name string, v nodeVector) (*idemhook.Preset, bool) {
+	t.Helper()
+	p := newPreset(t, name, provider.Config{Secrets: []string{v.Secret}}, time.Unix(v.Now, 0))
+	err := verify(t, p, v.request(v.Body))
+	if v.Forged {
+		if !errors.Is(err, provider.ErrNoMatchingSignature) {
+			t.Fatalf("forged vector: Verify = %v", err)
+		}
+		return p, false
+	}
+	if err != nil {
+		t.Fatalf("Verify: %v", err)
+	}
+	return p, true
 }
