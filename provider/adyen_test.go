@@ -32,9 +32,6 @@ func TestAdyenNodeVectors(t *testing.T) {
 			if !ok {
 				return // a forged vector, refused
 			}
-			if k, _ := p.Key(v.request(v.Body), []byte(v.Body)); k != v.Key {
-				t.Fatalf("key %q, want %q", k, v.Key)
-			}
 			rotated := newPreset(t, "adyen", provider.Config{Secrets: []string{adyenOtherKey, strings.ToLower(v.Secret)}}, time.Unix(v.Now, 0))
 			if err := verify(t, rotated, v.request(v.Body)); err != nil {
 				t.Fatalf("with the key second of two: %v", err)

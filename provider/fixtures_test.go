@@ -537,8 +537,8 @@ func (v nodeVector) request(body string) *http.Request {
 // checkNodeVector builds the preset name with v's secret and clock and
 // verifies v's request: a forged vector must fail with no matching
 // signature (and checkNodeVector then reports false: nothing more to
-// check), any other must pass. It returns the preset for the caller's
-// further checks (the key, a changed body).
+// check), any other must pass and, where the vector names one, give its
+// key. It returns the preset for the caller's further checks.
 func checkNodeVector(t *testing.T, name string, v nodeVector) (*idemhook.Preset, bool) {
 	t.Helper()
 	p := newPreset(t, name, provider.Config{Secrets: []string{v.Secret}}, time.Unix(v.Now, 0))
@@ -551,6 +551,9 @@ func checkNodeVector(t *testing.T, name string, v nodeVector) (*idemhook.Preset,
 	}
 	if err != nil {
 		t.Fatalf("Verify: %v", err)
+	}
+	if k, _ := p.Key(v.request(v.Body), []byte(v.Body)); v.Key != "" && k != v.Key {
+		t.Fatalf("key %q, want %q", k, v.Key)
 	}
 	return p, true
 }

@@ -64,9 +64,6 @@ func TestMailgunNodeVectors(t *testing.T) {
 			if !ok {
 				return // a forged vector, refused
 			}
-			if k, _ := p.Key(v.request(v.Body), []byte(v.Body)); k != v.Key {
-				t.Fatalf("key %q, want %q", k, v.Key)
-			}
 			token := strings.Replace(v.Body, `"token":"`, `"token":"x`, 1)
 			if err := verify(t, p, v.request(token)); !errors.Is(err, provider.ErrNoMatchingSignature) {
 				t.Fatalf("token changed: Verify = %v", err)

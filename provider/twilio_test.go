@@ -25,9 +25,6 @@ func TestTwilioNodeVectors(t *testing.T) {
 			if !ok {
 				return // a forged vector, refused
 			}
-			if k, _ := p.Key(v.request(v.Body), []byte(v.Body)); k != v.Key {
-				t.Fatalf("key %q, want %q", k, v.Key)
-			}
 			altered := v
 			if v.Method == http.MethodGet {
 				altered.URL += "&Digits=1"

@@ -108,9 +108,6 @@ func TestTwitchNodeVectors(t *testing.T) {
 			if !ok {
 				return // a forged vector, refused
 			}
-			if k, _ := p.Key(v.request(v.Body), []byte(v.Body)); k != v.Key {
-				t.Fatalf("key %q, want %q", k, v.Key)
-			}
 			if err := verify(t, p, v.request(v.Body+" ")); !errors.Is(err, provider.ErrNoMatchingSignature) {
 				t.Fatalf("body with a space added: Verify = %v", err)
 			}
