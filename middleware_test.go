@@ -888,14 +888,20 @@ func (b *untouchedBody) Read(p []byte) (int, error) { b.read.Store(true); return
 
 func TestBodyBudget(t *testing.T) {
 	e := newMemEnv(t, idemhook.Options{MaxHeldBodyBytes: 1000})
-	entered, release := make(chan struct{}), make(chan struct{})
+	// A delivery with X-Hold stays in the handler until the release
+	// channel of its time is closed.
+	entered := make(chan struct{})
+	var releaseMu sync.Mutex
+	release := make(chan struct{})
+	releaseOf := func() chan struct{} { releaseMu.Lock(); defer releaseMu.Unlock(); return release }
 	var runs atomic.Int64
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs.Add(1)
 		io.Copy(io.Discard, r.Body) //nolint:errcheck
 		if r.Header.Get("X-Hold") != "" {
+			wait := releaseOf()
 			entered <- struct{}{}
-			<-release
+			<-wait
 		}
 		w.Write([]byte("ok")) //nolint:errcheck
 	})
@@ -943,7 +949,7 @@ func TestBodyBudget(t *testing.T) {
 		t.Fatalf("store holds %d keys: want evt_1's claim and evt_4", n)
 	}
 
-	close(release)
+	close(releaseOf())
 	if r := <-held; r.Code != http.StatusOK {
 		t.Fatalf("held delivery: %d", r.Code)
 	}
@@ -958,13 +964,15 @@ func TestBodyBudget(t *testing.T) {
 			t.Fatalf("retry of %s: %d %s", tt.id, r.Code, r.Body)
 		}
 	}
+	releaseMu.Lock()
+	release = make(chan struct{}) // evt_5 stays in its handler while evt_6 is sent
+	releaseMu.Unlock()
 	go func() { held <- post(strings.NewReader(event("evt_5", 498)), 498, "X-Hold", "1") }()
 	<-entered
 	if r := post(strings.NewReader(event("evt_6", 498)), 498); r.Code != http.StatusOK {
 		t.Fatalf("second body of 499 beside the first: %d %s", r.Code, r.Body)
 	}
-	release = make(chan struct{})
-	close(release)
+	close(releaseOf())
 	<-held
 	if n := runs.Load(); n != 6 {
 		t.Fatalf("handler ran %d times, want 6 (evt_1 to evt_6 once each)", n)
