@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"compress/gzip"
-	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -10,8 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -23,7 +20,6 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
-	"github.com/idemhook/idemhook/gateway"
 	"github.com/idemhook/idemhook/gateway/config"
 	"github.com/idemhook/idemhook/internal/gatewaytest"
 	"github.com/idemhook/idemhook/provider"
@@ -43,12 +39,7 @@ func TestProviderSuccessStatus(t *testing.T) {
 		fmt.Fprint(w, `{"ok":true}`)
 	}))
 	defer backend.Close()
-	url, _, _ := startGateway(t, fmt.Sprintf(`listen: 127.0.0.1:0
-store: {driver: sqlite, path: %[2]q}
-admin: {listen: off}
-audit: {sink: none}
-routes:
-  - path: /asaas
+	url, _, _ := startGateway(t, sqliteRoutes(t, fmt.Sprintf(`  - path: /asaas
     upstream: %[1]s/hook
     source: asaas
     provider: asaas
@@ -68,14 +59,14 @@ routes:
     upstream: %[1]s/hook
     source: adyen
     provider: adyen
-    secrets: [%[3]s]
+    secrets: [%[2]s]
   - path: /adyen-queued
     upstream: %[1]s/hook
     source: adyen-queued
     provider: adyen
-    secrets: [%[3]s]
+    secrets: [%[2]s]
     deliver: queue
-`, backend.URL, t.TempDir()+"/idemhook.db", adyenKey))
+`, backend.URL, adyenKey)))
 	adyen := func(path, psp string) gatewaytest.Response {
 		return gatewaytest.Post(t, url+path, adyenBody(t, psp))
 	}
@@ -154,12 +145,7 @@ func TestProviderSuccessBody(t *testing.T) {
 		zw.Close()
 	}))
 	defer backend.Close()
-	url := startGatewayWith(t, fmt.Sprintf(`listen: 127.0.0.1:0
-store: {driver: sqlite, path: %[2]q}
-admin: {listen: off}
-audit: {sink: none}
-routes:
-  - path: /proxied
+	url := startGatewayWith(t, sqliteRoutes(t, fmt.Sprintf(`  - path: /proxied
     upstream: %[1]s/hook
     source: proxied
     provider: asaas
@@ -170,7 +156,7 @@ routes:
     provider: asaas
     secrets: [tok]
     respond_within: 5s
-`, backend.URL, t.TempDir()+"/idemhook.db"), func(cfg *config.Config) {
+`, backend.URL)), func(cfg *config.Config) {
 		for i := range cfg.Routes {
 			p := *cfg.Routes[i].Route.Preset
 			p.SuccessBody = "[accepted]"
@@ -225,22 +211,8 @@ func startGatewayWith(t *testing.T, text string, change func(*config.Config)) st
 		t.Fatal(err)
 	}
 	change(cfg)
-	g, err := gateway.New(t.Context(), cfg, gateway.Options{Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(g.Handler())
-	srv.Config.BaseContext = func(net.Listener) context.Context { return g.Context() }
-	srv.Start()
-	t.Cleanup(func() {
-		srv.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := g.Close(ctx); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return srv.URL
+	url, _, _ := serveConfig(t, cfg)
+	return url
 }
 
 // adyenKey is the Adyen routes' HMAC key in the tests, hex.
@@ -291,23 +263,18 @@ func TestForwardSignature(t *testing.T) {
 		}
 	}))
 	defer backend.Close()
-	url, _, _ := startGateway(t, fmt.Sprintf(`listen: 127.0.0.1:0
-store: {driver: sqlite, path: %[2]q}
-admin: {listen: off}
-audit: {sink: none}
-routes:
-  - path: /proxied
+	url, _, _ := startGateway(t, sqliteRoutes(t, fmt.Sprintf(`  - path: /proxied
     upstream: %[1]s/hook
     source: proxied
     header: X-Event-Id
-    forward_secret: %[3]s
+    forward_secret: %[2]s
   - path: /queued
     upstream: %[1]s/hook
     source: queued
     header: X-Event-Id
     deliver: queue
-    forward_secret: %[3]s
-`, backend.URL, t.TempDir()+"/idemhook.db", forwardSecret))
+    forward_secret: %[2]s
+`, backend.URL, forwardSecret)))
 	for _, tt := range []struct{ path, wantID string }{
 		{"/proxied", "idem:proxied:evt_1"},
 		{"/queued", "idem:queued:evt_1"},
@@ -374,4 +341,12 @@ func verifyWithNode(t *testing.T, header http.Header, body string, want bool) {
 	if (err == nil) != want {
 		t.Fatalf("node verify.js: %v %s; want passed=%v", err, out, want)
 	}
+}
+
+// sqliteRoutes is a gateway configuration on a SQLite file of the test's
+// own, admin listener and audit trail off, with routes (the entries of
+// routes:, YAML indented two spaces).
+func sqliteRoutes(t *testing.T, routes string) string {
+	return fmt.Sprintf("listen: 127.0.0.1:0\nstore: {driver: sqlite, path: %q}\nadmin: {listen: off}\naudit: {sink: none}\nroutes:\n%s",
+		filepath.Join(t.TempDir(), "idemhook.db"), routes)
 }

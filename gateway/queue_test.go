@@ -32,6 +32,12 @@ func startGateway(t testing.TB, text string) (string, *gateway.Gateway, func()) 
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveConfig(t, cfg)
+}
+
+// serveConfig is startGateway on a configuration already parsed.
+func serveConfig(t testing.TB, cfg *config.Config) (string, *gateway.Gateway, func()) {
+	t.Helper()
 	g, err := gateway.New(t.Context(), cfg, gateway.Options{Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
 	if err != nil {
 		t.Fatal(err)
