@@ -94,15 +94,21 @@ func (m *Middleware) completeLater(j *laterCompletion) {
 	}
 }
 
-// storeCall runs fn under the store deadline (none for an in-process
-// store), outside any delivery: the background completions' calls.
+// storeCall runs fn under the store deadline, outside any delivery: the
+// background completions' calls.
 func (m *Middleware) storeCall(fn func(context.Context) error) error {
-	ctx, cancel := context.Background(), context.CancelFunc(func() {})
-	if !m.inProcess {
-		ctx, cancel = context.WithTimeout(ctx, m.opts.StoreTimeout)
-	}
+	ctx, cancel := m.storeDeadline(context.Background())
 	defer cancel()
 	return fn(ctx)
+}
+
+// storeDeadline bounds a store call made under parent by StoreTimeout,
+// except a call to a store that completes in-process, which never waits.
+func (m *Middleware) storeDeadline(parent context.Context) (context.Context, context.CancelFunc) {
+	if m.inProcess {
+		return parent, func() {}
+	}
+	return context.WithTimeout(parent, m.opts.StoreTimeout)
 }
 
 // Drain waits until the answers whose storing failed and is being retried

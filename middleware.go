@@ -1197,10 +1197,7 @@ func (ex *exchange) call(op string, fn func(context.Context) (*Record, error)) (
 	if ex.storeCtx == nil {
 		ex.storeCtx = context.WithoutCancel(ex.r.Context())
 	}
-	ctx, cancel := ex.storeCtx, context.CancelFunc(func() {})
-	if !m.inProcess {
-		ctx, cancel = context.WithTimeout(ctx, m.opts.StoreTimeout)
-	}
+	ctx, cancel := m.storeDeadline(ex.storeCtx)
 	var start time.Time
 	if hook != nil {
 		start = time.Now()
