@@ -36,13 +36,13 @@ func signForward(h http.Header, key []byte, id string, body []byte, now time.Tim
 	h.Set(provider.WebhookSignatureHeader, "v1,"+base64.StdEncoding.EncodeToString(mac.Sum(nil)))
 }
 
-// forwardedBody returns the body and the webhook-id of a request the proxy
-// forwards: the delivery's body and store key when it holds a claim (no
-// copy); otherwise (a delivery forwarded unprotected: fail-open, in-flight
+// forwardedBody returns the body and the webhook-id of a request r the
+// proxy forwards: the body and store key of d, its delivery, when it holds
+// a claim (no copy); otherwise (d nil) (a delivery forwarded unprotected: fail-open, in-flight
 // proceed) a copy of the body the middleware read, and a random id, since
 // no key was claimed.
-func forwardedBody(r *http.Request) ([]byte, string, error) {
-	if d, ok := idemhook.DeliveryFromContext(r.Context()); ok {
+func forwardedBody(r *http.Request, d *idemhook.Delivery) ([]byte, string, error) {
+	if d != nil {
 		return d.Body(), d.StoreKey(), nil
 	}
 	var body []byte

@@ -65,10 +65,10 @@ func newProxy(rc config.Route, rt http.RoundTripper, bufs httputil.BufferPool, l
 			out.RawQuery = joinQuery(target.RawQuery, in.RawQuery)
 			pr.Out.Host = ""
 			setForwarded(pr, trusted)
-			d, _ := idemhook.DeliveryFromContext(pr.In.Context())
+			d, _ := idemhook.DeliveryFromContext(pr.In.Context()) // nil without a claim
 			setFence(pr.Out.Header, d.Fence())
 			if rc.ForwardKey != nil {
-				body, id, err := forwardedBody(pr.In)
+				body, id, err := forwardedBody(pr.In, d)
 				if err != nil {
 					logger.Warn("idemhook forward signature: the body could not be read; sent unsigned", "route", rc.Path, "err", err)
 					return
