@@ -336,6 +336,11 @@ type Route struct {
 	// Preset adds a provider's key strategy, signature check, retry window
 	// and duplicate answer (see package provider). Default: nil, none.
 	Preset *Preset
+
+	// Items makes the route's once per item of a batched body rather than
+	// per request (see [Items]). Default: the Preset's Items, if any; else
+	// nil, once per request.
+	Items *Items
 }
 
 // A RouteError is a [Route] that [Middleware.Route] refuses. Field names
@@ -417,6 +422,12 @@ type Preset struct {
 	// with this preset keeps its answers for [Preset.DefaultTTL] unless it
 	// sets a TTL. Default: 0, unknown (the route's TTL defaults to 24h).
 	RetryWindow time.Duration
+
+	// Items says where the items of the provider's batched bodies are and
+	// what keys each (Meta's entry[].changes[].value.messages[], SendGrid's
+	// array of events), so that each item runs once ([Route.Items]).
+	// Default: nil, one event per request.
+	Items *Items
 
 	// ResponseTimeout is how long the provider waits for the answer to a
 	// delivery before it counts the attempt as failed (and retries it, or

@@ -123,3 +123,46 @@ func (e *StoreError) Error() string {
 	return "idemhook: store " + e.Op + " " + e.Key + ": " + e.Err.Error()
 }
 func (e *StoreError) Unwrap() error { return e.Err }
+
+// BatchStore is a [Store] that makes many calls of one kind in one round
+// trip (a Redis pipeline, one PostgreSQL batch, one SQLite transaction).
+// The middleware uses it for the items of a batched delivery
+// ([Route.Items]): a body of 1,000 items is claimed, completed or released
+// in a bounded number of round trips instead of 1,000. A store that is not
+// one gets one call per item (fine for an in-process store, memstore).
+//
+// Each method does, for every op, exactly what the Store method of the same
+// name does for one key, with the same atomicity per key (not across keys:
+// one op may succeed while another finds its key taken). The result of each
+// op is set in the op: Existing (and Fence) for ClaimBatch, Err for every
+// method, an error the single call would have returned ([ErrNotOwner],
+// [ErrCorruptRecord]). The method's own error is for the batch as a whole
+// (the store could not be reached): then no op's result may be trusted, and
+// the middleware treats every op as failed with it.
+type BatchStore interface {
+	Store
+	// ClaimBatch is Claim for each op: it offers op.Claim under op.Key for
+	// lease, and sets op.Existing to the record found (nil when the claim
+	// was stored). A store that is also a [FencingStore] sets op.Fence for
+	// each claim it stored.
+	ClaimBatch(ctx context.Context, ops []BatchOp, lease time.Duration) error
+	// CompleteBatch is Complete for each op: it replaces op.Claim with
+	// op.Done, kept for ttl.
+	CompleteBatch(ctx context.Context, ops []BatchOp, ttl time.Duration) error
+	// ReleaseBatch is Release for each op's claim.
+	ReleaseBatch(ctx context.Context, ops []BatchOp) error
+	// ExtendBatch is Extend for each op's claim, to lease from now.
+	ExtendBatch(ctx context.Context, ops []BatchOp, lease time.Duration) error
+}
+
+// BatchOp is one key's part of a [BatchStore] call.
+type BatchOp struct {
+	Key   string
+	Claim *Record // the pending claim: offered by ClaimBatch, held by the others
+	Done  *Record // CompleteBatch: the completed record that replaces Claim
+
+	// Set by the store.
+	Existing *Record // ClaimBatch: the record already under Key; nil when Claim was stored
+	Fence    uint64  // ClaimBatch on a FencingStore: the stored claim's fence
+	Err      error   // this op's error, as the single call would have returned it
+}
