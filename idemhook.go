@@ -155,6 +155,10 @@ type DeliveryInfo struct {
 	// but the stored answer has none; on a replay, the caller got the
 	// status and headers with an empty body and [BodyOmittedHeader].
 	BodyOmitted bool
+	// Items counts the items of a batched delivery (Route.Items), whose
+	// Key and StoreKey are then its first item's; nil for a delivery of
+	// one event.
+	Items *ItemsInfo
 }
 
 // StoreCallInfo describes one call to the store, for Options.OnStoreCall.

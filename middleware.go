@@ -170,6 +170,9 @@ func (m *Middleware) Route(rt Route) (func(http.Handler) http.Handler, error) {
 	h.renewals.interval = h.lease / 3
 	h.leaseAfter = seconds(h.lease)
 	h.keyHeader = http.CanonicalHeaderKey(rt.Header)
+	if rt.Items != nil {
+		h.items, _, _ = compileItems(rt.Items) // checked by applyDefaults
+	}
 	if h.scope == nil {
 		h.scope = DefaultScope
 	}
@@ -297,6 +300,14 @@ func (rt *Route) applyDefaults() error {
 	if rt.Preset != nil && !utf8.ValidString(rt.Preset.SuccessBody) {
 		return fail("Preset", 0, "Preset %q: SuccessBody is not valid UTF-8 (it is answered as text/plain; charset=utf-8)", rt.Preset.Name)
 	}
+	if rt.Items == nil && rt.Preset != nil {
+		rt.Items = rt.Preset.Items
+	}
+	if rt.Items != nil {
+		if _, i, err := compileItems(rt.Items); err != nil {
+			return fail("Items", i, "%v", err)
+		}
+	}
 	if rt.TTL == 0 {
 		rt.TTL = rt.Preset.DefaultTTL()
 	}
@@ -329,6 +340,7 @@ type routeConfig struct {
 	leaseAfter    string        // the lease, for Retry-After after a wait
 	renewals      renewals      // the lease renewals of the route's running deliveries
 	warnedOmitted atomic.Bool   // the WARN for a body over MaxStoredBodyBytes was logged
+	items         *itemPlan     // Route.Items (or its Preset's), compiled; nil when none
 }
 
 // stores reports whether a response with status is stored and replayed;
@@ -394,6 +406,13 @@ type exchange struct {
 
 	held      int64 // the bytes of the body's buffer taken from the budget
 	canonical int64 // the bytes of the body's canonical copy, taken from the budget while it is hashed
+
+	// A batched delivery (Route.Items): items counts its items for the
+	// report. A request of its items to the handler is an exchange of its
+	// own, with item, the delivery's run, and batch, the items it carries.
+	items *ItemsInfo
+	item  *itemRun
+	batch *Batch
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -413,6 +432,7 @@ const (
 	actReplay                   // answer with the stored response
 	actProblem                  // answer with a problem+json document
 	actWait                     // wait for the running delivery of the key (policy wait); never reaches end
+	actItems                    // run the items of a batched delivery (Route.Items)
 )
 
 // verdict is what the steps of a delivery decided: an action and the
@@ -425,8 +445,9 @@ type verdict struct {
 	outcome Outcome
 	err     error
 
-	claim *Record // actRunClaimed: the claim held
-	rec   *Record // actReplay: the stored response
+	claim *Record  // actRunClaimed: the claim held
+	rec   *Record  // actReplay: the stored response
+	items *itemRun // actItems: the delivery's items
 
 	// actProblem
 	status        int
@@ -468,6 +489,9 @@ func (ex *exchange) decide() verdict {
 	}
 	if safe {
 		return verdict{act: actRun}
+	}
+	if run := ex.findBatch(); run != nil {
+		return verdict{act: actItems, items: run}
 	}
 	if err := ex.resolveKey(); err != nil {
 		if err == errOverloaded {
@@ -915,13 +939,17 @@ func (ex *exchange) end(v verdict) {
 	defer func() {
 		// Deferred, so that a handler that panics or exits its goroutine
 		// is reported too.
-		if v.act == actRunClaimed && outcome == "" {
+		if (v.act == actRunClaimed || v.act == actItems) && outcome == "" {
 			// runClaimed did not return: the handler panicked, or ended
 			// its goroutine (runtime.Goexit, where recover gives nil).
 			// Either way it never answered, and a claim left behind would
 			// be renewed for good.
 			p := recover()
-			outcome, err = ex.handlerDied(v.claim, p)
+			if v.act == actItems {
+				outcome, err = v.items.died(p)
+			} else {
+				outcome, err = ex.handlerDied(v.claim, p)
+			}
 			ex.report(outcome, err)
 			if p != nil {
 				panic(p)
@@ -943,6 +971,8 @@ func (ex *exchange) end(v verdict) {
 		ex.panicking = false
 	case actRunClaimed:
 		outcome, err = ex.runClaimed(v.claim)
+	case actItems:
+		outcome, err = v.items.runItems()
 	case actReplay:
 		ex.replay(v.rec)
 	case actProblem:
@@ -964,7 +994,9 @@ func (ex *exchange) runClaimed(pending *Record) (Outcome, error) {
 	ex.out.limit = ex.h.rt.MaxStoredBodyBytes
 	tx := ex.offerDelivery(pending) // see delivery.go; before the renewal, which reads ex.r
 	defer tx.close()
-	ex.startRenewal(pending)
+	if ex.item == nil { // an item's claim is renewed with its batch's
+		ex.startRenewal(pending)
+	}
 	ex.h.next.ServeHTTP(&ex.out, ex.r)
 	ex.renew.stop()
 	if outcome, settled, err := tx.settle(pending); settled { // the handler completed the claim in its own transaction
@@ -978,7 +1010,8 @@ func (ex *exchange) runClaimed(pending *Record) (Outcome, error) {
 		return OutcomeFailedReleased, errHijacked
 	}
 	status := ex.out.finalStatus()
-	if cutShort := ex.out.status == 0 && ex.r.Context().Err() != nil; cutShort || !ex.h.stores(status) {
+	failedItem := ex.batch != nil && ex.batch.close()[0] // the handler failed the item it carries (Batch.Fail)
+	if cutShort := ex.out.status == 0 && ex.r.Context().Err() != nil; cutShort || failedItem || !ex.h.stores(status) {
 		ex.release(pending)
 		ex.out.send()
 		if cutShort {
@@ -1178,11 +1211,19 @@ func (ex *exchange) report(outcome Outcome, err error) {
 		Err:           err,
 		Waited:        ex.waited,
 		BodyOmitted:   ex.bodyOmitted,
+		Items:         ex.items,
 	})
 }
 
-// call runs one store operation under the store deadline and the breaker.
+// call runs one store operation on the delivery's key under the store
+// deadline and the breaker.
 func (ex *exchange) call(op string, fn func(context.Context) (*Record, error)) (*Record, error) {
+	return ex.callKey(op, ex.storeKey, fn)
+}
+
+// callKey is call for an operation on key (an item's of a batched
+// delivery), which its error names.
+func (ex *exchange) callKey(op, key string, fn func(context.Context) (*Record, error)) (*Record, error) {
 	m := ex.h.m
 	hook := m.opts.OnStoreCall
 	if !m.breaker.Allow() {
@@ -1224,7 +1265,7 @@ func (ex *exchange) call(op string, fn func(context.Context) (*Record, error)) (
 		hook(info)
 	}
 	if err != nil && !errors.Is(err, ErrCorruptRecord) {
-		err = &StoreError{Op: op, Key: ex.storeKey, Err: err}
+		err = &StoreError{Op: op, Key: key, Err: err}
 	}
 	return rec, err
 }

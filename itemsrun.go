@@ -1,0 +1,698 @@
+package idemhook
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/idemhook/idemhook/internal/fence"
+)
+
+// This file runs a batched delivery (Route.Items): its items are claimed
+// together, the new ones reach the handler (one request each, or one
+// request for all), each is stored or released on its own, and the
+// provider gets one answer for the whole batch.
+
+// ItemsInfo counts the items of a batched delivery, for
+// [DeliveryInfo.Items].
+type ItemsInfo struct {
+	Total     int // the distinct items of the body (an item repeated in one body counts once)
+	Processed int // run and stored now
+	Replayed  int // done already: not run again
+	Failed    int // run and failed, or refused by the store: released, for the provider's retry
+	InFlight  int // held by another delivery still running at the end: left to it
+}
+
+// BatchItem is one item of a batched delivery that the handler's request
+// carries (see [BatchFromContext]).
+type BatchItem struct {
+	Key      string // the item's key part (ItemPath.Key's value), e.g. "wamid.HBgL..."
+	StoreKey string // where its answer is stored: "idem:<source>:<key>"
+	Path     string // the ItemPath.Path it was found at
+	Fence    uint64 // its claim's fencing token (see [Delivery.Fence])
+}
+
+// Batch is the items one request of a batched delivery carries to the
+// handler: one in mode split, every new item in mode filter. The handler
+// may fail some of them and still answer a 2xx for the others: those it
+// failed are released instead of stored, and the provider is answered a
+// failure, so that it sends the batch again and only the failed items run
+// again.
+type Batch struct {
+	items []BatchItem
+
+	mu     sync.Mutex
+	failed []bool
+	closed bool
+}
+
+type batchContextKey struct{}
+
+// BatchFromContext returns the Batch of the request whose context is ctx:
+// present while the handler runs for the items of a batched delivery
+// (Route.Items), absent otherwise.
+func BatchFromContext(ctx context.Context) (*Batch, bool) {
+	b, ok := ctx.Value(batchContextKey{}).(*Batch)
+	return b, ok && b != nil
+}
+
+// Items returns the items the request carries, in the order of the body.
+func (b *Batch) Items() []BatchItem { return b.items }
+
+// Fail marks the item at index i of Items as failed: it is released rather
+// than stored, whatever the handler answers, and the delivery is answered
+// with a failure so that the provider retries. It returns an error for an
+// index out of range, or once the handler has returned.
+func (b *Batch) Fail(i int) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.closed:
+		return errors.New("idemhook: Batch.Fail after the handler returned")
+	case i < 0 || i >= len(b.items):
+		return fmt.Errorf("idemhook: Batch.Fail(%d): the request carries %d items", i, len(b.items))
+	}
+	b.failed[i] = true
+	return nil
+}
+
+// close ends the handler's use of b and returns which items it failed.
+func (b *Batch) close() []bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	return b.failed
+}
+
+// itemState is where one distinct item of a batched delivery stands.
+type itemState uint8
+
+const (
+	itemNew       itemState = iota // claimed by this delivery, not yet run
+	itemProcessed                  // run and stored
+	itemReplayed                   // done by an earlier delivery
+	itemPending                    // held by another delivery
+	itemFailed                     // run and failed, or its store call failed: released
+	itemUnclaimed                  // the store failed for it: run without a claim (on_store_error open)
+)
+
+// itemRun is one batched delivery's way through the middleware.
+type itemRun struct {
+	ex   *exchange
+	body *itemBody
+	plan *itemPlan
+
+	// One per distinct item, in the order of the body.
+	ops    []BatchOp
+	index  []int // the body item of each op
+	states []itemState
+
+	mu   sync.Mutex
+	held []bool // the op's claim is this delivery's and not yet settled: renewed
+
+	stopRenewal chan struct{}
+	renewalDone chan struct{}
+
+	failStatus     int    // the first failure's status
+	failRetryAfter string // and its Retry-After, if any
+	waited         bool
+	loose          bool // the body's loose content is still to be sent
+}
+
+// findBatch returns the delivery's items, or nil when the route has none
+// or the body holds none (it is then one event).
+func (ex *exchange) findBatch() *itemRun {
+	plan := ex.h.items
+	if plan == nil {
+		return nil
+	}
+	body := plan.findItems(ex.body)
+	if body == nil {
+		return nil
+	}
+	run := &itemRun{ex: ex, body: body, plan: plan, loose: body.loose}
+	// The store calls share one context; made here, before the renewal's
+	// goroutine may make calls too.
+	ex.storeCtx = context.WithoutCancel(ex.r.Context())
+	ex.scope = escapeScope(ex.h.scope(ex.r))
+	for i, it := range body.items {
+		if it.dup >= 0 {
+			continue
+		}
+		run.ops = append(run.ops, BatchOp{Key: itemStoreKey(ex.h.rt.Source, ex.scope, it.key)})
+		run.index = append(run.index, i)
+	}
+	run.states = make([]itemState, len(run.ops))
+	run.held = make([]bool, len(run.ops))
+	ex.storeKey = run.ops[0].Key
+	ex.key = body.items[0].key
+	ex.kind = keyFromPreset
+	return run
+}
+
+func itemStoreKey(source, scope, key string) string {
+	b := make([]byte, 0, storeKeyLen(source, scope, len(key)))
+	return string(append(appendStoreKeyPrefix(b, source, scope), key...))
+}
+
+// runItems carries the batched delivery through: it claims its items, runs
+// the new ones, waits for those another delivery holds (policy wait), and
+// answers the provider. It returns the delivery's outcome.
+func (run *itemRun) runItems() (Outcome, error) {
+	ex := run.ex
+	if err := run.claim(); err != nil {
+		v := ex.storeError(err)
+		if v.act == actRun { // on_store_error open: the whole body, unprotected, as for one event
+			ex.panicking = true
+			ex.h.next.ServeHTTP(&ex.out, ex.r)
+			ex.panicking = false
+		} else {
+			ex.out.w.Header().Set("Retry-After", v.retryAfter)
+			ex.writeProblem(v.status, v.title, v.detail)
+		}
+		return v.outcome, v.err
+	}
+	run.startRenewal()
+	defer run.stopRenewals()
+	if run.plan.mode == ItemsFilter {
+		run.runFiltered()
+	} else {
+		for i := range run.ops {
+			if run.states[i] == itemNew || run.states[i] == itemUnclaimed {
+				run.runOne(i)
+			}
+		}
+	}
+	run.settlePending()
+	return run.answer()
+}
+
+// claim claims every item in one batch where the store can, and sets each
+// item's state. Its error is the store's for the whole batch.
+func (run *itemRun) claim() error {
+	ex := run.ex
+	m := ex.h.m
+	now := m.opts.Now()
+	claims := make([]Record, len(run.ops))
+	for i := range run.ops {
+		var tok [tokenLen]byte
+		claims[i] = Record{State: StatePending, Token: string(appendToken(tok[:0])), CreatedAt: now}
+		run.ops[i].Claim = &claims[i]
+	}
+	if bs, ok := m.store.(BatchStore); ok {
+		if _, err := ex.call("claim", func(ctx context.Context) (*Record, error) {
+			return nil, bs.ClaimBatch(ctx, run.ops, ex.h.lease)
+		}); err != nil {
+			return err
+		}
+	} else {
+		for i := range run.ops {
+			op := &run.ops[i]
+			var err error
+			op.Existing, err = ex.callKey("claim", op.Key, func(ctx context.Context) (*Record, error) {
+				if m.fencing != nil {
+					rec, f, err := m.fencing.ClaimFenced(ctx, op.Key, op.Claim, ex.h.lease)
+					op.Fence = f
+					return rec, err
+				}
+				return m.store.Claim(ctx, op.Key, op.Claim, ex.h.lease)
+			})
+			if err != nil && !errors.Is(err, ErrCorruptRecord) {
+				if i == 0 {
+					return err // the store is down: the whole batch is
+				}
+				op.Err = err
+			}
+		}
+	}
+	for i := range run.ops {
+		op := &run.ops[i]
+		switch {
+		case op.Err != nil:
+			run.states[i] = itemFailed
+			if ex.h.rt.OnStoreError == StoreErrorOpen || errors.Is(op.Err, ErrCorruptRecord) {
+				run.states[i] = itemUnclaimed
+			}
+			ex.warnStore("WebhookIdempotencyGuard "+m.storeName+" error for key=", op.Err)
+		case op.Existing == nil:
+			run.states[i] = itemNew
+			run.held[i] = true
+			if op.Fence == 0 {
+				op.Fence = fence.Next()
+			}
+		case op.Existing.State == StateCompleted:
+			run.states[i] = itemReplayed
+		default:
+			run.states[i] = itemPending
+		}
+	}
+	return nil
+}
+
+// startRenewal keeps the claims this delivery holds alive until each is
+// settled: every Lease/3, one batched Extend of those still held.
+func (run *itemRun) startRenewal() {
+	run.stopRenewal = make(chan struct{})
+	run.renewalDone = make(chan struct{})
+	go func() {
+		defer close(run.renewalDone)
+		t := time.NewTicker(run.ex.h.renewals.interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-run.stopRenewal:
+				return
+			case <-t.C:
+				run.extend()
+			}
+		}
+	}()
+}
+
+func (run *itemRun) extend() {
+	ex := run.ex
+	m := ex.h.m
+	run.mu.Lock()
+	var ops []BatchOp
+	var which []int
+	for i, held := range run.held {
+		if held {
+			ops = append(ops, BatchOp{Key: run.ops[i].Key, Claim: run.ops[i].Claim})
+			which = append(which, i)
+		}
+	}
+	run.mu.Unlock()
+	if len(ops) == 0 {
+		return
+	}
+	if bs, ok := m.store.(BatchStore); ok {
+		ex.call("extend", func(ctx context.Context) (*Record, error) { //nolint:errcheck // a failed renewal is tried again at the next tick
+			return nil, bs.ExtendBatch(ctx, ops, ex.h.lease)
+		})
+	} else {
+		for i := range ops {
+			_, ops[i].Err = ex.callKey("extend", ops[i].Key, func(ctx context.Context) (*Record, error) {
+				return nil, m.store.Extend(ctx, ops[i].Key, ops[i].Claim, ex.h.lease)
+			})
+		}
+	}
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	for j, op := range ops {
+		if i := which[j]; run.held[i] && errors.Is(op.Err, ErrNotOwner) {
+			// Lost (lapsed while the store was unreachable): another
+			// delivery may hold it now. An item not yet run is left to
+			// it (runOne skips it; it counts as in flight).
+			run.held[i] = false
+			ex.h.m.warn("idemhook: an item's lease was lost before its batch settled it: another delivery may run it",
+				slog.String("source", ex.h.rt.Source), slog.String("key", op.Key))
+		}
+	}
+}
+
+func (run *itemRun) stopRenewals() {
+	if run.stopRenewal != nil {
+		close(run.stopRenewal)
+		<-run.renewalDone
+		run.stopRenewal = nil
+	}
+}
+
+// settle notes that op i's claim is no longer this delivery's to renew, and
+// reports whether it still was (a claim lost to a lapse is not run).
+func (run *itemRun) settle(i int) bool {
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	was := run.held[i]
+	run.held[i] = false
+	return was
+}
+
+// isHeld reports whether op i's claim is still this delivery's.
+func (run *itemRun) isHeld(i int) bool {
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	return run.held[i]
+}
+
+// child returns the exchange that runs the request carrying body for the
+// items at ops (one in mode split), with a Batch in its context.
+func (run *itemRun) child(ops []int, body []byte) (*exchange, *Batch) {
+	ex := run.ex
+	r := ex.r.Clone(ex.r.Context())
+	r.Header.Del("Content-Length")
+	c := &exchange{h: ex.h, r: r, start: ex.h.m.opts.Now(), body: body, scope: ex.scope, kind: keyFromPreset, item: run}
+	c.out = responseCapture{w: &itemWriter{header: make(http.Header)}}
+	c.bodyReader.Reset(body)
+	r.Body, r.ContentLength = &c.bodyReader, int64(len(body))
+	r.GetBody = func() (io.ReadCloser, error) { return &bodyReader{*bytes.NewReader(body)}, nil }
+	b := &Batch{items: make([]BatchItem, len(ops)), failed: make([]bool, len(ops))}
+	for j, i := range ops {
+		it := run.body.items[run.index[i]]
+		b.items[j] = BatchItem{Key: it.key, StoreKey: run.ops[i].Key, Path: run.plan.paths[it.path], Fence: run.ops[i].Fence}
+	}
+	if len(ops) == 1 {
+		c.storeKey, c.key, c.fence = run.ops[ops[0]].Key, b.items[0].Key, run.ops[ops[0]].Fence
+	}
+	c.r = r.WithContext(context.WithValue(r.Context(), batchContextKey{}, b))
+	c.batch = b
+	c.storeCtx = ex.storeCtx
+	return c, b
+}
+
+// runOne runs the handler for item i alone (mode split): in a request whose
+// body is the provider's envelope with just that item, holding its claim,
+// as a delivery of its own. The first such request also carries the body's
+// loose content.
+func (run *itemRun) runOne(i int) {
+	ex := run.ex
+	if ex.r.Context().Err() != nil {
+		// The provider hung up: its retry brings the rest.
+		if run.settle(i) {
+			run.release([]int{i})
+		}
+		run.states[i] = itemFailed
+		return
+	}
+	if run.states[i] == itemNew && !run.isHeld(i) {
+		return // lost to a lapse: another delivery runs it
+	}
+	item := run.index[i]
+	body := run.body.render(func(j int) bool { return j == item }, run.loose)
+	run.loose = false
+	c, b := run.child([]int{i}, body)
+	if run.states[i] == itemUnclaimed {
+		c.h.next.ServeHTTP(&c.out, c.r)
+		if failed := b.close(); failed[0] || !isSuccess(c.out.finalStatus()) {
+			run.fail(i, c)
+		}
+		return
+	}
+	outcome, _ := c.runClaimed(run.ops[i].Claim) // stores or releases the item's claim (Batch.Fail included)
+	run.settle(i)
+	if outcome == OutcomeProcessed {
+		run.states[i] = itemProcessed
+		return
+	}
+	run.fail(i, c)
+}
+
+func isSuccess(status int) bool { return status >= 200 && status <= 299 }
+
+// fail notes that item i failed, as c answered it.
+func (run *itemRun) fail(i int, c *exchange) {
+	run.states[i] = itemFailed
+	if run.failStatus == 0 {
+		run.failStatus = c.out.finalStatus()
+		run.failRetryAfter = c.out.w.Header().Get("Retry-After")
+	}
+}
+
+// runFiltered runs the handler once for every new item (mode filter): in a
+// request whose body is the provider's envelope with just those items.
+// Its answer, stored for each, is theirs; a failure releases them all, and
+// the items the handler failed (Batch.Fail) are released whatever it
+// answered.
+func (run *itemRun) runFiltered() {
+	ex := run.ex
+	var news []int
+	keep := make([]bool, len(run.body.items))
+	for i, st := range run.states {
+		if st == itemNew || st == itemUnclaimed {
+			news = append(news, i)
+			keep[run.index[i]] = true
+		}
+	}
+	if len(news) == 0 {
+		return
+	}
+	body := run.body.render(func(j int) bool { return keep[j] }, run.loose)
+	run.loose = false
+	c, b := run.child(news, body)
+	c.out.buffering = true
+	c.out.limit = ex.h.rt.MaxStoredBodyBytes
+	c.h.next.ServeHTTP(&c.out, c.r)
+	failed := b.close()
+	status := c.out.finalStatus()
+	cutShort := c.out.status == 0 && ex.r.Context().Err() != nil
+	var done, released []int
+	for j, i := range news {
+		if !run.settle(i) && run.states[i] == itemNew {
+			run.states[i] = itemFailed // lost to a lapse meanwhile: its answer can't be stored
+			continue
+		}
+		switch {
+		case run.states[i] == itemUnclaimed:
+			if c.out.hijacked || cutShort || failed[j] || !isSuccess(status) {
+				run.states[i] = itemFailed
+			} else {
+				run.states[i] = itemProcessed
+			}
+		case c.out.hijacked || cutShort || failed[j] || !ex.h.stores(status):
+			released = append(released, i)
+		default:
+			done = append(done, i)
+		}
+	}
+	run.release(released)
+	for _, i := range released {
+		run.fail(i, c)
+	}
+	if len(done) > 0 {
+		run.complete(done, c)
+	}
+}
+
+// complete stores c's answer for the items at ops, in one batch where the
+// store can.
+func (run *itemRun) complete(ops []int, c *exchange) {
+	ex := run.ex
+	m := ex.h.m
+	rec := Record{
+		State:       StateCompleted,
+		CreatedAt:   m.opts.Now(),
+		Status:      c.out.finalStatus(),
+		Header:      c.storedHeader(),
+		BodyOmitted: c.out.omitted,
+	}
+	if !c.out.omitted {
+		rec.Body = c.out.buf
+	}
+	batch := make([]BatchOp, len(ops))
+	for j, i := range ops {
+		batch[j] = BatchOp{Key: run.ops[i].Key, Claim: run.ops[i].Claim, Done: &rec}
+	}
+	run.batch("complete", batch, func(ctx context.Context, bs BatchStore) error {
+		return bs.CompleteBatch(ctx, batch, ex.h.rt.TTL)
+	}, func(ctx context.Context, op *BatchOp) error {
+		return m.store.Complete(ctx, op.Key, op.Claim, op.Done, ex.h.rt.TTL)
+	})
+	for j, i := range ops {
+		run.states[i] = itemProcessed
+		if err := batch[j].Err; err != nil && !errors.Is(err, ErrNotOwner) {
+			ex.warnStore("WebhookIdempotencyInterceptor cache write failed for key=", err)
+		}
+	}
+}
+
+// release releases the claims of the items at ops, in one batch where the
+// store can.
+func (run *itemRun) release(ops []int) {
+	if len(ops) == 0 {
+		return
+	}
+	ex := run.ex
+	batch := make([]BatchOp, len(ops))
+	for j, i := range ops {
+		batch[j] = BatchOp{Key: run.ops[i].Key, Claim: run.ops[i].Claim}
+	}
+	run.batch("release", batch, func(ctx context.Context, bs BatchStore) error {
+		return bs.ReleaseBatch(ctx, batch)
+	}, func(ctx context.Context, op *BatchOp) error {
+		return ex.h.m.store.Release(ctx, op.Key, op.Claim)
+	})
+}
+
+// batch makes one store call for every op: one batch on a BatchStore, one
+// call each on another store. A failed batch is every op's error.
+func (run *itemRun) batch(name string, ops []BatchOp, all func(context.Context, BatchStore) error, one func(context.Context, *BatchOp) error) {
+	ex := run.ex
+	if bs, ok := ex.h.m.store.(BatchStore); ok {
+		if _, err := ex.call(name, func(ctx context.Context) (*Record, error) { return nil, all(ctx, bs) }); err != nil {
+			for i := range ops {
+				ops[i].Err = err
+			}
+		}
+		return
+	}
+	for i := range ops {
+		_, ops[i].Err = ex.callKey(name, ops[i].Key, func(ctx context.Context) (*Record, error) {
+			return nil, one(ctx, &ops[i])
+		})
+	}
+}
+
+// settlePending deals with the items another delivery held when they were
+// claimed, as the route's in-flight policy says: wait for each (its answer
+// is then this delivery's too, or, released, this delivery runs it),
+// proceed without a claim, or leave it to that delivery (reject).
+func (run *itemRun) settlePending() {
+	ex := run.ex
+	for i, st := range run.states {
+		if st != itemPending || ex.r.Context().Err() != nil {
+			continue
+		}
+		switch ex.h.rt.InFlight {
+		case InFlightReject:
+			continue
+		case InFlightProceed:
+			run.states[i] = itemUnclaimed
+			run.runOne(i)
+			continue
+		}
+		it := run.body.items[run.index[i]]
+		c, _ := run.child([]int{i}, nil)
+		c.storeKey, c.key = run.ops[i].Key, it.key
+		v := c.wait()
+		run.waited = true
+		switch v.act {
+		case actReplay:
+			run.states[i] = itemReplayed
+		case actRunClaimed: // released meanwhile: this delivery took it over
+			run.ops[i].Claim, run.ops[i].Fence = v.claim, c.fence
+			run.mu.Lock()
+			run.held[i] = true
+			run.mu.Unlock()
+			run.states[i] = itemNew
+			run.runOne(i)
+		case actRun: // the store failed while waiting, on_store_error open
+			run.states[i] = itemUnclaimed
+			run.runOne(i)
+		case actProblem:
+			if v.status != http.StatusConflict { // the store failed, on_store_error closed
+				run.states[i] = itemFailed
+				if run.failStatus == 0 {
+					run.failStatus, run.failRetryAfter = v.status, v.retryAfter
+				}
+			}
+		}
+	}
+}
+
+// counts tallies the items' states.
+func (run *itemRun) counts() ItemsInfo {
+	n := ItemsInfo{Total: len(run.ops)}
+	for _, st := range run.states {
+		switch st {
+		case itemProcessed:
+			n.Processed++
+		case itemReplayed:
+			n.Replayed++
+		case itemPending, itemNew:
+			n.InFlight++
+		default:
+			n.Failed++
+		}
+	}
+	return n
+}
+
+// answer writes the one answer of the batch: a failure when any item
+// failed (the provider retries, and its retry runs only those); 409 when
+// another delivery still holds an item (its retry finds it done, or
+// released); else the success the provider expects, marked replayed when
+// every item was done before.
+func (run *itemRun) answer() (Outcome, error) {
+	ex := run.ex
+	n := run.counts()
+	ex.items = &n
+	h := ex.out.w.Header()
+	switch {
+	case n.Failed > 0:
+		status := run.failStatus
+		if status < 400 { // a 3xx or 1xx a route doesn't store: not a success either
+			status = http.StatusBadGateway
+		}
+		if run.failRetryAfter != "" {
+			h.Set("Retry-After", run.failRetryAfter)
+		}
+		ex.writeProblem(status, "Some items failed", fmt.Sprintf(
+			"%d of the %d items of this delivery failed (the first answered %d) and were released; %d are done. Send the delivery again: only the items not done run",
+			n.Failed, n.Total, run.failStatus, n.Processed+n.Replayed))
+		return OutcomeFailedReleased, nil
+	case n.InFlight > 0:
+		h.Set("Retry-After", ex.h.leaseAfter)
+		ex.writeProblem(http.StatusConflict, "Delivery in progress", fmt.Sprintf(
+			"%d of the %d items of this delivery are being processed by another delivery; retry later", n.InFlight, n.Total))
+		if run.waited {
+			return OutcomeInFlightRejected, errWaitTimeout
+		}
+		return OutcomeInFlightRejected, nil
+	}
+	status, body := http.StatusOK, ""
+	if p := ex.h.rt.Preset; p != nil && p.SuccessStatus != 0 {
+		status, body = p.SuccessStatus, p.SuccessBody
+	}
+	outcome := OutcomeProcessed
+	if n.Processed == 0 {
+		outcome = OutcomeReplayed
+		if run.waited {
+			outcome = OutcomeInFlightWaited
+		}
+		h.Set(ReplayedHeader, "true")
+		if p := ex.h.rt.Preset; p != nil && p.DuplicateStatus != 0 {
+			status = p.DuplicateStatus
+		}
+	}
+	if body != "" {
+		h.Set("Content-Type", "text/plain; charset=utf-8")
+	}
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	ex.out.WriteHeader(status)
+	io.WriteString(&ex.out, body) //nolint:errcheck // the client may be gone
+	return outcome, nil
+}
+
+// died ends a batched delivery whose handler panicked (p) or exited its
+// goroutine: every claim still held is released, and the provider gets a
+// 500 unless an answer is on its way.
+func (run *itemRun) died(p any) (Outcome, error) {
+	run.stopRenewals()
+	var held []int
+	for i := range run.held {
+		if run.settle(i) {
+			held = append(held, i)
+		}
+	}
+	run.release(held)
+	run.ex.handlerFailed()
+	if p != nil {
+		return OutcomeFailedReleased, fmt.Errorf("idemhook: handler panicked: %v", p)
+	}
+	return OutcomeFailedReleased, errGoexit
+}
+
+// itemWriter takes a child request's answer: the middleware keeps what it
+// stores, and the provider gets the batch's answer instead.
+type itemWriter struct {
+	header http.Header
+	status int
+}
+
+func (w *itemWriter) Header() http.Header { return w.header }
+func (w *itemWriter) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+}
+func (w *itemWriter) Write(p []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	return len(p), nil
+}
