@@ -33,9 +33,13 @@ type ItemPath struct {
 
 	// Key says what keys an item: a field of the item, a dotted path
 	// within it ("id", "event.id"), or a template that joins fields, each
-	// in braces ("{id}:{status}"). An item without the field (or any of a
-	// template's fields), or whose field is not a string or a number, is
-	// keyed by the hash of its canonical JSON instead. Required.
+	// in braces ("{id}:{status}"). A template's field may be optional,
+	// "{recipient_id?}": when the item lacks it, it is left out with the
+	// text just before it ("{id}:{status}:{recipient_id?}" gives
+	// "wamid.X:read" without it). An item without a field (or any of a
+	// template's fields that are not optional), or whose field is not a
+	// string or a number, is keyed by the hash of its canonical JSON
+	// instead. Required.
 	Key string
 }
 

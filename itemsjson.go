@@ -2,7 +2,6 @@ package idemhook
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -43,8 +42,9 @@ type pathStep struct {
 // itemKey is an ItemPath.Key compiled: literal text and field paths, in
 // order. A plain field path is one field and no text.
 type itemKey struct {
-	text   []string   // text[i] comes before fields[i]; text[len(fields)] after the last
-	fields [][]string // each a dotted path within the item
+	text     []string   // text[i] comes before fields[i]; text[len(fields)] after the last
+	fields   [][]string // each a dotted path within the item
+	optional []bool     // fields[i] may be missing ("{name?}"): then it and text[i] are left out
 }
 
 // compileItems checks items and compiles it. Errors name the path by its
@@ -166,7 +166,7 @@ func parseItemKey(key string) (itemKey, error) {
 		if err != nil {
 			return k, err
 		}
-		return itemKey{text: []string{"", ""}, fields: [][]string{f}}, nil
+		return itemKey{text: []string{"", ""}, fields: [][]string{f}, optional: []bool{false}}, nil
 	}
 	rest := key
 	for {
@@ -184,11 +184,13 @@ func parseItemKey(key string) (itemKey, error) {
 		if end < 0 {
 			return k, fmt.Errorf("a '{' without its '}'")
 		}
-		f, err := fieldPath(rest[:end])
+		name, optional := strings.CutSuffix(rest[:end], "?")
+		f, err := fieldPath(name)
 		if err != nil {
 			return k, err
 		}
 		k.fields = append(k.fields, f)
+		k.optional = append(k.optional, optional)
 		rest = rest[end+1:]
 	}
 	return k, nil
@@ -307,19 +309,22 @@ func (b *itemBody) walk(raw []byte, step *pathStep, p *itemPlan) *jval {
 func (k itemKey) of(raw []byte) string {
 	var sb strings.Builder
 	for i, f := range k.fields {
-		sb.WriteString(k.text[i])
 		v, ok := fieldValue(raw, f)
-		if !ok {
+		switch {
+		case !ok && k.optional[i]:
+			continue
+		case !ok:
 			sum := canonjson.Sum(raw)
 			return "sha256:" + hex.EncodeToString(sum[:])
 		}
+		sb.WriteString(k.text[i])
 		sb.WriteString(v)
 	}
 	sb.WriteString(k.text[len(k.fields)])
 	if key := NormalizeKey(sb.String()); key != "" {
 		return key
 	}
-	sum := sha256.Sum256(raw)
+	sum := canonjson.Sum(raw)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 

@@ -137,11 +137,19 @@ func (ex *exchange) findBatch() *itemRun {
 	if body == nil {
 		return nil
 	}
+	ex.scope = escapeScope(ex.h.scope(ex.r))
+	if len(body.items) == 1 {
+		// One event: it runs as any delivery does, with the body as sent
+		// and its answer as the provider's, under its item's key, so that
+		// a batch that holds it later finds it done.
+		prefix := ex.setStoreKey(body.items[0].key, nil)
+		ex.key, ex.kind = ex.storeKey[prefix:], keyFromPreset
+		return nil
+	}
 	run := &itemRun{ex: ex, body: body, plan: plan, loose: body.loose}
 	// The store calls share one context; made here, before the renewal's
 	// goroutine may make calls too.
 	ex.storeCtx = context.WithoutCancel(ex.r.Context())
-	ex.scope = escapeScope(ex.h.scope(ex.r))
 	for i, it := range body.items {
 		if it.dup >= 0 {
 			continue

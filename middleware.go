@@ -493,7 +493,9 @@ func (ex *exchange) decide() verdict {
 	if run := ex.findBatch(); run != nil {
 		return verdict{act: actItems, items: run}
 	}
-	if err := ex.resolveKey(); err != nil {
+	if ex.key != "" {
+		// A body of one item (Route.Items): keyed by it already.
+	} else if err := ex.resolveKey(); err != nil {
 		if err == errOverloaded {
 			return ex.overloaded()
 		}

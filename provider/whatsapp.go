@@ -18,6 +18,13 @@ import (
 // same batching on a retry, so a batch of several items (or none) falls
 // back to the body hash.
 //
+// Items: each message and each status of a batch runs once
+// ([idemhook.Route.Items]), keyed as the key above keys a body of one:
+// a message by its id, a status by "<id>:<status>:<recipient_id>" (the
+// recipient when present). So a batch Meta sends again, grouped otherwise,
+// runs only what did not run, and a body of one item has the same key
+// with or without items.
+//
 // Verify: X-Hub-Signature-256 "sha256=<hex>" = HMAC-SHA256(App Secret, raw
 // body). No timestamp is signed, so the key store is the only replay
 // defence. A GET or HEAD carrying hub.mode (the subscription challenge,
@@ -41,6 +48,7 @@ func WhatsAppCloud(cfg Config) (*idemhook.Preset, error) {
 	return &idemhook.Preset{
 		Name:        "whatsapp-cloud",
 		RetryWindow: whatsAppRetryWindow,
+		Items:       whatsAppItems(),
 		Verify: func(r *http.Request, body []byte) error {
 			if (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.URL.Query().Has("hub.mode") {
 				return nil // the subscription challenge: Handshake checks its token
@@ -70,6 +78,15 @@ func WhatsAppCloud(cfg Config) (*idemhook.Preset, error) {
 			return whatsAppKey(body), nil
 		},
 	}, nil
+}
+
+// whatsAppItems are the items of Meta's batched body: messages and
+// statuses, keyed as whatsAppKey keys a body that holds one.
+func whatsAppItems() *idemhook.Items {
+	return &idemhook.Items{Paths: []idemhook.ItemPath{
+		{Path: "entry[*].changes[*].value.messages[*]", Key: "id"},
+		{Path: "entry[*].changes[*].value.statuses[*]", Key: "{id}:{status}:{recipient_id?}"},
+	}}
 }
 
 // whatsAppNotification is the part of a WhatsApp Cloud webhook the key reads.

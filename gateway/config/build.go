@@ -28,6 +28,7 @@ func (c *checker) build(cfg *Config) {
 			}
 			r.Preset = p
 		}
+		c.buildItems(&in, r)
 		if err := r.Validate(); err != nil {
 			c.routeError(&in, r, err)
 		}

@@ -483,6 +483,7 @@ type routeInputs struct {
 	preset     bool            // provider, secrets and options are checked: build the preset
 	config     provider.Config // its settings
 	optionKeys map[string]*yaml.Node
+	items      itemsInput // items:, merged with the preset's by build
 }
 
 // own returns the value of the entry's own field name, or the entry when
@@ -648,6 +649,7 @@ func (c *checker) route(in *routeInputs) Route {
 		r.ReplayHeaders = hs
 	}
 	c.providerSettings(in, &rc)
+	c.items(in)
 
 	r.Lease = c.duration(f.Lease, field("lease"), 0)
 	if v, ok := c.str(f.MaxStoredBody, field("max_stored_body")); ok {

@@ -387,6 +387,7 @@ type (
 		Deliver         leaf       `yaml:"deliver"`
 		RespondWithin   leaf       `yaml:"respond_within"`
 		ForwardSecret   leaf       `yaml:"forward_secret"`
+		Items           leaf       `yaml:"items"`
 		Accept          acceptFile `yaml:"accept"`
 		Queue           queueFile  `yaml:"queue"`
 	}

@@ -136,7 +136,7 @@ func TestConfigErrors(t *testing.T) {
 		{
 			name: "unknown route field",
 			give: route("    tll: 1h\n"),
-			want: []string{`idemhook.yaml:5: routes[0].tll: unknown field "tll": did you mean "ttl"? (known: path, upstream, source, ttl, header, in_flight, wait_timeout, on_store_error, provider, secret_env, secrets, secret_file, provider_options, tolerance, max_body, upstream_timeout, replay_headers, store_statuses, require_key, share_keys, lease, max_stored_body, retry_after, deliver, respond_within, forward_secret, accept, queue)`},
+			want: []string{`idemhook.yaml:5: routes[0].tll: unknown field "tll": did you mean "ttl"? (known: path, upstream, source, ttl, header, in_flight, wait_timeout, on_store_error, provider, secret_env, secrets, secret_file, provider_options, tolerance, max_body, upstream_timeout, replay_headers, store_statuses, require_key, share_keys, lease, max_stored_body, retry_after, deliver, respond_within, forward_secret, items, accept, queue)`},
 		},
 		{
 			name: "unknown field in a section",
@@ -543,14 +543,14 @@ func TestEditDistance(t *testing.T) {
 }
 
 func TestExampleConfigs(t *testing.T) {
-	env := envOf("STRIPE_WEBHOOK_SECRET", "whsec_x", "ADYEN_HMAC_KEY", "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056", "SHOPIFY_WEBHOOK_SECRET", "shpss_x", "GITHUB_WEBHOOK_SECRET", "gh", "REDIS_URL", "redis://127.0.0.1:6379/0",
+	env := envOf("STRIPE_WEBHOOK_SECRET", "whsec_x", "ADYEN_HMAC_KEY", "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056", "META_APP_SECRET", "meta", "SHOPIFY_WEBHOOK_SECRET", "shpss_x", "GITHUB_WEBHOOK_SECRET", "gh", "REDIS_URL", "redis://127.0.0.1:6379/0",
 		"AUDIT_URL", "postgres://postgres@127.0.0.1:5432/test", "IDEMHOOK_ADMIN_TOKEN", "t",
 		"IDEMHOOK_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test")
 	tests := []struct {
 		file   string
 		routes int
 	}{
-		{"idemhook.yaml", 4},
+		{"idemhook.yaml", 5},
 		{"redis.yaml", 3},
 		{"postgres.yaml", 1},
 	}
