@@ -7,7 +7,7 @@
 //
 // Every preset is built only from the exported fields of [idemhook.Preset]
 // (Name, Verify, Handshake, Key, DuplicateStatus, SuccessStatus,
-// SuccessBody, RetryWindow, ResponseTimeout), so a custom preset is
+// SuccessBody, RetryWindow, ResponseTimeout, Items), so a custom preset is
 // written the same way (see Example_customPreset).
 //
 // Keys are the key part only. The middleware stores them under
