@@ -47,9 +47,8 @@ type Config struct {
 	// Default (0): the provider's default, 5 minutes for all of them but
 	// twitch (10 minutes), zoom (2 hours), mailgun (9 hours) and sendgrid
 	// (25 hours) (see each constructor). Set for a provider that signs no
-	// timestamp (adyen,
-	// asaas, evolution, github, ifood, shopify, twilio, whatsapp-cloud), it
-	// is an error.
+	// timestamp (adyen, asaas, evolution, github, ifood, shopify, twilio,
+	// whatsapp-cloud), it is an error.
 	Tolerance time.Duration
 
 	// WhatsAppCloud, Evolution, Stone, Twilio, SendGrid and HubSpot are
