@@ -1,9 +1,13 @@
 package provider_test
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha1"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -111,7 +115,7 @@ func ExampleNew_errors() {
 	_, err = provider.New("ifood", provider.Config{})
 	fmt.Println(err)
 	// Output:
-	// provider: unknown provider "paypal" (known: adyen, asaas, evolution, github, ifood, mailgun, mercadopago, paddle, shopify, slack, standardwebhooks, stone, stripe, svix, twilio, twitch, whatsapp-cloud, zoom)
+	// provider: unknown provider "paypal" (known: adyen, asaas, evolution, github, hubspot, ifood, mailgun, mercadopago, paddle, sendgrid, shopify, slack, standardwebhooks, stone, stripe, svix, twilio, twitch, whatsapp-cloud, zoom)
 	// provider ifood: no secret configured (Config.Secrets is empty); set the provider's signing secret or token
 }
 
@@ -396,4 +400,47 @@ func ExampleAdyen() {
 	// <nil> 7914073381342284:AUTHORISATION:true
 	// 200 [accepted]
 	// provider adyen: secret #1 is not a hex HMAC key (Adyen's Customer Area shows it as hex digits, e.g. 64 of them)
+}
+
+// SendGrid signs its Event Webhook with ECDSA; the preset checks it with
+// the verification key SendGrid's settings show (here made up). A POST of
+// one event is keyed by its sg_event_id, a batch by its body hash, and
+// Items has each event of a batch keyed by its own.
+func ExampleSendGrid() {
+	priv, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader) // SendGrid's
+	der, _ := x509.MarshalPKIXPublicKey(&priv.PublicKey)
+	verificationKey := base64.StdEncoding.EncodeToString(der)
+	now := time.Unix(1_780_000_000, 0)
+	p, _ := provider.SendGrid(provider.Config{Secrets: []string{verificationKey}, Now: func() time.Time { return now }})
+
+	body := []byte(`[{"email":"a@example.com","event":"delivered","sg_event_id":"rWVYmVk90MjZJ9iohOBa3w=="}]`)
+	sum := sha256.Sum256(append([]byte("1780000000"), body...))
+	sig, _ := ecdsa.SignASN1(rand.Reader, priv, sum[:])
+	r := httptest.NewRequest(http.MethodPost, "/sendgrid", nil)
+	r.Header.Set("X-Twilio-Email-Event-Webhook-Timestamp", "1780000000")
+	r.Header.Set("X-Twilio-Email-Event-Webhook-Signature", base64.StdEncoding.EncodeToString(sig))
+	key, _ := p.Key(r, body)
+	batch, _ := p.Key(r, []byte(`[{"sg_event_id":"a"},{"sg_event_id":"b"}]`))
+	fmt.Printf("%v %s %q %+v\n", p.Verify(r, body), key, batch, p.Items.Paths)
+	// Output: <nil> rWVYmVk90MjZJ9iohOBa3w== "" [{Path:[*] Key:sg_event_id}]
+}
+
+// HubSpot signs the method, the URL it called, the body and a timestamp in
+// milliseconds; behind a proxy the preset is told the public URL.
+func ExampleHubSpot() {
+	now := time.UnixMilli(1_780_000_000_000)
+	p, _ := provider.HubSpot(provider.Config{
+		Secrets: []string{"client-secret"},
+		HubSpot: provider.HubSpotOptions{PublicURL: "https://hooks.example.com"},
+		Now:     func() time.Time { return now },
+	})
+	body := []byte(`[{"eventId":100,"subscriptionId":234567,"portalId":62515,"subscriptionType":"contact.creation","attemptNumber":0,"objectId":123}]`)
+	m := hmac.New(sha256.New, []byte("client-secret"))
+	m.Write([]byte("POST" + "https://hooks.example.com/hubspot" + string(body) + "1779999999000"))
+	r := httptest.NewRequest(http.MethodPost, "http://10.0.0.7:8080/hubspot", nil)
+	r.Header.Set("X-HubSpot-Request-Timestamp", "1779999999000")
+	r.Header.Set("X-HubSpot-Signature-v3", base64.StdEncoding.EncodeToString(m.Sum(nil)))
+	key, _ := p.Key(r, body)
+	fmt.Println(p.Verify(r, body), key, p.ResponseTimeout)
+	// Output: <nil> 100 5s
 }

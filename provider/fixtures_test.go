@@ -8,6 +8,8 @@ import (
 	"crypto"
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/rsa"
@@ -152,6 +154,23 @@ func fixtures(t testing.TB) []fixture {
 			key: func(id string) string { return "42:d-" + id },
 		},
 		{
+			// Behind the test server (127.0.0.1:port), so the URL HubSpot
+			// called is the public_url option's. A retry carries the next
+			// attemptNumber, as HubSpot's do: the body differs, the key not.
+			name: "hubspot", bodySigned: true, cfg: provider.Config{Secrets: []string{"hubspot-client-secret"}, HubSpot: provider.HubSpotOptions{PublicURL: "https://hooks.example.com"}},
+			wrongSecret: "another-client-secret", timestamped: true, sigHeader: provider.HubSpotSignatureV3Header, malformed: "not base64!",
+			badReason: provider.ErrNoMatchingSignature,
+			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {
+				attempt := "0"
+				if !at.Before(baseTime) {
+					attempt = "1"
+				}
+				body := `[{"eventId":1` + digits(id) + `,"subscriptionId":234567,"portalId":62515,"appId":54321,"occurredAt":1779999990000,"subscriptionType":"contact.creation","attemptNumber":` + attempt + `,"objectId":123,"changeSource":"CRM","changeFlag":"NEW"}]`
+				return hubSpotRequest("https://hooks.example.com", "/hubspot?portal=62515", at, secret, body)
+			},
+			key: func(id string) string { return "1" + digits(id) },
+		},
+		{
 			name: "ifood", bodySigned: true, cfg: provider.Config{Secrets: []string{"ifood-client-secret"}}, wrongSecret: "homologation-bad",
 			sigHeader: "X-IFood-Signature", malformed: "zz", badReason: provider.ErrNoMatchingSignature, dupStatus: 202,
 			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {
@@ -201,6 +220,20 @@ func fixtures(t testing.TB) []fixture {
 				return r
 			},
 			key: func(id string) string { return "evt_" + id },
+		},
+		{
+			// Tolerance 5m, not the preset's 25h default, so that the shared
+			// stale and future cases apply; sendgrid_test.go checks the
+			// default. The "secrets" are public keys: build signs with the
+			// private key of the one it is given.
+			name: "sendgrid", bodySigned: true, cfg: provider.Config{Secrets: []string{sendGridTestKeys(t).public(0)}, Tolerance: 5 * time.Minute},
+			wrongSecret: sendGridTestKeys(t).public(1), rotateWith: sendGridTestKeys(t).public(2), timestamped: true,
+			sigHeader: provider.SendGridSignatureHeader, malformed: "not base64!", badReason: provider.ErrNoMatchingSignature,
+			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {
+				body := `[{"email":"alice@example.com","timestamp":1779999990,"smtp-id":"<14c5d75ce93.dfd.64b469@ismtpd-555>","event":"delivered","sg_event_id":"sg_` + id + `","sg_message_id":"14c5d75ce93.dfd.64b469.filter0001.16648.5515E0B88.0","response":"250 OK"}]`
+				return sendGridRequest(t, "/sendgrid", at, sendGridTestKeys(t).private(t, secret), body)
+			},
+			key: func(id string) string { return "sg_" + id },
 		},
 		{
 			name: "shopify", bodySigned: true, cfg: provider.Config{Secrets: []string{"shpss_client_secret"}}, wrongSecret: "shpss_wrong",
@@ -358,6 +391,77 @@ func twilioRequest(public, target, secret string, form map[string]string) *http.
 	r := httptest.NewRequest(http.MethodPost, target, strings.NewReader(values.Encode()))
 	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	r.Header.Set("X-Twilio-Signature", base64.StdEncoding.EncodeToString(m.Sum(nil)))
+	return r
+}
+
+// hubSpotRequest is a HubSpot webhook to target (a path and query) of the
+// server whose public URL is public, sent at `at` and signed as HubSpot's
+// docs say for v3: base64 HMAC-SHA256(client secret, method + URL + body +
+// timestamp in milliseconds).
+func hubSpotRequest(public, target string, at time.Time, secret, body string) *http.Request {
+	ts := strconv.FormatInt(at.UnixMilli(), 10)
+	r := post(target, body)
+	r.Header.Set("X-HubSpot-Request-Timestamp", ts)
+	r.Header.Set("X-HubSpot-Signature-v3", hmacB64([]byte(secret), http.MethodPost+public+target+body+ts))
+	r.Header.Set("X-HubSpot-Signature-Version", "v3")
+	return r
+}
+
+// sendGridKeySet holds the ECDSA P-256 keys of the SendGrid fixtures.
+type sendGridKeySet struct{ keys [3]*ecdsa.PrivateKey }
+
+var sendGridKeysOnce = sync.OnceValues(func() (*sendGridKeySet, error) {
+	var s sendGridKeySet
+	for i := range s.keys {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return nil, err
+		}
+		s.keys[i] = k
+	}
+	return &s, nil
+})
+
+func sendGridTestKeys(t testing.TB) *sendGridKeySet {
+	s, err := sendGridKeysOnce()
+	if err != nil {
+		t.Fatalf("generate SendGrid test keys: %v", err)
+	}
+	return s
+}
+
+// public is key i's verification key as SendGrid's settings show it: the
+// base64 of its SubjectPublicKeyInfo DER.
+func (s *sendGridKeySet) public(i int) string {
+	der, err := x509.MarshalPKIXPublicKey(&s.keys[i].PublicKey)
+	if err != nil {
+		panic(err)
+	}
+	return base64.StdEncoding.EncodeToString(der)
+}
+
+// private returns the private key of the verification key pub.
+func (s *sendGridKeySet) private(t testing.TB, pub string) *ecdsa.PrivateKey {
+	for i := range s.keys {
+		if s.public(i) == pub {
+			return s.keys[i]
+		}
+	}
+	t.Fatalf("no SendGrid test key for %q", pub)
+	return nil
+}
+
+// sendGridRequest is a SendGrid Event Webhook POST sent at `at`, signed as
+// SendGrid's docs say: base64 DER ECDSA over SHA-256(timestamp + body).
+func sendGridRequest(t testing.TB, target string, at time.Time, key *ecdsa.PrivateKey, body string) *http.Request {
+	sum := sha256.Sum256([]byte(unix(at) + body))
+	sig, err := ecdsa.SignASN1(rand.Reader, key, sum[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := post(target, body)
+	r.Header.Set("X-Twilio-Email-Event-Webhook-Timestamp", unix(at))
+	r.Header.Set("X-Twilio-Email-Event-Webhook-Signature", base64.StdEncoding.EncodeToString(sig))
 	return r
 }
 

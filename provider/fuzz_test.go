@@ -1,11 +1,14 @@
 package provider
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha1"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -182,6 +185,8 @@ func FuzzPresetKeys(f *testing.F) {
 	f.Add(`{"id":12345,"event_id":null}`)
 	f.Add(`{"event":"meeting.started","event_ts":1,"payload":{"object":{"id":1}}}`)
 	f.Add(`[1,2`)
+	f.Add(`[{"eventId":100,"attemptNumber":0}]`)
+	f.Add(`[{"eventId":"a"},{"eventId":"b"}]`)
 	f.Fuzz(func(t *testing.T, body string) {
 		b := []byte(body)
 		_ = whatsAppKey(b)
@@ -190,6 +195,9 @@ func FuzzPresetKeys(f *testing.F) {
 			t.Fatalf("zoom key %q from a body that is not an object", k)
 		}
 		_ = topLevelID(b, "id")
+		if k := singleItemID(b, "eventId"); k != "" && (!strings.HasPrefix(strings.TrimLeft(body, " \t\r\n"), "[") || !strings.Contains(body, k) && !strings.Contains(body, `\`)) {
+			t.Fatalf("item id %q from %q", k, body)
+		}
 		if k := topLevelID(b, "id"); k != "" && !strings.Contains(body, k) && !strings.Contains(body, `\`) {
 			t.Fatalf("id %q is not in the body %q", k, body)
 		}
@@ -346,6 +354,89 @@ func FuzzAdyenBody(f *testing.F) {
 		k, _ := p.Key(nil, []byte(body))
 		if k != "" && (len(items) != 1 || k != items[0].signed[0]+":"+items[0].signed[6]+":"+items[0].signed[7]) {
 			t.Fatalf("Key %q from %q (%d items)", k, body, len(items))
+		}
+	})
+}
+
+// FuzzSendGridHeaders feeds arbitrary signature and timestamp headers and
+// bodies to the sendgrid preset: never a panic, every failure a
+// *VerifyError, and nothing accepted but what the key signed.
+func FuzzSendGridHeaders(f *testing.F) {
+	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		f.Fatal(err)
+	}
+	der, _ := x509.MarshalPKIXPublicKey(&priv.PublicKey)
+	pub := base64.StdEncoding.EncodeToString(der)
+	body := `[{"event":"open","sg_event_id":"a"}]`
+	sum := sha256.Sum256([]byte("1780000000" + body))
+	sig, _ := ecdsa.SignASN1(rand.Reader, priv, sum[:])
+	valid := base64.StdEncoding.EncodeToString(sig)
+	f.Add(valid, "1780000000", body)
+	f.Add("MEUCIQ==", "1780000000", body)
+	f.Add("", "", "")
+	f.Add(valid, "01780000000", body)
+	f.Add(valid, "1780000000 ", body+" ")
+	p, err := New("sendgrid", Config{Secrets: []string{pub}, Now: func() time.Time { return fuzzNow }})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, sigHeader, ts, b string) {
+		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(b))
+		r.Header.Set(SendGridSignatureHeader, sigHeader)
+		r.Header.Set(SendGridTimestampHeader, ts)
+		err := p.Verify(r, []byte(b))
+		var ve *VerifyError
+		if err != nil && !errors.As(err, &ve) {
+			t.Fatalf("Verify error %v is not a *VerifyError", err)
+		}
+		if err == nil {
+			got, _ := base64.StdEncoding.DecodeString(strings.TrimSpace(sigHeader))
+			h := sha256.Sum256([]byte(strings.TrimSpace(r.Header.Get(SendGridTimestampHeader)) + b))
+			if !ecdsa.VerifyASN1(&priv.PublicKey, h[:], got) {
+				t.Fatalf("Verify accepted %q %q %q", sigHeader, ts, b)
+			}
+		}
+	})
+}
+
+// FuzzHubSpotHeaders feeds arbitrary v3 signature and timestamp headers,
+// and request targets, to the hubspot preset: never a panic, every failure
+// a *VerifyError, and nothing accepted whose MAC is not the one of a URI
+// the preset tries.
+func FuzzHubSpotHeaders(f *testing.F) {
+	const secret = "hubspot-client-secret"
+	valid := base64.StdEncoding.EncodeToString(hmacSHA256([]byte(secret), []byte("POSThttps://hooks.example.com/hs?a=%3A[]1780000000000")))
+	f.Add(valid, "1780000000000", "/hs?a=%3A")
+	f.Add("not base64!", "1780000000000", "/")
+	f.Add(valid, "1780000000", "/hs?a=%3a")
+	f.Add("", "", "/%zz")
+	p, err := New("hubspot", Config{Secrets: []string{secret}, HubSpot: HubSpotOptions{PublicURL: "https://hooks.example.com"}, Now: func() time.Time { return fuzzNow }})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, sigHeader, ts, target string) {
+		u, err := url.ParseRequestURI(target)
+		if err != nil || u.Host != "" || !strings.HasPrefix(target, "/") || strings.ContainsFunc(target, func(c rune) bool { return c <= ' ' || c == 0x7f }) {
+			return
+		}
+		r := httptest.NewRequest(http.MethodPost, target, strings.NewReader("[]"))
+		r.Header.Set(HubSpotSignatureV3Header, sigHeader)
+		r.Header.Set(HubSpotTimestampHeader, ts)
+		verr := p.Verify(r, []byte("[]"))
+		var ve *VerifyError
+		if verr != nil && !errors.As(verr, &ve) {
+			t.Fatalf("Verify error %v is not a *VerifyError", verr)
+		}
+		if verr == nil {
+			got, _ := base64.StdEncoding.DecodeString(strings.TrimSpace(sigHeader))
+			ok := false
+			for _, uri := range hubSpotURIs("https://hooks.example.com", r) {
+				ok = ok || hmac.Equal(got, hmacSHA256([]byte(secret), []byte("POST"+uri+"[]"+strings.TrimSpace(r.Header.Get(HubSpotTimestampHeader)))))
+			}
+			if !ok {
+				t.Fatalf("Verify accepted %q %q %q", sigHeader, ts, target)
+			}
 		}
 	})
 }

@@ -7,7 +7,7 @@
 //
 // Every preset is built only from the exported fields of [idemhook.Preset]
 // (Name, Verify, Handshake, Key, DuplicateStatus, SuccessStatus,
-// SuccessBody, RetryWindow, ResponseTimeout), so a custom preset is
+// SuccessBody, RetryWindow, ResponseTimeout, Items), so a custom preset is
 // written the same way (see Example_customPreset).
 //
 // Keys are the key part only. The middleware stores them under
@@ -35,28 +35,32 @@ import (
 type Config struct {
 	// Secrets are the signing secrets or tokens. Several are accepted during a
 	// rotation, and a request passes if it matches any of them. Empty strings are
-	// ignored. Required: at least one non-empty secret.
+	// ignored. Required: at least one non-empty secret, except for sendgrid,
+	// whose verification keys (public keys) they are, and which takes its
+	// key from SendGridOptions.PublicKey instead when that is set.
 	Secrets []string
 
 	// Tolerance is how far a signed timestamp may be from Now, in either
 	// direction, for providers whose scheme signs one. These are stripe,
-	// standardwebhooks, svix, slack, paddle, twitch, zoom and mailgun, and
-	// also mercadopago and stone when it is set. Default (0): the
-	// provider's default, 5 minutes for all of them but twitch (10
-	// minutes), zoom (2 hours) and mailgun (9 hours) (see each
-	// constructor). Set for a provider that signs no timestamp (adyen,
-	// asaas, evolution, github, ifood, shopify, twilio, whatsapp-cloud), it
-	// is an error.
+	// standardwebhooks, svix, slack, paddle, twitch, zoom, mailgun,
+	// sendgrid and hubspot, and also mercadopago and stone when it is set.
+	// Default (0): the provider's default, 5 minutes for all of them but
+	// twitch (10 minutes), zoom (2 hours), mailgun (9 hours) and sendgrid
+	// (25 hours) (see each constructor). Set for a provider that signs no
+	// timestamp (adyen, asaas, evolution, github, ifood, shopify, twilio,
+	// whatsapp-cloud), it is an error.
 	Tolerance time.Duration
 
-	// WhatsAppCloud, Evolution, Stone and Twilio are the settings of the
-	// presets that have any. Each is read by its own preset only: set for
-	// another one, it is an *OptionError. Default: zero, the preset's
-	// defaults.
+	// WhatsAppCloud, Evolution, Stone, Twilio, SendGrid and HubSpot are
+	// the settings of the presets that have any. Each is read by its own
+	// preset only: set for another one, it is an *OptionError. Default:
+	// zero, the preset's defaults.
 	WhatsAppCloud WhatsAppCloudOptions
 	Evolution     EvolutionOptions
 	Stone         StoneOptions
 	Twilio        TwilioOptions
+	SendGrid      SendGridOptions
+	HubSpot       HubSpotOptions
 
 	// Now is the clock used for timestamp tolerance. Default: time.Now.
 	Now func() time.Time
@@ -81,6 +85,9 @@ const (
 	// No automatic retry. Deliveries of the past 3 days can be redelivered
 	// by hand or through the REST API (7 days on GitHub Enterprise Server).
 	githubRetryWindow = 3 * day
+	// "Up to 10 times", "spread out over the next 24 hours" (HubSpot's
+	// webhooks API docs, "Retries").
+	hubSpotRetryWindow = day
 	// Retries for up to 15 minutes, then the event is discarded.
 	ifoodRetryWindow = 15 * time.Minute
 	// "During 8 hours": 5m, 10m, 15m, 1h, 2h, 4h after one another.
@@ -90,6 +97,10 @@ const (
 	mercadoPagoRetryWindow = 7 * day
 	// Live mode: up to 60 times over 3 days.
 	paddleRetryWindow = 3 * day
+	// "All events are retried at increasing intervals for up to 24 hours
+	// after the event occurs" (SendGrid, "Troubleshooting the Event
+	// Webhook").
+	sendGridRetryWindow = day
 	// 8 times over 4 hours.
 	shopifyRetryWindow = 4 * time.Hour
 	// 3 retries: at once, after about 1 and 5 minutes.
@@ -120,8 +131,8 @@ const (
 // (docs/providers.md has the table with the sources). Where the attempts of
 // one event wait for different times, the shortest is taken, since a route's
 // respond_within budget must fit every attempt. Stripe, Stone, Asaas,
-// WhatsApp Cloud, Mailgun and Twitch ("within a few seconds") document
-// none, so their presets leave ResponseTimeout 0.
+// WhatsApp Cloud, Mailgun, SendGrid and Twitch ("within a few seconds")
+// document none, so their presets leave ResponseTimeout 0.
 const (
 	// "If we do not receive this response within 10 seconds ... webhooks
 	// ... will be queued and retried" (Adyen's webhook pages).
@@ -132,6 +143,10 @@ const (
 	// github.com and GitHub Enterprise Cloud; GitHub Enterprise Server
 	// waits 30 s.
 	githubResponseTimeout = 10 * time.Second
+	// "If your service takes longer than 5 seconds to send back a
+	// response" the batch is retried (HubSpot's webhooks API docs,
+	// "Retries"; older versions of the page said 1, then 2 seconds).
+	hubSpotResponseTimeout = 5 * time.Second
 	// iFood stops waiting after 5 s and advises answering 202 within 2 s.
 	ifoodResponseTimeout = 5 * time.Second
 	// The first notification waits 22 s, every retry only 5 s.
@@ -189,6 +204,9 @@ type preset struct {
 	build   func(Config) (*idemhook.Preset, error)
 	timed   bool // the scheme signs a timestamp: Tolerance applies
 	options []option
+	// keyOption names the option that can stand in for Secrets (sendgrid's
+	// public_key): with it set, no secret is required.
+	keyOption string
 }
 
 // option is one setting of a preset by its configuration name.
@@ -208,10 +226,16 @@ func registry() []preset {
 			{"header", func(c *Config, v string) { c.Evolution.Header = v }, func(c *Config) string { return c.Evolution.Header }},
 		}},
 		{name: "github", build: GitHub},
+		{name: "hubspot", build: HubSpot, timed: true, options: []option{
+			{"public_url", func(c *Config, v string) { c.HubSpot.PublicURL = v }, func(c *Config) string { return c.HubSpot.PublicURL }},
+		}},
 		{name: "ifood", build: IFood},
 		{name: "mailgun", build: Mailgun, timed: true},
 		{name: "mercadopago", build: MercadoPago, timed: true},
 		{name: "paddle", build: Paddle, timed: true},
+		{name: "sendgrid", build: SendGrid, timed: true, keyOption: "public_key", options: []option{
+			{"public_key", func(c *Config, v string) { c.SendGrid.PublicKey = v }, func(c *Config) string { return c.SendGrid.PublicKey }},
+		}},
 		{name: "shopify", build: Shopify},
 		{name: "slack", build: Slack, timed: true},
 		{name: "standardwebhooks", build: StandardWebhooks, timed: true},
@@ -339,7 +363,10 @@ func (cfg Config) check(name string) (settings, error) {
 			s.secrets = append(s.secrets, sec)
 		}
 	}
-	if len(s.secrets) == 0 {
+	if len(s.secrets) == 0 && !self.keyOptionSet(&cfg) {
+		if self.keyOption != "" {
+			return settings{}, fmt.Errorf("provider %s: no key configured (Config.Secrets is empty and option %s is not set); set the provider's verification key in one of them", name, self.keyOption)
+		}
 		return settings{}, fmt.Errorf("provider %s: no secret configured (Config.Secrets is empty); set the provider's signing secret or token", name)
 	}
 	switch {
@@ -367,6 +394,24 @@ func (cfg Config) check(name string) (settings, error) {
 		s.now = time.Now
 	}
 	return s, nil
+}
+
+// keyOptionSet reports whether p's keyOption is set in cfg.
+func (p preset) keyOptionSet(cfg *Config) bool {
+	for _, o := range p.options {
+		if o.name == p.keyOption && o.get(cfg) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// KeyOption returns the option of the preset called name that can stand in
+// for its secrets (sendgrid: "public_key", its verification key), or "":
+// a configuration that sets it needs no secret.
+func KeyOption(name string) string {
+	p, _ := lookup(name)
+	return p.keyOption
 }
 
 // secretBytes returns the secrets as byte slices, for HMAC keys.

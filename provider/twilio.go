@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"errors"
 	"hash"
 	"net/http"
 	"net/url"
@@ -70,7 +69,7 @@ func Twilio(cfg Config) (*idemhook.Preset, error) {
 	if err != nil {
 		return nil, err
 	}
-	public, err := twilioPublicURL(cfg.Twilio.PublicURL)
+	public, err := checkPublicURL(cfg.Twilio.PublicURL, "Twilio")
 	if err != nil {
 		return nil, &OptionError{Preset: "twilio", Option: "public_url", Reason: err.Error()}
 	}
@@ -86,58 +85,6 @@ func Twilio(cfg Config) (*idemhook.Preset, error) {
 			return twilioKey(r, body), nil
 		},
 	}, nil
-}
-
-// twilioPublicURL checks the public_url option and returns it without a
-// trailing slash.
-func twilioPublicURL(v string) (string, error) {
-	if v == "" {
-		return "", nil
-	}
-	u, err := url.Parse(v)
-	switch {
-	case err != nil:
-		return "", err
-	case u.Scheme != "https" && u.Scheme != "http":
-		return "", errors.New("is not an http or https URL: give the scheme and host Twilio calls, e.g. https://hooks.example.com")
-	case u.Host == "":
-		return "", errors.New("has no host: give the scheme and host Twilio calls, e.g. https://hooks.example.com")
-	case u.RawQuery != "" || u.Fragment != "" || u.User != nil:
-		return "", errors.New("must be a scheme, a host and an optional path prefix, without user, query or fragment (the request's own path and query are appended)")
-	}
-	return strings.TrimSuffix(v, "/"), nil
-}
-
-// twilioURLs returns the URL Twilio called as the preset can know it, then
-// the same with the scheme's default port added or removed.
-func twilioURLs(public string, r *http.Request) []string {
-	base := public
-	if base == "" {
-		scheme := "http"
-		if r.TLS != nil {
-			scheme = "https"
-		}
-		base = scheme + "://" + r.Host
-	}
-	full := base + r.URL.RequestURI()
-	u, err := url.Parse(full)
-	if err != nil {
-		return []string{full}
-	}
-	port := ":443"
-	if u.Scheme == "http" {
-		port = ":80"
-	}
-	prefix := u.Scheme + "://" + u.Host
-	rest := full[len(prefix):]
-	if u.Port() == "" {
-		return []string{full, prefix + port + rest}
-	}
-	if ":"+u.Port() == port {
-		// Not u.Hostname(), which drops an IPv6 literal's brackets.
-		return []string{full, u.Scheme + "://" + strings.TrimSuffix(u.Host, port) + rest}
-	}
-	return []string{full}
 }
 
 // verifyTwilio checks X-Twilio-Signature.
@@ -170,7 +117,7 @@ func (s settings) verifyTwilio(keys [][]byte, public string, r *http.Request, bo
 		params = twilioParams(form)
 	}
 	matched := false
-	for _, u := range twilioURLs(public, r) {
+	for _, u := range calledURLs(public, r) {
 		for _, k := range keys {
 			matched = matched || hmac.Equal(twilioMAC(newHash, k, u, params), sig)
 		}

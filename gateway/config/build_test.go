@@ -68,6 +68,13 @@ func TestConfigProviderPresets(t *testing.T) {
 			wantErr: "f.yaml:7: routes[0].provider_options.public_url: provider zoom: option public_url: unknown option (this provider takes no options)"},
 		{provider: "zoom", give: "    secret_env: ZOOM_SECRET\n", wantTTL: 2 * 24 * time.Hour},
 		{provider: "mailgun", give: "    secret_env: MAILGUN_SIGNING_KEY\n", wantTTL: 2 * 24 * time.Hour},
+		// sendgrid's key is public: given as public_key, no secret is needed.
+		{provider: "sendgrid", give: "    provider_options: {public_key: MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEYP7UuiVanTHJYet0xjVtaMBJuJI7Yfps5mliLmDyn7Z5A/4QCLi8maQa6elWKLxk8vGyDC1+n1F3o8KU1EYimQ==}\n", wantTTL: 2 * 24 * time.Hour},
+		{provider: "sendgrid", give: "    secrets: [MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEYP7UuiVanTHJYet0xjVtaMBJuJI7Yfps5mliLmDyn7Z5A/4QCLi8maQa6elWKLxk8vGyDC1+n1F3o8KU1EYimQ==]\n    tolerance: 10m\n", wantTTL: 2 * 24 * time.Hour},
+		{provider: "sendgrid", give: "    provider_options: {public_key: \"\"}\n", wantErr: "f.yaml:5: routes[0].provider: provider sendgrid needs a secret"},
+		{provider: "hubspot", give: "    secret_env: HUBSPOT_CLIENT_SECRET\n    provider_options: {public_url: https://hooks.example.com}\n", wantTTL: 2 * 24 * time.Hour},
+		{provider: "hubspot", give: "    secrets: [s]\n    provider_options: {public_key: MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEYP7UuiVanTHJYet0xjVtaMBJuJI7Yfps5mliLmDyn7Z5A/4QCLi8maQa6elWKLxk8vGyDC1+n1F3o8KU1EYimQ==}\n",
+			wantErr: "f.yaml:7: routes[0].provider_options.public_key: provider hubspot: option public_key: unknown option (known: public_url)"},
 		{provider: "mailgun", give: "    secrets: [s]\n    tolerance: 10m\n", wantTTL: 2 * 24 * time.Hour},
 		{provider: "mailgun", give: "    secret_file: DIR/secrets\n", wantTTL: 2 * 24 * time.Hour},
 		{provider: "mailgun", give: "    secrets: [s]\n    provider_options: {header: x}\n",
@@ -80,7 +87,7 @@ func TestConfigProviderPresets(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.provider+"/"+tt.give, func(t *testing.T) {
 			text := strings.ReplaceAll(route, "PROVIDER", tt.provider) + strings.ReplaceAll(tt.give, "DIR", dir)
-			cfg, err := Parse("f.yaml", []byte(text), envOf("TWITCH_SECRET", "s", "ZOOM_SECRET", "s", "TWILIO_AUTH_TOKEN", "s", "PUBLIC_URL", "https://hooks.example.com/base", "MAILGUN_SIGNING_KEY", "s"))
+			cfg, err := Parse("f.yaml", []byte(text), envOf("TWITCH_SECRET", "s", "ZOOM_SECRET", "s", "TWILIO_AUTH_TOKEN", "s", "PUBLIC_URL", "https://hooks.example.com/base", "MAILGUN_SIGNING_KEY", "s", "HUBSPOT_CLIENT_SECRET", "s"))
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error = %v, want it to contain %q", err, tt.wantErr)

@@ -783,12 +783,20 @@ func (c *checker) providerSettings(in *routeInputs, rc *Route) {
 	if !secretsOK {
 		return // the secret's own error was reported
 	}
-	if !slices.ContainsFunc(secrets, func(s string) bool { return s != "" }) {
+	// A preset's key option (sendgrid's public_key, a public verification
+	// key) stands in for its secrets.
+	keyOption := provider.KeyOption(name)
+	hasKeyOption := keyOption != "" && slices.ContainsFunc(opts, func(o option) bool { return o.key.Value == keyOption && o.value != "" })
+	if !hasKeyOption && !slices.ContainsFunc(secrets, func(s string) bool { return s != "" }) {
 		node, name := f.Provider.Node, "provider"
 		if v := valueOf(in.node, "secrets"); v != nil { // also when null
 			node, name = v, "secrets"
 		}
-		c.errorf(node, field(name), "provider %s needs a secret: set secret_env: NAME_OF_VARIABLE, or secret_file: FILE (one secret per line, read again on every reload: several during a rotation)", rc.Provider)
+		orKey := ""
+		if keyOption != "" {
+			orKey = fmt.Sprintf(", or provider_options: {%s: ...}", keyOption)
+		}
+		c.errorf(node, field(name), "provider %s needs a secret: set secret_env: NAME_OF_VARIABLE, or secret_file: FILE (one secret per line, read again on every reload: several during a rotation)%s", rc.Provider, orKey)
 		return
 	}
 	rc.SecretCount = len(secrets)

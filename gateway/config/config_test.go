@@ -216,7 +216,7 @@ func TestConfigErrors(t *testing.T) {
 			name: "unknown provider",
 			give: route("    provider: strip\n    secret_env: S\n"),
 			env:  []string{"S", "x"},
-			want: []string{`idemhook.yaml:5: routes[0].provider: unknown provider "strip": did you mean "stripe"? (known: adyen, asaas, evolution, github, ifood, mailgun, mercadopago, paddle, shopify, slack, standardwebhooks, stone, stripe, svix, twilio, twitch, whatsapp-cloud, zoom)`},
+			want: []string{`idemhook.yaml:5: routes[0].provider: unknown provider "strip": did you mean "stripe"? (known: adyen, asaas, evolution, github, hubspot, ifood, mailgun, mercadopago, paddle, sendgrid, shopify, slack, standardwebhooks, stone, stripe, svix, twilio, twitch, whatsapp-cloud, zoom)`},
 		},
 		{
 			name: "provider without secret",
@@ -244,6 +244,21 @@ func TestConfigErrors(t *testing.T) {
 			give: route("    provider: adyen\n    secret_env: ADYEN_HMAC_KEY\n    secrets: [abcd]\n"),
 			env:  []string{"ADYEN_HMAC_KEY", "s3cret"},
 			want: []string{`idemhook.yaml:6: routes[0].secret_env: provider adyen: secret #1 is not a hex HMAC key (Adyen's Customer Area shows it as hex digits, e.g. 64 of them)`},
+		},
+		{
+			name: "sendgrid without key",
+			give: route("    provider: sendgrid\n"),
+			want: []string{`idemhook.yaml:5: routes[0].provider: provider sendgrid needs a secret: set secret_env: NAME_OF_VARIABLE, or secret_file: FILE (one secret per line, read again on every reload: several during a rotation), or provider_options: {public_key: ...}`},
+		},
+		{
+			name: "sendgrid secret not a key",
+			give: route("    provider: sendgrid\n    secrets:\n      - MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEYP7UuiVanTHJYet0xjVtaMBJuJI7Yfps5mliLmDyn7Z5A/4QCLi8maQa6elWKLxk8vGyDC1+n1F3o8KU1EYimQ==\n      - not-a-key\n"),
+			want: []string{`idemhook.yaml:8: routes[0].secrets[1]: provider sendgrid: secret #2 is not a verification key: want the base64 public key SendGrid's Mail Settings show (signed event webhook)`},
+		},
+		{
+			name: "sendgrid public_key not a key",
+			give: route("    provider: sendgrid\n    provider_options:\n      public_key: MFkwEw==\n"),
+			want: []string{`idemhook.yaml:7: routes[0].provider_options.public_key: provider sendgrid: option public_key: is not a public key: want the base64 public key SendGrid's Mail Settings show (signed event webhook)`},
 		},
 		{
 			name: "secret without provider",

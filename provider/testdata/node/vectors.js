@@ -17,6 +17,18 @@
 //     with its validateHMAC before it is written: a forged vector is one
 //     the SDK refuses. The SDK joins the signed values unescaped, so the
 //     vectors with ':' and '\\' in them pin that down.
+//   - sendgrid: signed with ECDSA P-256 / SHA-256 over timestamp + body
+//     and checked by SendGrid's own library, @sendgrid/eventwebhook (its
+//     EventWebhook.verifySignature, with the key as SendGrid's settings
+//     show it: base64 DER), and by node:crypto's verify: a vector either
+//     refuses is not written. The signature is computed here with
+//     node:crypto's HMAC (the RFC 6979 nonce) and ECDH (the nonce's point),
+//     not node:crypto.sign, whose nonce is random: the file would differ
+//     on every run. The keys are fixed test keys.
+//   - hubspot: signed by HubSpot's own SDK (npm "@hubspot/api-client",
+//     Signature.getSignature with signatureVersion "v3") and checked with
+//     its Signature.isValid, its clock set to the vector's time (isValid
+//     refuses a timestamp older than 5 minutes by the real clock).
 //   - twitch, mailgun: neither publishes an SDK on npm that signs or
 //     verifies webhooks (Mailgun's own mailgun.js has no webhook check), so
 //     their vectors follow the documented sample code with node:crypto (the
@@ -41,6 +53,8 @@ const crypto = require("node:crypto");
 const { AwsLambdaReceiver } = require("@zoom/rivet/meetings");
 const twilioSDK = require("twilio");
 const { hmacValidator: AdyenHmacValidator } = require("@adyen/api-library");
+const { EventWebhook: SendGridEventWebhook } = require("@sendgrid/eventwebhook");
+const { Signature: HubSpotSignature } = require("@hubspot/api-client");
 
 const hmacHex = (key, data) => crypto.createHmac("sha256", key).update(data, "utf8").digest("hex");
 
@@ -179,6 +193,99 @@ function adyen(name, { secret, items, key }) {
     headers: { "Content-Type": "application/json", "User-Agent": "Adyen HttpClient 1.0" }, body, key, forged };
 }
 
+// ECDSA P-256 with SHA-256, the nonce k of RFC 6979 (deterministic), the
+// signature in ASN.1 DER.
+const p256n = 0xffffffff00000000ffffffffffffffffbce6faada7179e84f3b9cac2fc632551n;
+const big = (buf) => BigInt("0x" + buf.toString("hex"));
+const octets = (n) => Buffer.from(n.toString(16).padStart(64, "0"), "hex");
+const modPow = (b, e, m) => {
+  let r = 1n;
+  for (b %= m; e > 0n; e >>= 1n, b = (b * b) % m) if (e & 1n) r = (r * b) % m;
+  return r;
+};
+function rfc6979k(d, h) {
+  const mac = (k, ...parts) => { const m = crypto.createHmac("sha256", k); parts.forEach((p) => m.update(p)); return m.digest(); };
+  const x = octets(d), z = octets(big(h) % p256n);
+  let V = Buffer.alloc(32, 1), K = Buffer.alloc(32, 0);
+  K = mac(K, V, Buffer.from([0]), x, z); V = mac(K, V);
+  K = mac(K, V, Buffer.from([1]), x, z); V = mac(K, V);
+  for (;;) {
+    V = mac(K, V);
+    const k = big(V);
+    if (k >= 1n && k < p256n) return k;
+    K = mac(K, V, Buffer.from([0])); V = mac(K, V);
+  }
+}
+function derInt(n) {
+  let b = octets(n);
+  while (b.length > 1 && b[0] === 0 && b[1] < 0x80) b = b.subarray(1);
+  if (b[0] >= 0x80) b = Buffer.concat([Buffer.from([0]), b]);
+  return Buffer.concat([Buffer.from([0x02, b.length]), b]);
+}
+function ecdsaSign(dHex, message) {
+  const d = BigInt("0x" + dHex);
+  const h = crypto.createHash("sha256").update(message, "utf8").digest();
+  const k = rfc6979k(d, h);
+  const R = crypto.createECDH("prime256v1");
+  R.setPrivateKey(octets(k));
+  const r = big(R.getPublicKey().subarray(1, 33)) % p256n;
+  const s = (modPow(k, p256n - 2n, p256n) * ((big(h) + r * d) % p256n)) % p256n;
+  const seq = Buffer.concat([derInt(r), derInt(s)]);
+  return Buffer.concat([Buffer.from([0x30, seq.length]), seq]).toString("base64");
+}
+// The verification key of private key dHex as SendGrid's settings show it:
+// the base64 of its SubjectPublicKeyInfo DER.
+function sendGridKey(dHex) {
+  const e = crypto.createECDH("prime256v1");
+  e.setPrivateKey(Buffer.from(dHex, "hex"));
+  return Buffer.concat([Buffer.from("3059301306072a8648ce3d020106082a8648ce3d030107034200", "hex"), e.getPublicKey()]).toString("base64");
+}
+
+// SendGrid's signed Event Webhook, www.twilio.com/docs/sendgrid/for-developers/
+// tracking-events/getting-started-event-webhook-security-features: ECDSA over
+// X-Twilio-Email-Event-Webhook-Timestamp + body.
+function sendgrid(name, { privateKey, signWith, timestamp, events, key }) {
+  const body = JSON.stringify(events);
+  const secret = sendGridKey(privateKey);
+  const signature = ecdsaSign(signWith || privateKey, String(timestamp) + body);
+  const ew = new SendGridEventWebhook();
+  const valid = ew.verifySignature(ew.convertPublicKeyToECDSA(secret), body, signature, String(timestamp));
+  const nodeValid = crypto.verify("sha256", Buffer.from(String(timestamp) + body),
+    { key: Buffer.from(secret, "base64"), format: "der", type: "spki", dsaEncoding: "der" }, Buffer.from(signature, "base64"));
+  if (valid === Boolean(signWith) || nodeValid !== valid) {
+    throw new Error(`sendgrid vector ${name}: the SDK says ${valid}, node:crypto ${nodeValid}`);
+  }
+  return { name, secret, now: timestamp, method: "POST", url: "https://hooks.example.com/sendgrid/events",
+    headers: { "Content-Type": "application/json", "User-Agent": "SendGrid Event API",
+      "X-Twilio-Email-Event-Webhook-Signature": signature, "X-Twilio-Email-Event-Webhook-Timestamp": String(timestamp) },
+    body, key, forged: Boolean(signWith) };
+}
+
+// HubSpot, developers.hubspot.com/docs/api/webhooks/validating-requests, v3:
+// base64 HMAC-SHA256(client secret, method + URI + body + timestamp in ms).
+// signedUrl is the URI signed, when it is not the one called (the guide's
+// decoded escapes).
+function hubspot(name, { secret, signWith, timestampMs, url, signedUrl, events, key }) {
+  const body = JSON.stringify(events);
+  const signed = { method: "POST", url: signedUrl || url, requestBody: body, timestamp: timestampMs };
+  const signature = HubSpotSignature.getSignature("POST", "v3", { ...signed, clientSecret: signWith || secret });
+  const realNow = Date.now;
+  Date.now = () => timestampMs + 1000;
+  let valid;
+  try {
+    valid = HubSpotSignature.isValid({ ...signed, signature, clientSecret: secret, signatureVersion: "v3" });
+  } finally {
+    Date.now = realNow;
+  }
+  if (valid === Boolean(signWith)) {
+    throw new Error(`hubspot vector ${name}: the SDK's isValid says ${valid}`);
+  }
+  return { name, secret, now: Math.floor(timestampMs / 1000), method: "POST", url,
+    headers: { "Content-Type": "application/json", "User-Agent": "HubSpot Connect 2.0 (http://dev.hubspot.com/) - WebhooksExecutorDaemon-executor",
+      "X-HubSpot-Signature-v3": signature, "X-HubSpot-Request-Timestamp": String(timestampMs), "X-HubSpot-Signature-Version": "v3" },
+    body, key, forged: Boolean(signWith) };
+}
+
 async function main() {
   const opened = { event: "opened", timestamp: 1796032799.329574, id: "DACSsAdVSeGpLid7TN03WA", "log-level": "info",
     recipient: "alice@example.com", "recipient-domain": "example.com", tags: ["my_tag_1"],
@@ -277,6 +384,43 @@ async function main() {
     await zoom("meeting.participant_joined", "zoom-s3cret-token", 1796032861, joined, zoomPayloadKey(joined)),
     await zoom("endpoint.url_validation", "zoom-s3cret-token", 1796032801, validation, zoomPayloadKey(validation)),
     await zoom("signed with another secret token", "zoom-s3cret-token", 1796032800, started, zoomPayloadKey(started), "other-token"),
+  ];
+
+  // Fixed test keys (never SendGrid's): private scalars in hex.
+  const sgKey = "c9afa9d845ba75166b5c215767b1d6934e50c3db36e89b127b8a622b120f6721";
+  const sgOther = "0f56db78ca460b055c500064824bed999a25aaf48ebb519ac201537b85479813";
+  const processed = { email: "alice@example.com", timestamp: 1796032790, "smtp-id": "<14c5d75ce93.dfd.64b469@ismtpd-555>",
+    event: "processed", category: ["cat facts"], sg_event_id: "rbtnWrG1DVDGGGFHFyun0A==", sg_message_id: "14c5d75ce93.dfd.64b469.filter0001.16648.5515E0B88.0" };
+  const delivered = { email: "alice@example.com", timestamp: 1796032795, "smtp-id": "<14c5d75ce93.dfd.64b469@ismtpd-555>",
+    event: "delivered", category: ["cat facts"], sg_event_id: "rWVYmVk90MjZJ9iohOBa3w==", sg_message_id: "14c5d75ce93.dfd.64b469.filter0001.16648.5515E0B88.0",
+    response: "250 OK", ip: "168.1.1.1", tls: 1 };
+  const click = { email: "bob@example.com", timestamp: 1796032799, event: "click", ip: "255.255.255.255",
+    useragent: "Mozilla/5.0 (Windows NT 5.1) AppleWebKit/537.36", url: "https://example.com/pão?x=1&y=2",
+    sg_event_id: "kCAi1KttyQdEKHhdC-nuEA", sg_message_id: "14c5d75ce93.dfd.64b469.filter0001.16648.5515E0B88.0", url_offset: { index: 0, type: "html" } };
+  vectors.sendgrid = [
+    sendgrid("one event: its sg_event_id", { privateKey: sgKey, timestamp: 1796032800, events: [processed], key: "rbtnWrG1DVDGGGFHFyun0A==" }),
+    sendgrid("unicode url in a click", { privateKey: sgKey, timestamp: 1796032801, events: [click], key: "kCAi1KttyQdEKHhdC-nuEA" }),
+    sendgrid("a batch of three: the body hash", { privateKey: sgKey, timestamp: 1796032802, events: [processed, delivered, click], key: "" }),
+    sendgrid("signed with another key", { privateKey: sgKey, signWith: sgOther, timestamp: 1796032800, events: [processed], key: "rbtnWrG1DVDGGGFHFyun0A==" }),
+  ];
+
+  const hsSecret = "yyyyyyyy-yyyy-yyyy-yyyy-yyyyyyyyyyyy";
+  const created = { eventId: 1796032800, subscriptionId: 234567, portalId: 62515, appId: 54321, occurredAt: 1796032799000,
+    subscriptionType: "contact.creation", attemptNumber: 0, objectId: 123, changeSource: "CRM", changeFlag: "NEW" };
+  const changed = { eventId: 1796032801, subscriptionId: 234568, portalId: 62515, appId: 54321, occurredAt: 1796032799500,
+    subscriptionType: "contact.propertyChange", attemptNumber: 0, objectId: 123, propertyName: "firstname", propertyValue: "João", changeSource: "CRM_UI", sourceId: "userId:45678" };
+  vectors.hubspot = [
+    hubspot("one event: its eventId", { secret: hsSecret, timestampMs: 1796032800123, url: "https://hooks.example.com/hubspot/webhooks",
+      events: [created], key: "1796032800" }),
+    hubspot("a retry: attemptNumber 1, signed again", { secret: hsSecret, timestampMs: 1796033100456, url: "https://hooks.example.com/hubspot/webhooks",
+      events: [{ ...created, attemptNumber: 1 }], key: "1796032800" }),
+    hubspot("a batch of two: the body hash", { secret: hsSecret, timestampMs: 1796032802000, url: "https://hooks.example.com/hubspot/webhooks?portal=62515",
+      events: [created, changed], key: "" }),
+    hubspot("escaped query, signed with the guide's escapes decoded", { secret: hsSecret, timestampMs: 1796032803000,
+      url: "https://hooks.example.com/hubspot/webhooks?cb=https%3A%2F%2Fexample.com%2Fa%3Bb&who=a%40b",
+      signedUrl: "https://hooks.example.com/hubspot/webhooks?cb=https://example.com/a;b&who=a@b", events: [changed], key: "1796032801" }),
+    hubspot("signed with another client secret", { secret: hsSecret, signWith: "zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz", timestampMs: 1796032800123,
+      url: "https://hooks.example.com/hubspot/webhooks", events: [created], key: "1796032800" }),
   ];
   process.stdout.write(JSON.stringify(vectors, null, 2) + "\n");
 }
