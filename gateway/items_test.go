@@ -47,8 +47,8 @@ func metaBatch(ids []string, perEntry int) string {
 // every request and counts the messages it gets, by id. It fails the ids
 // in failing.
 type metaBackend struct {
-	t      *testing.T
-	verify func(*http.Request, []byte) error // the forward signature's check
+	t       *testing.T
+	verify  func(*http.Request, []byte) error // the forward signature's check
 	mu      sync.Mutex
 	runs    map[string]int
 	ids     map[string]string // message id -> the webhook-id it came with
