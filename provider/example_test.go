@@ -442,5 +442,5 @@ func ExampleHubSpot() {
 	r.Header.Set("X-HubSpot-Signature-v3", base64.StdEncoding.EncodeToString(m.Sum(nil)))
 	key, _ := p.Key(r, body)
 	fmt.Println(p.Verify(r, body), key, p.ResponseTimeout)
-	// Output: <nil> 100 5s
+	// Output: <nil> 234567:100 5s
 }

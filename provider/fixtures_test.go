@@ -168,7 +168,7 @@ func fixtures(t testing.TB) []fixture {
 				body := `[{"eventId":1` + digits(id) + `,"subscriptionId":234567,"portalId":62515,"appId":54321,"occurredAt":1779999990000,"subscriptionType":"contact.creation","attemptNumber":` + attempt + `,"objectId":123,"changeSource":"CRM","changeFlag":"NEW"}]`
 				return hubSpotRequest("https://hooks.example.com", "/hubspot?portal=62515", at, secret, body)
 			},
-			key: func(id string) string { return "1" + digits(id) },
+			key: func(id string) string { return "234567:1" + digits(id) },
 		},
 		{
 			name: "ifood", bodySigned: true, cfg: provider.Config{Secrets: []string{"ifood-client-secret"}}, wrongSecret: "homologation-bad",

@@ -50,9 +50,12 @@ type HubSpotOptions struct {
 // signatures of X-HubSpot-Signature sign no timestamp, and HubSpot sends
 // v3 beside them.
 //
-// Key: the eventId of a body holding one event. A batch of several events
-// is keyed by its body hash, which a retry does not keep (each event's
-// attemptNumber grows), so Items (a "[*]" path keyed by eventId) has each
+// Key: "<subscriptionId>:<eventId>" of a body holding one event. HubSpot
+// documents that an eventId is not guaranteed to be unique, so the
+// subscription it came through is part of the key; both stay the same on
+// every retry of the event (attemptNumber grows). A batch of several events
+// is keyed by its body hash, which a retry does not keep, so Items (a
+// "[*]" path keyed by "{subscriptionId}:{eventId}", the same key) has each
 // event claimed on its own when the route runs items.
 //
 // Duplicates: the stored status (HubSpot counts any 2xx). Options:
@@ -75,9 +78,13 @@ func HubSpot(cfg Config) (*idemhook.Preset, error) {
 			return s.verifyHubSpot(keys, public, r, body)
 		},
 		Key: func(r *http.Request, body []byte) (string, error) {
-			return singleItemID(body, "eventId"), nil
+			sub, event := singleItemID(body, "subscriptionId"), singleItemID(body, "eventId")
+			if sub == "" || event == "" {
+				return "", nil
+			}
+			return sub + ":" + event, nil
 		},
-		Items: &idemhook.Items{Paths: []idemhook.ItemPath{{Path: "[*]", Key: "eventId"}}},
+		Items: &idemhook.Items{Paths: []idemhook.ItemPath{{Path: "[*]", Key: "{subscriptionId}:{eventId}"}}},
 	}, nil
 }
 

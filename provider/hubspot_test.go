@@ -135,8 +135,9 @@ func TestHubSpot(t *testing.T) {
 	})
 	t.Run("key and items", func(t *testing.T) {
 		for _, tt := range []struct{ body, want string }{
-			{body, "100"},
-			{`[{"eventId":"abc"}]`, "abc"},
+			{body, "1:100"},
+			{`[{"eventId":"abc","subscriptionId":"7"}]`, "7:abc"},
+			{`[{"eventId":"abc"}]`, ""}, // no subscription: the body hash
 			{`[{"eventId":1,"attemptNumber":0},{"eventId":2,"attemptNumber":0}]`, ""},
 			{`[]`, ""},
 			{`[{"objectId":1}]`, ""},
@@ -146,7 +147,7 @@ func TestHubSpot(t *testing.T) {
 				t.Errorf("Key(%s) = %q, %v; want %q", tt.body, got, err, tt.want)
 			}
 		}
-		want := idemhook.ItemPath{Path: "[*]", Key: "eventId"}
+		want := idemhook.ItemPath{Path: "[*]", Key: "{subscriptionId}:{eventId}"}
 		if p.Items == nil || len(p.Items.Paths) != 1 || p.Items.Paths[0] != want || p.Items.Mode != "" {
 			t.Fatalf("Items = %+v, want one path %+v", p.Items, want)
 		}

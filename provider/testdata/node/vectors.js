@@ -410,17 +410,17 @@ async function main() {
   const changed = { eventId: 1796032801, subscriptionId: 234568, portalId: 62515, appId: 54321, occurredAt: 1796032799500,
     subscriptionType: "contact.propertyChange", attemptNumber: 0, objectId: 123, propertyName: "firstname", propertyValue: "João", changeSource: "CRM_UI", sourceId: "userId:45678" };
   vectors.hubspot = [
-    hubspot("one event: its eventId", { secret: hsSecret, timestampMs: 1796032800123, url: "https://hooks.example.com/hubspot/webhooks",
-      events: [created], key: "1796032800" }),
+    hubspot("one event: its subscriptionId and eventId", { secret: hsSecret, timestampMs: 1796032800123, url: "https://hooks.example.com/hubspot/webhooks",
+      events: [created], key: "234567:1796032800" }),
     hubspot("a retry: attemptNumber 1, signed again", { secret: hsSecret, timestampMs: 1796033100456, url: "https://hooks.example.com/hubspot/webhooks",
-      events: [{ ...created, attemptNumber: 1 }], key: "1796032800" }),
+      events: [{ ...created, attemptNumber: 1 }], key: "234567:1796032800" }),
     hubspot("a batch of two: the body hash", { secret: hsSecret, timestampMs: 1796032802000, url: "https://hooks.example.com/hubspot/webhooks?portal=62515",
       events: [created, changed], key: "" }),
     hubspot("escaped query, signed with the guide's escapes decoded", { secret: hsSecret, timestampMs: 1796032803000,
       url: "https://hooks.example.com/hubspot/webhooks?cb=https%3A%2F%2Fexample.com%2Fa%3Bb&who=a%40b",
-      signedUrl: "https://hooks.example.com/hubspot/webhooks?cb=https://example.com/a;b&who=a@b", events: [changed], key: "1796032801" }),
+      signedUrl: "https://hooks.example.com/hubspot/webhooks?cb=https://example.com/a;b&who=a@b", events: [changed], key: "234568:1796032801" }),
     hubspot("signed with another client secret", { secret: hsSecret, signWith: "zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz", timestampMs: 1796032800123,
-      url: "https://hooks.example.com/hubspot/webhooks", events: [created], key: "1796032800" }),
+      url: "https://hooks.example.com/hubspot/webhooks", events: [created], key: "234567:1796032800" }),
   ];
   process.stdout.write(JSON.stringify(vectors, null, 2) + "\n");
 }
