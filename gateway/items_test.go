@@ -1,14 +1,20 @@
 package gateway_test
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -201,5 +207,85 @@ func TestGatewayItems(t *testing.T) {
 		if w := backend.ids[id]; w != "idem:whatsapp-queued:"+id {
 			t.Errorf("queued %s came with webhook-id %q", id, w)
 		}
+	}
+}
+
+// TestGatewaySendGridItems: SendGrid retries its Event Webhook's array
+// three times, each time with new events appended (as an array that kept
+// failing would grow); every sg_event_id reaches the backend exactly once,
+// through the sendgrid preset's signature check and items.
+func TestGatewaySendGridItems(t *testing.T) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	runs := map[string]int{}
+	requests := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var evs []struct {
+			ID string `json:"sg_event_id"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&evs); err != nil {
+			t.Errorf("backend: %v", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		requests++
+		for _, e := range evs {
+			runs[e.ID]++
+		}
+	}))
+	defer srv.Close()
+	url, _, _ := startGateway(t, sqliteRoutes(t, fmt.Sprintf(`  - path: /sendgrid
+    upstream: %s/events
+    source: sendgrid
+    provider: sendgrid
+    provider_options: {public_key: %s}
+`, srv.URL, base64.StdEncoding.EncodeToString(der))))
+	post := func(ids ...string) gatewaytest.Response {
+		var evs []string
+		for _, id := range ids {
+			evs = append(evs, fmt.Sprintf(`{"email":"example@test.com","timestamp":1513299569,"event":"delivered","sg_event_id":%q,"sg_message_id":"14c5d75ce93.dfd.64b469.filter0001.16648.5515E0B88.0"}`, id))
+		}
+		body := "[" + strings.Join(evs, ",") + "]"
+		ts := strconv.FormatInt(time.Now().Unix(), 10)
+		sum := sha256.Sum256([]byte(ts + body))
+		sig, err := ecdsa.SignASN1(rand.Reader, key, sum[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return gatewaytest.Post(t, url+"/sendgrid", body, "Content-Type", "application/json",
+			provider.SendGridTimestampHeader, ts, provider.SendGridSignatureHeader, base64.StdEncoding.EncodeToString(sig))
+	}
+	var all []string
+	for round := range 4 {
+		for i := range 5 {
+			all = append(all, fmt.Sprintf("sg-%d-%d", round, i))
+		}
+		if r := post(all...); r.Status != http.StatusOK {
+			t.Fatalf("round %d: %d %s", round, r.Status, r.Body)
+		}
+	}
+	if r := post(all[3], all[17], all[0]); r.Status != http.StatusOK || r.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("a copy of old events: %d, replayed %q", r.Status, r.Header.Get("Idempotent-Replayed"))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range all {
+		if runs[id] != 1 {
+			t.Errorf("%s reached the backend %d times, want 1", id, runs[id])
+		}
+	}
+	if len(runs) != len(all) || requests != len(all) {
+		t.Errorf("%d events in %d requests, want %d in %d (one request each, mode split)", len(runs), requests, len(all), len(all))
+	}
+	// A forged array claims nothing.
+	if r := gatewaytest.Post(t, url+"/sendgrid", `[{"sg_event_id":"sg-forged"}]`, provider.SendGridTimestampHeader, "1", provider.SendGridSignatureHeader, "Zm9yZ2Vk"); r.Status != http.StatusUnauthorized {
+		t.Errorf("forged: %d, want 401", r.Status)
 	}
 }
