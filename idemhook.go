@@ -26,6 +26,12 @@
 // Provider presets (package provider) add a key that survives the provider's
 // retries and a signature check that runs before anything is claimed.
 //
+// A provider that batches its events (Meta, SendGrid, HubSpot) retries the
+// whole batch when any part failed. A route with [Items] runs each item of
+// a batch once: each is claimed, stored and replayed under its own key, and
+// only the items not yet done reach the handler, one request each or all in
+// one ([ItemsSplit], [ItemsFilter]; see [BatchFromContext]).
+//
 // Every method but GET, HEAD and OPTIONS is a delivery. A GET, HEAD or
 // OPTIONS request passes through a route untouched: its body is not read,
 // nothing is claimed or stored, the handler runs every time and no outcome
