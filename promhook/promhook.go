@@ -51,6 +51,7 @@ type Metrics struct {
 	deliveries *prometheus.CounterVec
 	duration   *prometheus.HistogramVec
 	omitted    *prometheus.CounterVec
+	items      *prometheus.CounterVec
 	storeOps   *prometheus.HistogramVec
 	storeErrs  *prometheus.CounterVec
 	breaker    prometheus.Gauge
@@ -129,6 +130,10 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			Name: "idemhook_body_omitted_total",
 			Help: "Deliveries whose answer was over the route's MaxStoredBodyBytes, by source and outcome: processed (sent in full, stored without its body), replayed (an empty body replayed).",
 		}, []string{"source", "outcome"}),
+		items: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemhook_items_total",
+			Help: "Items of batched deliveries (Route.Items) by source and state: processed (run and stored), replayed (done before), failed (released for the provider's retry), in_flight (left to another delivery).",
+		}, []string{"source", "state"}),
 		storeOps: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "idemhook_store_operation_duration_seconds",
 			Help:    "Latency of store calls by operation (claim, complete, release, extend, get); calls skipped by the open breaker are not observed.",
@@ -158,7 +163,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		Help: "Always 1; the labels name the idemhook version and the Go release it was built with.",
 	}, []string{"version", "goversion"})
 	build.WithLabelValues(version, goVersion).Set(1)
-	for _, c := range []prometheus.Collector{m.deliveries, m.duration, m.omitted, m.storeOps, m.storeErrs, m.breaker, build} {
+	for _, c := range []prometheus.Collector{m.deliveries, m.duration, m.omitted, m.items, m.storeOps, m.storeErrs, m.breaker, build} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -202,6 +207,16 @@ func (m *Metrics) OnDelivery(d idemhook.DeliveryInfo) {
 	dm.duration.Observe(d.Duration.Seconds())
 	if d.BodyOmitted {
 		m.omitted.WithLabelValues(d.Source, string(d.Outcome)).Inc()
+	}
+	if it := d.Items; it != nil {
+		for _, c := range []struct {
+			state string
+			n     int
+		}{{"processed", it.Processed}, {"replayed", it.Replayed}, {"failed", it.Failed}, {"in_flight", it.InFlight}} {
+			if c.n > 0 {
+				m.items.WithLabelValues(d.Source, c.state).Add(float64(c.n))
+			}
+		}
 	}
 }
 

@@ -112,6 +112,37 @@ func TestRegisterCountsOmittedBodies(t *testing.T) {
 	}
 }
 
+// The items of batched deliveries are counted by state.
+func TestRegisterCountsItems(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	opts, _, err := promhook.Register(reg, idemhook.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	route := memRoute(t, opts, idemhook.Route{Source: "sendgrid", Items: &idemhook.Items{Paths: []idemhook.ItemPath{{Path: "[*]", Key: "id"}}}})
+	h := route(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if b, _ := io.ReadAll(r.Body); strings.Contains(string(b), `"c"`) {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	deliver(t, h, `[{"id":"a"},{"id":"b"},{"id":"c"}]`) // a, b processed; c failed
+	deliver(t, h, `[{"id":"a"},{"id":"b"}]`)            // both replayed
+	for _, tt := range []struct {
+		give string
+		want float64
+	}{
+		{`idemhook_items_total{source="sendgrid",state="processed"}`, 2},
+		{`idemhook_items_total{source="sendgrid",state="replayed"}`, 2},
+		{`idemhook_items_total{source="sendgrid",state="failed"}`, 1},
+		{`idemhook_deliveries_total{source="sendgrid",outcome="failed_released"}`, 1},
+		{`idemhook_deliveries_total{source="sendgrid",outcome="replayed"}`, 1},
+	} {
+		if got := sample(t, reg, tt.give); got != tt.want {
+			t.Errorf("%s = %v, want %v", tt.give, got, tt.want)
+		}
+	}
+}
+
 func TestRegisterStoreDownOpensBreaker(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	opts, _, err := promhook.Register(reg, idemhook.Options{BreakerThreshold: 2, BreakerCooldown: time.Hour})
