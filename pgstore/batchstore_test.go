@@ -4,12 +4,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"net"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhook/idemhook"
@@ -207,4 +210,44 @@ func BenchmarkClaimBatch1000(b *testing.B) {
 	}
 	rt, _ := trips.counts()
 	b.ReportMetric(float64(rt)/float64(round), "roundtrips/op")
+}
+
+// TestBatchStatementRejected checks the failure path of a batch: a
+// statement the server rejects (here a claim that waits past lock_timeout
+// for a row another transaction inserted and holds) rolls the batch back,
+// and each op then runs alone, so that the other ops of the batch get
+// their own outcome and only the rejected one fails.
+func TestBatchStatementRejected(t *testing.T) {
+	pool := pgtest.PoolConfig(t, func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.RuntimeParams["lock_timeout"] = "200ms"
+	})
+	st := newStore(t, pool, pgstore.Config{})
+	ctx := t.Context()
+	ops := batchOps(3)
+	// Another transaction inserts the middle key and keeps it uncommitted:
+	// the batch's INSERT of that key waits for it.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck // rolled back on purpose
+	if _, err := tx.Exec(ctx, `INSERT INTO `+pgx.Identifier{st.Table()}.Sanitize()+` (key, value, expires_at) VALUES ($1, '\x00'::bytea, now() + interval '1 hour')`, []byte(ops[1].Key)); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.ClaimBatch(ctx, ops, time.Minute); err != nil {
+		t.Fatalf("ClaimBatch: %v; want the rejected statement to be its op's error", err)
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(ops[1].Err, &pgErr) || pgErr.Code != "55P03" {
+		t.Fatalf("ClaimBatch op on the locked key: got %v, want lock_timeout (55P03)", ops[1].Err)
+	}
+	for _, i := range []int{0, 2} {
+		if ops[i].Err != nil || ops[i].Existing != nil || ops[i].Fence == 0 {
+			t.Fatalf("ClaimBatch op %d beside the rejected one: existing %v, fence %d, err %v; want its claim stored", i, ops[i].Existing, ops[i].Fence, ops[i].Err)
+		}
+		got, err := st.Get(ctx, ops[i].Key)
+		if err != nil || got == nil || got.Token != ops[i].Claim.Token {
+			t.Fatalf("Get(%q) after ClaimBatch: %v, %v; want the op's claim", ops[i].Key, got, err)
+		}
+	}
 }
