@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -321,4 +322,118 @@ func BenchmarkClaimBatch1000(b *testing.B) {
 	}
 	pipelines, singles, _ := trips.counts()
 	b.ReportMetric(float64(pipelines+singles)/float64(round), "roundtrips/op")
+}
+
+// TestWaitReplicasBatch is TestWaitReplicas for the batched calls, on each
+// client: acknowledged, the replica holds every op's write when the batch
+// returns; short, each stored claim is released and each completion stays
+// on the master, every such op with the error its single call would have
+// returned, while the ops that wrote nothing (a claim that found a record,
+// a complete of another's claim) are not judged by the count.
+func TestWaitReplicasBatch(t *testing.T) {
+	master := redistest.StartServer(t)
+	replica := redistest.StartReplica(t, master.Addr())
+	mc := redis.NewClient(&redis.Options{Addr: master.Addr()})
+	t.Cleanup(func() { mc.Close() })
+	rc := redis.NewClient(&redis.Options{Addr: replica.Addr()})
+	t.Cleanup(func() { rc.Close() })
+	acked := redisstore.Config{WaitReplicas: 1, WaitTimeout: 2 * time.Second}
+	short := redisstore.Config{WaitReplicas: 2, WaitTimeout: 20 * time.Millisecond} // there is one replica
+	encode := func(r *idemhook.Record) string {
+		b, err := r.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	get := func(t *testing.T, c *redis.Client, key string) string {
+		t.Helper()
+		v, err := c.Get(t.Context(), key).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			t.Fatal(err)
+		}
+		return v
+	}
+	const shortText = "fewer replicas acknowledged the write than Config.WaitReplicas asks: 1 of 2 within 20ms (WAIT)"
+	for _, kind := range waitKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			ctx := t.Context()
+			plain := kind.store(t, master.Addr(), redisstore.Config{})
+			prefix := "idem:batchwait:" + kind.name + ":"
+
+			st := kind.store(t, master.Addr(), acked)
+			ops := batchOps(prefix+"acked:", 20)
+			if err := st.ClaimBatch(ctx, ops, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			noOpErrs(t, "acknowledged ClaimBatch", ops)
+			for _, op := range ops {
+				if got := get(t, rc, op.Key); got != encode(op.Claim) {
+					t.Fatalf("the replica holds %q for %q after ClaimBatch returned, want the claim", got, op.Key)
+				}
+			}
+			for i := range ops {
+				ops[i].Done = completedRecord(ops[i].Claim)
+			}
+			if err := st.CompleteBatch(ctx, ops, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			noOpErrs(t, "acknowledged CompleteBatch", ops)
+			for _, op := range ops {
+				if got := get(t, rc, op.Key); got != encode(op.Done) {
+					t.Fatalf("the replica holds %q for %q after CompleteBatch returned, want the record", got, op.Key)
+				}
+			}
+
+			st = kind.store(t, master.Addr(), short)
+			// A completed key among new ones: its op finds the record.
+			done := batchOps(prefix+"done:", 1)
+			if err := plain.ClaimBatch(ctx, done, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			if err := plain.Complete(ctx, done[0].Key, done[0].Claim, completedRecord(done[0].Claim), time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			ops = append(batchOps(prefix+"short:", 5), idemhook.BatchOp{Key: done[0].Key, Claim: pendingRecord()})
+			if err := st.ClaimBatch(ctx, ops, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			for _, op := range ops[:5] {
+				want := "redisstore: claim " + op.Key + ": " + shortText + "; the claim was released"
+				if op.Err == nil || op.Err.Error() != want || !errors.Is(op.Err, redisstore.ErrReplicasShort) {
+					t.Fatalf("short ClaimBatch op: got %v\nwant %q", op.Err, want)
+				}
+				if v := get(t, mc, op.Key); v != "" {
+					t.Fatalf("the master holds %q after a short ClaimBatch, want the claim released", v)
+				}
+			}
+			if last := ops[5]; last.Err != nil || last.Existing == nil || last.Existing.State != idemhook.StateCompleted {
+				t.Fatalf("short ClaimBatch op on a completed key: %v, %v; want the record and no error", last.Existing, last.Err)
+			}
+
+			ops = batchOps(prefix+"complete:", 4)
+			if err := plain.ClaimBatch(ctx, ops, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			ops[3].Claim = pendingRecord() // not the owner
+			for i := range ops {
+				ops[i].Done = completedRecord(ops[i].Claim)
+			}
+			if err := st.CompleteBatch(ctx, ops, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			for _, op := range ops[:3] {
+				want := "redisstore: complete " + op.Key + ": " + shortText + "; the record is written on the master, but a failover now may lose it"
+				if op.Err == nil || op.Err.Error() != want || !errors.Is(op.Err, redisstore.ErrReplicasShort) {
+					t.Fatalf("short CompleteBatch op: got %v\nwant %q", op.Err, want)
+				}
+				if v := get(t, mc, op.Key); v != encode(op.Done) {
+					t.Fatalf("the master holds %q after a short CompleteBatch, want the record", v)
+				}
+			}
+			if err := ops[3].Err; !errors.Is(err, idemhook.ErrNotOwner) || errors.Is(err, redisstore.ErrReplicasShort) {
+				t.Fatalf("CompleteBatch op of another's claim: got %v, want ErrNotOwner alone", err)
+			}
+		})
+	}
 }
