@@ -76,7 +76,7 @@ type batchConn interface {
 
 // batchFailure returns the error every reply of res failed with when none
 // reached Redis, and nil otherwise.
-func (s *Store) batchFailure(bc batchConn, res multiResult) error {
+func batchFailure(bc batchConn, res multiResult) error {
 	if len(res.replies) == 0 {
 		return nil
 	}
@@ -121,7 +121,7 @@ func (s *Store) ClaimBatch(ctx context.Context, ops []idemhook.BatchOp, lease ti
 	if err != nil {
 		return batchError("claim", len(ops), err)
 	}
-	bc := s.conn.(batchConn)
+	bc := s.conn
 	idx := make([]int, 0, len(ops))
 	keys := make([]string, 0, len(ops))
 	vals := make([][]byte, 0, len(ops))
@@ -140,7 +140,7 @@ func (s *Store) ClaimBatch(ctx context.Context, ops []idemhook.BatchOp, lease ti
 		return nil
 	}
 	res := bc.setNXGetMany(ctx, keys, vals, ms, s.wait)
-	if err := s.batchFailure(bc, res); err != nil {
+	if err := batchFailure(bc, res); err != nil {
 		return batchError("claim", len(ops), err)
 	}
 	ac := ackCheck{s: s, res: &res}
@@ -224,9 +224,9 @@ func (s *Store) runCASBatch(ctx context.Context, name string, sc *script, ops []
 	if len(keys) == 0 {
 		return nil
 	}
-	bc := s.conn.(batchConn)
+	bc := s.conn
 	res := bc.evalMany(ctx, sc, keys, argv, w)
-	if err := s.batchFailure(bc, res); err != nil {
+	if err := batchFailure(bc, res); err != nil {
 		return batchError(name, len(ops), err)
 	}
 	ac := ackCheck{s: s, res: &res}

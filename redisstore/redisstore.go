@@ -231,6 +231,8 @@ type conn interface {
 	// error that depends on it.
 	version(ctx context.Context) (string, error)
 	close()
+	// The batched calls' commands (batchstore.go).
+	batchConn
 }
 
 // New returns a store that keeps its records through client. The caller
