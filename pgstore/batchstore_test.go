@@ -7,7 +7,9 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -254,6 +256,53 @@ func TestBatchStatementRejected(t *testing.T) {
 		got, err := st.Get(ctx, ops[i].Key)
 		if err != nil || got == nil || got.Token != ops[i].Claim.Token {
 			t.Fatalf("Get(%q) after ClaimBatch: %v, %v; want the op's claim", ops[i].Key, got, err)
+		}
+	}
+}
+
+// TestBatchUnreachable checks that a batch that can't reach the server
+// fails as a whole: the call's own error, which the middleware applies to
+// every op.
+func TestBatchUnreachable(t *testing.T) {
+	var down atomic.Bool
+	pool := pgtest.PoolConfig(t, func(cfg *pgxpool.Config) {
+		dial := cfg.ConnConfig.DialFunc
+		cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if down.Load() {
+				return nil, errors.New("test: the server is down")
+			}
+			return dial(ctx, network, addr)
+		}
+	})
+	st := newStore(t, pool, pgstore.Config{})
+	ctx := t.Context()
+	ops := batchOps(10)
+	if err := st.ClaimBatch(ctx, ops, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	down.Store(true)
+	pool.Reset() // close every connection: the next call must dial
+	for i := range ops {
+		ops[i].Done = &idemhook.Record{State: idemhook.StateCompleted, Status: 200}
+	}
+	for name, call := range map[string]func() error{
+		"ClaimBatch":    func() error { return st.ClaimBatch(ctx, batchOps(10), time.Minute) },
+		"CompleteBatch": func() error { return st.CompleteBatch(ctx, ops, time.Hour) },
+		"ReleaseBatch":  func() error { return st.ReleaseBatch(ctx, ops) },
+		"ExtendBatch":   func() error { return st.ExtendBatch(ctx, ops, time.Minute) },
+	} {
+		err := call()
+		if err == nil || !strings.Contains(err.Error(), "the server is down") {
+			t.Fatalf("%s with the server down: got %v, want the batch's error", name, err)
+		}
+	}
+	down.Store(false)
+	if err := st.CompleteBatch(ctx, ops, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	for i, op := range ops {
+		if op.Err != nil {
+			t.Fatalf("CompleteBatch op %d once the server is back: %v; the failed batches must have changed nothing", i, op.Err)
 		}
 	}
 }

@@ -437,3 +437,35 @@ func TestWaitReplicasBatch(t *testing.T) {
 		})
 	}
 }
+
+// TestBatchUnreachable checks that a batch that reaches no server fails as
+// a whole: the call's own error, which the middleware applies to every op.
+func TestBatchUnreachable(t *testing.T) {
+	srv := redistest.StartServer(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { client.Close() })
+	st, err := redisstore.New(client, redisstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	ops := batchOps("idem:down:", 10)
+	if err := st.ClaimBatch(ctx, ops, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+	for i := range ops {
+		ops[i].Done = completedRecord(ops[i].Claim)
+	}
+	for name, call := range map[string]func() error{
+		"ClaimBatch":    func() error { return st.ClaimBatch(ctx, batchOps("idem:down:new:", 10), time.Minute) },
+		"CompleteBatch": func() error { return st.CompleteBatch(ctx, ops, time.Hour) },
+		"ReleaseBatch":  func() error { return st.ReleaseBatch(ctx, ops) },
+		"ExtendBatch":   func() error { return st.ExtendBatch(ctx, ops, time.Minute) },
+	} {
+		err := call()
+		if err == nil || !strings.Contains(err.Error(), "batch of 10") {
+			t.Fatalf("%s against a stopped server: got %v, want the batch's error", name, err)
+		}
+	}
+}
