@@ -117,16 +117,26 @@ func (b *batcher) exec(batch []*op) {
 	}
 	ctx, cancel := deadline.Context()
 	defer cancel()
+	runBatch(ctx, b.pool, live) //nolint:errcheck // every statement carries its own error
+}
+
+// runBatch runs live as one pgx.Batch (one round trip, one implicit
+// transaction), its statements in key order (stable: the statements of one
+// key in the order given), or the one statement alone. When the server
+// rejected a statement, which rolls the batch back, each statement runs
+// again on its own. Any other error (the connection broke, ctx ended) is
+// every statement's error, and runBatch returns it too: the statements'
+// outcome is then unknown.
+func runBatch(ctx context.Context, pool *pgxpool.Pool, live []*op) error {
 	if len(live) == 1 {
-		b.run(ctx, live[0])
-		return
+		return runOne(ctx, pool, live[0])
 	}
 	slices.SortStableFunc(live, func(x, y *op) int { return bytes.Compare(x.key, y.key) })
 	var pb pgx.Batch
 	for _, o := range live {
 		pb.Queue(o.sql, o.args...)
 	}
-	br := b.pool.SendBatch(ctx, &pb)
+	br := pool.SendBatch(ctx, &pb)
 	var failed error
 	for _, o := range live {
 		if o.query {
@@ -144,29 +154,36 @@ func (b *batcher) exec(batch []*op) {
 		failed = err // the commit
 	}
 	if failed == nil {
-		return
+		return nil
 	}
 	var pgErr *pgconn.PgError
 	if !errors.As(failed, &pgErr) {
 		for _, o := range live {
 			o.value, o.fence, o.n, o.err = nil, 0, 0, failed
 		}
-		return
+		return failed
 	}
 	// The server rejected a statement, so it rolled the batch back: run
 	// each statement again, alone.
 	for _, o := range live {
 		o.value, o.fence, o.n, o.err = nil, 0, 0, nil
-		b.run(ctx, o)
+		runOne(ctx, pool, o) //nolint:errcheck // each statement carries its own error
 	}
+	return nil
 }
 
-// run runs o as a statement of its own.
-func (b *batcher) run(ctx context.Context, o *op) {
+// runOne runs o as a statement of its own and returns its error when it
+// is not the server's (the connection's, ctx's).
+func runOne(ctx context.Context, pool *pgxpool.Pool, o *op) error {
 	if o.query {
-		o.err = o.scan(b.pool.QueryRow(ctx, o.sql, o.args...))
-		return
+		o.err = o.scan(pool.QueryRow(ctx, o.sql, o.args...))
+	} else {
+		tag, err := pool.Exec(ctx, o.sql, o.args...)
+		o.n, o.err = tag.RowsAffected(), err
 	}
-	tag, err := b.pool.Exec(ctx, o.sql, o.args...)
-	o.n, o.err = tag.RowsAffected(), err
+	var pgErr *pgconn.PgError
+	if o.err != nil && !errors.As(o.err, &pgErr) && !errors.Is(o.err, pgx.ErrNoRows) {
+		return o.err
+	}
+	return nil
 }

@@ -19,6 +19,15 @@
 //     exactly the encoded pending record. Its owner token is unique to the
 //     claim, which makes byte equality ownership.
 //   - Get is one SELECT, Delete one DELETE.
+//   - The store is an [idemhook.BatchStore]: ClaimBatch, CompleteBatch,
+//     ReleaseBatch and ExtendBatch send the statement of the single call
+//     once per op, with the same arguments, as one pgx.Batch: one round
+//     trip and one commit for a batched delivery of 1,000 items or more
+//     (one more round trip the first time a connection prepares the
+//     statement). The statements run in key order, so that concurrent
+//     batches never deadlock; two ops on one key act as two calls in the
+//     batch's order. See batchstore.go, which also says why a batch of the
+//     single statements and not one statement over arrays.
 //
 // Expiry is decided by the database's clock (statement_timestamp()), never by
 // the Go process's. So gateways whose clocks disagree still agree on when a

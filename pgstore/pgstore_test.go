@@ -44,8 +44,21 @@ func newStore(tb testing.TB, pool *pgxpool.Pool, cfg pgstore.Config) *pgstore.St
 func TestConformance(t *testing.T) {
 	pool := pgtest.Pool(t)
 	storetest.Run(t, storetest.Harness{
-		New: func(tb testing.TB) idemhook.Store { return newStore(tb, pool, pgstore.Config{}) },
+		New:     func(tb testing.TB) idemhook.Store { return newStore(tb, pool, pgstore.Config{}) },
+		Corrupt: corruptWith(pool),
 	})
+}
+
+// corruptWith is a Harness.Corrupt that writes a value that is no record
+// into the store's table through pool, live for an hour.
+func corruptWith(pool *pgxpool.Pool) func(tb testing.TB, st idemhook.Store, key string) {
+	return func(tb testing.TB, st idemhook.Store, key string) {
+		tb.Helper()
+		table := pgx.Identifier{st.(*pgstore.Store).Table()}.Sanitize()
+		if _, err := pool.Exec(tb.Context(), `INSERT INTO `+table+` (key, value, expires_at) VALUES ($1, '\xff00'::bytea, now() + interval '1 hour')`, []byte(key)); err != nil {
+			tb.Fatal(err)
+		}
+	}
 }
 
 // TestConformanceBatch runs the conformance suite with Config.Batch, whose
@@ -53,7 +66,8 @@ func TestConformance(t *testing.T) {
 func TestConformanceBatch(t *testing.T) {
 	pool := pgtest.Pool(t)
 	storetest.Run(t, storetest.Harness{
-		New: func(tb testing.TB) idemhook.Store { return newStore(tb, pool, pgstore.Config{Batch: true}) },
+		New:     func(tb testing.TB) idemhook.Store { return newStore(tb, pool, pgstore.Config{Batch: true}) },
+		Corrupt: corruptWith(pool),
 	})
 }
 

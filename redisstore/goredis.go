@@ -154,3 +154,81 @@ func (c *goredisConn) close() {
 		c.batch.close()
 	}
 }
+
+// setNXGetMany sends a SET NX GET PX per key as one pipeline, which a
+// Cluster client splits by node (see batchstore.go).
+func (c *goredisConn) setNXGetMany(ctx context.Context, keys []string, vals [][]byte, ms int64, w *waiting) multiResult {
+	cmds := make([]*redis.StringCmd, len(keys))
+	pipe := c.client.Pipeline()
+	for i, key := range keys {
+		cmds[i] = redis.NewStringCmd(ctx, "set", key, vals[i], "nx", "get", "px", ms)
+		pipe.Process(ctx, cmds[i]) //nolint:errcheck // a pipeline's Process only queues
+	}
+	res := multiResult{replies: make([]multiReply, len(keys))}
+	res.acks[0] = c.execWait(ctx, pipe, w)
+	for i, cmd := range cmds {
+		r := &res.replies[i]
+		r.val, r.found, r.err = stringReply(cmd, cmd.Err())
+	}
+	return res
+}
+
+// evalMany sends an EVALSHA of sc per key as one pipeline, which a Cluster
+// client splits by node, and those a server answered NOSCRIPT again as
+// EVAL, in a second one (see batchstore.go).
+func (c *goredisConn) evalMany(ctx context.Context, sc *script, keys []string, args [][]any, w *waiting) multiResult {
+	res := multiResult{replies: make([]multiReply, len(keys))}
+	cmds := make([]*redis.Cmd, len(keys))
+	pipe := c.client.Pipeline()
+	for i, key := range keys {
+		cmds[i] = redis.NewCmd(ctx, append([]any{"evalsha", sc.sha1(), 1, key}, args[i]...)...)
+		pipe.Process(ctx, cmds[i]) //nolint:errcheck // a pipeline's Process only queues
+	}
+	res.acks[0] = c.execWait(ctx, pipe, w)
+	var again []int
+	for i, cmd := range cmds {
+		if isNoScript(cmd.Err()) {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		// Not cached on a server yet: EVAL sends and caches the script.
+		pipe = c.client.Pipeline()
+		for _, i := range again {
+			cmds[i] = redis.NewCmd(ctx, append([]any{"eval", sc.src, 1, keys[i]}, args[i]...)...)
+			pipe.Process(ctx, cmds[i]) //nolint:errcheck // a pipeline's Process only queues
+			res.replies[i].pipe = 1
+		}
+		res.acks[1] = c.execWait(ctx, pipe, w)
+	}
+	for i, cmd := range cmds {
+		r := &res.replies[i]
+		if r.err = cmd.Err(); r.err == nil {
+			r.n, r.err = cmd.Int64()
+		}
+	}
+	return res
+}
+
+// execWait sends pipe, followed by w's WAIT when w is not nil (New accepts
+// a w only with a *redis.Client, which sends a pipeline on one
+// connection), and returns the WAIT's answer. Every command of pipe
+// carries its own error.
+func (c *goredisConn) execWait(ctx context.Context, pipe redis.Pipeliner, w *waiting) acks {
+	var wc redis.Cmder
+	if w != nil {
+		wc = w.goredisCmd(ctx)
+		pipe.Process(ctx, wc) //nolint:errcheck // a pipeline's Process only queues
+	}
+	pipe.Exec(ctx) //nolint:errcheck // every command carries its own error
+	if w == nil {
+		return acks{}
+	}
+	return w.goredisAcks(wc)
+}
+
+// isReply reports whether err is an error reply of Redis.
+func (c *goredisConn) isReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
+}

@@ -17,6 +17,16 @@
 //     equality is ownership.
 //   - Get is GET, Delete is DEL.
 //
+// The store is an [idemhook.BatchStore]: ClaimBatch, CompleteBatch,
+// ReleaseBatch and ExtendBatch send the same command per op (SET NX GET
+// PX, or the script), all in one pipeline (go-redis's Pipeline, rueidis's
+// DoMulti). A Cluster client splits it by node and sends the parts at
+// once, so a batch of the middleware's batched delivery (up to 1,000 items
+// or more) costs one round trip per master it touches, whatever its keys'
+// slots; a script a server has not cached costs one more (EVAL), and with
+// [Config.WaitReplicas] the pipeline ends with one WAIT. Two ops on one key
+// act as two calls in the batch's order. See batchstore.go.
+//
 // Keys are the middleware's store keys ("idem:<source>:<key>", the NestJS
 // guard's format) with an optional [Config.Prefix], or with
 // [Config.CompactKeys] a 24-character digest of them. Values are
@@ -221,6 +231,8 @@ type conn interface {
 	// error that depends on it.
 	version(ctx context.Context) (string, error)
 	close()
+	// The batched calls' commands (batchstore.go).
+	batchConn
 }
 
 // New returns a store that keeps its records through client. The caller

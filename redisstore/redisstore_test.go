@@ -53,8 +53,20 @@ func newStoreWith(tb testing.TB, client *redis.Client, cfg redisstore.Config) *r
 func TestConformance(t *testing.T) {
 	client := redistest.Client(t)
 	storetest.Run(t, storetest.Harness{
-		New: func(tb testing.TB) idemhook.Store { return newStore(tb, client) },
+		New:     func(tb testing.TB) idemhook.Store { return newStore(tb, client) },
+		Corrupt: corruptWith(client),
 	})
+}
+
+// corruptWith is a Harness.Corrupt that stores a value that is no record
+// through client, under the store's Redis key.
+func corruptWith(client redis.UniversalClient) func(tb testing.TB, st idemhook.Store, key string) {
+	return func(tb testing.TB, st idemhook.Store, key string) {
+		tb.Helper()
+		if err := client.Set(tb.Context(), st.(*redisstore.Store).Key(key), "\x01\x02", time.Hour).Err(); err != nil {
+			tb.Fatal(err)
+		}
+	}
 }
 
 // TestConformanceCompactKeys runs the suite with Config.CompactKeys: the
@@ -80,6 +92,7 @@ func privateServerHarness(client redis.UniversalClient) storetest.Harness {
 			}
 			return st
 		},
+		Corrupt: corruptWith(client),
 	}
 }
 

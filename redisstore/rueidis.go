@@ -63,16 +63,9 @@ func (c rueidisConn) setNXGet(ctx context.Context, key string, val []byte, ms in
 }
 
 func (c rueidisConn) eval(ctx context.Context, sc *script, key string, w *waiting, args ...any) (int64, acks, error) {
-	argv := make([]string, len(args))
-	for i, a := range args {
-		switch a := a.(type) {
-		case []byte:
-			argv[i] = rueidis.BinaryString(a)
-		case int64:
-			argv[i] = strconv.FormatInt(a, 10)
-		default:
-			return 0, acks{}, fmt.Errorf("redisstore: script argument of type %T", a)
-		}
+	argv, err := rueidisArgs(args)
+	if err != nil {
+		return 0, acks{}, err
 	}
 	if w == nil {
 		n, err := sc.rueidis.Exec(ctx, c.client, []string{key}, argv).AsInt64()
@@ -142,4 +135,109 @@ func bytesOf(r rueidis.RedisResult) ([]byte, bool, error) {
 		return nil, false, nil
 	}
 	return val, err == nil, err
+}
+
+// setNXGetMany sends a SET NX GET PX per key as one DoMulti, which a
+// Cluster client splits by node (see batchstore.go).
+func (c rueidisConn) setNXGetMany(ctx context.Context, keys []string, vals [][]byte, ms int64, w *waiting) multiResult {
+	cmds := make(rueidis.Commands, 0, len(keys)+1)
+	for i, key := range keys {
+		cmds = append(cmds, c.client.B().Set().Key(key).Value(rueidis.BinaryString(vals[i])).Nx().Get().PxMilliseconds(ms).Build())
+	}
+	res := multiResult{replies: make([]multiReply, len(keys))}
+	out := c.doWait(ctx, cmds, w, &res.acks[0])
+	for i := range keys {
+		r := &res.replies[i]
+		r.val, r.found, r.err = bytesOf(out[i])
+	}
+	return res
+}
+
+// evalMany sends an EVALSHA of sc per key as one DoMulti, and those a
+// server answered NOSCRIPT again as EVAL, in a second one (see
+// batchstore.go).
+func (c rueidisConn) evalMany(ctx context.Context, sc *script, keys []string, args [][]any, w *waiting) multiResult {
+	res := multiResult{replies: make([]multiReply, len(keys))}
+	argv := make([][]string, len(keys))
+	cmds := make(rueidis.Commands, 0, len(keys)+1)
+	for i, key := range keys {
+		a, err := rueidisArgs(args[i])
+		if err != nil {
+			res.replies[i].err = err // never the case: the store passes []byte and int64
+			continue
+		}
+		argv[i] = a
+		cmds = append(cmds, c.client.B().Evalsha().Sha1(sc.sha1()).Numkeys(1).Key(key).Arg(a...).Build())
+	}
+	out := c.doWait(ctx, cmds, w, &res.acks[0])
+	results := make([]rueidis.RedisResult, len(keys))
+	var again []int
+	for i, k := 0, 0; i < len(keys); i++ {
+		if argv[i] == nil {
+			continue
+		}
+		results[i] = out[k]
+		k++
+		if rerr, ok := rueidis.IsRedisErr(results[i].Error()); ok && rerr.IsNoScript() {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		// Not cached on a server yet: EVAL sends and caches the script.
+		cmds = make(rueidis.Commands, 0, len(again)+1)
+		for _, i := range again {
+			cmds = append(cmds, c.client.B().Eval().Script(sc.src).Numkeys(1).Key(keys[i]).Arg(argv[i]...).Build())
+			res.replies[i].pipe = 1
+		}
+		out = c.doWait(ctx, cmds, w, &res.acks[1])
+		for k, i := range again {
+			results[i] = out[k]
+		}
+	}
+	for i := range keys {
+		if argv[i] == nil {
+			continue
+		}
+		r := &res.replies[i]
+		r.n, r.err = results[i].AsInt64()
+	}
+	return res
+}
+
+// doWait sends cmds as one DoMulti, followed by w's WAIT when w is not nil
+// (rueidis sends a DoMulti holding a blocking command on one dedicated
+// connection, in order), and sets ack to the WAIT's answer. It returns
+// the results of cmds.
+func (c rueidisConn) doWait(ctx context.Context, cmds rueidis.Commands, w *waiting, ack *acks) []rueidis.RedisResult {
+	if w != nil {
+		cmds = append(cmds, w.rueidisCmd(c.client))
+	}
+	out := c.client.DoMulti(ctx, cmds...)
+	if w != nil {
+		*ack = w.rueidisAcks(out[len(out)-1])
+		out = out[:len(out)-1]
+	}
+	return out
+}
+
+// rueidisArgs is a script's arguments as rueidis takes them.
+func rueidisArgs(args []any) ([]string, error) {
+	argv := make([]string, len(args))
+	for i, a := range args {
+		switch a := a.(type) {
+		case []byte:
+			argv[i] = rueidis.BinaryString(a)
+		case int64:
+			argv[i] = strconv.FormatInt(a, 10)
+		default:
+			return nil, fmt.Errorf("redisstore: script argument of type %T", a)
+		}
+	}
+	return argv, nil
+}
+
+// isReply reports whether err is an error reply of Redis.
+func (rueidisConn) isReply(err error) bool {
+	_, ok := rueidis.IsRedisErr(err)
+	return ok
 }

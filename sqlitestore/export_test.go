@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"testing"
+	"time"
 )
 
 // SweepFrom exposes one run of the background sweeper to the tests.
@@ -75,6 +76,21 @@ func (q *Queue) FillQueue(ctx context.Context, route string, n int) error {
 			return 0, err
 		}
 		return res.RowsAffected()
+	})
+	return err
+}
+
+// PutRaw writes value under key into the file as it is, live for life by
+// the store's clock, through the writer: a test's way to plant a value
+// that is no record. A store holding its claims in memory is told the key
+// may have a row, so that its claims read the file.
+func (s *Store) PutRaw(ctx context.Context, key string, value []byte, life time.Duration) error {
+	if h, ok := s.mode.(*heldStore); ok {
+		h.filter.added(key)
+	}
+	_, err := s.file.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+		_, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO idem_keys (key, value, expires_at) VALUES (?1, ?2, ?3)`, key, value, s.file.expiry(life))
+		return 0, err
 	})
 	return err
 }

@@ -293,51 +293,70 @@ func (h *heldStore) claim(ctx context.Context, key string, value []byte, lease t
 // claim and the record's write run on the writer's goroutine, in one order
 // with Delete.
 func (h *heldStore) complete(ctx context.Context, key string, old, value []byte, ttl time.Duration, also func(ctx context.Context, tx *sql.Tx) error) error {
-	sh := h.shard(key)
-	var mine *heldClaim // the claim this call marked completing
-	var expiresAt int64 // the record's, as written
-	run := func(ctx context.Context, tx *sql.Tx) (int64, error) {
-		sh.mu.Lock()
-		if mine == nil { // not on a second run of the write (see writer.run)
-			mine = sh.owned(key, old, h.nowMillis())
-			if mine != nil {
-				mine.completing = true
-			}
-		}
-		sh.mu.Unlock()
-		if mine == nil {
-			return 0, nil
-		}
-		expiresAt = h.expiry(ttl)
-		h.filter.added(key) // before the commit (see filter.go)
-		_, err := tx.StmtContext(ctx, h.putStmt).ExecContext(ctx, key, value, expiresAt)
-		if err == nil && also != nil {
-			err = also(ctx, tx)
-		}
-		if err != nil {
-			return 0, err
-		}
-		return 1, nil
-	}
-	after := func(committed bool) {
-		if mine == nil {
-			return
-		}
-		sh.mu.Lock()
-		mine.completing = false
-		if committed {
-			if sh.m[key] == mine { // no Delete took it meanwhile
-				delete(sh.m, key)
-				if h.budget > 0 {
-					sh.cache(key, value, expiresAt, h.budget)
-				}
-			}
-			sh.completions++
-		}
-		sh.mu.Unlock()
-	}
-	n, err := h.w.doThen(ctx, run, after)
+	c := &completion{h: h, sh: h.shard(key), key: key, old: old, value: value, ttl: ttl, also: also}
+	n, err := h.w.doThen(ctx, c.run, c.after)
 	return casResult("complete", key, n, err)
+}
+
+// completion is one Complete of a claim held in memory: its part of a
+// write of the writer (run) and what follows that write's commit (after).
+// A write may hold several (CompleteBatch).
+type completion struct {
+	h          *heldStore
+	sh         *heldShard
+	key        string
+	old, value []byte
+	ttl        time.Duration
+	also       func(ctx context.Context, tx *sql.Tx) error
+	mine       *heldClaim // the claim this completion marked completing
+	expiresAt  int64      // the record's, as written
+}
+
+// run checks the claim, marks it completing and writes the record in tx.
+// It returns 1 when it wrote, 0 when the claim is not held.
+func (c *completion) run(ctx context.Context, tx *sql.Tx) (int64, error) {
+	h, sh := c.h, c.sh
+	sh.mu.Lock()
+	if c.mine == nil { // not on a second run of the write (see writer.run)
+		c.mine = sh.owned(c.key, c.old, h.nowMillis())
+		if c.mine != nil {
+			c.mine.completing = true
+		}
+	}
+	sh.mu.Unlock()
+	if c.mine == nil {
+		return 0, nil
+	}
+	c.expiresAt = h.expiry(c.ttl)
+	h.filter.added(c.key) // before the commit (see filter.go)
+	_, err := tx.StmtContext(ctx, h.putStmt).ExecContext(ctx, c.key, c.value, c.expiresAt)
+	if err == nil && c.also != nil {
+		err = c.also(ctx, tx)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return 1, nil
+}
+
+// after ends the completion once the write's outcome is known.
+func (c *completion) after(committed bool) {
+	if c.mine == nil {
+		return
+	}
+	h, sh, key := c.h, c.sh, c.key
+	sh.mu.Lock()
+	c.mine.completing = false
+	if committed {
+		if sh.m[key] == c.mine { // no Delete took it meanwhile
+			delete(sh.m, key)
+			if h.budget > 0 {
+				sh.cache(key, c.value, c.expiresAt, h.budget)
+			}
+		}
+		sh.completions++
+	}
+	sh.mu.Unlock()
 }
 
 // release is Release with the claims held in memory.

@@ -25,6 +25,15 @@
 // writer goroutine runs the writes waiting at that moment in one
 // transaction (see writer.go). Each caller gets its result after that
 // commit.
+//
+// The store is an [idemhook.BatchStore]. ClaimBatch, CompleteBatch,
+// ReleaseBatch and ExtendBatch run the single calls' statements, one per
+// op, as one write of that writer: one transaction and one commit for a
+// batched delivery of 1,000 items or more. ClaimBatch reads first, as Claim
+// does, so a batch whose keys are all done commits nothing. Held alone
+// ([Config.Lock]), only CompleteBatch writes (one commit); the claims,
+// releases and extensions stay in memory. Two ops on one key act as two
+// calls in the batch's order. See batchstore.go.
 package sqlitestore
 
 import (

@@ -80,6 +80,7 @@ func TestConformance(t *testing.T) {
 					return kind.open(tb, sqlitestore.Config{Now: clk.Now, SweepInterval: -1})
 				},
 				Advance: clk.Advance,
+				Corrupt: corrupt,
 			})
 		})
 	}
@@ -94,9 +95,19 @@ func TestConformanceRealClock(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind.name, func(t *testing.T) {
 			storetest.Run(t, storetest.Harness{
-				New: func(tb testing.TB) idemhook.Store { return kind.open(tb, sqlitestore.Config{}) },
+				New:     func(tb testing.TB) idemhook.Store { return kind.open(tb, sqlitestore.Config{}) },
+				Corrupt: corrupt,
 			})
 		})
+	}
+}
+
+// corrupt is a Harness.Corrupt: a value that is no record, written into
+// the file.
+func corrupt(tb testing.TB, st idemhook.Store, key string) {
+	tb.Helper()
+	if err := st.(*sqlitestore.Store).PutRaw(tb.Context(), key, []byte{0xff, 0x00}, time.Hour); err != nil {
+		tb.Fatal(err)
 	}
 }
 

@@ -15,7 +15,13 @@
 // unusual keys, canceled contexts and races between the steps of one claim.
 // For a store that implements [idemhook.FencingStore] it checks that the
 // fences of a key's claims increase, a take-over of a lapsed lease
-// included.
+// included. For a store that implements [idemhook.BatchStore] it checks
+// that each op of ClaimBatch, CompleteBatch, ReleaseBatch and ExtendBatch
+// does what the single call does for its key (see batch.go): ops of mixed
+// outcomes in one batch, the owner check per op, two ops on one key
+// (sequential calls, in the batch's order), concurrent batches over shared
+// keys (one winner per key), an empty batch, a batch of 1,000, canceled
+// contexts and lifetimes.
 //
 // Contexts: a call made with a context that is already canceled must fail
 // with an error for which errors.Is(err, context.Canceled) holds, and must
@@ -57,6 +63,14 @@ type Harness struct {
 	// subtests runs, so one clock may drive all the stores of a Run (but
 	// not those of two Runs that run in parallel).
 	Advance func(d time.Duration)
+
+	// Corrupt stores a value under key that the store can't decode as a
+	// record, live for at least an hour, so that the batch subtests can
+	// check that a ClaimBatch op on it gets an error wrapping
+	// [idemhook.ErrCorruptRecord] while the other ops of its batch go on.
+	// It is nil when the store's test can't write such a value (the suite
+	// then leaves the corrupt record out).
+	Corrupt func(tb testing.TB, st idemhook.Store, key string)
 }
 
 // RealTimeDeadline bounds how long the suite waits for a key with a short
@@ -121,6 +135,7 @@ func Run(t *testing.T, h Harness) {
 		{"Fence/Increases", s.fenceIncreases},
 		{"Fence/Concurrent", s.fenceConcurrent},
 	}
+	tests = append(tests, s.batchTests()...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -776,6 +791,7 @@ func (s *suite) expiry(t *testing.T) {
 		t.Run("TTL", s.realTTL)
 		t.Run("ExtendRenews", s.realExtend)
 		t.Run("FenceAfterLease", s.realFenceAfterLease)
+		t.Run("BatchLease", s.realBatchLease)
 		return
 	}
 	// Sequential: each of these moves the shared clock.
@@ -787,6 +803,7 @@ func (s *suite) expiry(t *testing.T) {
 	t.Run("ExtendRenews", s.fakeExtend)
 	t.Run("ExtendCanShorten", s.fakeExtendShorten)
 	t.Run("FenceAfterLease", s.fakeFenceAfterLease)
+	t.Run("BatchLease", s.fakeBatchLease)
 }
 
 func (s *suite) fakeLease(t *testing.T) {

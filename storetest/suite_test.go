@@ -189,6 +189,12 @@ func TestMemstorePasses(t *testing.T) {
 	storetest.Run(t, memHarness(func(st idemhook.Store) idemhook.Store { return st }))
 }
 
+// TestLoopBatchPasses runs the suite, its batch subtests included, on
+// memstore behind loopBatch: batches made of single calls.
+func TestLoopBatchPasses(t *testing.T) {
+	storetest.Run(t, memHarness(func(st idemhook.Store) idemhook.Store { return &loopBatch{Store: st} }))
+}
+
 func TestSuiteCatchesBrokenStores(t *testing.T) {
 	if testing.Short() {
 		t.Skip("re-runs the suite in child processes")
