@@ -306,3 +306,71 @@ func TestItemsConcurrentBatches(t *testing.T) {
 		})
 	}
 }
+
+// TestItemsStoreCalls counts the store calls of a 1,000-item batch on
+// every store. A BatchStore (SQLite, Redis, PostgreSQL) claims every item
+// in one call; memory, in-process, claims each on its own. Mode filter
+// stores the answer of all in one call too; a copy of the batch then
+// costs one call, the claim that finds every item done.
+func TestItemsStoreCalls(t *testing.T) {
+	const n = 1000
+	ids := make([]string, n)
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			store := st.new(t)
+			_, batched := store.(idemhook.BatchStore)
+			var mu sync.Mutex
+			calls := map[string]int{}
+			mw, err := idemhook.New(store, idemhook.Options{
+				StoreTimeout: 30 * time.Second,
+				OnStoreCall: func(c idemhook.StoreCallInfo) {
+					mu.Lock()
+					calls[c.Op]++
+					mu.Unlock()
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			route, err := mw.Route(idemhook.Route{Source: "meta", Items: &idemhook.Items{Paths: whatsAppItems.Paths, Mode: idemhook.ItemsFilter}, Lease: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			backend := &itemsBackend{runs: map[string]int{}, failing: map[string]bool{}}
+			srv := httptest.NewServer(route(backend))
+			defer srv.Close()
+			prefix := fmt.Sprintf("wamid.k%d.", time.Now().UnixNano())
+			for i := range ids {
+				ids[i] = fmt.Sprintf("%s%04d", prefix, i)
+			}
+			body := whatsAppBatch(ids, 100)
+			for round, want := range []map[string]int{
+				{"claim": 1, "complete": 1}, // the batch: claimed and completed in one call each
+				{"claim": 1},                // a copy: one claim call finds all done
+			} {
+				resp, err := srv.Client().Post(srv.URL, "application/json", strings.NewReader(body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				mu.Lock()
+				got := calls
+				calls = map[string]int{}
+				mu.Unlock()
+				if !batched {
+					want = map[string]int{"claim": n}
+					if round == 0 {
+						want["complete"] = n
+					}
+				}
+				if resp.StatusCode != http.StatusOK || fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Errorf("round %d: %d, store calls %v, want %v", round, resp.StatusCode, got, want)
+				}
+				t.Logf("round %d: store calls %v for %d items (BatchStore: %v)", round, got, n, batched)
+			}
+			if runs, calls := backend.take(); len(runs) != n || calls != 1 {
+				t.Errorf("%d items ran in %d requests, want %d in 1", len(runs), calls, n)
+			}
+		})
+	}
+}
