@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/storetest"
 )
 
 // sendGridItems: SendGrid's Event Webhook posts an array of events, each
@@ -299,5 +300,30 @@ func TestItemsRouteErrors(t *testing.T) {
 		if !errors.As(err, &re) || re.Field != "Items" || !strings.Contains(re.Reason, tt.want) {
 			t.Errorf("%+v: %v, want a RouteError on Items with %q", tt.items, err, tt.want)
 		}
+	}
+}
+
+// A store that is down: policy open runs the whole body once, unprotected,
+// as for one event; policy closed answers 503 and runs nothing.
+func TestItemsStoreDown(t *testing.T) {
+	for _, policy := range []idemhook.StoreErrorPolicy{idemhook.StoreErrorOpen, idemhook.StoreErrorClosed} {
+		t.Run(string(policy), func(t *testing.T) {
+			e := newEnv(t, storetest.Unreachable(errors.New("connection refused")), nil, idemhook.Options{})
+			h := &itemHandler{}
+			route := e.route(idemhook.Route{Source: "sendgrid", Items: sendGridItems, OnStoreError: policy}, h)
+			rec := send(route, events("a", "b"))
+			requests, _ := h.take()
+			d := e.deliveries[len(e.deliveries)-1]
+			switch policy {
+			case idemhook.StoreErrorOpen:
+				if rec.Code != http.StatusOK || fmt.Sprint(requests) != "[[a b]]" || d.Outcome != idemhook.OutcomeStoreErrorOpen {
+					t.Fatalf("open: %d, requests %v, outcome %s", rec.Code, requests, d.Outcome)
+				}
+			case idemhook.StoreErrorClosed:
+				if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" || len(requests) != 0 || d.Outcome != idemhook.OutcomeStoreErrorClosed {
+					t.Fatalf("closed: %d, requests %v, outcome %s", rec.Code, requests, d.Outcome)
+				}
+			}
+		})
 	}
 }

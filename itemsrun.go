@@ -232,11 +232,12 @@ func (run *itemRun) claim() error {
 				}
 				return m.store.Claim(ctx, op.Key, op.Claim, ex.h.lease)
 			})
-			if err != nil && !errors.Is(err, ErrCorruptRecord) {
-				if i == 0 {
-					return err // the store is down: the whole batch is
-				}
-				op.Err = err
+			switch {
+			case err == nil:
+			case i == 0 && !errors.Is(err, ErrCorruptRecord):
+				return err // the store is down: the whole batch is
+			default:
+				op.Err, op.Existing = err, nil
 			}
 		}
 	}
