@@ -111,9 +111,22 @@ func (h *Hook) OnDelivery(d idemhook.DeliveryInfo) {
 }
 
 // Reason says why a delivery was refused, or not protected, or why its
-// claim was released: the entry's Reason. It is "" for an ordinary one.
+// claim was released: the entry's Reason. It is "" for an ordinary one. A
+// batched delivery's (Route.Items) counts its items first.
 // route is the delivery's route, whose limits some reasons name.
 func Reason(d idemhook.DeliveryInfo, route idemhook.Route) string {
+	if it := d.Items; it != nil {
+		// A batched delivery (Route.Items): what became of its items.
+		s := fmt.Sprintf("batch of %d items: %d processed, %d replayed, %d failed, %d in flight",
+			it.Total, it.Processed, it.Replayed, it.Failed, it.InFlight)
+		switch {
+		case d.Outcome == idemhook.OutcomeFailedReleased && d.Err == nil:
+			return s + "; the failed items were released: the provider's retry runs only them"
+		case d.Err != nil:
+			return s + "; " + d.Err.Error()
+		}
+		return s
+	}
 	switch d.Outcome {
 	case idemhook.OutcomeTooLarge:
 		return fmt.Sprintf("request body over max_body (%d bytes)", route.MaxBodyBytes)

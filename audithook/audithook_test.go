@@ -49,6 +49,13 @@ func TestOnDelivery(t *testing.T) {
 			idemhook.DeliveryInfo{Request: req, Source: "stone", Outcome: idemhook.OutcomeFailedReleased, Status: 502, Err: errors.New("upstream down")},
 			audit.Entry{Time: now, Route: "stone", Source: "stone", Outcome: "failed_released", Status: 502,
 				Reason: "upstream down", Decision: "claimed the key, forwarded, released the claim: upstream down"}},
+		{"a batch with a failed item", Config{}, idemhook.DeliveryInfo{Source: "whatsapp", Outcome: idemhook.OutcomeFailedReleased, Status: 503,
+			Items: &idemhook.ItemsInfo{Total: 50, Processed: 48, Failed: 2}},
+			audit.Entry{Time: now, Source: "whatsapp", Outcome: "failed_released", Status: 503,
+				Reason: "batch of 50 items: 48 processed, 0 replayed, 2 failed, 0 in flight; the failed items were released: the provider's retry runs only them"}},
+		{"a batch done before", Config{}, idemhook.DeliveryInfo{Source: "whatsapp", Outcome: idemhook.OutcomeReplayed, Status: 200,
+			Items: &idemhook.ItemsInfo{Total: 3, Replayed: 3}},
+			audit.Entry{Time: now, Source: "whatsapp", Outcome: "replayed", Status: 200, Reason: "batch of 3 items: 0 processed, 3 replayed, 0 failed, 0 in flight"}},
 		{"no request", Config{}, idemhook.DeliveryInfo{Source: "stone", Outcome: idemhook.OutcomeProcessed, Status: 200},
 			audit.Entry{Time: now, Source: "stone", Outcome: "processed", Status: 200}},
 	} {
