@@ -58,6 +58,9 @@ const (
 	// ItemsFilter runs the handler once with a request whose body holds
 	// every new item in the provider's envelope: fewer requests, but the
 	// handler's answer is the answer of all of them, so a failure releases
-	// every item it carried, and the retry brings them all back.
+	// every item it carried, and the retry brings them all back. A handler
+	// that succeeds for some items only fails the others one by one: a Go
+	// handler with [Batch.Fail], any other (the gateway's backend) by
+	// naming their keys in a [FailedItemsHeader] of its 2xx answer.
 	ItemsFilter ItemsMode = "filter"
 )

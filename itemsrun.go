@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +20,16 @@ import (
 // together, the new ones reach the handler (one request each, or one
 // request for all), each is stored or released on its own, and the
 // provider gets one answer for the whole batch.
+
+// FailedItemsHeader is the response header by which a handler in mode
+// filter that is not a Go handler (the gateway's backend) fails some of the
+// items its request carried while answering a 2xx for the others: a
+// comma-separated list of their keys (BatchItem.Key, the item's key part,
+// e.g. "wamid.HBgL..."). Those items are released rather than stored, as
+// with [Batch.Fail], and the provider is answered a failure so that it
+// retries them. A key the request did not carry is ignored. The header is
+// never stored or replayed.
+const FailedItemsHeader = "Idempotent-Failed-Items"
 
 // ItemsInfo counts the items of a batched delivery, for
 // [DeliveryInfo.Items].
@@ -449,6 +460,7 @@ func (run *itemRun) runFiltered() {
 	c.out.limit = ex.h.rt.MaxStoredBodyBytes
 	c.h.next.ServeHTTP(&c.out, c.r)
 	failed := b.close()
+	failHeaderItems(c.out.w.Header(), b, failed)
 	status := c.out.finalStatus()
 	cutShort := c.out.status == 0 && ex.r.Context().Err() != nil
 	var done, released []int
@@ -476,6 +488,26 @@ func (run *itemRun) runFiltered() {
 	}
 	if len(done) > 0 {
 		run.complete(done, c)
+	}
+}
+
+// failHeaderItems marks failed the items of b that the answer's
+// FailedItemsHeader names, and takes the header out of the answer.
+func failHeaderItems(h http.Header, b *Batch, failed []bool) {
+	vs := h.Values(FailedItemsHeader)
+	if len(vs) == 0 {
+		return
+	}
+	h.Del(FailedItemsHeader)
+	for _, v := range vs {
+		for _, key := range strings.Split(v, ",") {
+			key = NormalizeKey(key)
+			for i, it := range b.items {
+				if it.Key == key {
+					failed[i] = true
+				}
+			}
+		}
 	}
 }
 

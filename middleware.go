@@ -55,7 +55,7 @@ const BodyOmittedHeader = "Idempotent-Body-Omitted"
 var neverReplayed = map[string]bool{
 	"Set-Cookie": true, "Authorization": true, "Proxy-Authenticate": true, "Www-Authenticate": true,
 	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Te": true, "Trailer": true,
-	"Transfer-Encoding": true, "Upgrade": true, "Content-Length": true, ReplayedHeader: true, BodyOmittedHeader: true,
+	"Transfer-Encoding": true, "Upgrade": true, "Content-Length": true, ReplayedHeader: true, BodyOmittedHeader: true, FailedItemsHeader: true,
 }
 
 // Middleware holds what the routes of one service share: the store, the

@@ -289,3 +289,62 @@ func TestGatewaySendGridItems(t *testing.T) {
 		t.Errorf("forged: %d, want 401", r.Status)
 	}
 }
+
+// TestGatewayItemsFilter: in mode filter the backend gets one request with
+// the new messages, and fails some of them by naming their keys in
+// Idempotent-Failed-Items beside its 2xx: the provider is told to retry,
+// and the retry carries only those.
+func TestGatewayItemsFilter(t *testing.T) {
+	var mu sync.Mutex
+	var got [][]string
+	failNext := []string{"wamid.f2", "wamid.f4"}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var n struct {
+			Entry []struct {
+				Changes []struct {
+					Value struct {
+						Messages []struct{ ID string }
+					}
+				}
+			}
+		}
+		json.NewDecoder(r.Body).Decode(&n) //nolint:errcheck // checked by what it records
+		var ids []string
+		for _, e := range n.Entry {
+			for _, c := range e.Changes {
+				for _, m := range c.Value.Messages {
+					ids = append(ids, m.ID)
+				}
+			}
+		}
+		mu.Lock()
+		got = append(got, ids)
+		fail := failNext
+		failNext = nil
+		mu.Unlock()
+		if len(fail) > 0 {
+			w.Header().Set("Idempotent-Failed-Items", strings.Join(fail, ", "))
+		}
+	}))
+	defer srv.Close()
+	url, _, _ := startGateway(t, sqliteRoutes(t, fmt.Sprintf(`  - path: /whatsapp
+    upstream: %s/hook
+    source: whatsapp
+    provider: whatsapp-cloud
+    secrets: [%s]
+    items: {mode: filter}
+`, srv.URL, metaSecret)))
+	ids := []string{"wamid.f1", "wamid.f2", "wamid.f3", "wamid.f4", "wamid.f5"}
+	r := metaPost(t, url+"/whatsapp", metaBatch(ids, 2))
+	if r.Status != http.StatusBadGateway || r.Header.Get("Idempotent-Failed-Items") != "" {
+		t.Fatalf("first delivery: %d %s (header %q), want 502 and the header kept from the provider", r.Status, r.Body, r.Header.Get("Idempotent-Failed-Items"))
+	}
+	if r := metaPost(t, url+"/whatsapp", metaBatch(ids, 3)); r.Status != http.StatusOK {
+		t.Fatalf("retry: %d %s", r.Status, r.Body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(got) != "[[wamid.f1 wamid.f2 wamid.f3 wamid.f4 wamid.f5] [wamid.f2 wamid.f4]]" {
+		t.Fatalf("the backend got %v, want all five, then only the two it failed", got)
+	}
+}
