@@ -333,6 +333,14 @@ type settings struct {
 // nothing) and the options of another preset (they would do nothing).
 func (cfg Config) check(name string) (settings, error) {
 	self, _ := lookup(name)
+	return cfg.checkFor(self, true)
+}
+
+// checkFor is check for the preset self, registered (one of registry's,
+// whose own options it may take) or not (built from a [Spec]: it takes
+// none).
+func (cfg Config) checkFor(self preset, registered bool) (settings, error) {
+	name := self.name
 	s := settings{name: name, tolerance: cfg.Tolerance, now: cfg.Now}
 	for _, sec := range cfg.Secrets {
 		if sec != "" {
@@ -350,7 +358,7 @@ func (cfg Config) check(name string) (settings, error) {
 			Reason: fmt.Sprintf("has no effect: %s signs no timestamp; remove it", name)}
 	}
 	for _, p := range registry() {
-		if p.name == name {
+		if registered && p.name == name {
 			continue
 		}
 		for _, o := range p.options {
