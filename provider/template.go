@@ -1,0 +1,457 @@
+package provider
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// A template is a text of a provider [Spec] with placeholders: what a
+// signature signs ("{timestamp}.{body}"), a key
+// ("{header:X-GitHub-Hook-ID}:{header:X-GitHub-Delivery}"), a handshake's
+// answer. Its syntax:
+//
+//	{body}             the raw body
+//	{timestamp}        the signed timestamp, as sent
+//	{method}           the request's method
+//	{header:Name}      a request header (the first value)
+//	{query:name}       a parameter of the URL's query (the first value)
+//	{json:a.b[0].c}    a string or number of a JSON body, as written; null,
+//	                   true, false, objects and lists give nothing
+//	{raw:a.b}          the JSON value at the path, compacted
+//	{item:a.b}         the same in the item a key.single path selected
+//
+// A placeholder may end with filters, applied in order: |lower, |upper,
+// |trim, |sha256 (hex of its SHA-256), |first:N (its first N bytes),
+// |hmac (hex of the HMAC of the value with the secret that signed the
+// request, in a handshake's answer, as Zoom's url_validation wants).
+//
+// [ ... ] is an optional part, left out when one of its placeholders is
+// empty (Mercado Pago's manifest leaves out its absent parts). Outside
+// one, an empty placeholder makes a key or a handshake check give nothing,
+// and a missing header makes a signature check fail (ErrMissingHeader). A
+// backslash writes the next character as is: \{ \} \[ \] \\.
+type template struct {
+	src   string
+	parts []tpart
+}
+
+// tpart is a literal, a placeholder or an optional group of parts.
+type tpart struct {
+	lit   string
+	ph    *placeholder
+	group []tpart
+}
+
+type placeholder struct {
+	text    string // as written, for errors
+	src     string // body, timestamp, header, ...
+	arg     string
+	path    []step // json, raw, item
+	filters []filter
+}
+
+type filter struct {
+	name string
+	n    int // first:N
+}
+
+// The placeholders of templates, and the filters.
+var (
+	placeholderNames = []string{"body", "timestamp", "method", "header", "query", "json", "raw", "item"}
+	filterNames      = []string{"lower", "upper", "trim", "sha256", "first:N", "hmac"}
+)
+
+// parseTemplate parses src. allowed are the placeholders the template may
+// use (a subset of placeholderNames); hmac says whether the hmac filter may
+// be used.
+func parseTemplate(src string, allowed []string, hmac bool) (*template, error) {
+	t := &template{src: src}
+	var cur *[]tpart = &t.parts
+	var group []tpart
+	inGroup := false
+	var lit strings.Builder
+	flush := func() {
+		if lit.Len() > 0 {
+			*cur = append(*cur, tpart{lit: lit.String()})
+			lit.Reset()
+		}
+	}
+	for i := 0; i < len(src); i++ {
+		switch c := src[i]; c {
+		case '\\':
+			if i+1 == len(src) {
+				return nil, fmt.Errorf("%q ends with a lone \\ (write \\\\ for a backslash)", src)
+			}
+			i++
+			lit.WriteByte(src[i])
+		case '{':
+			end := strings.IndexByte(src[i:], '}')
+			if end < 0 {
+				return nil, fmt.Errorf("%q: { at byte %d is not closed by }", src, i)
+			}
+			ph, err := parsePlaceholder(src[i:i+end+1], allowed, hmac)
+			if err != nil {
+				return nil, err
+			}
+			flush()
+			*cur = append(*cur, tpart{ph: ph})
+			i += end
+		case '}':
+			return nil, fmt.Errorf("%q: } at byte %d closes nothing (write \\} for the character)", src, i)
+		case '[':
+			if inGroup {
+				return nil, fmt.Errorf("%q: optional parts [...] do not nest", src)
+			}
+			flush()
+			inGroup, group, cur = true, nil, &group
+		case ']':
+			if !inGroup {
+				return nil, fmt.Errorf("%q: ] at byte %d closes nothing (write \\] for the character)", src, i)
+			}
+			flush()
+			if !slices.ContainsFunc(group, func(p tpart) bool { return p.ph != nil }) {
+				return nil, fmt.Errorf("%q: an optional part [...] without a placeholder is never left out", src)
+			}
+			inGroup, cur = false, &t.parts
+			t.parts = append(t.parts, tpart{group: group})
+		default:
+			lit.WriteByte(c)
+		}
+	}
+	if inGroup {
+		return nil, fmt.Errorf("%q: [ is not closed by ]", src)
+	}
+	flush()
+	return t, nil
+}
+
+func parsePlaceholder(text string, allowed []string, hmac bool) (*placeholder, error) {
+	inner := text[1 : len(text)-1]
+	fs := strings.Split(inner, "|")
+	ph := &placeholder{text: text}
+	ph.src, ph.arg, _ = strings.Cut(strings.TrimSpace(fs[0]), ":")
+	if !slices.Contains(allowed, ph.src) {
+		return nil, fmt.Errorf("unknown placeholder %s here (known: %s)", text, braced(allowed))
+	}
+	switch ph.src {
+	case "body", "timestamp", "method":
+		if ph.arg != "" {
+			return nil, fmt.Errorf("%s: {%s} takes no argument", text, ph.src)
+		}
+	case "header", "query":
+		if ph.arg == "" {
+			return nil, fmt.Errorf("%s: name the %s, e.g. {%s:%s}", text, ph.src, ph.src, map[string]string{"header": "X-Event-Id", "query": "id"}[ph.src])
+		}
+		if ph.src == "header" && !validHeaderName(ph.arg) {
+			return nil, fmt.Errorf("%s: %q is not a header name", text, ph.arg)
+		}
+	case "json", "raw", "item":
+		path, err := parsePath(ph.arg)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %v", text, err)
+		}
+		if slices.ContainsFunc(path, func(s step) bool { return s.wildcard }) {
+			return nil, fmt.Errorf("%s: [*] selects several values; a placeholder takes one (key.single takes a path with [*])", text)
+		}
+		ph.path = path
+	}
+	for _, f := range fs[1:] {
+		name, arg, _ := strings.Cut(strings.TrimSpace(f), ":")
+		fl := filter{name: name}
+		switch name {
+		case "lower", "upper", "trim", "sha256":
+		case "hmac":
+			if !hmac {
+				return nil, fmt.Errorf("%s: the hmac filter is for a handshake's answer with an HMAC signature", text)
+			}
+		case "first":
+			n, err := strconv.Atoi(arg)
+			if err != nil || n <= 0 {
+				return nil, fmt.Errorf("%s: |first:N takes a positive whole number", text)
+			}
+			fl.n = n
+		default:
+			return nil, fmt.Errorf("%s: unknown filter %q (known: %s)", text, name, strings.Join(filterNames, ", "))
+		}
+		ph.filters = append(ph.filters, fl)
+	}
+	return ph, nil
+}
+
+func braced(names []string) string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		switch n {
+		case "body", "timestamp", "method":
+			out[i] = "{" + n + "}"
+		default:
+			out[i] = "{" + n + ":...}"
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// validHeaderName reports whether name is an HTTP header name (an RFC 9110
+// token).
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// headers returns the headers the template reads outside optional parts:
+// the ones a signature check requires.
+func (t *template) headers() []string {
+	var out []string
+	for _, p := range t.parts {
+		if p.ph != nil && p.ph.src == "header" {
+			out = append(out, p.ph.arg)
+		}
+	}
+	return out
+}
+
+// uses reports whether the template has a placeholder of source src.
+func (t *template) uses(src string) bool {
+	return t.has(func(ph *placeholder) bool { return ph.src == src })
+}
+
+// usesFilter reports whether one of the template's placeholders has the
+// filter name.
+func (t *template) usesFilter(name string) bool {
+	return t.has(func(ph *placeholder) bool {
+		return slices.ContainsFunc(ph.filters, func(f filter) bool { return f.name == name })
+	})
+}
+
+func (t *template) has(pred func(*placeholder) bool) bool {
+	var in func([]tpart) bool
+	in = func(ps []tpart) bool {
+		for _, p := range ps {
+			if (p.ph != nil && pred(p.ph)) || in(p.group) {
+				return true
+			}
+		}
+		return false
+	}
+	return in(t.parts)
+}
+
+// tctx is what a template reads.
+type tctx struct {
+	r      *http.Request
+	body   []byte
+	ts     string
+	header func(string) string
+	item   json.RawMessage
+	hmac   func(msg []byte) []byte // the hmac filter; nil: not available
+}
+
+// render writes the template. With strict, an empty placeholder outside an
+// optional part makes it give ok false; without, it writes nothing.
+func (t *template) render(c *tctx, strict bool) (out []byte, ok bool) {
+	for _, p := range t.parts {
+		switch {
+		case p.ph != nil:
+			v := c.value(p.ph)
+			if v == "" && strict {
+				return nil, false
+			}
+			out = append(out, v...)
+		case p.group != nil:
+			var g []byte
+			full := true
+			for _, q := range p.group {
+				if q.ph == nil {
+					g = append(g, q.lit...)
+					continue
+				}
+				v := c.value(q.ph)
+				if v == "" {
+					full = false
+					break
+				}
+				g = append(g, v...)
+			}
+			if full {
+				out = append(out, g...)
+			}
+		default:
+			out = append(out, p.lit...)
+		}
+	}
+	return out, true
+}
+
+// value returns a placeholder's value, filters applied.
+func (c *tctx) value(ph *placeholder) string {
+	var v string
+	switch ph.src {
+	case "body":
+		v = string(c.body)
+	case "timestamp":
+		v = c.ts
+	case "method":
+		v = c.r.Method
+	case "header":
+		v = c.header(ph.arg)
+	case "query":
+		v = c.r.URL.Query().Get(ph.arg)
+	case "json":
+		v = jsonScalar(lookupJSON(c.body, ph.path))
+	case "raw":
+		v = jsonCompact(lookupJSON(c.body, ph.path))
+	case "item":
+		v = jsonScalar(lookupJSON(c.item, ph.path))
+	}
+	for _, f := range ph.filters {
+		switch f.name {
+		case "lower":
+			v = strings.ToLower(v)
+		case "upper":
+			v = strings.ToUpper(v)
+		case "trim":
+			v = strings.TrimSpace(v)
+		case "sha256":
+			sum := sha256.Sum256([]byte(v))
+			v = hex.EncodeToString(sum[:])
+		case "first":
+			if len(v) > f.n {
+				v = v[:f.n]
+			}
+		case "hmac":
+			if c.hmac == nil || v == "" {
+				v = ""
+			} else {
+				v = hex.EncodeToString(c.hmac([]byte(v)))
+			}
+		}
+	}
+	return v
+}
+
+// step is one step of a JSON path: a field, an index or [*].
+type step struct {
+	field    string
+	index    int
+	isIndex  bool
+	wildcard bool
+}
+
+// parsePath parses "a.b[0].c" or "entry[*].changes[*]". A field name
+// holding '.' or '[' can't be named.
+func parsePath(p string) ([]step, error) {
+	if p == "" {
+		return nil, fmt.Errorf("name a JSON path, e.g. data.id")
+	}
+	var steps []step
+	for i, seg := range strings.Split(p, ".") {
+		name, rest, _ := strings.Cut(seg, "[")
+		if name == "" && (i > 0 || rest == "") {
+			return nil, fmt.Errorf("JSON path %q has an empty field name", p)
+		}
+		if name != "" {
+			if strings.ContainsAny(name, "]*") {
+				return nil, fmt.Errorf("JSON path %q: field %q", p, name)
+			}
+			steps = append(steps, step{field: name})
+		}
+		if rest == "" && !strings.Contains(seg, "[") {
+			continue
+		}
+		rest = "[" + rest
+		for rest != "" {
+			idx, after, ok := strings.Cut(rest[1:], "]")
+			if rest[0] != '[' || !ok {
+				return nil, fmt.Errorf("JSON path %q: want [N] or [*] after %q", p, name)
+			}
+			if idx == "*" {
+				steps = append(steps, step{wildcard: true})
+			} else if n, err := strconv.Atoi(idx); err == nil && n >= 0 {
+				steps = append(steps, step{index: n, isIndex: true})
+			} else {
+				return nil, fmt.Errorf("JSON path %q: [%s] is not an index (want [N] or [*])", p, idx)
+			}
+			rest = after
+		}
+	}
+	return steps, nil
+}
+
+// lookupJSON returns the JSON value at path in doc, or nil.
+func lookupJSON(doc []byte, path []step) json.RawMessage {
+	vs := selectJSON(doc, path)
+	if len(vs) != 1 {
+		return nil
+	}
+	return vs[0]
+}
+
+// selectJSON returns the JSON values at path in doc, [*] selecting every
+// element of a list.
+func selectJSON(doc []byte, path []step) []json.RawMessage {
+	cur := []json.RawMessage{doc}
+	for _, s := range path {
+		var next []json.RawMessage
+		for _, v := range cur {
+			switch {
+			case s.isIndex || s.wildcard:
+				var list []json.RawMessage
+				if json.Unmarshal(v, &list) != nil {
+					continue
+				}
+				if s.wildcard {
+					next = append(next, list...)
+				} else if s.index < len(list) {
+					next = append(next, list[s.index])
+				}
+			default:
+				var obj map[string]json.RawMessage
+				if json.Unmarshal(v, &obj) != nil {
+					continue
+				}
+				if f, ok := obj[s.field]; ok {
+					next = append(next, f)
+				}
+			}
+		}
+		cur = next
+	}
+	return cur
+}
+
+// jsonScalar is a JSON string or number as text (a number as written), or
+// "" for anything else, as the presets read ids (jsonID).
+func jsonScalar(v json.RawMessage) string {
+	if v == nil {
+		return ""
+	}
+	var id jsonID
+	if id.UnmarshalJSON(v) != nil {
+		return ""
+	}
+	return string(id)
+}
+
+// jsonCompact is v compacted, or "" when there is none.
+func jsonCompact(v json.RawMessage) string {
+	var b bytes.Buffer
+	if v == nil || json.Compact(&b, v) != nil {
+		return ""
+	}
+	return b.String()
+}
