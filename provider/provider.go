@@ -10,6 +10,14 @@
 // SuccessBody, RetryWindow, ResponseTimeout), so a custom preset is
 // written the same way (see Example_customPreset).
 //
+// A provider without a preset can be described rather than programmed: a
+// [Spec] (its signature scheme, where its key is, the success answer it
+// expects, its handshakes) builds an [idemhook.Preset] with [Spec.Preset],
+// through the same signature parsers and checks as the presets. The
+// gateway reads one from a route's provider: mapping (docs/gateway.md, "Any
+// provider from YAML"); testdata/specs has fourteen of the presets written
+// as specs, which a differential test holds to the Go presets' behaviour.
+//
 // Keys are the key part only. The middleware stores them under
 // "idem:<source>:<key>" after [idemhook.NormalizeKey]. An empty key means
 // "fall back to the body hash".
