@@ -10,6 +10,14 @@ package provider_test
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/http"
@@ -690,5 +698,125 @@ func TestSpecErrors(t *testing.T) {
 	}
 	if !slices.Contains(provider.SpecAlgorithms, "ed25519") {
 		t.Error("ed25519 is not listed")
+	}
+}
+
+// TestSpecPublicKeys: ed25519 and ECDSA signatures (Standard Webhooks'
+// v1a with whpk_ keys; an ECDSA P-256 scheme), with the public keys as PEM,
+// base64 DER or raw base64, several during a rotation.
+func TestSpecPublicKeys(t *testing.T) {
+	edPub, edPriv, _ := ed25519.GenerateKey(rand.Reader)
+	otherPub, otherPriv, _ := ed25519.GenerateKey(rand.Reader)
+	ecPriv, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ecOther, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	der := func(pub any) []byte {
+		b, err := x509.MarshalPKIXPublicKey(pub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	pemOf := func(pub any) string {
+		return string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der(pub)}))
+	}
+	edSpec, err := config.ParseProviderSpec("ed.yaml", []byte(`
+name: sw-ed25519
+signature:
+  algorithm: ed25519
+  header: webhook-signature
+  format: pairs
+  separator: " "
+  assign: ","
+  signature_key: v1a
+  encoding: base64
+  secret_prefix: whpk_
+  signed: "{header:webhook-id}.{timestamp}.{body}"
+  timestamp: {header: webhook-timestamp}
+key: "{header:webhook-id}"
+`), specEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const body = `{"type":"contact.created"}`
+	edRequest := func(priv ed25519.PrivateKey, at time.Time, b string) *http.Request {
+		r := post("/", b)
+		r.Header.Set("webhook-id", "msg_1")
+		r.Header.Set("webhook-timestamp", unix(at))
+		sig := ed25519.Sign(priv, []byte("msg_1."+unix(at)+"."+body))
+		r.Header.Set("webhook-signature", "v1,bm9wZQ== v1a,"+base64.StdEncoding.EncodeToString(sig))
+		return r
+	}
+	for _, keys := range [][]string{
+		{"whpk_" + base64.StdEncoding.EncodeToString(edPub)},
+		{pemOf(edPub)},
+		{base64.StdEncoding.EncodeToString(der(edPub))},
+		{pemOf(otherPub), "whpk_" + base64.StdEncoding.EncodeToString(edPub)},
+	} {
+		p := specPreset(t, edSpec, provider.Config{Secrets: keys}, baseTime)
+		for _, tt := range []struct {
+			name string
+			r    *http.Request
+			want error
+		}{
+			{"valid", edRequest(edPriv, baseTime, body), nil},
+			{"another key", edRequest(otherPriv, baseTime, body), provider.ErrNoMatchingSignature},
+			{"tampered", edRequest(edPriv, baseTime, body+" "), provider.ErrNoMatchingSignature},
+			{"stale", edRequest(edPriv, baseTime.Add(-time.Hour), body), provider.ErrTimestampOutOfTolerance},
+		} {
+			if tt.name == "another key" && len(keys) == 2 {
+				tt.want = nil // the rotation lists it
+			}
+			if err := verify(t, p, tt.r); !errors.Is(err, tt.want) && !(tt.want == nil && err == nil) {
+				t.Errorf("keys %.20q: %s: %v, want %v", keys, tt.name, err, tt.want)
+			}
+		}
+	}
+	if _, err := edSpec.Preset(provider.Config{Secrets: []string{pemOf(&ecPriv.PublicKey)}}); !errors.As(err, new(*provider.SecretError)) {
+		t.Errorf("an ECDSA key for ed25519: %v", err)
+	}
+
+	ecSpec, err := config.ParseProviderSpec("ec.yaml", []byte(`
+name: ecdsa
+signature:
+  algorithm: ecdsa-sha256
+  header: X-Signature
+  encoding: base64
+  signed: "{timestamp}.{body}"
+  timestamp: {header: X-Timestamp}
+`), specEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := specPreset(t, ecSpec, provider.Config{Secrets: []string{pemOf(&ecPriv.PublicKey)}}, baseTime)
+	ecRequest := func(priv *ecdsa.PrivateKey, raw bool, b string) *http.Request {
+		r := post("/", b)
+		r.Header.Set("X-Timestamp", unix(baseTime))
+		sum := sha256.Sum256([]byte(unix(baseTime) + "." + body))
+		var sig []byte
+		if raw {
+			rr, ss, err := ecdsa.Sign(rand.Reader, priv, sum[:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			sig = append(rr.FillBytes(make([]byte, 32)), ss.FillBytes(make([]byte, 32))...)
+		} else {
+			sig, _ = ecdsa.SignASN1(rand.Reader, priv, sum[:])
+		}
+		r.Header.Set("X-Signature", base64.StdEncoding.EncodeToString(sig))
+		return r
+	}
+	for _, tt := range []struct {
+		name string
+		r    *http.Request
+		ok   bool
+	}{
+		{"ASN.1", ecRequest(ecPriv, false, body), true},
+		{"r||s", ecRequest(ecPriv, true, body), true},
+		{"another key", ecRequest(ecOther, false, body), false},
+		{"tampered", ecRequest(ecPriv, false, body+" "), false},
+	} {
+		if err := verify(t, p, tt.r); (err == nil) != tt.ok {
+			t.Errorf("ecdsa %s: %v", tt.name, err)
+		}
 	}
 }
