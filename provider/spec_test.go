@@ -820,3 +820,40 @@ signature:
 		}
 	}
 }
+
+// TestSpecKnownKeyDifferences pins the only differences known between a
+// spec and its Go preset, all in keys of bodies no provider sends, none in
+// what is accepted or refused. The Go presets that decode the body into a
+// struct (slack, evolution, whatsapp-cloud, zoom) inherit encoding/json's
+// case-insensitive field names, its refusal of a number where the struct
+// has a string, and its failure of the whole body on one value of the
+// wrong type anywhere in what the struct reads; a spec reads JSON as
+// written, each value on its own: field names exactly
+// (as the map-based presets, stripe, paddle, asaas, ifood and mercadopago,
+// do), and a string or a number wherever it reads an id. Each such body
+// then gets the body hash from one side and a key from the other.
+func TestSpecKnownKeyDifferences(t *testing.T) {
+	for _, c := range []struct {
+		preset, body, goKey, specKey string
+	}{
+		{"slack", `{"EVENT_ID":"x","api_app_id":"A"}`, "A:x", ""},
+		{"evolution", `{"Event":"messages.upsert","data":{"key":{"id":"K"}}}`, "messages.upsert:K", ""},
+		{"evolution", `{"event":5,"data":{"key":{"id":"K"}}}`, "", "5:K"},
+		{"whatsapp-cloud", `{"entry":[{"changes":[{"value":{"Messages":[{"id":"w"}]}}]}]}`, "w", ""},
+		{"zoom", `{"Event":"e","event_ts":1,"payload":{}}`, "e:1:44136fa355b3678a1146ad16f7e8649e", ""},
+		{"whatsapp-cloud", `{"entry":[{"changes":5},{"changes":[{"value":{"messages":[{"id":"w"}]}}]}]}`, "", "w"},
+	} {
+		cfg := provider.Config{Secrets: []string{"x"}}
+		if c.preset == "whatsapp-cloud" {
+			cfg.WhatsAppCloud.VerifyToken = "vt"
+		}
+		g := newPreset(t, c.preset, cfg, baseTime)
+		s := specPreset(t, loadSpec(t, c.preset), cfg, baseTime)
+		r := post("/", c.body)
+		kg, _ := g.Key(r, []byte(c.body))
+		ks, _ := s.Key(r, []byte(c.body))
+		if kg != c.goKey || ks != c.specKey {
+			t.Errorf("%s %s: Go key %q, spec key %q; want %q, %q (update the docs of this difference)", c.preset, c.body, kg, ks, c.goKey, c.specKey)
+		}
+	}
+}
