@@ -68,8 +68,13 @@ type Signature struct {
 	// raw bytes); or token (the header holds one of the secrets as is: no
 	// signature, compared in constant time). Required.
 	Algorithm string `yaml:"algorithm"`
-	// Header holds the signature (or the token). Required.
+	// Header holds the signature (or the token). Required, or JSON.
 	Header string `yaml:"header"`
+	// JSON are the fields of a JSON body holding the signature instead of
+	// a header (Mailgun's signature.signature): the first must be there,
+	// the others may be (signature.parent-signature); each is a JSON
+	// string, and any of them may match.
+	JSON []string `yaml:"json"`
 	// Prefix comes before the encoded signature, e.g. "sha256=". It is
 	// required when set, except for a token, where it is removed when
 	// present (e.g. "Bearer ", in any case).
@@ -111,8 +116,11 @@ type Signature struct {
 
 // Timestamp is the signed timestamp of a [Signature].
 type Timestamp struct {
-	// Header holds it. Or Signature.TimestampKey.
+	// Header holds it. Or JSON, or Signature.TimestampKey.
 	Header string `yaml:"header"`
+	// JSON is the field of a JSON body holding it (a string or a number),
+	// e.g. signature.timestamp.
+	JSON string `yaml:"json"`
 	// Format: unix (default: decimal seconds), unix_ms, unix_s_or_ms
 	// (seconds, or milliseconds when too large to be seconds), rfc3339.
 	Format string `yaml:"format"`
@@ -246,6 +254,8 @@ type compiled struct {
 	pairs     timestampedHeader
 	signed    *template
 	tsHeader  string
+	tsJSON    []step   // the timestamp's body field
+	sigJSON   [][]step // the signatures' body fields
 	parseTS   func(string) (time.Time, bool)
 	checkAge  bool
 	keyTmpls  []*template
@@ -301,13 +311,17 @@ func (sp Spec) Preset(cfg Config) (*idemhook.Preset, error) {
 	if c.newHash != nil {
 		c.size = c.newHash().Size()
 	}
-	if sig.Header == "" {
-		return nil, fail("signature.header", "missing: the header that holds the %s", map[bool]string{true: "token", false: "signature"}[c.alg == "token"])
-	}
-	if !validHeaderName(sig.Header) {
+	switch {
+	case sig.Header != "" && len(sig.JSON) > 0:
+		return nil, fail("signature.json", "the signature is in a header or in the body: give header or json, not both")
+	case sig.Header == "" && len(sig.JSON) == 0:
+		return nil, fail("signature.header", "missing: the header that holds the %s", map[bool]string{true: "token", false: "signature (or json: the body fields)"}[c.alg == "token"])
+	case sig.Header != "" && !validHeaderName(sig.Header):
 		return nil, fail("signature.header", "%q is not a header name", sig.Header)
+	case len(sig.JSON) > 0 && c.alg == "token":
+		return nil, fail("signature.json", "a token is read from a header: give header")
 	}
-	timed := sig.Timestamp.Header != "" || sig.TimestampKey != ""
+	timed := sig.Timestamp.Header != "" || sig.TimestampKey != "" || sig.Timestamp.JSON != ""
 	if c.alg == "token" {
 		for _, f := range []struct {
 			name string
@@ -404,6 +418,9 @@ func (c *compiled) compileSignature(fail failFunc) error {
 			}
 		}
 	case "pairs":
+		if len(sig.JSON) > 0 {
+			return fail("signature.format", "pairs are read from a header: with json, each field holds one signature")
+		}
 		if sig.Prefix != "" {
 			return fail("signature.prefix", "has no effect with format: pairs (name the signatures' key with signature_key)")
 		}
@@ -434,9 +451,26 @@ func (c *compiled) compileSignature(fail failFunc) error {
 	}
 	// The timestamp.
 	ts := sig.Timestamp
-	timed := ts.Header != "" || sig.TimestampKey != ""
+	timed := ts.Header != "" || sig.TimestampKey != "" || ts.JSON != ""
 	if !timed && (ts.Format != "" || ts.Tolerance != 0) {
-		return fail("signature.timestamp", "has no header (or signature.timestamp_key): where is the timestamp?")
+		return fail("signature.timestamp", "has no header (or json, or signature.timestamp_key): where is the timestamp?")
+	}
+	if ts.JSON != "" && (ts.Header != "" || sig.TimestampKey != "") {
+		return fail("signature.timestamp.json", "the timestamp is in one place: give header, json or signature.timestamp_key")
+	}
+	if ts.JSON != "" {
+		path, err := jsonPath(ts.JSON)
+		if err != nil {
+			return fail("signature.timestamp.json", "%v", err)
+		}
+		c.tsJSON = path
+	}
+	for i, p := range sig.JSON {
+		path, err := jsonPath(p)
+		if err != nil {
+			return fail(fmt.Sprintf("signature.json[%d]", i), "%v", err)
+		}
+		c.sigJSON = append(c.sigJSON, path)
 	}
 	if ts.Header != "" && !validHeaderName(ts.Header) {
 		return fail("signature.timestamp.header", "%q is not a header name", ts.Header)
@@ -740,13 +774,14 @@ func (c *compiled) signer(r *http.Request, body []byte) (int, error) {
 	}
 	// The headers the signed content needs, then the timestamp, the
 	// signature, its age and the match, in the order of the Go presets.
-	for _, h := range c.signed.headers() {
-		if get(h) == "" {
-			return -1, c.s.fail(name(h), ErrMissingHeader, "")
+	for _, ph := range c.signed.required("header") {
+		if get(ph.arg) == "" {
+			return -1, c.s.fail(name(ph.arg), ErrMissingHeader, "")
 		}
 	}
 	var ts string
-	if c.tsHeader != "" {
+	switch {
+	case c.tsHeader != "":
 		ts = get(c.tsHeader)
 		if ts == "" {
 			return -1, c.s.fail(name(c.tsHeader), ErrMissingHeader, "")
@@ -754,10 +789,36 @@ func (c *compiled) signer(r *http.Request, body []byte) (int, error) {
 		if _, ok := c.parseTS(ts); !ok {
 			return -1, c.s.fail(name(c.tsHeader), ErrMalformedHeader, "want "+c.tsFormat())
 		}
+	case c.tsJSON != nil:
+		ts = jsonScalar(lookupJSON(body, c.tsJSON))
+		if _, ok := c.parseTS(ts); !ok {
+			return -1, c.s.fail("", ErrMalformedBody, sig.Timestamp.JSON+": want "+c.tsFormat())
+		}
+	}
+	for _, ph := range c.signed.required("json") {
+		if v, _, _ := jsonString(lookupJSON(body, ph.path)); v == "" {
+			return -1, c.s.fail("", ErrMalformedBody, ph.arg+": want a non-empty string")
+		}
 	}
 	sigHeader := name(sig.Header)
 	var sigs [][]byte
-	if c.pairs.sigKey != "" {
+	switch {
+	case c.sigJSON != nil:
+		for i, path := range c.sigJSON {
+			v, present, isString := jsonString(lookupJSON(body, path))
+			if (present && !isString) || (i == 0 && v == "") {
+				return -1, c.s.fail("", ErrMalformedBody, sig.JSON[i]+": want a signature string")
+			}
+			if v == "" {
+				continue // an optional one
+			}
+			one, err := parseMAC(v, sig.Prefix, c.decode, c.size)
+			if err != nil {
+				return -1, c.s.fail("", ErrMalformedBody, fmt.Sprintf("%s: want \"%s<%s of a %s signature>\"", sig.JSON[i], sig.Prefix, cmp.Or(sig.Encoding, "hex"), c.alg))
+			}
+			sigs = append(sigs, one)
+		}
+	case c.pairs.sigKey != "":
 		var err error
 		var pts string
 		pts, sigs, err = c.pairs.parse(get(sig.Header))
@@ -767,7 +828,7 @@ func (c *compiled) signer(r *http.Request, body []byte) (int, error) {
 		if sig.TimestampKey != "" {
 			ts = pts
 		}
-	} else {
+	default:
 		one, err := parseMAC(get(sig.Header), sig.Prefix, c.decode, c.size)
 		if err != nil {
 			return -1, c.s.fail(sigHeader, err, headerDetail(err, fmt.Sprintf("want \"%s<%s of a %s signature>\"", sig.Prefix, cmp.Or(sig.Encoding, "hex"), c.alg)))
@@ -780,7 +841,7 @@ func (c *compiled) signer(r *http.Request, body []byte) (int, error) {
 			return -1, err
 		}
 	}
-	msg, _ := c.signed.render(&tctx{r: r, body: body, ts: ts, header: get}, false)
+	msg, _ := c.signed.render(&tctx{r: r, body: body, ts: ts, header: get, strict: true}, false)
 	if i := c.match(sigs, msg); i >= 0 {
 		return i, nil
 	}

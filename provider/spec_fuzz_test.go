@@ -77,7 +77,7 @@ func FuzzSpecMatchesPreset(f *testing.F) {
 }
 
 // structKeyed are the presets whose Key decodes the body into a struct.
-var structKeyed = map[string]bool{"slack": true, "evolution": true, "whatsapp-cloud": true, "zoom": true}
+var structKeyed = map[string]bool{"slack": true, "evolution": true, "whatsapp-cloud": true, "zoom": true, "mailgun": true}
 
 // validFieldValue reports whether v can be a header value as a server
 // reads it: no control characters but tab, no spaces around it.

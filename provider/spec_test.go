@@ -39,8 +39,6 @@ import (
 var notExpressible = map[string]string{
 	"adyen": "the HMAC is inside the body, one per notification item, over eight of the item's fields " +
 		"(additionalData.hmacSignature); a spec's signature is in a header, over one signed content per request",
-	"mailgun": "the signature, its timestamp and token are fields of the JSON body (signature.signature, " +
-		"signature.parent-signature), not a header",
 	"stone": "nothing is signed in a header: the body is a JWE (RSA-OAEP-256, A256GCM) to decrypt with the " +
 		"application's private key, wrapping an RS256 JWS checked against Stone's JWKS",
 	"twilio": "the signed URL is rebuilt from public_url with and without the default port, the algorithm is " +
@@ -401,6 +399,29 @@ func handshakeCases(t testing.TB, name string) []specCase {
 				return zoomRequest("/zoom", baseTime, "zoom-secret-token", `{"event_ts":1654503849680,"event":"meeting.ended","payload":null}`)
 			}},
 		}
+	case "mailgun":
+		body := func(b string) func() *http.Request { return func() *http.Request { return post("/mailgun", b) } }
+		const key = "key-mailgun-signing"
+		ts := unix(baseTime)
+		good := hmacHex(key, ts+"tok")
+		return []specCase{
+			{name: "signed", give: body(mailgunBody(mailgunSig(key, baseTime, "tok")))},
+			{name: "a numeric timestamp", give: body(mailgunBody(`{"timestamp":` + ts + `,"token":"tok","signature":"` + good + `"}`))},
+			{name: "a wrong parent-signature beside a right signature", give: body(mailgunBody(`{"timestamp":"` + ts + `","token":"tok","signature":"` + good + `","parent-signature":"` + hmacHex("other", ts+"tok") + `"}`))},
+			{name: "the parent-signature right", give: body(mailgunBody(`{"timestamp":"` + ts + `","token":"tok","signature":"` + hmacHex("other", ts+"tok") + `","parent-signature":"` + good + `"}`))},
+			{name: "parent-signature a number", give: body(mailgunBody(`{"timestamp":"` + ts + `","token":"tok","signature":"` + good + `","parent-signature":12}`))},
+			{name: "parent-signature null", give: body(mailgunBody(`{"timestamp":"` + ts + `","token":"tok","signature":"` + good + `","parent-signature":null}`))},
+			{name: "parent-signature empty", give: body(mailgunBody(`{"timestamp":"` + ts + `","token":"tok","signature":"` + good + `","parent-signature":""}`))},
+			{name: "only a parent-signature", give: body(mailgunBody(`{"timestamp":"` + ts + `","token":"tok","parent-signature":"` + good + `"}`))},
+			{name: "token a number", give: body(mailgunBody(`{"timestamp":"` + ts + `","token":12,"signature":"` + hmacHex(key, ts+"12") + `"}`))},
+			{name: "no token", give: body(mailgunBody(`{"timestamp":"` + ts + `","signature":"` + hmacHex(key, ts) + `"}`))},
+			{name: "timestamp not seconds", give: body(mailgunBody(`{"timestamp":"soon","token":"tok","signature":"` + hmacHex(key, "soontok") + `"}`))},
+			{name: "signature not hex", give: body(mailgunBody(`{"timestamp":"` + ts + `","token":"tok","signature":"zz"}`))},
+			{name: "signature of 16 bytes", give: body(mailgunBody(`{"timestamp":"` + ts + `","token":"tok","signature":"` + good[:32] + `"}`))},
+			{name: "no signature object", give: body(`{"event-data":{"id":"ev-1"}}`)},
+			{name: "signature not an object", give: body(`{"signature":"x","event-data":{"id":"ev-1"}}`)},
+			{name: "a legacy form webhook", give: body("timestamp=1780000000&token=tok&signature=00&event=delivered")},
+		}
 	case "evolution":
 		tok := func(body string) func() *http.Request {
 			return func() *http.Request {
@@ -498,9 +519,9 @@ func handshakeCases(t testing.TB, name string) []specCase {
 }
 
 // TestSpecVectors runs the SDK-made vectors of testdata/provider-vectors.json
-// (twitch, zoom) and the published Standard Webhooks vectors through both.
+// (twitch, zoom, mailgun) and the published Standard Webhooks vectors through both.
 func TestSpecVectors(t *testing.T) {
-	for _, name := range []string{"twitch", "zoom"} {
+	for _, name := range []string{"twitch", "zoom", "mailgun"} {
 		spec := loadSpec(t, name)
 		for i, v := range nodeVectors(t, name) {
 			cfg := provider.Config{Secrets: []string{v.Secret}}
@@ -561,6 +582,8 @@ func TestSpecDifferencesAreCaught(t *testing.T) {
 		{"zoom", "the answer's token is not hashed", func(s *provider.Spec) {
 			s.Handshakes[0].Answer.JSON = map[string]string{"plainToken": "{json:payload.plainToken}", "encryptedToken": "{json:payload.plainToken|sha256}"}
 		}},
+		{"mailgun", "no parent-signature", func(s *provider.Spec) { s.Signature.JSON = s.Signature.JSON[:1] }},
+		{"mailgun", "the token not signed", func(s *provider.Spec) { s.Signature.Signed = "{timestamp}" }},
 		{"evolution", "a Bearer prefix accepted on apikey", func(s *provider.Spec) { s.Signature.Prefix = "Bearer " }},
 	} {
 		t.Run(tt.preset+"/"+tt.why, func(t *testing.T) {
@@ -662,6 +685,14 @@ func TestSpecErrors(t *testing.T) {
 		{"key.templates[0]", func(s *provider.Spec) { s.Key.Templates = []string{"{timestamp}"} }},
 		{"key.single[0].path", func(s *provider.Spec) { s.Key.Single = []provider.SingleItem{{Path: "data.id", Key: "{item:id}"}} }},
 		{"success.status", func(s *provider.Spec) { s.Success.Status = 302 }},
+		{"signature.json", func(s *provider.Spec) { s.Signature.JSON = []string{"sig"} }},
+		{"signature.format", func(s *provider.Spec) { s.Signature.Header, s.Signature.JSON = "", []string{"sig"} }},
+		{"signature.json[0]", func(s *provider.Spec) {
+			s.Signature.Header, s.Signature.Format, s.Signature.JSON = "", "", []string{"a..b"}
+			s.Signature.SignatureKey, s.Signature.TimestampKey = "", ""
+			s.Signature.Timestamp.JSON = "ts"
+		}},
+		{"signature.timestamp.json", func(s *provider.Spec) { s.Signature.Timestamp.JSON = "ts" }},
 		{"handshakes[0].match", func(s *provider.Spec) { s.Handshakes = []provider.Handshake{{}} }},
 		{"handshakes[0].unsigned", func(s *provider.Spec) {
 			s.Handshakes = []provider.Handshake{{Match: provider.Match{Method: "GET"}, Unsigned: true}}

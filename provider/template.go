@@ -213,13 +213,13 @@ func validHeaderName(name string) bool {
 	return true
 }
 
-// headers returns the headers the template reads outside optional parts:
-// the ones a signature check requires.
-func (t *template) headers() []string {
-	var out []string
+// required returns the placeholders of source src outside optional parts:
+// the headers and body fields a signature check requires.
+func (t *template) required(src string) []*placeholder {
+	var out []*placeholder
 	for _, p := range t.parts {
-		if p.ph != nil && p.ph.src == "header" {
-			out = append(out, p.ph.arg)
+		if p.ph != nil && p.ph.src == src {
+			out = append(out, p.ph)
 		}
 	}
 	return out
@@ -259,6 +259,9 @@ type tctx struct {
 	header func(string) string
 	item   json.RawMessage
 	hmac   func(msg []byte) []byte // the hmac filter; nil: not available
+	// strict reads {json:...} as JSON strings only: what a signature
+	// signs is text.
+	strict bool
 }
 
 // render writes the template. With strict, an empty placeholder outside an
@@ -312,7 +315,11 @@ func (c *tctx) value(ph *placeholder) string {
 	case "query":
 		v = c.r.URL.Query().Get(ph.arg)
 	case "json":
-		v = jsonScalar(lookupJSON(c.body, ph.path))
+		if c.strict {
+			v, _, _ = jsonString(lookupJSON(c.body, ph.path))
+		} else {
+			v = jsonScalar(lookupJSON(c.body, ph.path))
+		}
 	case "raw":
 		v = jsonCompact(lookupJSON(c.body, ph.path))
 	case "item":
@@ -447,6 +454,19 @@ func jsonScalar(v json.RawMessage) string {
 	return string(id)
 }
 
+// jsonString returns the value of v, a JSON string; whether v is there
+// (not absent, not null); and whether it is a string.
+func jsonString(v json.RawMessage) (s string, present, isString bool) {
+	v = bytes.TrimSpace(v)
+	if len(v) == 0 || string(v) == "null" {
+		return "", false, false
+	}
+	if v[0] != '"' || json.Unmarshal(v, &s) != nil {
+		return "", true, false
+	}
+	return s, true, true
+}
+
 // jsonCompact is v compacted, or "" when there is none.
 func jsonCompact(v json.RawMessage) string {
 	var b bytes.Buffer
@@ -454,4 +474,13 @@ func jsonCompact(v json.RawMessage) string {
 		return ""
 	}
 	return b.String()
+}
+
+// jsonPath parses a path that selects one value: no [*].
+func jsonPath(p string) ([]step, error) {
+	path, err := parsePath(p)
+	if err == nil && slices.ContainsFunc(path, func(s step) bool { return s.wildcard }) {
+		err = fmt.Errorf("JSON path %q: [*] selects several values; give one", p)
+	}
+	return path, err
 }
