@@ -15,7 +15,7 @@
 // expects, its handshakes) builds an [idemhook.Preset] with [Spec.Preset],
 // through the same signature parsers and checks as the presets. The
 // gateway reads one from a route's provider: mapping (docs/gateway.md, "Any
-// provider from YAML"); testdata/specs has fifteen of the presets written
+// provider from YAML"); testdata/specs has sixteen of the presets written
 // as specs, which a differential test holds to the Go presets' behaviour.
 //
 // Keys are the key part only. The middleware stores them under

@@ -110,6 +110,10 @@ type Signature struct {
 	// SecretPrefix is removed from a secret (or a public key) when
 	// present, e.g. "whsec_".
 	SecretPrefix string `yaml:"secret_prefix"`
+	// PublicURL is the scheme, host and any path prefix the provider
+	// calls, for a signed {url} behind a proxy (e.g.
+	// https://hooks.example.com). Default: the request's own.
+	PublicURL string `yaml:"public_url"`
 	// Timestamp is the signed timestamp.
 	Timestamp Timestamp `yaml:"timestamp"`
 }
@@ -253,6 +257,7 @@ type compiled struct {
 	pubs      []crypto.PublicKey // ed25519, ecdsa-sha256
 	pairs     timestampedHeader
 	signed    *template
+	publicURL string
 	tsHeader  string
 	tsJSON    []step   // the timestamp's body field
 	sigJSON   [][]step // the signatures' body fields
@@ -504,7 +509,7 @@ func (c *compiled) compileSignature(fail failFunc) error {
 		c.pairs.validTS = func(v string) bool { _, ok := c.parseTS(v); return ok }
 	}
 	// What is signed.
-	allowed := []string{"body", "method", "header", "query", "json"}
+	allowed := []string{"body", "method", "url", "header", "query", "form", "form_sorted", "json"}
 	if timed {
 		allowed = append(allowed, "timestamp")
 	}
@@ -519,6 +524,16 @@ func (c *compiled) compileSignature(fail failFunc) error {
 		return fail("signature.signed", "%q does not sign {timestamp}: its age would prove nothing", signed.src)
 	}
 	c.signed = signed
+	if sig.PublicURL != "" {
+		if !signed.uses("url") {
+			return fail("signature.public_url", "is the URL of {url}, which signature.signed does not sign")
+		}
+		u, err := twilioPublicURL(sig.PublicURL)
+		if err != nil {
+			return fail("signature.public_url", "%v", err)
+		}
+		c.publicURL = u
+	}
 	// The secrets or public keys.
 	switch sig.SecretEncoding {
 	case "", "raw", "base64", "hex":
@@ -594,7 +609,7 @@ func parsePublicKey(alg, text string) (crypto.PublicKey, error) {
 }
 
 func (c *compiled) compileKey(fail failFunc) error {
-	allowed := []string{"method", "header", "query", "json", "raw"}
+	allowed := []string{"method", "header", "query", "form", "json", "raw"}
 	for i, src := range c.spec.Key.Templates {
 		t, err := parseTemplate(src, allowed, false)
 		if err != nil {
@@ -624,7 +639,7 @@ func (c *compiled) compileKey(fail failFunc) error {
 }
 
 func (c *compiled) compileHandshakes(fail failFunc) error {
-	allowed := []string{"method", "header", "query", "json", "raw"}
+	allowed := []string{"method", "header", "query", "form", "json", "raw"}
 	for i, h := range c.spec.Handshakes {
 		at := fmt.Sprintf("handshakes[%d]", i)
 		ch := compiledHandshake{h: h, match: map[string][]step{}}
@@ -841,9 +856,20 @@ func (c *compiled) signer(r *http.Request, body []byte) (int, error) {
 			return -1, err
 		}
 	}
-	msg, _ := c.signed.render(&tctx{r: r, body: body, ts: ts, header: get, strict: true}, false)
-	if i := c.match(sigs, msg); i >= 0 {
-		return i, nil
+	ctx := &tctx{r: r, body: body, ts: ts, header: get, strict: true}
+	if c.signed.uses("form_sorted") && len(body) > 0 && ctx.parsedForm() == nil {
+		return -1, c.s.fail("", ErrMalformedBody, "want a form (application/x-www-form-urlencoded)")
+	}
+	urls := []string{""}
+	if c.signed.uses("url") {
+		urls = twilioURLs(c.publicURL, r)
+	}
+	for _, u := range urls {
+		ctx.url = u
+		msg, _ := c.signed.render(ctx, false)
+		if i := c.match(sigs, msg); i >= 0 {
+			return i, nil
+		}
 	}
 	return -1, c.s.fail(sigHeader, ErrNoMatchingSignature, "")
 }

@@ -15,7 +15,8 @@ import (
 // Go preset verify alike, and give the same key for any request, verified
 // or not; except the keys of fuzzed bodies for the presets that decode
 // the body into a Go struct, which differ on bodies no provider sends
-// (TestSpecKnownKeyDifferences).
+// (TestSpecKnownKeyDifferences), and twilio's for a form with an
+// EventType (TestSpecPartly).
 func FuzzSpecMatchesPreset(f *testing.F) {
 	type pair struct {
 		fx        fixture
@@ -76,8 +77,9 @@ func FuzzSpecMatchesPreset(f *testing.F) {
 	})
 }
 
-// structKeyed are the presets whose Key decodes the body into a struct.
-var structKeyed = map[string]bool{"slack": true, "evolution": true, "whatsapp-cloud": true, "zoom": true, "mailgun": true}
+// structKeyed are the presets whose Key decodes the body into a struct,
+// and twilio.
+var structKeyed = map[string]bool{"slack": true, "evolution": true, "whatsapp-cloud": true, "zoom": true, "mailgun": true, "twilio": true}
 
 // validFieldValue reports whether v can be a header value as a server
 // reads it: no control characters but tab, no spaces around it.

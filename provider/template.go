@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,6 +27,13 @@ import (
 //	                   true, false, objects and lists give nothing
 //	{raw:a.b}          the JSON value at the path, compacted
 //	{item:a.b}         the same in the item a key.single path selected
+//	{form:name}        a field of a form body (the first value)
+//	{form_sorted}      a form body's fields sorted by name, each name
+//	                   followed by its values (Twilio's signed parameters)
+//	{url}              the URL the provider called: signature.public_url
+//	                   (or the request's scheme and host) and the request's
+//	                   path and query; a signature over it is tried with and
+//	                   without the scheme's default port
 //
 // A placeholder may end with filters, applied in order: |lower, |upper,
 // |trim, |sha256 (hex of its SHA-256), |first:N (its first N bytes),
@@ -64,7 +72,7 @@ type filter struct {
 
 // The placeholders of templates, and the filters.
 var (
-	placeholderNames = []string{"body", "timestamp", "method", "header", "query", "json", "raw", "item"}
+	placeholderNames = []string{"body", "timestamp", "method", "url", "header", "query", "form", "form_sorted", "json", "raw", "item"}
 	filterNames      = []string{"lower", "upper", "trim", "sha256", "first:N", "hmac"}
 )
 
@@ -141,13 +149,13 @@ func parsePlaceholder(text string, allowed []string, hmac bool) (*placeholder, e
 		return nil, fmt.Errorf("unknown placeholder %s here (known: %s)", text, braced(allowed))
 	}
 	switch ph.src {
-	case "body", "timestamp", "method":
+	case "body", "timestamp", "method", "url", "form_sorted":
 		if ph.arg != "" {
 			return nil, fmt.Errorf("%s: {%s} takes no argument", text, ph.src)
 		}
-	case "header", "query":
+	case "header", "query", "form":
 		if ph.arg == "" {
-			return nil, fmt.Errorf("%s: name the %s, e.g. {%s:%s}", text, ph.src, ph.src, map[string]string{"header": "X-Event-Id", "query": "id"}[ph.src])
+			return nil, fmt.Errorf("%s: name the %s, e.g. {%s:%s}", text, ph.src, ph.src, map[string]string{"header": "X-Event-Id", "query": "id", "form": "MessageSid"}[ph.src])
 		}
 		if ph.src == "header" && !validHeaderName(ph.arg) {
 			return nil, fmt.Errorf("%s: %q is not a header name", text, ph.arg)
@@ -189,7 +197,7 @@ func braced(names []string) string {
 	out := make([]string, len(names))
 	for i, n := range names {
 		switch n {
-		case "body", "timestamp", "method":
+		case "body", "timestamp", "method", "url", "form_sorted":
 			out[i] = "{" + n + "}"
 		default:
 			out[i] = "{" + n + ":...}"
@@ -262,6 +270,20 @@ type tctx struct {
 	// strict reads {json:...} as JSON strings only: what a signature
 	// signs is text.
 	strict bool
+	url    string // {url}
+	form   url.Values
+	formOK bool // form is parsed
+}
+
+// parsedForm returns the body as a form, or nil when it is not one.
+func (c *tctx) parsedForm() url.Values {
+	if !c.formOK {
+		c.formOK = true
+		if f, err := url.ParseQuery(string(c.body)); err == nil {
+			c.form = f
+		}
+	}
+	return c.form
 }
 
 // render writes the template. With strict, an empty placeholder outside an
@@ -310,6 +332,12 @@ func (c *tctx) value(ph *placeholder) string {
 		v = c.ts
 	case "method":
 		v = c.r.Method
+	case "url":
+		v = c.url
+	case "form":
+		v = c.parsedForm().Get(ph.arg)
+	case "form_sorted":
+		v = string(twilioParams(c.parsedForm()))
 	case "header":
 		v = c.header(ph.arg)
 	case "query":
