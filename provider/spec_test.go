@@ -863,6 +863,24 @@ signature:
 	}
 }
 
+// TestSpecHeadChallenge pins the one difference known in what passes the
+// signature check: the whatsapp-cloud preset lets a HEAD carrying hub.mode
+// through unsigned (its Handshake then declines it and the middleware
+// forwards it), while a spec lets through only the requests its unsigned
+// handshake matches (GET), and refuses the HEAD.
+func TestSpecHeadChallenge(t *testing.T) {
+	cfg := provider.Config{Secrets: []string{"meta-app-secret"}, WhatsAppCloud: provider.WhatsAppCloudOptions{VerifyToken: "vt-123"}}
+	g := newPreset(t, "whatsapp-cloud", cfg, baseTime)
+	s := specPreset(t, loadSpec(t, "whatsapp-cloud"), cfg, baseTime)
+	r := httptest.NewRequest(http.MethodHead, "/wa?hub.mode=subscribe&hub.verify_token=vt-123&hub.challenge=1", nil)
+	if err := g.Verify(r, nil); err != nil {
+		t.Errorf("the preset refuses the HEAD: %v", err)
+	}
+	if err := s.Verify(r, nil); !errors.Is(err, provider.ErrMissingHeader) {
+		t.Errorf("the spec: %v, want missing header", err)
+	}
+}
+
 // TestSpecKnownKeyDifferences pins the only differences known between a
 // spec and its Go preset, all in keys of bodies no provider sends, none in
 // what is accepted or refused. The Go presets that decode the body into a
