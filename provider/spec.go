@@ -335,7 +335,8 @@ func (sp Spec) Preset(cfg Config) (*idemhook.Preset, error) {
 			{"signature.encoding", sig.Encoding != ""}, {"signature.format", sig.Format != ""}, {"signature.separator", sig.Separator != ""},
 			{"signature.assign", sig.Assign != ""}, {"signature.signature_key", sig.SignatureKey != ""}, {"signature.timestamp_key", sig.TimestampKey != ""},
 			{"signature.trim_spaces", sig.TrimSpaces}, {"signature.signed", sig.Signed != ""}, {"signature.secret_encoding", sig.SecretEncoding != ""},
-			{"signature.secret_prefix", sig.SecretPrefix != ""}, {"signature.timestamp", sig.Timestamp != Timestamp{}},
+			{"signature.secret_prefix", sig.SecretPrefix != ""}, {"signature.public_url", sig.PublicURL != ""},
+			{"signature.timestamp", sig.Timestamp != Timestamp{}},
 		} {
 			if f.set {
 				return nil, fail(f.name, "has no effect with algorithm token (the header holds the secret itself, nothing is signed); remove it")
@@ -358,6 +359,9 @@ func (sp Spec) Preset(cfg Config) (*idemhook.Preset, error) {
 	}
 	if st := sp.Success.Status; st != 0 && (st < 200 || st > 299) {
 		return nil, fail("success.status", "%d is not a success (want 200 to 299)", st)
+	}
+	if sp.Success.Body != "" && sp.Success.Status == 0 {
+		return nil, fail("success.body", "is answered with success.status, which is not set (e.g. status: 200)")
 	}
 	if sp.RetryWindow < 0 {
 		return nil, fail("retry_window", "must be positive")

@@ -696,6 +696,11 @@ func TestSpecErrors(t *testing.T) {
 		{"key.templates[0]", func(s *provider.Spec) { s.Key.Templates = []string{"{timestamp}"} }},
 		{"key.single[0].path", func(s *provider.Spec) { s.Key.Single = []provider.SingleItem{{Path: "data.id", Key: "{item:id}"}} }},
 		{"success.status", func(s *provider.Spec) { s.Success.Status = 302 }},
+		{"success.body", func(s *provider.Spec) { s.Success.Body = "[accepted]" }},
+		{"signature.public_url", func(s *provider.Spec) { s.Signature.PublicURL = "https://hooks.example.com" }},
+		{"signature.public_url", func(s *provider.Spec) {
+			s.Signature.Signed, s.Signature.PublicURL = "{timestamp}{url}", "ftp://x"
+		}},
 		{"signature.json", func(s *provider.Spec) { s.Signature.JSON = []string{"sig"} }},
 		{"signature.format", func(s *provider.Spec) { s.Signature.Header, s.Signature.JSON = "", []string{"sig"} }},
 		{"signature.json[0]", func(s *provider.Spec) {
