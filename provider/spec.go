@@ -253,6 +253,7 @@ type compiled struct {
 	size      int              // the signature's length; 0: any
 	decode    func(string) ([]byte, error)
 	secrets   []string           // Config.Secrets, as given
+	noSecrets bool               // the algorithm is unknown: the secrets are not read
 	keys      [][]byte           // hmac-*
 	pubs      []crypto.PublicKey // ed25519, ecdsa-sha256
 	pairs     timestampedHeader
@@ -287,7 +288,8 @@ type compiledHandshake struct {
 // Preset builds the preset the spec describes, with cfg's secrets (or
 // public keys), tolerance and clock. A field it can't use is a
 // [*SpecError]; a secret, a [*SecretError]; cfg's Tolerance and options as
-// [New]'s presets refuse them.
+// [New]'s presets refuse them. Several problems are returned together
+// (errors.Join), in the order of the fields.
 func (sp Spec) Preset(cfg Config) (*idemhook.Preset, error) {
 	if sp.Name == "" {
 		sp.Name = "custom"
@@ -297,9 +299,10 @@ func (sp Spec) Preset(cfg Config) (*idemhook.Preset, error) {
 	}
 	sig := &sp.Signature
 	c := &compiled{spec: sp, alg: sig.Algorithm, secrets: cfg.Secrets}
+	var algErr error
 	switch sig.Algorithm {
 	case "":
-		return nil, fail("signature.algorithm", "missing: one of %s", strings.Join(SpecAlgorithms, ", "))
+		algErr = fail("signature.algorithm", "missing: one of %s", strings.Join(SpecAlgorithms, ", "))
 	case "hmac-sha256":
 		c.newHash = sha256.New
 	case "hmac-sha1":
@@ -311,75 +314,60 @@ func (sp Spec) Preset(cfg Config) (*idemhook.Preset, error) {
 	case "ecdsa-sha256":
 	case "token":
 	default:
-		return nil, fail("signature.algorithm", "unknown algorithm %q (known: %s)", sig.Algorithm, strings.Join(SpecAlgorithms, ", "))
+		algErr = fail("signature.algorithm", "unknown algorithm %q (known: %s)", sig.Algorithm, strings.Join(SpecAlgorithms, ", "))
+	}
+	if algErr != nil {
+		// The other fields are checked as for HMAC-SHA256, the secrets not.
+		c.alg, c.newHash, c.noSecrets = "hmac-sha256", sha256.New, true
 	}
 	if c.newHash != nil {
 		c.size = c.newHash().Size()
 	}
-	switch {
-	case sig.Header != "" && len(sig.JSON) > 0:
-		return nil, fail("signature.json", "the signature is in a header or in the body: give header or json, not both")
-	case sig.Header == "" && len(sig.JSON) == 0:
-		return nil, fail("signature.header", "missing: the header that holds the %s", map[bool]string{true: "token", false: "signature (or json: the body fields)"}[c.alg == "token"])
-	case sig.Header != "" && !validHeaderName(sig.Header):
-		return nil, fail("signature.header", "%q is not a header name", sig.Header)
-	case len(sig.JSON) > 0 && c.alg == "token":
-		return nil, fail("signature.json", "a token is read from a header: give header")
-	}
-	timed := sig.Timestamp.Header != "" || sig.TimestampKey != "" || sig.Timestamp.JSON != ""
-	if c.alg == "token" {
-		for _, f := range []struct {
-			name string
-			set  bool
-		}{
-			{"signature.encoding", sig.Encoding != ""}, {"signature.format", sig.Format != ""}, {"signature.separator", sig.Separator != ""},
-			{"signature.assign", sig.Assign != ""}, {"signature.signature_key", sig.SignatureKey != ""}, {"signature.timestamp_key", sig.TimestampKey != ""},
-			{"signature.trim_spaces", sig.TrimSpaces}, {"signature.signed", sig.Signed != ""}, {"signature.secret_encoding", sig.SecretEncoding != ""},
-			{"signature.secret_prefix", sig.SecretPrefix != ""}, {"signature.public_url", sig.PublicURL != ""},
-			{"signature.timestamp", sig.Timestamp != Timestamp{}},
-		} {
-			if f.set {
-				return nil, fail(f.name, "has no effect with algorithm token (the header holds the secret itself, nothing is signed); remove it")
-			}
+	// Every section is checked, so that a file's problems are reported at
+	// once.
+	var errs []error
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
 		}
 	}
+	add(algErr)
+	timed := sig.Timestamp.Header != "" || sig.TimestampKey != "" || sig.Timestamp.JSON != ""
 	s, err := cfg.checkFor(preset{name: sp.Name, timed: timed}, false)
-	if err != nil {
-		return nil, err
-	}
+	add(err)
 	c.s = s
-	if err := c.compileSignature(fail); err != nil {
-		return nil, err
+	c.s.name = sp.Name
+	if err := c.checkSignatureSource(fail); err != nil {
+		add(err)
+	} else {
+		add(c.compileSignature(fail))
 	}
-	if err := c.compileKey(fail); err != nil {
-		return nil, err
-	}
-	if err := c.compileHandshakes(fail); err != nil {
-		return nil, err
-	}
+	add(c.compileKey(fail))
+	add(c.compileHandshakes(fail))
 	if st := sp.Success.Status; st != 0 && (st < 200 || st > 299) {
-		return nil, fail("success.status", "%d is not a success (want 200 to 299)", st)
+		add(fail("success.status", "%d is not a success (want 200 to 299)", st))
 	}
 	if sp.Success.Body != "" && sp.Success.Status == 0 {
-		return nil, fail("success.body", "is answered with success.status, which is not set (e.g. status: 200)")
+		add(fail("success.body", "is answered with success.status, which is not set (e.g. status: 200)"))
 	}
 	if sp.RetryWindow < 0 {
-		return nil, fail("retry_window", "must be positive")
+		add(fail("retry_window", "must be positive"))
 	}
 	if sp.ResponseTimeout < 0 {
-		return nil, fail("response_timeout", "must be positive")
+		add(fail("response_timeout", "must be positive"))
 	}
-	if err := c.compileAlternates(fail); err != nil {
-		return nil, err
-	}
+	add(c.compileAlternates(fail))
 	if cfg.Tolerance == 0 {
 		switch t := sig.Timestamp.Tolerance; {
 		case t == NoTolerance:
 		case t < 0:
-			return nil, fail("signature.timestamp.tolerance", "must be positive (or none: checked only when the route sets a tolerance)")
+			add(fail("signature.timestamp.tolerance", "must be positive (or none: checked only when the route sets a tolerance)"))
 		case t > 0:
 			c.s.tolerance = t
 		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
 	}
 	c.checkAge = timed && (cfg.Tolerance > 0 || sig.Timestamp.Tolerance != NoTolerance)
 
@@ -400,6 +388,40 @@ func (sp Spec) Preset(cfg Config) (*idemhook.Preset, error) {
 }
 
 type failFunc func(field, format string, args ...any) error
+
+// checkSignatureSource checks where the signature is, and what a token
+// can't have.
+func (c *compiled) checkSignatureSource(fail failFunc) error {
+	sig := &c.spec.Signature
+	switch {
+	case sig.Header != "" && len(sig.JSON) > 0:
+		return fail("signature.json", "the signature is in a header or in the body: give header or json, not both")
+	case sig.Header == "" && len(sig.JSON) == 0:
+		return fail("signature.header", "missing: the header that holds the %s", map[bool]string{true: "token", false: "signature (or json: the body fields)"}[c.alg == "token"])
+	case sig.Header != "" && !validHeaderName(sig.Header):
+		return fail("signature.header", "%q is not a header name", sig.Header)
+	case len(sig.JSON) > 0 && c.alg == "token":
+		return fail("signature.json", "a token is read from a header: give header")
+	}
+	if c.alg != "token" {
+		return nil
+	}
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{
+		{"signature.encoding", sig.Encoding != ""}, {"signature.format", sig.Format != ""}, {"signature.separator", sig.Separator != ""},
+		{"signature.assign", sig.Assign != ""}, {"signature.signature_key", sig.SignatureKey != ""}, {"signature.timestamp_key", sig.TimestampKey != ""},
+		{"signature.trim_spaces", sig.TrimSpaces}, {"signature.signed", sig.Signed != ""}, {"signature.secret_encoding", sig.SecretEncoding != ""},
+		{"signature.secret_prefix", sig.SecretPrefix != ""}, {"signature.public_url", sig.PublicURL != ""},
+		{"signature.timestamp", sig.Timestamp != Timestamp{}},
+	} {
+		if f.set {
+			return fail(f.name, "has no effect with algorithm token (the header holds the secret itself, nothing is signed); remove it")
+		}
+	}
+	return nil
+}
 
 func (c *compiled) compileSignature(fail failFunc) error {
 	sig := &c.spec.Signature
@@ -548,7 +570,7 @@ func (c *compiled) compileSignature(fail failFunc) error {
 		return fail("signature.secret_encoding", "is for HMAC secrets: the secrets of %s are public keys (PEM or base64 DER)", c.alg)
 	}
 	for idx, sec := range c.secrets {
-		if sec == "" {
+		if sec == "" || c.noSecrets {
 			continue // Config.check skips it
 		}
 		sec = strings.TrimPrefix(sec, sig.SecretPrefix)

@@ -228,8 +228,14 @@ func (nodes specNodes) at(path string) (*yaml.Node, string) {
 }
 
 // specError reports err, an error of provider.Spec.Preset, at the field of
-// the route's provider: spec it names.
+// the route's provider: spec it names; each of several at its own.
 func (c *checker) specError(in *routeInputs, err error) bool {
+	if j, ok := err.(interface{ Unwrap() []error }); ok && in.spec != nil {
+		for _, e := range j.Unwrap() {
+			c.presetError(in, e) // each at its own line
+		}
+		return true
+	}
 	var se *provider.SpecError
 	if !errors.As(err, &se) {
 		return false

@@ -140,3 +140,22 @@ func TestConfigProviderSpecDocsExample(t *testing.T) {
 		t.Fatalf("the docs' example has no preset with a handshake: %+v", p)
 	}
 }
+
+// Several problems of a spec are reported at once, each at its line.
+func TestConfigProviderSpecSeveralErrors(t *testing.T) {
+	text := strings.NewReplacer("hmac-sha256", "hmac-sha265", `"{json:id}"`, `"{json:id"`, "{status: 200}", "{status: 302}").Replace(specRoute)
+	_, err := Parse("idemhook.yaml", []byte(text), envOf("ACME_SECRET", "acme-secret"))
+	var errs Errors
+	if !errors.As(err, &errs) || len(errs) != 3 {
+		t.Fatalf("errors: %v; want 3", err)
+	}
+	for i, want := range []string{
+		"idemhook.yaml:7: routes[0].provider.signature.algorithm: unknown algorithm",
+		"idemhook.yaml:13: routes[0].provider.key.templates[0]:",
+		"idemhook.yaml:14: routes[0].provider.success.status: 302",
+	} {
+		if !strings.HasPrefix(errs[i].Error(), want) {
+			t.Errorf("error %d: %v, want %s...", i, errs[i], want)
+		}
+	}
+}
