@@ -34,6 +34,41 @@ import (
 //
 // The yaml tags are the names a configuration file uses; a [SpecError]
 // names a field by them (e.g. "signature.timestamp.format").
+//
+// Templates: what a signature signs ("{timestamp}.{body}"), a key
+// ("{header:X-GitHub-Hook-ID}:{header:X-GitHub-Delivery}") and a
+// handshake's values and answer are texts with placeholders:
+//
+//	{body}             the raw body
+//	{timestamp}        the signed timestamp, as sent
+//	{method}           the request's method
+//	{header:Name}      a request header (the first value)
+//	{query:name}       a parameter of the URL's query (the first value)
+//	{json:a.b[0].c}    a string or number of a JSON body, as written; null,
+//	                   true, false, objects and lists give nothing
+//	{raw:a.b}          the JSON value at the path, compacted
+//	{item:a.b}         the same in the item a key.single path selected
+//	{form:name}        a field of a form body (the first value)
+//	{form_sorted}      a form body's fields sorted by name, each name
+//	                   followed by its values (Twilio's signed parameters)
+//	{url}              the URL the provider called: signature.public_url
+//	                   (or the request's scheme and host) and the request's
+//	                   path and query; a signature over it is tried with and
+//	                   without the scheme's default port
+//
+// A placeholder may end with filters, applied in order: |lower, |upper,
+// |trim, |sha256 (hex of its SHA-256), |first:N (its first N bytes),
+// |hmac (hex of the HMAC of the value with the secret that signed the
+// request, in a handshake's answer, as Zoom's url_validation wants).
+//
+// [ ... ] is an optional part, left out when one of its placeholders is
+// empty (Mercado Pago's manifest leaves out its absent parts). Outside
+// one, an empty placeholder makes a key or a handshake check give nothing,
+// and a missing header or body field makes a signature check fail
+// (ErrMissingHeader, ErrMalformedBody); in what is signed, {json:...}
+// reads strings only. {timestamp}, {url} and {form_sorted} are for what is
+// signed only, {item:...} for key.single. A backslash writes the next
+// character as is: \{ \} \[ \] \\.
 type Spec struct {
 	// Name names the preset in errors, logs and metrics. Default "custom"
 	// (the gateway uses the route's source).
@@ -101,8 +136,8 @@ type Signature struct {
 	TimestampKey string `yaml:"timestamp_key"`
 	// TrimSpaces allows spaces around the keys and values of pairs.
 	TrimSpaces bool `yaml:"trim_spaces"`
-	// Signed is the template of what is signed (see the placeholders in
-	// the package's docs of templates). Default "{body}".
+	// Signed is the template of what is signed (see [Spec]). Default
+	// "{body}".
 	Signed string `yaml:"signed"`
 	// SecretEncoding is how an HMAC secret is written: raw (default: its
 	// bytes), base64 or hex.

@@ -13,38 +13,8 @@ import (
 	"strings"
 )
 
-// A template is a text of a provider [Spec] with placeholders: what a
-// signature signs ("{timestamp}.{body}"), a key
-// ("{header:X-GitHub-Hook-ID}:{header:X-GitHub-Delivery}"), a handshake's
-// answer. Its syntax:
-//
-//	{body}             the raw body
-//	{timestamp}        the signed timestamp, as sent
-//	{method}           the request's method
-//	{header:Name}      a request header (the first value)
-//	{query:name}       a parameter of the URL's query (the first value)
-//	{json:a.b[0].c}    a string or number of a JSON body, as written; null,
-//	                   true, false, objects and lists give nothing
-//	{raw:a.b}          the JSON value at the path, compacted
-//	{item:a.b}         the same in the item a key.single path selected
-//	{form:name}        a field of a form body (the first value)
-//	{form_sorted}      a form body's fields sorted by name, each name
-//	                   followed by its values (Twilio's signed parameters)
-//	{url}              the URL the provider called: signature.public_url
-//	                   (or the request's scheme and host) and the request's
-//	                   path and query; a signature over it is tried with and
-//	                   without the scheme's default port
-//
-// A placeholder may end with filters, applied in order: |lower, |upper,
-// |trim, |sha256 (hex of its SHA-256), |first:N (its first N bytes),
-// |hmac (hex of the HMAC of the value with the secret that signed the
-// request, in a handshake's answer, as Zoom's url_validation wants).
-//
-// [ ... ] is an optional part, left out when one of its placeholders is
-// empty (Mercado Pago's manifest leaves out its absent parts). Outside
-// one, an empty placeholder makes a key or a handshake check give nothing,
-// and a missing header makes a signature check fail (ErrMissingHeader). A
-// backslash writes the next character as is: \{ \} \[ \] \\.
+// A template is a text of a provider [Spec] with placeholders; its syntax
+// is in Spec's documentation.
 type template struct {
 	src   string
 	parts []tpart
