@@ -850,6 +850,7 @@ func (c *compiled) signer(r *http.Request, body []byte) (int, error) {
 	}
 	// The headers the signed content needs, then the timestamp, the
 	// signature, its age and the match, in the order of the Go presets.
+	doc := newJSONDoc(body)
 	for _, ph := range c.signed.required("header") {
 		if get(ph.arg) == "" {
 			return -1, c.s.fail(name(ph.arg), ErrMissingHeader, "")
@@ -866,13 +867,13 @@ func (c *compiled) signer(r *http.Request, body []byte) (int, error) {
 			return -1, c.s.fail(name(c.tsHeader), ErrMalformedHeader, "want "+c.tsFormat())
 		}
 	case c.tsJSON != nil:
-		ts = jsonScalar(lookupJSON(body, c.tsJSON))
+		ts = jsonScalar(doc.lookup(c.tsJSON))
 		if _, ok := c.parseTS(ts); !ok {
 			return -1, c.s.fail("", ErrMalformedBody, sig.Timestamp.JSON+": want "+c.tsFormat())
 		}
 	}
 	for _, ph := range c.signed.required("json") {
-		if v, _, _ := jsonString(lookupJSON(body, ph.path)); v == "" {
+		if v, _, _ := jsonString(doc.lookup(ph.path)); v == "" {
 			return -1, c.s.fail("", ErrMalformedBody, ph.arg+": want a non-empty string")
 		}
 	}
@@ -881,7 +882,7 @@ func (c *compiled) signer(r *http.Request, body []byte) (int, error) {
 	switch {
 	case c.sigJSON != nil:
 		for i, path := range c.sigJSON {
-			v, present, isString := jsonString(lookupJSON(body, path))
+			v, present, isString := jsonString(doc.lookup(path))
 			if (present && !isString) || (i == 0 && v == "") {
 				return -1, c.s.fail("", ErrMalformedBody, sig.JSON[i]+": want a signature string")
 			}
@@ -917,7 +918,7 @@ func (c *compiled) signer(r *http.Request, body []byte) (int, error) {
 			return -1, err
 		}
 	}
-	ctx := &tctx{r: r, body: body, ts: ts, header: get, strict: true}
+	ctx := &tctx{r: r, body: body, ts: ts, header: get, strict: true, doc: doc}
 	if c.signed.uses("form_sorted") && len(body) > 0 && ctx.parsedForm() == nil {
 		return -1, c.s.fail("", ErrMalformedBody, "want a form (application/x-www-form-urlencoded)")
 	}
@@ -986,23 +987,24 @@ func verifyRawECDSA(pub *ecdsa.PublicKey, digest, sig []byte) bool {
 func (c *compiled) key(r *http.Request, body []byte) (string, error) {
 	get, _ := c.headerFunc(r)
 	trimmed := func(h string) string { return strings.TrimSpace(get(h)) }
+	doc := newJSONDoc(body)
 	if len(c.single) > 0 {
 		var items []json.RawMessage
 		var which *template
 		for _, it := range c.single {
-			found := selectJSON(body, it.path)
+			found := doc.selectPath(it.path)
 			if len(found) > 0 {
 				which = it.key
 			}
 			items = append(items, found...)
 		}
 		if len(items) == 1 {
-			k, _ := which.render(&tctx{r: r, body: body, header: trimmed, item: items[0]}, true)
+			k, _ := which.render(&tctx{r: r, body: body, header: trimmed, item: items[0], doc: doc}, true)
 			return string(k), nil
 		}
 	}
 	for _, t := range c.keyTmpls {
-		if k, ok := t.render(&tctx{r: r, body: body, header: trimmed}, true); ok {
+		if k, ok := t.render(&tctx{r: r, body: body, header: trimmed, doc: doc}, true); ok {
 			return string(k), nil
 		}
 	}
@@ -1012,6 +1014,7 @@ func (c *compiled) key(r *http.Request, body []byte) (string, error) {
 // handshakeFor returns the handshake r is, or nil.
 func (c *compiled) handshakeFor(r *http.Request, body []byte) *compiledHandshake {
 	get, _ := c.headerFunc(r)
+	doc := newJSONDoc(body)
 	for i := range c.handshake {
 		h := &c.handshake[i]
 		m := h.h.Match
@@ -1028,7 +1031,7 @@ func (c *compiled) handshakeFor(r *http.Request, body []byte) *compiledHandshake
 			ok = ok && ((v == "*" && q.Has(k)) || (v != "*" && q.Get(k) == v))
 		}
 		for p, v := range m.JSON {
-			got := lookupJSON(body, h.match[p])
+			got := doc.lookup(h.match[p])
 			ok = ok && got != nil && jsonScalar(got) == v
 		}
 		if ok {

@@ -91,3 +91,33 @@ func validFieldValue(v string) bool {
 	}
 	return len(v) == 0 || (v[0] != ' ' && v[0] != '\t' && v[len(v)-1] != ' ' && v[len(v)-1] != '\t')
 }
+
+// BenchmarkSpecAgainstPreset: Verify and Key of a spec beside its Go
+// preset, on each fixture's valid delivery.
+func BenchmarkSpecAgainstPreset(b *testing.B) {
+	for _, fx := range fixtures(b) {
+		if _, ok := notExpressible[fx.name]; ok {
+			continue
+		}
+		r := fx.build(b, "1", baseTime, fx.secret())
+		body := readBody(b, r)
+		for _, side := range []struct {
+			name string
+			p    *idemhook.Preset
+		}{
+			{"go", newPreset(b, fx.name, fx.cfg, baseTime)},
+			{"spec", specPreset(b, loadSpec(b, fx.name), fx.cfg, baseTime)},
+		} {
+			b.Run(fx.name+"/"+side.name, func(b *testing.B) {
+				for b.Loop() {
+					if err := side.p.Verify(r, body); err != nil {
+						b.Fatal(err)
+					}
+					if k, _ := side.p.Key(r, body); k == "" {
+						b.Fatal("no key")
+					}
+				}
+			})
+		}
+	}
+}

@@ -235,6 +235,7 @@ type tctx struct {
 	body   []byte
 	ts     string
 	header func(string) string
+	doc    *jsonDoc // the body, decoded once
 	item   json.RawMessage
 	hmac   func(msg []byte) []byte // the hmac filter; nil: not available
 	// strict reads {json:...} as JSON strings only: what a signature
@@ -243,6 +244,14 @@ type tctx struct {
 	url    string // {url}
 	form   url.Values
 	formOK bool // form is parsed
+}
+
+// json returns the body as a jsonDoc.
+func (c *tctx) json() *jsonDoc {
+	if c.doc == nil {
+		c.doc = newJSONDoc(c.body)
+	}
+	return c.doc
 }
 
 // parsedForm returns the body as a form, or nil when it is not one.
@@ -314,12 +323,12 @@ func (c *tctx) value(ph *placeholder) string {
 		v = c.r.URL.Query().Get(ph.arg)
 	case "json":
 		if c.strict {
-			v, _, _ = jsonString(lookupJSON(c.body, ph.path))
+			v, _, _ = jsonString(c.json().lookup(ph.path))
 		} else {
-			v = jsonScalar(lookupJSON(c.body, ph.path))
+			v = jsonScalar(c.json().lookup(ph.path))
 		}
 	case "raw":
-		v = jsonCompact(lookupJSON(c.body, ph.path))
+		v = jsonCompact(c.json().lookup(ph.path))
 	case "item":
 		v = jsonScalar(lookupJSON(c.item, ph.path))
 	}
@@ -397,39 +406,90 @@ func parsePath(p string) ([]step, error) {
 	return steps, nil
 }
 
-// lookupJSON returns the JSON value at path in doc, or nil.
-func lookupJSON(doc []byte, path []step) json.RawMessage {
-	vs := selectJSON(doc, path)
+// jsonDoc is a JSON body whose objects and lists are decoded once each,
+// however many placeholders read them.
+type jsonDoc struct {
+	raw   []byte
+	objs  map[rawID]map[string]json.RawMessage
+	lists map[rawID][]json.RawMessage
+}
+
+// rawID names a value of a jsonDoc: the values of a decoded object or list
+// are slices of one buffer that stays, so where they start and how long
+// they are tell them apart.
+type rawID struct {
+	start *byte
+	n     int
+}
+
+func newJSONDoc(raw []byte) *jsonDoc { return &jsonDoc{raw: raw} }
+
+func idOf(v json.RawMessage) rawID {
+	if len(v) == 0 {
+		return rawID{}
+	}
+	return rawID{&v[0], len(v)}
+}
+
+// object decodes v as an object, or returns nil.
+func (d *jsonDoc) object(v json.RawMessage) map[string]json.RawMessage {
+	id := idOf(v)
+	if o, ok := d.objs[id]; ok {
+		return o
+	}
+	var o map[string]json.RawMessage
+	if json.Unmarshal(v, &o) != nil {
+		o = nil
+	}
+	if d.objs == nil {
+		d.objs = map[rawID]map[string]json.RawMessage{}
+	}
+	d.objs[id] = o
+	return o
+}
+
+// list decodes v as a list, or returns nil.
+func (d *jsonDoc) list(v json.RawMessage) []json.RawMessage {
+	id := idOf(v)
+	if l, ok := d.lists[id]; ok {
+		return l
+	}
+	var l []json.RawMessage
+	if json.Unmarshal(v, &l) != nil {
+		l = nil
+	}
+	if d.lists == nil {
+		d.lists = map[rawID][]json.RawMessage{}
+	}
+	d.lists[id] = l
+	return l
+}
+
+// lookup returns the JSON value at path, or nil.
+func (d *jsonDoc) lookup(path []step) json.RawMessage {
+	vs := d.selectPath(path)
 	if len(vs) != 1 {
 		return nil
 	}
 	return vs[0]
 }
 
-// selectJSON returns the JSON values at path in doc, [*] selecting every
-// element of a list.
-func selectJSON(doc []byte, path []step) []json.RawMessage {
-	cur := []json.RawMessage{doc}
+// selectPath returns the JSON values at path, [*] selecting every element
+// of a list.
+func (d *jsonDoc) selectPath(path []step) []json.RawMessage {
+	cur := []json.RawMessage{d.raw}
 	for _, s := range path {
 		var next []json.RawMessage
 		for _, v := range cur {
 			switch {
-			case s.isIndex || s.wildcard:
-				var list []json.RawMessage
-				if json.Unmarshal(v, &list) != nil {
-					continue
-				}
-				if s.wildcard {
-					next = append(next, list...)
-				} else if s.index < len(list) {
-					next = append(next, list[s.index])
+			case s.wildcard:
+				next = append(next, d.list(v)...)
+			case s.isIndex:
+				if l := d.list(v); s.index < len(l) {
+					next = append(next, l[s.index])
 				}
 			default:
-				var obj map[string]json.RawMessage
-				if json.Unmarshal(v, &obj) != nil {
-					continue
-				}
-				if f, ok := obj[s.field]; ok {
+				if f, ok := d.object(v)[s.field]; ok {
 					next = append(next, f)
 				}
 			}
@@ -437,6 +497,11 @@ func selectJSON(doc []byte, path []step) []json.RawMessage {
 		cur = next
 	}
 	return cur
+}
+
+// lookupJSON returns the JSON value at path in doc, or nil.
+func lookupJSON(doc []byte, path []step) json.RawMessage {
+	return newJSONDoc(doc).lookup(path)
 }
 
 // jsonScalar is a JSON string or number as text (a number as written), or
