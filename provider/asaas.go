@@ -2,6 +2,7 @@ package provider
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/idemhook/idemhook"
 )
@@ -30,7 +31,7 @@ func Asaas(cfg Config) (*idemhook.Preset, error) {
 	return &idemhook.Preset{
 		Name:        "asaas",
 		RetryWindow: asaasRetryWindow,
-		Verify:      s.verifyToken(AsaasTokenHeader, false),
+		Verify:      s.verifyToken(AsaasTokenHeader, ""),
 		Key: func(r *http.Request, body []byte) (string, error) {
 			return topLevelID(body, "id"), nil
 		},
@@ -40,14 +41,13 @@ func Asaas(cfg Config) (*idemhook.Preset, error) {
 }
 
 // verifyToken returns a Verify that compares a static token header with the
-// configured secrets. With bearer, a "Bearer " prefix is removed first.
-func (s settings) verifyToken(header string, bearer bool) func(*http.Request, []byte) error {
+// configured secrets. A prefix (e.g. "Bearer "), in any case, is removed
+// first when the value has more than it.
+func (s settings) verifyToken(header, prefix string) func(*http.Request, []byte) error {
 	return func(r *http.Request, _ []byte) error {
 		got := r.Header.Get(header)
-		if bearer {
-			if len(got) > 7 && (got[:7] == "Bearer " || got[:7] == "bearer ") {
-				got = got[7:]
-			}
+		if n := len(prefix); n > 0 && len(got) > n && strings.EqualFold(got[:n], prefix) {
+			got = got[n:]
 		}
 		if got == "" {
 			return s.fail(header, ErrMissingHeader, "")

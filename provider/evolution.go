@@ -41,11 +41,15 @@ func Evolution(cfg Config) (*idemhook.Preset, error) {
 		}
 		header = h
 	}
+	bearer := ""
+	if strings.EqualFold(header, "authorization") {
+		bearer = "Bearer "
+	}
 	return &idemhook.Preset{
 		Name:            "evolution",
 		RetryWindow:     evolutionRetryWindow,
 		ResponseTimeout: evolutionResponseTimeout,
-		Verify:          s.verifyToken(header, strings.EqualFold(header, "authorization")),
+		Verify:          s.verifyToken(header, bearer),
 		Key: func(r *http.Request, body []byte) (string, error) {
 			return evolutionKey(body), nil
 		},

@@ -444,3 +444,42 @@ func ExampleHubSpot() {
 	fmt.Println(p.Verify(r, body), key, p.ResponseTimeout)
 	// Output: <nil> 234567:100 5s
 }
+
+// A Spec describes a provider instead of programming it: the acme provider
+// of Example_customPreset, with a signed timestamp, keyed by a header.
+func ExampleSpec() {
+	now := time.Unix(1_780_000_000, 0)
+	spec := provider.Spec{
+		Name: "acme",
+		Signature: provider.Signature{
+			Algorithm: "hmac-sha256",
+			Header:    "X-Acme-Signature",
+			Prefix:    "sha256=",
+			Signed:    "{timestamp}.{body}",
+			Timestamp: provider.Timestamp{Header: "X-Acme-Timestamp"},
+		},
+		Key:     provider.KeySpec{Templates: []string{"{header:X-Acme-Event-Id}"}},
+		Success: provider.Success{Status: http.StatusOK},
+	}
+	p, err := spec.Preset(provider.Config{Secrets: []string{"acme-secret"}, Now: func() time.Time { return now }})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	body := []byte(`{"order":42}`)
+	send := func(ts, secret string) {
+		r := httptest.NewRequest(http.MethodPost, "/acme", nil)
+		r.Header.Set("X-Acme-Event-Id", "ev-1")
+		r.Header.Set("X-Acme-Timestamp", ts)
+		r.Header.Set("X-Acme-Signature", "sha256="+sign(secret, ts+"."+string(body)))
+		key, _ := p.Key(r, body)
+		fmt.Println(key, p.Verify(r, body))
+	}
+	send("1780000000", "acme-secret")
+	send("1780000000", "guess")
+	send("1779999000", "acme-secret")
+	// Output:
+	// ev-1 <nil>
+	// ev-1 acme: header X-Acme-Signature: no matching signature
+	// ev-1 acme: header X-Acme-Timestamp: timestamp outside tolerance (signed 16m40s ago, tolerance 5m0s)
+}

@@ -10,6 +10,14 @@
 // SuccessBody, RetryWindow, ResponseTimeout, Items), so a custom preset is
 // written the same way (see Example_customPreset).
 //
+// A provider without a preset can be described rather than programmed: a
+// [Spec] (its signature scheme, where its key is, the success answer it
+// expects, its handshakes) builds an [idemhook.Preset] with [Spec.Preset],
+// through the same signature parsers and checks as the presets. The
+// gateway reads one from a route's provider: mapping (docs/gateway.md, "Any
+// provider from YAML"); testdata/specs has sixteen of the presets written
+// as specs, which a differential test holds to the Go presets' behaviour.
+//
 // Keys are the key part only. The middleware stores them under
 // "idem:<source>:<key>" after [idemhook.NormalizeKey]. An empty key means
 // "fall back to the body hash".
@@ -357,6 +365,14 @@ type settings struct {
 // nothing) and the options of another preset (they would do nothing).
 func (cfg Config) check(name string) (settings, error) {
 	self, _ := lookup(name)
+	return cfg.checkFor(self, true)
+}
+
+// checkFor is check for the preset self, registered (one of registry's,
+// whose own options it may take) or not (built from a [Spec]: it takes
+// none).
+func (cfg Config) checkFor(self preset, registered bool) (settings, error) {
+	name := self.name
 	s := settings{name: name, tolerance: cfg.Tolerance, now: cfg.Now}
 	for _, sec := range cfg.Secrets {
 		if sec != "" {
@@ -377,7 +393,7 @@ func (cfg Config) check(name string) (settings, error) {
 			Reason: fmt.Sprintf("has no effect: %s signs no timestamp; remove it", name)}
 	}
 	for _, p := range registry() {
-		if p.name == name {
+		if registered && p.name == name {
 			continue
 		}
 		for _, o := range p.options {

@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
 	"net/http"
 	"strings"
@@ -60,13 +61,5 @@ func Shopify(cfg Config) (*idemhook.Preset, error) {
 
 // parseShopifySignature decodes X-Shopify-Hmac-Sha256 (standard base64).
 func parseShopifySignature(v string) ([]byte, error) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return nil, ErrMissingHeader
-	}
-	sig, err := base64.StdEncoding.DecodeString(v)
-	if err != nil || len(sig) != 32 {
-		return nil, ErrMalformedHeader
-	}
-	return sig, nil
+	return parseMAC(v, "", base64.StdEncoding.DecodeString, sha256.Size)
 }

@@ -105,30 +105,19 @@ func standardWebhooks(cfg Config, name string, headerSets ...string) (*idemhook.
 	}, nil
 }
 
+// standardSignature is the shape of webhook-signature: space-separated
+// "<version>,<base64>" entries, of which the v1 ones are read.
+var standardSignature = timestampedHeader{
+	sep:    " ",
+	assign: ",",
+	sigKey: "v1",
+	decode: base64.StdEncoding.DecodeString,
+}
+
 // parseStandardSignature decodes the v1 entries of a webhook-signature value.
 // Entries of other versions are skipped. A value without any v1 entry is
 // malformed.
 func parseStandardSignature(v string) ([][]byte, error) {
-	if strings.TrimSpace(v) == "" {
-		return nil, ErrMissingHeader
-	}
-	var sigs [][]byte
-	for _, entry := range strings.Fields(v) {
-		version, sig, ok := strings.Cut(entry, ",")
-		if !ok {
-			return nil, ErrMalformedHeader
-		}
-		if version != "v1" {
-			continue
-		}
-		b, err := base64.StdEncoding.DecodeString(sig)
-		if err != nil || len(b) == 0 {
-			return nil, ErrMalformedHeader
-		}
-		sigs = append(sigs, b)
-	}
-	if len(sigs) == 0 {
-		return nil, ErrMalformedHeader
-	}
-	return sigs, nil
+	_, sigs, err := standardSignature.parse(v)
+	return sigs, err
 }

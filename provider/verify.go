@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"strconv"
 	"strings"
 	"time"
@@ -75,7 +76,12 @@ func headerDetail(err error, format string) string {
 
 // hmacSHA256 returns HMAC-SHA256(key, parts...).
 func hmacSHA256(key []byte, parts ...[]byte) []byte {
-	m := hmac.New(sha256.New, key)
+	return hmacSum(sha256.New, key, parts...)
+}
+
+// hmacSum returns the HMAC of parts with key and the hash newHash.
+func hmacSum(newHash func() hash.Hash, key []byte, parts ...[]byte) []byte {
+	m := hmac.New(newHash, key)
 	for _, p := range parts {
 		m.Write(p)
 	}
@@ -88,16 +94,25 @@ func hmacSHA256(key []byte, parts ...[]byte) []byte {
 // (prefix ""). An empty value is ErrMissingHeader. A value without the
 // prefix, or whose rest isn't the hex of 32 bytes, is ErrMalformedHeader.
 func parseHexMAC(v, prefix string) ([]byte, error) {
+	return parseMAC(v, prefix, hex.DecodeString, sha256.Size)
+}
+
+// parseMAC decodes a signature header "<prefix><encoded signature>" (spaces
+// around the value allowed) with decode. An empty value is
+// ErrMissingHeader. A value without the prefix, that does not decode, or
+// whose decoded length is not size (any non-zero length when size is 0)
+// is ErrMalformedHeader.
+func parseMAC(v, prefix string, decode func(string) ([]byte, error), size int) ([]byte, error) {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return nil, ErrMissingHeader
 	}
-	hexSig, ok := strings.CutPrefix(v, prefix)
+	encoded, ok := strings.CutPrefix(v, prefix)
 	if !ok {
 		return nil, ErrMalformedHeader
 	}
-	sig, err := hex.DecodeString(hexSig)
-	if err != nil || len(sig) != sha256.Size {
+	sig, err := decode(encoded)
+	if err != nil || len(sig) == 0 || (size != 0 && len(sig) != size) {
 		return nil, ErrMalformedHeader
 	}
 	return sig, nil
@@ -107,15 +122,22 @@ func parseHexMAC(v, prefix string) ([]byte, error) {
 // the keys. Comparisons are constant-time (hmac.Equal). Only which pair
 // matched, never the expected value, could leak through timing.
 func anyMAC(keys [][]byte, candidates [][]byte, mac func(key []byte) []byte) bool {
-	for _, k := range keys {
+	return matchMAC(keys, candidates, mac) >= 0
+}
+
+// matchMAC returns the index of the first key for which one of the
+// candidate MACs equals mac(key), or -1. Comparisons are constant-time
+// (hmac.Equal).
+func matchMAC(keys [][]byte, candidates [][]byte, mac func(key []byte) []byte) int {
+	for i, k := range keys {
 		want := mac(k)
 		for _, c := range candidates {
 			if hmac.Equal(want, c) {
-				return true
+				return i
 			}
 		}
 	}
-	return false
+	return -1
 }
 
 // anyToken reports whether got equals one of the tokens, in constant time

@@ -22,7 +22,7 @@ func (c *checker) build(cfg *Config) {
 		rc := &cfg.Routes[in.i]
 		r := &rc.Route
 		if in.preset {
-			p, err := provider.New(rc.Provider, in.config)
+			p, err := in.newPreset(rc.Provider)
 			if err != nil {
 				c.presetError(&in, err)
 			}
@@ -62,6 +62,9 @@ func (c *checker) presetError(in *routeInputs, err error) {
 	var oe *provider.OptionError
 	var te *provider.ToleranceError
 	var se *provider.SecretError
+	if c.specError(in, err) {
+		return
+	}
 	switch {
 	case errors.As(err, &se):
 		node, field = in.secretAt(se.Index, node, field)

@@ -483,7 +483,9 @@ type routeInputs struct {
 	preset     bool            // provider, secrets and options are checked: build the preset
 	config     provider.Config // its settings
 	optionKeys map[string]*yaml.Node
-	items      itemsInput // items:, merged with the preset's by build
+	items      itemsInput     // items:, merged with the preset's by build
+	spec       *provider.Spec // provider: as a mapping (provider_spec.go)
+	specNodes  specNodes
 }
 
 // own returns the value of the entry's own field name, or the entry when
@@ -693,7 +695,14 @@ func (c *checker) route(in *routeInputs) Route {
 func (c *checker) providerSettings(in *routeInputs, rc *Route) {
 	f, at := in.f, in.at
 	field := func(name string) string { return join(at, name) }
-	name, hasProvider := c.str(f.Provider, field("provider"))
+	spec, isSpec := c.providerSpec(in)
+	name, hasProvider := "", isSpec
+	if !isSpec {
+		name, hasProvider = c.str(f.Provider, field("provider"))
+	} else if spec != nil {
+		spec.Name = cmp.Or(spec.Name, rc.Route.Source)
+		name, in.spec = spec.Name, spec
+	}
 	var secrets []string
 	secretsOK := true
 	if l := f.SecretEnv; l.Node != nil && l.Kind == yaml.ScalarNode && strings.Contains(l.Value, "$") {
@@ -776,7 +785,10 @@ func (c *checker) providerSettings(in *routeInputs, rc *Route) {
 		return
 	}
 	rc.Provider = name
-	if !slices.Contains(provider.Names(), name) {
+	if isSpec && (spec == nil || c.specOptions(in)) {
+		return // the spec's own errors were reported
+	}
+	if !isSpec && !slices.Contains(provider.Names(), name) {
 		c.errorf(f.Provider.Node, field("provider"), "unknown provider %q%s (known: %s)", name, didYouMean(name, provider.Names()), strings.Join(provider.Names(), ", "))
 		return
 	}
@@ -788,7 +800,7 @@ func (c *checker) providerSettings(in *routeInputs, rc *Route) {
 	keyOption := provider.KeyOption(name)
 	hasKeyOption := keyOption != "" && slices.ContainsFunc(opts, func(o option) bool { return o.key.Value == keyOption && o.value != "" })
 	if !hasKeyOption && !slices.ContainsFunc(secrets, func(s string) bool { return s != "" }) {
-		node, name := f.Provider.Node, "provider"
+		node, name := c.key(f.Provider), "provider"
 		if v := valueOf(in.node, "secrets"); v != nil { // also when null
 			node, name = v, "secrets"
 		}
