@@ -465,8 +465,20 @@ func TestQueueKeptAcrossReloads(t *testing.T) {
 		}
 	}
 	reload(strings.Replace(queueConfig(dir, b.up.Srv.URL, ""), "/webhooks/test", "/webhooks/elsewhere", 1))
+	// An attempt that was running when the route left ends (failing: the
+	// backend is still down) before the backend comes back: the backend's
+	// count stays still for half a second. On a loaded machine such an
+	// attempt can take longer than any fixed pause.
+	stable, last := 0, b.up.Calls.Load()
+	for deadline := time.Now().Add(10 * time.Second); stable < 5 && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		if n := b.up.Calls.Load(); n != last {
+			stable, last = 0, n
+		} else {
+			stable++
+		}
+	}
 	b.down.Store(false)
-	time.Sleep(100 * time.Millisecond) // an attempt that was running when the route left settles
 	calls := b.up.Calls.Load()
 	if r := gatewaytest.Post(t, admin.URL+"/admin/queue/redrive", `{"route":"/webhooks/test"}`); r.Status != http.StatusBadRequest {
 		t.Fatalf("redrive of a route no longer in the file: %d %s; want 400", r.Status, r.Body)
