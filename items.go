@@ -48,7 +48,9 @@ type ItemsMode string
 
 const (
 	// ItemsSplit runs the handler once per new item, each with a request
-	// whose body is the provider's envelope holding just that item. Each
+	// whose body is the provider's envelope holding just that item. The
+	// requests go one after another, in the body's order (a chat's
+	// messages keep theirs), so a batch takes the sum of its items' times. Each
 	// item's answer is stored on its own: when the handler fails item 7 of
 	// 10, items 1-6 and 8-10 stay done, and the provider's retry runs only
 	// item 7. The default, because it is the only mode in which a failed
