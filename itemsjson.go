@@ -462,55 +462,66 @@ func renderValue(dst []byte, v *jval, keep func(int) bool, withLoose bool) ([]by
 		}
 		return append(dst, v.raw...), 1
 	case v.isArr:
-		kept := 0
-		dst = append(dst, '[')
-		first := true
+		m := members{dst: append(dst, '[')}
 		for _, e := range v.elems {
-			mark := len(dst)
-			if !first {
-				dst = append(dst, ',')
-			}
-			var n int
-			if e.items == 0 {
+			m.next()
+			if e.items == 0 { // loose content
 				if !withLoose {
-					dst = dst[:mark]
+					m.drop()
 					continue
 				}
-				dst = append(dst, e.raw...)
-			} else if dst, n = renderValue(dst, e, keep, withLoose); n == 0 && !(withLoose && hasLoose(e)) {
-				dst = dst[:mark] // no item of this element is kept
+				m.dst = append(m.dst, e.raw...)
+			} else if !m.render(e, keep, withLoose) {
+				m.drop() // no item of this element is kept
 				continue
 			}
-			kept += n
-			first = false
+			m.n++
 		}
-		return append(dst, ']'), kept
+		return append(m.dst, ']'), m.kept
 	case v.fields != nil:
-		kept := 0
-		dst = append(dst, '{')
-		first := true
+		m := members{dst: append(dst, '{')}
 		for _, f := range v.fields {
-			mark := len(dst)
-			if !first {
-				dst = append(dst, ',')
-			}
-			dst = append(append(dst, f.name...), ':')
+			m.next()
+			m.dst = append(append(m.dst, f.name...), ':')
 			if f.val.items == 0 {
-				dst = append(dst, f.val.raw...)
-				first = false
+				m.dst = append(m.dst, f.val.raw...)
+			} else if !m.render(f.val, keep, withLoose) {
+				m.drop() // the field's items are all left out
 				continue
 			}
-			var n int
-			if dst, n = renderValue(dst, f.val, keep, withLoose); n == 0 && !(withLoose && hasLoose(f.val)) {
-				dst = dst[:mark] // the field's items are all left out
-				continue
-			}
-			kept += n
-			first = false
+			m.n++
 		}
-		return append(dst, '}'), kept
+		return append(m.dst, '}'), m.kept
 	}
 	return append(dst, v.raw...), 0
+}
+
+// members writes the members of an array or object being rendered, with a
+// comma between two, and counts the items they keep.
+type members struct {
+	dst     []byte
+	n, kept int // members written, items kept
+	mark    int // where the member being written starts, its comma included
+}
+
+// next starts a member.
+func (m *members) next() {
+	m.mark = len(m.dst)
+	if m.n > 0 {
+		m.dst = append(m.dst, ',')
+	}
+}
+
+// drop takes back the member being written.
+func (m *members) drop() { m.dst = m.dst[:m.mark] }
+
+// render writes v, which holds items, and reports whether it is to stay:
+// it kept an item, or loose content that goes with this request.
+func (m *members) render(v *jval, keep func(int) bool, withLoose bool) bool {
+	var n int
+	m.dst, n = renderValue(m.dst, v, keep, withLoose)
+	m.kept += n
+	return n > 0 || withLoose && hasLoose(v)
 }
 
 // hasLoose reports whether v, which holds items, holds loose content too.

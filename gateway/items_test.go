@@ -35,20 +35,6 @@ func metaPost(t *testing.T, url, body string) gatewaytest.Response {
 	return gatewaytest.Post(t, url, body, "Content-Type", "application/json", "X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
 }
 
-// metaBatch is a WhatsApp Cloud body of the given messages, perEntry to an
-// entry.
-func metaBatch(ids []string, perEntry int) string {
-	var entries []string
-	for start := 0; start < len(ids); start += perEntry {
-		var msgs []string
-		for _, id := range ids[start:min(start+perEntry, len(ids))] {
-			msgs = append(msgs, fmt.Sprintf(`{"from":"5511999999999","id":%q,"timestamp":"1700000000","type":"text","text":{"body":"hi"}}`, id))
-		}
-		entries = append(entries, `{"id":"102290129340398","changes":[{"field":"messages","value":{"messaging_product":"whatsapp","metadata":{"display_phone_number":"15550783881","phone_number_id":"106540352242922"},"messages":[`+strings.Join(msgs, ",")+`]}}]}`)
-	}
-	return `{"object":"whatsapp_business_account","entry":[` + strings.Join(entries, ",") + `]}`
-}
-
 // metaBackend is a backend that checks the gateway's forward signature on
 // every request and counts the messages it gets, by id. It fails the ids
 // in failing.
@@ -68,31 +54,17 @@ func (b *metaBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusUnauthorized)
 		return
 	}
-	var n struct {
-		Entry []struct {
-			Changes []struct {
-				Value struct {
-					Messages []struct {
-						ID string `json:"id"`
-					} `json:"messages"`
-				} `json:"value"`
-			} `json:"changes"`
-		} `json:"entry"`
-	}
-	if err := json.Unmarshal(body, &n); err != nil {
+	ids, err := gatewaytest.WhatsAppMessageIDs(body)
+	if err != nil {
 		b.t.Errorf("backend body: %v", err)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	fail := false
-	for _, e := range n.Entry {
-		for _, c := range e.Changes {
-			for _, m := range c.Value.Messages {
-				b.runs[m.ID]++
-				b.ids[m.ID] = r.Header.Get(provider.WebhookIDHeader)
-				fail = fail || b.failing[m.ID]
-			}
-		}
+	for _, id := range ids {
+		b.runs[id]++
+		b.ids[id] = r.Header.Get(provider.WebhookIDHeader)
+		fail = fail || b.failing[id]
 	}
 	if fail {
 		http.Error(w, "not now", http.StatusServiceUnavailable)
@@ -148,7 +120,7 @@ func TestGatewayItems(t *testing.T) {
 	backend.failing[ids[6]], backend.failing[ids[29]] = true, true
 	backend.mu.Unlock()
 
-	if r := metaPost(t, url+"/whatsapp", metaBatch(ids, 10)); r.Status != http.StatusServiceUnavailable {
+	if r := metaPost(t, url+"/whatsapp", gatewaytest.WhatsAppBatch(ids, 10)); r.Status != http.StatusServiceUnavailable {
 		t.Fatalf("first delivery: %d %s, want the failure 503", r.Status, r.Body)
 	}
 	runs := backend.take()
@@ -163,7 +135,7 @@ func TestGatewayItems(t *testing.T) {
 	if got, want := backend.ids[ids[0]], "idem:whatsapp:"+ids[0]; got != want {
 		t.Errorf("webhook-id %q, want the message's key %q", got, want)
 	}
-	if r := metaPost(t, url+"/whatsapp", metaBatch(ids, 20)); r.Status != http.StatusServiceUnavailable {
+	if r := metaPost(t, url+"/whatsapp", gatewaytest.WhatsAppBatch(ids, 20)); r.Status != http.StatusServiceUnavailable {
 		t.Fatalf("retry while 7 and 30 still fail: %d %s", r.Status, r.Body)
 	}
 	if runs := backend.take(); fmt.Sprint(runs) != fmt.Sprint(map[string]int{ids[6]: 1, ids[29]: 1}) {
@@ -172,13 +144,13 @@ func TestGatewayItems(t *testing.T) {
 	backend.mu.Lock()
 	clear(backend.failing)
 	backend.mu.Unlock()
-	if r := metaPost(t, url+"/whatsapp", metaBatch(ids, 3)); r.Status != http.StatusOK {
+	if r := metaPost(t, url+"/whatsapp", gatewaytest.WhatsAppBatch(ids, 3)); r.Status != http.StatusOK {
 		t.Fatalf("retry: %d %s", r.Status, r.Body)
 	}
 	if runs := backend.take(); fmt.Sprint(runs) != fmt.Sprint(map[string]int{ids[6]: 1, ids[29]: 1}) {
 		t.Fatalf("retry: %v, want only messages 7 and 30", runs)
 	}
-	if r := metaPost(t, url+"/whatsapp", metaBatch(ids[25:], 7)); r.Status != http.StatusOK || r.Header.Get("Idempotent-Replayed") != "true" {
+	if r := metaPost(t, url+"/whatsapp", gatewaytest.WhatsAppBatch(ids[25:], 7)); r.Status != http.StatusOK || r.Header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("re-batched retry: %d replayed %q", r.Status, r.Header.Get("Idempotent-Replayed"))
 	}
 	if runs := backend.take(); len(runs) != 0 {
@@ -187,10 +159,10 @@ func TestGatewayItems(t *testing.T) {
 
 	// Queued: each message is an event of the queue, delivered once.
 	queued := ids[:12]
-	if r := metaPost(t, url+"/whatsapp-queued", metaBatch(queued, 5)); r.Status != http.StatusOK {
+	if r := metaPost(t, url+"/whatsapp-queued", gatewaytest.WhatsAppBatch(queued, 5)); r.Status != http.StatusOK {
 		t.Fatalf("queued: %d %s", r.Status, r.Body)
 	}
-	if r := metaPost(t, url+"/whatsapp-queued", metaBatch(queued, 4)); r.Status != http.StatusOK || r.Header.Get("Idempotent-Replayed") != "true" {
+	if r := metaPost(t, url+"/whatsapp-queued", gatewaytest.WhatsAppBatch(queued, 4)); r.Status != http.StatusOK || r.Header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("queued retry: %d replayed %q", r.Status, r.Header.Get("Idempotent-Replayed"))
 	}
 	got := map[string]int{}
@@ -299,23 +271,10 @@ func TestGatewayItemsFilter(t *testing.T) {
 	var got [][]string
 	failNext := []string{"wamid.f2", "wamid.f4"}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var n struct {
-			Entry []struct {
-				Changes []struct {
-					Value struct {
-						Messages []struct{ ID string }
-					}
-				}
-			}
-		}
-		json.NewDecoder(r.Body).Decode(&n) //nolint:errcheck // checked by what it records
-		var ids []string
-		for _, e := range n.Entry {
-			for _, c := range e.Changes {
-				for _, m := range c.Value.Messages {
-					ids = append(ids, m.ID)
-				}
-			}
+		body, _ := io.ReadAll(r.Body)
+		ids, err := gatewaytest.WhatsAppMessageIDs(body)
+		if err != nil {
+			t.Errorf("backend body: %v", err)
 		}
 		mu.Lock()
 		got = append(got, ids)
@@ -335,11 +294,11 @@ func TestGatewayItemsFilter(t *testing.T) {
     items: {mode: filter}
 `, srv.URL, metaSecret)))
 	ids := []string{"wamid.f1", "wamid.f2", "wamid.f3", "wamid.f4", "wamid.f5"}
-	r := metaPost(t, url+"/whatsapp", metaBatch(ids, 2))
+	r := metaPost(t, url+"/whatsapp", gatewaytest.WhatsAppBatch(ids, 2))
 	if r.Status != http.StatusBadGateway || r.Header.Get("Idempotent-Failed-Items") != "" {
 		t.Fatalf("first delivery: %d %s (header %q), want 502 and the header kept from the provider", r.Status, r.Body, r.Header.Get("Idempotent-Failed-Items"))
 	}
-	if r := metaPost(t, url+"/whatsapp", metaBatch(ids, 3)); r.Status != http.StatusOK {
+	if r := metaPost(t, url+"/whatsapp", gatewaytest.WhatsAppBatch(ids, 3)); r.Status != http.StatusOK {
 		t.Fatalf("retry: %d %s", r.Status, r.Body)
 	}
 	mu.Lock()

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/gatewaytest"
 )
 
 // whatsAppItems are the item paths of Meta's batched WhatsApp Cloud body:
@@ -21,38 +21,6 @@ var whatsAppItems = &idemhook.Items{Paths: []idemhook.ItemPath{
 	{Path: "entry[*].changes[*].value.messages[*]", Key: "id"},
 	{Path: "entry[*].changes[*].value.statuses[*]", Key: "{id}:{status}"},
 }}
-
-// whatsAppBatch is a WhatsApp Cloud body with the given messages, grouped
-// into entries of perEntry messages each (Meta groups as it likes: a
-// retry may group the same messages otherwise).
-func whatsAppBatch(ids []string, perEntry int) string {
-	type message struct {
-		ID   string `json:"id"`
-		Type string `json:"type"`
-		Text struct {
-			Body string `json:"body"`
-		} `json:"text"`
-	}
-	var entries []any
-	for start := 0; start < len(ids); start += perEntry {
-		var msgs []message
-		for _, id := range ids[start:min(start+perEntry, len(ids))] {
-			m := message{ID: id, Type: "text"}
-			m.Text.Body = "hello " + id
-			msgs = append(msgs, m)
-		}
-		entries = append(entries, map[string]any{"id": "WABA", "changes": []any{map[string]any{
-			"field": "messages",
-			"value": map[string]any{
-				"messaging_product": "whatsapp",
-				"metadata":          map[string]string{"phone_number_id": "106540352242922"},
-				"messages":          msgs,
-			},
-		}}})
-	}
-	b, _ := json.Marshal(map[string]any{"object": "whatsapp_business_account", "entry": entries})
-	return string(b)
-}
 
 // itemsBackend runs each message of the requests it gets, once per
 // request, and counts the runs by message id. It answers 500 for the ids in
@@ -65,18 +33,9 @@ type itemsBackend struct {
 }
 
 func (b *itemsBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	var body struct {
-		Entry []struct {
-			Changes []struct {
-				Value struct {
-					Messages []struct {
-						ID string `json:"id"`
-					} `json:"messages"`
-				} `json:"value"`
-			} `json:"changes"`
-		} `json:"entry"`
-	}
-	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+	body, _ := io.ReadAll(r.Body)
+	ids, err := gatewaytest.WhatsAppMessageIDs(body)
+	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
@@ -84,13 +43,9 @@ func (b *itemsBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer b.mu.Unlock()
 	b.calls++
 	fail := false
-	for _, e := range body.Entry {
-		for _, c := range e.Changes {
-			for _, m := range c.Value.Messages {
-				b.runs[m.ID]++
-				fail = fail || b.failing[m.ID]
-			}
-		}
+	for _, id := range ids {
+		b.runs[id]++
+		fail = fail || b.failing[id]
 	}
 	if fail {
 		w.Header().Set("Retry-After", "7")
@@ -180,7 +135,7 @@ func TestItemsOnEveryStore(t *testing.T) {
 				}
 
 				// 1. The batch of 50, items 7 and 30 failing.
-				code, h := post(whatsAppBatch(ids, 10))
+				code, h := post(gatewaytest.WhatsAppBatch(ids, 10))
 				if code != http.StatusInternalServerError || h.Get("Retry-After") != "7" {
 					t.Errorf("first delivery: %d Retry-After %q, want the failure 500 with the backend's Retry-After 7", code, h.Get("Retry-After"))
 				}
@@ -206,7 +161,7 @@ func TestItemsOnEveryStore(t *testing.T) {
 
 				// 2. The provider retries; the backend is well again.
 				clear(backend.failing)
-				if code, _ := post(whatsAppBatch(ids, 10)); code != http.StatusOK {
+				if code, _ := post(gatewaytest.WhatsAppBatch(ids, 10)); code != http.StatusOK {
 					t.Errorf("retry: %d, want 200", code)
 				}
 				if mode == idemhook.ItemsSplit {
@@ -224,7 +179,7 @@ func TestItemsOnEveryStore(t *testing.T) {
 				for i, id := range ids {
 					rev[len(ids)-1-i] = id
 				}
-				code, h = post(whatsAppBatch(rev, 7))
+				code, h = post(gatewaytest.WhatsAppBatch(rev, 7))
 				if code != http.StatusOK || h.Get(idemhook.ReplayedHeader) != "true" {
 					t.Errorf("re-batched retry: %d %s %q, want 200 replayed", code, idemhook.ReplayedHeader, h.Get(idemhook.ReplayedHeader))
 				}
@@ -235,7 +190,7 @@ func TestItemsOnEveryStore(t *testing.T) {
 
 				// 4. Old messages with new ones: only the new run, once.
 				fresh := []string{prefix + "new1", prefix + "new2"}
-				if code, h := post(whatsAppBatch(append(ids[40:], fresh...), 5)); code != http.StatusOK || h.Get(idemhook.ReplayedHeader) != "" {
+				if code, h := post(gatewaytest.WhatsAppBatch(append(ids[40:], fresh...), 5)); code != http.StatusOK || h.Get(idemhook.ReplayedHeader) != "" {
 					t.Errorf("batch with new messages: %d, replayed %q", code, h.Get(idemhook.ReplayedHeader))
 				}
 				wantRuns("batch with new messages", each(1, fresh...))
@@ -283,7 +238,7 @@ func TestItemsConcurrentBatches(t *testing.T) {
 			for s := range senders {
 				wg.Go(func() {
 					start := s * 4 % 40
-					resp, err := srv.Client().Post(srv.URL, "application/json", strings.NewReader(whatsAppBatch(ids[start:start+20], 3+s%5)))
+					resp, err := srv.Client().Post(srv.URL, "application/json", strings.NewReader(gatewaytest.WhatsAppBatch(ids[start:start+20], 3+s%5)))
 					if err != nil {
 						t.Error(err)
 						return
@@ -343,7 +298,7 @@ func TestItemsStoreCalls(t *testing.T) {
 			for i := range ids {
 				ids[i] = fmt.Sprintf("%s%04d", prefix, i)
 			}
-			body := whatsAppBatch(ids, 100)
+			body := gatewaytest.WhatsAppBatch(ids, 100)
 			for round, want := range []map[string]int{
 				{"claim": 1, "complete": 1}, // the batch: claimed and completed in one call each
 				{"claim": 1},                // a copy: one claim call finds all done
