@@ -44,36 +44,12 @@ func WhatsAppCloud(cfg Config) (*idemhook.Preset, error) {
 	if err != nil {
 		return nil, err
 	}
-	verifyToken := cfg.WhatsAppCloud.VerifyToken
 	return &idemhook.Preset{
 		Name:        "whatsapp-cloud",
 		RetryWindow: whatsAppRetryWindow,
 		Items:       whatsAppItems(),
-		Verify: func(r *http.Request, body []byte) error {
-			if (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.URL.Query().Has("hub.mode") {
-				return nil // the subscription challenge: Handshake checks its token
-			}
-			return s.verifyHubSignature(r, body)
-		},
-		Handshake: func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
-			if r.Method != http.MethodGet {
-				return false
-			}
-			q := r.URL.Query()
-			if !q.Has("hub.mode") {
-				return false
-			}
-			challenge := q.Get("hub.challenge")
-			if q.Get("hub.mode") != "subscribe" || verifyToken == "" || challenge == "" ||
-				!anyToken([]string{verifyToken}, q.Get("hub.verify_token")) {
-				http.Error(w, "whatsapp-cloud: subscription refused: hub.verify_token does not match the configured verify_token", http.StatusForbidden)
-				return true
-			}
-			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			w.WriteHeader(http.StatusOK)
-			_, _ = w.Write([]byte(challenge))
-			return true
-		},
+		Verify:      metaVerify(s),
+		Handshake:   metaHandshake(s, cfg.WhatsAppCloud.VerifyToken),
 		Key: func(r *http.Request, body []byte) (string, error) {
 			return whatsAppKey(body), nil
 		},
