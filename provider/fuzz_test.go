@@ -201,7 +201,7 @@ func FuzzPresetKeys(f *testing.F) {
 				t.Fatalf("item key %q is not a normalized key", k)
 			}
 		}
-		_ = whatsAppKey(b)
+		_ = whatsAppItems().OneItemKey(b)
 		_ = evolutionKey(b)
 		if k := zoomKey(b); k != "" && !strings.HasPrefix(strings.TrimLeft(body, " \t\r\n"), "{") {
 			t.Fatalf("zoom key %q from a body that is not an object", k)

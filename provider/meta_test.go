@@ -129,8 +129,14 @@ func wantMetaKey(t *testing.T, it metaItem) (key string, canonical bool) {
 	case it.array != "changes" && v.Postback.Mid != "":
 		return idemhook.NormalizeKey(v.Postback.Mid), false
 	}
-	sum := canonjson.Sum(it.raw)
-	return "sha256:" + hex.EncodeToString(sum[:]), true
+	return canonicalKey(string(it.raw)), true
+}
+
+// canonicalKey is the key of an item without its key fields: "sha256:" and
+// the hex SHA-256 of its canonical JSON.
+func canonicalKey(item string) string {
+	sum := canonjson.Sum([]byte(item))
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // TestDocumentedMetaBatches reads the Messenger and Instagram batches of
