@@ -36,11 +36,34 @@ type ItemPath struct {
 	// in braces ("{id}:{status}"). A template's field may be optional,
 	// "{recipient_id?}": when the item lacks it, it is left out with the
 	// text just before it ("{id}:{status}:{recipient_id?}" gives
-	// "wamid.X:read" without it). An item without a field (or any of a
-	// template's fields that are not optional), or whose field is not a
-	// string or a number, is keyed by the hash of its canonical JSON
-	// instead. Required.
+	// "wamid.X:read" without it). A field's value is a string or a number
+	// as written, or true or false (a flag such as Instagram's
+	// "is_deleted", which tells an unsent message's event from the
+	// message's). An item without a field (or any of a template's fields
+	// that are not optional), or whose field is another JSON value (null,
+	// an object, an array), is keyed by the hash of its canonical JSON
+	// instead; so is one whose template gives an empty key (every field
+	// optional and missing, and no text). Required.
 	Key string
+}
+
+// OneItemKey returns the key a body holding exactly one item at the
+// paths runs under when a route runs these Items (its item's key, see
+// [ItemPath.Key]), or "" when the body is not JSON, holds no item or
+// several, or the Items are not valid. A preset with Items returns it
+// from its Key, so that a body of one item has the same key whether the
+// route runs items or not ("items: none" in the gateway); "" then means
+// the body hash, as for every Key.
+func (it *Items) OneItemKey(body []byte) string {
+	plan, _, err := compileItems(it)
+	if err != nil {
+		return ""
+	}
+	b := plan.findItems(body)
+	if b == nil || len(b.items) != 1 {
+		return ""
+	}
+	return b.items[0].key
 }
 
 // ItemsMode is how the new items of a batched delivery reach the handler.

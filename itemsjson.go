@@ -304,7 +304,7 @@ func (b *itemBody) walk(raw []byte, step *pathStep, p *itemPlan) *jval {
 
 // of returns the key of the item raw: its fields' values joined by the
 // template's text, normalized; or, when a field is missing or not a
-// string or a number, "sha256:" and the hash of the item's canonical JSON
+// string, a number or a boolean, "sha256:" and the hash of the item's canonical JSON
 // (the same for the item however the provider spaces or orders it).
 func (k itemKey) of(raw []byte) string {
 	var sb strings.Builder
@@ -328,7 +328,10 @@ func (k itemKey) of(raw []byte) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// fieldValue returns the string or number at path in the object raw.
+// fieldValue returns the string, number or true/false at path in the
+// object raw. A boolean is a value so that a flag can tell two events of
+// one id apart (Instagram's unsent message: its mid with
+// "is_deleted":true).
 func fieldValue(raw []byte, path []string) (string, bool) {
 	for _, name := range path {
 		if len(raw) == 0 || raw[0] != '{' {
@@ -349,6 +352,8 @@ func fieldValue(raw []byte, path []string) (string, bool) {
 	case len(raw) > 0 && raw[0] == '"':
 		return unquote(raw), true
 	case len(raw) > 0 && (raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9'):
+		return string(raw), true
+	case string(raw) == "true" || string(raw) == "false":
 		return string(raw), true
 	}
 	return "", false

@@ -89,3 +89,54 @@ func compactJSON(t *testing.T, s string) string {
 	}
 	return buf.String()
 }
+
+// TestItemKeyValues: a key field may be a string, a number or a boolean;
+// a template whose fields are all optional and missing gives the item's
+// hash, as a missing required field does.
+func TestItemKeyValues(t *testing.T) {
+	const tmpl = "{message.mid?}{postback.mid?}:deleted={message.is_deleted?}"
+	k, err := parseItemKey(tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hashOf := func(item string) string {
+		return (itemKey{text: []string{"", ""}, fields: [][]string{{"absent"}}, optional: []bool{false}}).of([]byte(item))
+	}
+	for _, tt := range []struct{ item, want string }{
+		{`{"message":{"mid":"m_1","text":"hi"}}`, "m_1"},
+		{`{"message":{"mid":"m_1","is_deleted":true}}`, "m_1:deleted=true"},
+		{`{"postback":{"mid":"m_2","payload":"P"}}`, "m_2"},
+		{`{"message":{"mid":7}}`, "7"},
+		{`{"message":{"mid":null}}`, hashOf(`{"message":{"mid":null}}`)},
+		{`{"read":{"watermark":1458668856253}}`, hashOf(`{"read":{"watermark":1458668856253}}`)},
+	} {
+		if got := k.of([]byte(tt.item)); got != tt.want {
+			t.Errorf("%s: key %q, want %q", tt.item, got, tt.want)
+		}
+	}
+	if h := hashOf(`{"a":1}`); len(h) != len("sha256:")+64 || h[:7] != "sha256:" {
+		t.Fatalf("hash key %q", h)
+	}
+}
+
+// TestOneItemKey: the key of a body of one item is the key the item flow
+// runs it under; a body of several, none, or not JSON has none.
+func TestOneItemKey(t *testing.T) {
+	items := &Items{Paths: []ItemPath{
+		{Path: "entry[*].changes[*].value.messages[*]", Key: "id"},
+		{Path: "entry[*].changes[*].value.statuses[*]", Key: "{id}:{status}"},
+	}}
+	one := `{"entry":[{"changes":[{"field":"account_update","value":{}},{"value":{"statuses":[{"id":"wamid.9","status":"read"}]}}]}]}`
+	plan := whatsAppPlan(t)
+	if got, want := items.OneItemKey([]byte(one)), plan.findItems([]byte(one)).items[0].key; got != want || got != "wamid.9:read" {
+		t.Fatalf("OneItemKey = %q, want %q", got, want)
+	}
+	for _, body := range []string{whatsAppBody, `{"entry":[]}`, `not json`, `[]`} {
+		if got := items.OneItemKey([]byte(body)); got != "" {
+			t.Errorf("OneItemKey(%.30q) = %q, want \"\"", body, got)
+		}
+	}
+	if got := (&Items{}).OneItemKey([]byte(one)); got != "" {
+		t.Errorf("OneItemKey of Items without paths = %q", got)
+	}
+}

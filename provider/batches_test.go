@@ -9,13 +9,18 @@ import (
 	"github.com/idemhook/idemhook/provider"
 )
 
+// readBatch reads a file of ../testdata/batches.
+func readBatch(name string) ([]byte, error) {
+	return os.ReadFile("../testdata/batches/" + name)
+}
+
 // TestDocumentedBatches reads the batched bodies of ../testdata/batches
 // (their sources are in its README): each holds distinct items, the
 // presets key the whole batch by its body hash, and each item alone, as the
 // per-item flow would hand it over, gets its own id as the key.
 func TestDocumentedBatches(t *testing.T) {
 	read := func(name string) []byte {
-		b, err := os.ReadFile("../testdata/batches/" + name)
+		b, err := readBatch(name)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -115,7 +115,7 @@ func ExampleNew_errors() {
 	_, err = provider.New("ifood", provider.Config{})
 	fmt.Println(err)
 	// Output:
-	// provider: unknown provider "paypal" (known: adyen, asaas, evolution, github, hubspot, ifood, mailgun, mercadopago, paddle, sendgrid, shopify, slack, standardwebhooks, stone, stripe, svix, twilio, twitch, whatsapp-cloud, zoom)
+	// provider: unknown provider "paypal" (known: adyen, asaas, evolution, github, hubspot, ifood, instagram, mailgun, mercadopago, messenger, paddle, sendgrid, shopify, slack, standardwebhooks, stone, stripe, svix, twilio, twitch, whatsapp-cloud, zoom)
 	// provider ifood: no secret configured (Config.Secrets is empty); set the provider's signing secret or token
 }
 
@@ -220,6 +220,49 @@ func ExampleWhatsAppCloud() {
 	// <nil> true 200
 	// <nil> true 403
 	// wamid.HBgM:read
+}
+
+// Messenger: signed and subscribed as WhatsApp Cloud. A body of one event
+// is keyed as the per-item flow keys that event: a message by its mid, a
+// reaction (whose mid is the reacted-to message's) by its content's hash.
+func ExampleMessenger() {
+	p, _ := provider.Messenger(provider.Config{
+		Secrets:   []string{"app-secret"},
+		Messenger: provider.MessengerOptions{VerifyToken: "my-verify-token"},
+	})
+	r := httptest.NewRequest(http.MethodGet, "/messenger?hub.mode=subscribe&hub.challenge=1158201444&hub.verify_token=my-verify-token", nil)
+	w := httptest.NewRecorder()
+	fmt.Println(p.Verify(r, nil), p.Handshake(w, r, nil), w.Code, w.Body)
+	message := []byte(`{"object":"page","entry":[{"id":"PAGE-ID","time":1458692752478,"messaging":[{"sender":{"id":"PSID"},"recipient":{"id":"PAGE-ID"},"timestamp":1458692752478,"message":{"mid":"m_1457764197618:41d102a3e1ae206a38","text":"hello, world!"}}]}]}`)
+	r = httptest.NewRequest(http.MethodPost, "/messenger", nil)
+	r.Header.Set("X-Hub-Signature-256", "sha256="+sign("app-secret", string(message)))
+	key, _ := p.Key(r, message)
+	fmt.Println(p.Verify(r, message), key)
+	reaction := []byte(`{"object":"page","entry":[{"id":"PAGE-ID","time":1458668856463,"messaging":[{"sender":{"id":"PSID"},"recipient":{"id":"PAGE-ID"},"timestamp":1458668856463,"reaction":{"reaction":"love","emoji":"\u2764\uFE0F","action":"react","mid":"m_1457764197618:41d102a3e1ae206a38"}}]}]}`)
+	key, _ = p.Key(r, reaction)
+	fmt.Println(key[:7], p.ResponseTimeout, p.RetryWindow)
+	// Output:
+	// <nil> true 200 1158201444
+	// <nil> m_1457764197618:41d102a3e1ae206a38
+	// sha256: 20s 36h0m0s
+}
+
+// Instagram: a comment change is keyed "<field>:<value.id>", an unsent
+// message apart from the message it unsends.
+func ExampleInstagram() {
+	p, _ := provider.Instagram(provider.Config{Secrets: []string{"app-secret"}})
+	for _, body := range []string{
+		`{"object":"instagram","entry":[{"id":"IGID","time":1569262486134,"changes":[{"field":"comments","value":{"id":"17865799348089039","text":"This is an example.","from":{"id":"232323232","username":"test"},"media":{"id":"123123123","media_product_type":"FEED"}}}]}]}`,
+		`{"object":"instagram","entry":[{"id":"IGID","time":1569262486134,"messaging":[{"sender":{"id":"IGSID"},"recipient":{"id":"IGID"},"timestamp":1569262485349,"message":{"mid":"aWdfZAG1faXRlbToxOklH","text":"hi"}}]}]}`,
+		`{"object":"instagram","entry":[{"id":"IGID","time":1569262500000,"messaging":[{"sender":{"id":"IGSID"},"recipient":{"id":"IGID"},"timestamp":1569262499000,"message":{"mid":"aWdfZAG1faXRlbToxOklH","is_deleted":true}}]}]}`,
+	} {
+		key, _ := p.Key(httptest.NewRequest(http.MethodPost, "/instagram", nil), []byte(body))
+		fmt.Println(key)
+	}
+	// Output:
+	// comments:17865799348089039
+	// aWdfZAG1faXRlbToxOklH
+	// aWdfZAG1faXRlbToxOklH:deleted=true
 }
 
 // iFood: duplicates are answered 202.

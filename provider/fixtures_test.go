@@ -66,6 +66,15 @@ type fixture struct {
 
 func (f fixture) secret() string { return f.cfg.Secrets[0] }
 
+// metaRequest is a POST of Meta's Graph webhooks (whatsapp-cloud,
+// messenger, instagram): X-Hub-Signature-256, HMAC-SHA256 of the body with
+// the App Secret.
+func metaRequest(path, secret, body string) *http.Request {
+	r := post(path, body)
+	r.Header.Set("X-Hub-Signature-256", "sha256="+hmacHex(secret, body))
+	return r
+}
+
 func hmacHex(secret string, parts ...string) string {
 	m := hmac.New(sha256.New, []byte(secret))
 	for _, p := range parts {
@@ -182,6 +191,14 @@ func fixtures(t testing.TB) []fixture {
 			key: func(id string) string { return id },
 		},
 		{
+			name: "instagram", bodySigned: true, cfg: provider.Config{Secrets: []string{"meta-app-secret"}, Instagram: provider.InstagramOptions{VerifyToken: "vt-ig"}},
+			wrongSecret: "other-app-secret", sigHeader: "X-Hub-Signature-256", malformed: "sha256=xyz", badReason: provider.ErrNoMatchingSignature,
+			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {
+				return metaRequest("/ig", secret, `{"object":"instagram","entry":[{"id":"17841400000000000","time":1780000000000,"messaging":[{"sender":{"id":"IGSID"},"recipient":{"id":"17841400000000000"},"timestamp":1780000000000,"message":{"mid":"aWdfbWlk`+id+`","text":"oi"}}]}]}`)
+			},
+			key: func(id string) string { return "aWdfbWlk" + id },
+		},
+		{
 			// The signature is in the body and covers its timestamp and
 			// token only, not event-data (so no "tampered body" case, and no
 			// header cases). Tolerance 5m, not the preset's 9h default, so
@@ -209,6 +226,14 @@ func fixtures(t testing.TB) []fixture {
 				return r
 			},
 			key: func(id string) string { return "1" + digits(id) },
+		},
+		{
+			name: "messenger", bodySigned: true, cfg: provider.Config{Secrets: []string{"meta-app-secret"}, Messenger: provider.MessengerOptions{VerifyToken: "vt-page"}},
+			wrongSecret: "other-app-secret", sigHeader: "X-Hub-Signature-256", malformed: "sha256=xyz", badReason: provider.ErrNoMatchingSignature,
+			build: func(t testing.TB, id string, at time.Time, secret string) *http.Request {
+				return metaRequest("/messenger", secret, `{"object":"page","entry":[{"id":"PAGE-ID","time":1780000000000,"messaging":[{"sender":{"id":"PSID"},"recipient":{"id":"PAGE-ID"},"timestamp":1780000000000,"message":{"mid":"m_`+id+`","text":"hello"}}]}]}`)
+			},
+			key: func(id string) string { return "m_" + id },
 		},
 		{
 			name: "paddle", bodySigned: true, cfg: provider.Config{Secrets: []string{"pdl_ntfset_01_secret"}}, wrongSecret: "pdl_ntfset_wrong",

@@ -53,7 +53,9 @@ type HubSpotOptions struct {
 // Key: "<subscriptionId>:<eventId>" of a body holding one event. HubSpot
 // documents that an eventId is not guaranteed to be unique, so the
 // subscription it came through is part of the key; both stay the same on
-// every retry of the event (attemptNumber grows). A batch of several events
+// every retry of the event (attemptNumber grows). An event without one of
+// them is keyed by the SHA-256 of its canonical JSON, as Items keys it
+// ([idemhook.Items.OneItemKey]). A batch of several events
 // is keyed by its body hash, which a retry does not keep, so Items (a
 // "[*]" path keyed by "{subscriptionId}:{eventId}", the same key) has each
 // event claimed on its own when the route runs items.
@@ -70,6 +72,7 @@ func HubSpot(cfg Config) (*idemhook.Preset, error) {
 		return nil, &OptionError{Preset: "hubspot", Option: "public_url", Reason: err.Error()}
 	}
 	keys := s.secretBytes()
+	items := &idemhook.Items{Paths: []idemhook.ItemPath{{Path: "[*]", Key: "{subscriptionId}:{eventId}"}}}
 	return &idemhook.Preset{
 		Name:            "hubspot",
 		RetryWindow:     hubSpotRetryWindow,
@@ -78,13 +81,9 @@ func HubSpot(cfg Config) (*idemhook.Preset, error) {
 			return s.verifyHubSpot(keys, public, r, body)
 		},
 		Key: func(r *http.Request, body []byte) (string, error) {
-			sub, event := singleItemID(body, "subscriptionId"), singleItemID(body, "eventId")
-			if sub == "" || event == "" {
-				return "", nil
-			}
-			return sub + ":" + event, nil
+			return items.OneItemKey(body), nil
 		},
-		Items: &idemhook.Items{Paths: []idemhook.ItemPath{{Path: "[*]", Key: "{subscriptionId}:{eventId}"}}},
+		Items: items,
 	}, nil
 }
 

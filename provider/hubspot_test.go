@@ -137,10 +137,11 @@ func TestHubSpot(t *testing.T) {
 		for _, tt := range []struct{ body, want string }{
 			{body, "1:100"},
 			{`[{"eventId":"abc","subscriptionId":"7"}]`, "7:abc"},
-			{`[{"eventId":"abc"}]`, ""}, // no subscription: the body hash
+			// no subscription: the item's canonical hash, as Items keys it
+			{`[{"eventId":"abc"}]`, canonicalKey(`{"eventId":"abc"}`)},
 			{`[{"eventId":1,"attemptNumber":0},{"eventId":2,"attemptNumber":0}]`, ""},
 			{`[]`, ""},
-			{`[{"objectId":1}]`, ""},
+			{`[{"objectId":1}]`, canonicalKey(`{"objectId":1}`)},
 			{`{"eventId":1}`, ""},
 		} {
 			if got, err := p.Key(nil, []byte(tt.body)); err != nil || got != tt.want {

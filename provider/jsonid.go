@@ -49,24 +49,3 @@ func topLevelID(body []byte, field string) string {
 	}
 	return string(id)
 }
-
-// singleItemID returns item[field] of a body that is a JSON array of
-// exactly one object (SendGrid's and HubSpot's batches), as a string or a
-// number kept as written, else "": a batch of several items, or none, is
-// keyed by its body hash, and each of its items by its own id when the
-// route runs items ([idemhook.Items]).
-func singleItemID(body []byte, field string) string {
-	var batch []map[string]json.RawMessage
-	if !decodeEvent(body, &batch) || len(batch) != 1 || batch[0] == nil {
-		return ""
-	}
-	v, ok := batch[0][field]
-	if !ok {
-		return ""
-	}
-	var id jsonID
-	if id.UnmarshalJSON(v) != nil {
-		return ""
-	}
-	return string(id)
-}

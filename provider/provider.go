@@ -56,14 +56,16 @@ type Config struct {
 	// twitch (10 minutes), zoom (2 hours), mailgun (9 hours) and sendgrid
 	// (25 hours) (see each constructor). Set for a provider that signs no
 	// timestamp (adyen, asaas, evolution, github, ifood, shopify, twilio,
-	// whatsapp-cloud), it is an error.
+	// whatsapp-cloud, messenger, instagram), it is an error.
 	Tolerance time.Duration
 
-	// WhatsAppCloud, Evolution, Stone, Twilio, SendGrid and HubSpot are
-	// the settings of the presets that have any. Each is read by its own
+	// WhatsAppCloud, Messenger, Instagram, Evolution, Stone, Twilio,
+	// SendGrid and HubSpot are the settings of the presets that have any. Each is read by its own
 	// preset only: set for another one, it is an *OptionError. Default:
 	// zero, the preset's defaults.
 	WhatsAppCloud WhatsAppCloudOptions
+	Messenger     MessengerOptions
+	Instagram     InstagramOptions
 	Evolution     EvolutionOptions
 	Stone         StoneOptions
 	Twilio        TwilioOptions
@@ -98,11 +100,21 @@ const (
 	hubSpotRetryWindow = day
 	// Retries for up to 15 minutes, then the event is discarded.
 	ifoodRetryWindow = 15 * time.Minute
+	// Graph API webhooks (Instagram's among them): "If a notification sent
+	// to your server fails, we will immediately try a few more times.
+	// Subsequent attempts will be sent with decreasing frequency over the
+	// next 36 hours" (developers.facebook.com/docs/graph-api/webhooks/
+	// getting-started, "Event Notifications").
+	instagramRetryWindow = 36 * time.Hour
 	// "During 8 hours": 5m, 10m, 15m, 1h, 2h, 4h after one another.
 	mailgunRetryWindow = 8 * time.Hour
 	// Every 15 minutes, then at growing intervals (5m, 45m, 6h, 2d, 4d for
 	// IPN): about 6 days and 7 hours.
 	mercadoPagoRetryWindow = 7 * day
+	// The Graph API's 36 hours, as for Instagram. Messenger's FAQ adds
+	// that a webhook failing "for an extended period of time" gets its app
+	// unsubscribed (developers.facebook.com/docs/messenger-platform/faq).
+	messengerRetryWindow = 36 * time.Hour
 	// Live mode: up to 60 times over 3 days.
 	paddleRetryWindow = 3 * day
 	// "All events are retried at increasing intervals for up to 24 hours
@@ -159,6 +171,11 @@ const (
 	ifoodResponseTimeout = 5 * time.Second
 	// The first notification waits 22 s, every retry only 5 s.
 	mercadoPagoResponseTimeout = 5 * time.Second
+	// "A webhook call with timeout after 20 seconds" (Messenger Platform
+	// FAQ, developers.facebook.com/docs/messenger-platform/faq), for
+	// Messenger and for Instagram's messaging, which the Messenger
+	// Platform delivers.
+	metaMessagingResponseTimeout = 20 * time.Second
 	// 200 within five seconds.
 	paddleResponseTimeout = 5 * time.Second
 	// 1 s to connect, 5 s in all.
@@ -238,8 +255,14 @@ func registry() []preset {
 			{"public_url", func(c *Config, v string) { c.HubSpot.PublicURL = v }, func(c *Config) string { return c.HubSpot.PublicURL }},
 		}},
 		{name: "ifood", build: IFood},
+		{name: "instagram", build: Instagram, options: []option{
+			{"verify_token", func(c *Config, v string) { c.Instagram.VerifyToken = v }, func(c *Config) string { return c.Instagram.VerifyToken }},
+		}},
 		{name: "mailgun", build: Mailgun, timed: true},
 		{name: "mercadopago", build: MercadoPago, timed: true},
+		{name: "messenger", build: Messenger, options: []option{
+			{"verify_token", func(c *Config, v string) { c.Messenger.VerifyToken = v }, func(c *Config) string { return c.Messenger.VerifyToken }},
+		}},
 		{name: "paddle", build: Paddle, timed: true},
 		{name: "sendgrid", build: SendGrid, timed: true, keyOption: "public_key", options: []option{
 			{"public_key", func(c *Config, v string) { c.SendGrid.PublicKey = v }, func(c *Config) string { return c.SendGrid.PublicKey }},

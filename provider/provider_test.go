@@ -198,6 +198,8 @@ func TestConfigErrors(t *testing.T) {
 		{"stripe", provider.Config{Secrets: []string{"", ""}}, "no secret configured"},
 		{"stripe", provider.Config{Secrets: []string{"s"}, WhatsAppCloud: provider.WhatsAppCloudOptions{VerifyToken: "x"}}, `option verify_token: is a setting of whatsapp-cloud, not of stripe; unknown option (this provider takes no options)`},
 		{"evolution", provider.Config{Secrets: []string{"s"}, Stone: provider.StoneOptions{JWKS: "{}"}}, `option jwks: is a setting of stone, not of evolution; unknown option (known: header)`},
+		{"instagram", provider.Config{Secrets: []string{"s"}, Messenger: provider.MessengerOptions{VerifyToken: "x"}}, `option verify_token: is a setting of messenger, not of instagram; unknown option (known: verify_token)`},
+		{"messenger", provider.Config{Secrets: []string{"s"}, WhatsAppCloud: provider.WhatsAppCloudOptions{VerifyToken: "x"}}, `option verify_token: is a setting of whatsapp-cloud, not of messenger; unknown option (known: verify_token)`},
 		{"paddle", provider.Config{Secrets: []string{"s"}, Tolerance: -time.Second}, "tolerance -1s is negative"},
 		{"standardwebhooks", provider.Config{Secrets: []string{"whsec_not base64!"}}, `secret #1 is not "whsec_<base64>"`},
 		{"svix", provider.Config{Secrets: []string{stdWebhooksSecret, "whsec_%%"}}, "secret #2"},
@@ -545,6 +547,12 @@ func TestSetOptionAndTypedErrors(t *testing.T) {
 	if err := cfg.SetOption("whatsapp-cloud", "verify_token", "vt"); err != nil || cfg.WhatsAppCloud.VerifyToken != "vt" {
 		t.Fatalf("SetOption verify_token: %v, %+v", err, cfg)
 	}
+	for _, name := range []string{"messenger", "instagram"} {
+		var c provider.Config
+		if err := c.SetOption(name, "verify_token", "vt-"+name); err != nil || c.Messenger.VerifyToken+c.Instagram.VerifyToken != "vt-"+name || c.WhatsAppCloud.VerifyToken != "" {
+			t.Fatalf("SetOption(%s, verify_token): %v, %+v", name, err, c)
+		}
+	}
 	var oe *provider.OptionError
 	err := cfg.SetOption("whatsapp-cloud", "verifytoken", "x")
 	if !errors.As(err, &oe) || oe.Option != "verifytoken" || err.Error() != "provider whatsapp-cloud: option verifytoken: unknown option (known: verify_token)" {
@@ -579,7 +587,7 @@ func TestSetOptionAndTypedErrors(t *testing.T) {
 // are bounded. Like an unknown option, it is an error that says so. The
 // providers that sign one accept it.
 func TestToleranceWithoutTimestamp(t *testing.T) {
-	for _, name := range []string{"adyen", "asaas", "evolution", "github", "ifood", "shopify", "whatsapp-cloud"} {
+	for _, name := range []string{"adyen", "asaas", "evolution", "github", "ifood", "instagram", "messenger", "shopify", "whatsapp-cloud"} {
 		_, err := provider.New(name, provider.Config{Secrets: []string{"s"}, Tolerance: time.Minute})
 		if err == nil || !strings.Contains(err.Error(), "tolerance") {
 			t.Errorf("New(%s) with a tolerance = %v, want an error about tolerance", name, err)

@@ -59,7 +59,9 @@ type SendGridOptions struct {
 // checks it. The timestamp (unix seconds) must be within cfg.Tolerance of
 // now, in either direction; default 25 hours (see sendGridTolerance).
 //
-// Key: the sg_event_id of a body holding one event. A batch of several
+// Key: the sg_event_id of a body holding one event (without one, the
+// SHA-256 of the event's canonical JSON, as Items keys it:
+// [idemhook.Items.OneItemKey]). A batch of several
 // events is keyed by its body hash: SendGrid retries the whole POST and
 // does not promise the same grouping on a retry, so Items (a "[*]" path
 // keyed by sg_event_id) has each event claimed on its own when the route
@@ -93,6 +95,7 @@ func SendGrid(cfg Config) (*idemhook.Preset, error) {
 		}
 		keys = append(keys, k)
 	}
+	items := &idemhook.Items{Paths: []idemhook.ItemPath{{Path: "[*]", Key: "sg_event_id"}}}
 	return &idemhook.Preset{
 		Name:        "sendgrid",
 		RetryWindow: sendGridRetryWindow,
@@ -100,9 +103,9 @@ func SendGrid(cfg Config) (*idemhook.Preset, error) {
 			return s.verifySendGrid(keys, r, body)
 		},
 		Key: func(r *http.Request, body []byte) (string, error) {
-			return singleItemID(body, "sg_event_id"), nil
+			return items.OneItemKey(body), nil
 		},
-		Items: &idemhook.Items{Paths: []idemhook.ItemPath{{Path: "[*]", Key: "sg_event_id"}}},
+		Items: items,
 	}, nil
 }
 
@@ -145,8 +148,11 @@ func (s settings) verifySendGrid(keys []*ecdsa.PublicKey, r *http.Request, body 
 	if v == "" {
 		return s.fail(SendGridSignatureHeader, ErrMissingHeader, "")
 	}
+	// Only what is not base64 is malformed: bytes that are no DER
+	// signature fail to verify, as they do for a provider described by a
+	// provider.Spec, which does not know the shape of its signatures.
 	sig, err := base64.StdEncoding.DecodeString(v)
-	if err != nil || len(sig) < 8 || len(sig) > 80 || sig[0] != 0x30 {
+	if err != nil || len(sig) == 0 {
 		return s.fail(SendGridSignatureHeader, ErrMalformedHeader, "want the base64 of a DER ECDSA signature")
 	}
 	if err := s.checkAge(SendGridTimestampHeader, signed); err != nil {

@@ -122,11 +122,16 @@ func TestSendGrid(t *testing.T) {
 		if err := verify(t, p, r); !errors.Is(err, provider.ErrNoMatchingSignature) {
 			t.Fatalf("timestamp changed: %v", err)
 		}
-		// A signature that is base64 but not DER is malformed.
+		// A signature that is base64 but not a DER signature fails to
+		// verify; one that is not base64 is malformed.
 		r = sendGridRequest(t, "/sg", sent, keys.keys[0], body)
 		r.Header.Set(provider.SendGridSignatureHeader, base64.StdEncoding.EncodeToString(make([]byte, 64)))
+		if err := verify(t, p, r); !errors.Is(err, provider.ErrNoMatchingSignature) {
+			t.Fatalf("64 zero bytes: %v", err)
+		}
+		r.Header.Set(provider.SendGridSignatureHeader, "not base64!")
 		if err := verify(t, p, r); !errors.Is(err, provider.ErrMalformedHeader) {
-			t.Fatalf("raw r||s signature: %v", err)
+			t.Fatalf("not base64: %v", err)
 		}
 	})
 	t.Run("key and items", func(t *testing.T) {
@@ -135,8 +140,9 @@ func TestSendGrid(t *testing.T) {
 			{body, "sg_1"},
 			{`[{"event":"open","sg_event_id":"a"},{"event":"click","sg_event_id":"b"}]`, ""},
 			{`[]`, ""},
-			{`[{"event":"open"}]`, ""},
-			{`[{"sg_event_id":{"x":1}}]`, ""},
+			// without a usable sg_event_id: the item's canonical hash, as Items keys it
+			{`[{"event":"open"}]`, canonicalKey(`{"event":"open"}`)},
+			{`[{"sg_event_id":{"x":1}}]`, canonicalKey(`{"sg_event_id":{"x":1}}`)},
 			{`{"sg_event_id":"a"}`, ""},
 			{`not json`, ""},
 		} {

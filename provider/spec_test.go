@@ -51,6 +51,10 @@ var partly = map[string]string{
 	"twilio": "HMAC-SHA256 chosen by the X-Twilio-Webhooks-Signature-Settings header (a Webhook Rule's SharedKey), " +
 		"JSON bodies signed through the bodySHA256 query parameter (Event Streams), and the key's exclusion of " +
 		"forms with an EventType (Conversations)",
+	"messenger": "the key of an unsent message (is_deleted: true, read as a value only by the preset) and of an " +
+		"event without an id (the preset's is the event's canonical hash, a spec's the body hash): " +
+		"TestSpecKnownKeyDifferences pins both",
+	"instagram": "as messenger",
 	"hubspot": "the URL HubSpot signed with the percent-escapes its validation guide lists decoded (%3A %2F %3F " +
 		"%40 ...): a spec signs the URL as the request arrived (with and without the default port) only, and the " +
 		"refusal of a request carrying only a v1 or v2 signature is reported as a missing v3 header",
@@ -58,7 +62,7 @@ var partly = map[string]string{
 
 // specEnv is the environment the specs are read with.
 func specEnv(name string) string {
-	return map[string]string{"WHATSAPP_VERIFY_TOKEN": "vt-123"}[name]
+	return map[string]string{"WHATSAPP_VERIFY_TOKEN": "vt-123", "MESSENGER_VERIFY_TOKEN": "vt-page", "INSTAGRAM_VERIFY_TOKEN": "vt-ig"}[name]
 }
 
 // loadSpec reads testdata/specs/<name>.yaml as the gateway reads a
@@ -84,6 +88,8 @@ func specPreset(t testing.TB, spec provider.Spec, cfg provider.Config, now time.
 	cfg.WhatsAppCloud = provider.WhatsAppCloudOptions{}
 	cfg.Twilio = provider.TwilioOptions{}
 	cfg.HubSpot = provider.HubSpotOptions{}
+	cfg.Messenger = provider.MessengerOptions{}
+	cfg.Instagram = provider.InstagramOptions{}
 	cfg.SendGrid = provider.SendGridOptions{}
 	p, err := spec.Preset(cfg)
 	if err != nil {
@@ -364,6 +370,24 @@ func handshakeCases(t testing.TB, name string) []specCase {
 				r.Header.Set("X-Hub-Signature-256", "sha256="+hmacHex("meta-app-secret", body))
 				return r
 			}},
+		}
+	case "messenger", "instagram":
+		token := map[string]string{"messenger": "vt-page", "instagram": "vt-ig"}[name]
+		signed := func(body string) func() *http.Request {
+			return func() *http.Request {
+				r := post("/meta", body)
+				r.Header.Set("X-Hub-Signature-256", "sha256="+hmacHex("meta-app-secret", body))
+				return r
+			}
+		}
+		return []specCase{
+			{name: "challenge", give: get("/meta?hub.mode=subscribe&hub.verify_token=" + token + "&hub.challenge=98765")},
+			{name: "wrong verify token", give: get("/meta?hub.mode=subscribe&hub.verify_token=nope&hub.challenge=98765")},
+			{name: "no challenge", give: get("/meta?hub.mode=subscribe&hub.verify_token=" + token)},
+			{name: "other mode", give: get("/meta?hub.mode=unsubscribe&hub.verify_token=" + token + "&hub.challenge=1")},
+			{name: "one message", give: signed(`{"object":"page","entry":[{"messaging":[{"sender":{"id":"1"},"message":{"mid":"m.1","text":"hi"}}]}]}`)},
+			{name: "one postback", give: signed(`{"object":"page","entry":[{"messaging":[{"sender":{"id":"1"},"postback":{"mid":"m.2","payload":"P"}}]}]}`)},
+			{name: "batch of two", give: signed(`{"object":"page","entry":[{"messaging":[{"message":{"mid":"m.1"}},{"message":{"mid":"m.4"}}]}]}`)},
 		}
 	case "slack":
 		signed := func(body, secret string) func() *http.Request {
@@ -894,13 +918,13 @@ func TestSpecHeadChallenge(t *testing.T) {
 // TestSpecKnownKeyDifferences pins the only differences known between a
 // spec and its Go preset, all in keys of bodies no provider sends, none in
 // what is accepted or refused. The Go presets that decode the body into a
-// struct (slack, evolution, whatsapp-cloud, zoom) inherit encoding/json's
+// struct (slack, evolution, zoom) inherit encoding/json's
 // case-insensitive field names, its refusal of a number where the struct
 // has a string, and its failure of the whole body on one value of the
 // wrong type anywhere in what the struct reads; a spec reads JSON as
 // written, each value on its own: field names exactly
 // (as the map-based presets, stripe, paddle, asaas, ifood and mercadopago,
-// do), and a string or a number wherever it reads an id. Each such body
+// and those keyed as their items are, whatsapp-cloud among them, do), and a string or a number wherever it reads an id. Each such body
 // then gets the body hash from one side and a key from the other.
 func TestSpecKnownKeyDifferences(t *testing.T) {
 	for _, c := range []struct {
@@ -909,19 +933,24 @@ func TestSpecKnownKeyDifferences(t *testing.T) {
 		{"slack", `{"EVENT_ID":"x","api_app_id":"A"}`, "A:x", ""},
 		{"evolution", `{"Event":"messages.upsert","data":{"key":{"id":"K"}}}`, "messages.upsert:K", ""},
 		{"evolution", `{"event":5,"data":{"key":{"id":"K"}}}`, "", "5:K"},
-		{"whatsapp-cloud", `{"entry":[{"changes":[{"value":{"Messages":[{"id":"w"}]}}]}]}`, "w", ""},
 		{"zoom", `{"Event":"e","event_ts":1,"payload":{}}`, "e:1:44136fa355b3678a1146ad16f7e8649e", ""},
-		{"whatsapp-cloud", `{"entry":[{"changes":5},{"changes":[{"value":{"messages":[{"id":"w"}]}}]}]}`, "", "w"},
+		// A spec reads strings and numbers, never true or false: an unsent
+		// message (Instagram's is_deleted: true) is keyed by its mid alone,
+		// as the message it unsends; and it keys an event without an id
+		// by the body hash, where the preset takes the event's canonical
+		// hash (the same for the event in any batch).
+		{"instagram", `{"entry":[{"messaging":[{"message":{"mid":"m.3","is_deleted":true}}]}]}`, "m.3:deleted=true", "m.3"},
+		{"messenger", `{"entry":[{"messaging":[{"sender":{"id":"1"},"read":{"watermark":1}}]}]}`, "sha256:", ""},
 	} {
 		cfg := provider.Config{Secrets: []string{"x"}}
-		if c.preset == "whatsapp-cloud" {
-			cfg.WhatsAppCloud.VerifyToken = "vt"
-		}
 		g := newPreset(t, c.preset, cfg, baseTime)
 		s := specPreset(t, loadSpec(t, c.preset), cfg, baseTime)
 		r := post("/", c.body)
 		kg, _ := g.Key(r, []byte(c.body))
 		ks, _ := s.Key(r, []byte(c.body))
+		if strings.HasPrefix(kg, "sha256:") && c.goKey == "sha256:" {
+			kg = "sha256:" // an item's canonical hash
+		}
 		if kg != c.goKey || ks != c.specKey {
 			t.Errorf("%s %s: Go key %q, spec key %q; want %q, %q (update the docs of this difference)", c.preset, c.body, kg, ks, c.goKey, c.specKey)
 		}

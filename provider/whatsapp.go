@@ -14,9 +14,11 @@ import (
 // "<status id>:<status>:<recipient_id>", because one wamid goes through
 // sent, delivered and read, and a message sent to a group gets each status
 // once per recipient. Without recipient_id it is "<status id>:<status>".
-// Meta batches up to 1000 updates per request and does not guarantee the
-// same batching on a retry, so a batch of several items (or none) falls
-// back to the body hash.
+// An item without its id (or a status without its status) is keyed by the
+// SHA-256 of its canonical JSON, as Items keys it
+// ([idemhook.Items.OneItemKey]). Meta batches up to 1000 updates per
+// request and does not guarantee the same batching on a retry, so a batch
+// of several items (or none) falls back to the body hash.
 //
 // Items: each message and each status of a batch runs once
 // ([idemhook.Route.Items]), keyed as the key above keys a body of one:
@@ -44,97 +46,25 @@ func WhatsAppCloud(cfg Config) (*idemhook.Preset, error) {
 	if err != nil {
 		return nil, err
 	}
-	verifyToken := cfg.WhatsAppCloud.VerifyToken
+	items := whatsAppItems()
 	return &idemhook.Preset{
 		Name:        "whatsapp-cloud",
 		RetryWindow: whatsAppRetryWindow,
-		Items:       whatsAppItems(),
-		Verify: func(r *http.Request, body []byte) error {
-			if (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.URL.Query().Has("hub.mode") {
-				return nil // the subscription challenge: Handshake checks its token
-			}
-			return s.verifyHubSignature(r, body)
-		},
-		Handshake: func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
-			if r.Method != http.MethodGet {
-				return false
-			}
-			q := r.URL.Query()
-			if !q.Has("hub.mode") {
-				return false
-			}
-			challenge := q.Get("hub.challenge")
-			if q.Get("hub.mode") != "subscribe" || verifyToken == "" || challenge == "" ||
-				!anyToken([]string{verifyToken}, q.Get("hub.verify_token")) {
-				http.Error(w, "whatsapp-cloud: subscription refused: hub.verify_token does not match the configured verify_token", http.StatusForbidden)
-				return true
-			}
-			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			w.WriteHeader(http.StatusOK)
-			_, _ = w.Write([]byte(challenge))
-			return true
-		},
+		Items:       items,
+		Verify:      metaVerify(s),
+		Handshake:   metaHandshake(s, cfg.WhatsAppCloud.VerifyToken),
 		Key: func(r *http.Request, body []byte) (string, error) {
-			return whatsAppKey(body), nil
+			return items.OneItemKey(body), nil
 		},
 	}, nil
 }
 
 // whatsAppItems are the items of Meta's batched body: messages and
-// statuses, keyed as whatsAppKey keys a body that holds one.
+// statuses. The preset's Key is their OneItemKey, so a body of one is keyed
+// as its item.
 func whatsAppItems() *idemhook.Items {
 	return &idemhook.Items{Paths: []idemhook.ItemPath{
 		{Path: "entry[*].changes[*].value.messages[*]", Key: "id"},
 		{Path: "entry[*].changes[*].value.statuses[*]", Key: "{id}:{status}:{recipient_id?}"},
 	}}
-}
-
-// whatsAppNotification is the part of a WhatsApp Cloud webhook the key reads.
-type whatsAppNotification struct {
-	Entry []struct {
-		Changes []struct {
-			Value struct {
-				Messages []struct {
-					ID jsonID `json:"id"`
-				} `json:"messages"`
-				Statuses []struct {
-					ID          jsonID `json:"id"`
-					Status      jsonID `json:"status"`
-					RecipientID jsonID `json:"recipient_id"`
-				} `json:"statuses"`
-			} `json:"value"`
-		} `json:"changes"`
-	} `json:"entry"`
-}
-
-// whatsAppKey returns the id of the notification's single item, or "".
-func whatsAppKey(body []byte) string {
-	var n whatsAppNotification
-	if !decodeEvent(body, &n) {
-		return ""
-	}
-	items := 0
-	key := ""
-	for _, e := range n.Entry {
-		for _, c := range e.Changes {
-			for _, m := range c.Value.Messages {
-				items++
-				key = string(m.ID)
-			}
-			for _, st := range c.Value.Statuses {
-				items++
-				key = ""
-				if st.ID != "" && st.Status != "" {
-					key = string(st.ID) + ":" + string(st.Status)
-					if st.RecipientID != "" {
-						key += ":" + string(st.RecipientID)
-					}
-				}
-			}
-		}
-	}
-	if items != 1 {
-		return ""
-	}
-	return key
 }

@@ -79,7 +79,8 @@ func TestWhatsAppCloud(t *testing.T) {
 			{"message and status", value(`"messages":[{"id":"wamid.A"}],"statuses":[{"id":"wamid.B","status":"read"}]`), ""},
 			{"two entries", `{"entry":[{"changes":[{"value":{"messages":[{"id":"wamid.A"}]}}]},{"changes":[{"value":{"messages":[{"id":"wamid.B"}]}}]}]}`, ""},
 			{"no items", value(`"contacts":[]`), ""},
-			{"status without status", value(`"statuses":[{"id":"wamid.A"}]`), ""},
+			// keyed as the item flow keys it: by its canonical JSON's hash
+			{"status without status", value(`"statuses":[{"id":"wamid.A"}]`), canonicalKey(`{"id":"wamid.A"}`)},
 			{"not json", `entry=1`, ""},
 		}
 		for _, tt := range tests {

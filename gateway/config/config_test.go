@@ -216,7 +216,7 @@ func TestConfigErrors(t *testing.T) {
 			name: "unknown provider",
 			give: route("    provider: strip\n    secret_env: S\n"),
 			env:  []string{"S", "x"},
-			want: []string{`idemhook.yaml:5: routes[0].provider: unknown provider "strip": did you mean "stripe"? (known: adyen, asaas, evolution, github, hubspot, ifood, mailgun, mercadopago, paddle, sendgrid, shopify, slack, standardwebhooks, stone, stripe, svix, twilio, twitch, whatsapp-cloud, zoom)`},
+			want: []string{`idemhook.yaml:5: routes[0].provider: unknown provider "strip": did you mean "stripe"? (known: adyen, asaas, evolution, github, hubspot, ifood, instagram, mailgun, mercadopago, messenger, paddle, sendgrid, shopify, slack, standardwebhooks, stone, stripe, svix, twilio, twitch, whatsapp-cloud, zoom)`},
 		},
 		{
 			name: "provider without secret",

@@ -20,9 +20,9 @@ import (
 //	    - path: entry[*].changes[*].value.statuses[*]
 //	      key: "{id}:{status}"
 //
-// A provider with items (whatsapp-cloud, sendgrid, hubspot) brings its
-// paths: items: {mode: filter} changes only the mode, and items: none turns
-// them off (one event per request, as before).
+// A provider with items (whatsapp-cloud, messenger, instagram, sendgrid,
+// hubspot) brings its paths: items: {mode: filter} changes only the mode,
+// and items: none turns them off (one event per request, as before).
 
 // itemsInput is what check read of a route's items:, for build to merge
 // with the preset's.
@@ -153,6 +153,6 @@ func (c *checker) buildItems(in *routeInputs, r *idemhook.Route) {
 	case preset != nil:
 		r.Items = &idemhook.Items{Paths: preset.Paths, Mode: it.mode}
 	default:
-		c.errorf(in.own("items"), join(in.at, "items"), "no paths: give items.paths, or a provider whose bodies hold items (hubspot, sendgrid, whatsapp-cloud)")
+		c.errorf(in.own("items"), join(in.at, "items"), "no paths: give items.paths, or a provider whose bodies hold items (hubspot, instagram, messenger, sendgrid, whatsapp-cloud)")
 	}
 }

@@ -34,7 +34,7 @@ func TestConfigItems(t *testing.T) {
 		{name: "a mode of neither", give: minimal + "    items:\n      mode: each\n      paths: [{path: \"[*]\", key: id}]\n",
 			wantErr: `idemhook.yaml:6: routes[0].items.mode: invalid mode "each" (want split or filter)`},
 		{name: "a mode and nothing to split", give: minimal + "    items: {mode: split}\n",
-			wantErr: `idemhook.yaml:5: routes[0].items: no paths: give items.paths, or a provider whose bodies hold items (hubspot, sendgrid, whatsapp-cloud)`},
+			wantErr: `idemhook.yaml:5: routes[0].items: no paths: give items.paths, or a provider whose bodies hold items (hubspot, instagram, messenger, sendgrid, whatsapp-cloud)`},
 		{name: "a word", give: minimal + "    items: all\n",
 			wantErr: `idemhook.yaml:5: routes[0].items: expected a mapping (mode:, paths:) or none, got "all"`},
 	}
