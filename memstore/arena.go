@@ -49,7 +49,7 @@ const (
 	// Segments start small, so that the 64 shards of a store of a few keys
 	// take little memory, and double up to maxSegment. A segment holds
 	// about 3,500 typical slots: compacting one copies at most that many
-	// slots under the shard's lock (about 100µs), rarely (see
+	// under the shard's lock, once per segment or so of new writes (see
 	// shard.collect).
 	minSegment = 1 << 10
 	maxSegment = 256 << 10

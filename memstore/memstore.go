@@ -4,15 +4,16 @@
 // Keys live in shards, each behind its own mutex. A shard holds its entries
 // in a few large byte slices (segments), indexed by a map from the 64-bit
 // hash of a key to the entry's place: neither holds a pointer per key, so
-// the garbage collector's work does not grow with the number of keys held
-// (it did when each entry was an allocation of its own, in a map of
-// strings: 10M keys took it about a second of CPU per cycle, which the
-// tail latency of every request of the process paid). A key whose hash
-// collides with another's is found by comparing the keys' bytes; the rare
+// the garbage collector's work hardly grows with the number of keys held
+// (about 2 ns of CPU per key per cycle). When each entry was an allocation
+// of its own, in a map of strings, it took 170-770 ns per key (6-8 s per
+// cycle at 10M keys), which every request of the process paid for: see
+// TestFirstDeliveryTail and docs/benchmarks.md. A key whose hash collides
+// with another's is told apart by comparing the keys' bytes; the rare
 // second key of a hash is indexed by its bytes in a small map of its own.
-// Segments whose space is mostly dead (removed or replaced entries) are
+// Segments with much dead space (removed or replaced entries) are
 // compacted when a new one is opened, so memory stays within about 1.5
-// times the live entries, plus a segment per shard.
+// times the live entries, plus about a segment (256 KiB) per shard.
 //
 // An entry holds the record in an encoding of the package's own (smaller
 // than idemhook's binary one, which the other stores persist: common
@@ -23,7 +24,7 @@
 // of a source, is held once per store and in each key as one byte (for up
 // to 254 such prefixes of at most 64 bytes; others are held in full). A
 // typical small response so takes a slot of 75 bytes and its index entry:
-// about 100 bytes per key (see BenchmarkMemoryPerKey). A completion
+// about 107 bytes per key (see BenchmarkMemoryPerKey). A completion
 // rewrites the claim's slot in place when it fits, as it usually does.
 //
 // Expired entries are absent to every call. They are removed when a call
