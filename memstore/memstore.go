@@ -158,6 +158,9 @@ func (sh *shard) holds(h uint64, ck []byte, loc uint64) bool {
 	if l, ok := sh.index[h]; ok && l == loc {
 		return true
 	}
+	if len(sh.overflow) == 0 {
+		return false // as nearly always: no hashing of ck for a dead slot
+	}
 	l, ok := sh.overflow[string(ck)]
 	return ok && l == loc
 }
