@@ -8,14 +8,14 @@ import (
 	"github.com/idemhook/idemhook"
 )
 
-// An entry is one string. It holds a 7-byte meta word, the compact key, and
-// the record in memstore's own encoding (see appendRecord). The meta word is
-// big endian, with the completed flag in the top bit and, below it, the
-// expiry in Unix microseconds, rounded up. The map key is a substring of the
-// entry, so key and value take one allocation. The typical entry (a
-// body-hash key of an interned prefix and a small JSON answer: 7+33+21 = 61
-// bytes at most) fits Go's 64-byte size class. 55 bits of microseconds hold
-// any expiry an int64 of nanoseconds can (up to the year 2262).
+// An entry holds a 7-byte meta word, the compact key, and the record in
+// memstore's own encoding (see appendRecord); it lives in a slot of its
+// shard's arena (see arena). The meta word is big endian, with the
+// completed flag in the top bit and, below it, the expiry in Unix
+// microseconds, rounded up. The typical entry (a body-hash key of an
+// interned prefix and a small JSON answer) takes 7+33+21 = 61 bytes at
+// most. 55 bits of microseconds hold any expiry an int64 of nanoseconds can
+// (up to the year 2262).
 const entryHeader = 7
 
 const completedBit = 1 << 55
@@ -46,26 +46,19 @@ func putMeta(b []byte, exp int64, completed bool) {
 	b[4], b[5], b[6] = byte(meta>>16), byte(meta>>8), byte(meta)
 }
 
-func meta(e string) uint64 {
+func meta(e []byte) uint64 {
 	_ = e[6]
 	return uint64(e[0])<<48 | uint64(e[1])<<40 | uint64(e[2])<<32 | uint64(e[3])<<24 |
 		uint64(e[4])<<16 | uint64(e[5])<<8 | uint64(e[6])
 }
 
 // expiryOf is e's expiry in Unix nanoseconds.
-func expiryOf(e string) int64 { return int64(meta(e)&^completedBit) * 1000 }
+func expiryOf(e []byte) int64 { return int64(meta(e)&^completedBit) * 1000 }
 
-func completed(e string) bool { return meta(e)&completedBit != 0 }
+func completed(e []byte) bool { return meta(e)&completedBit != 0 }
 
 // expired reports whether e's lifetime is over at now.
-func expired(e string, now int64) bool { return now >= expiryOf(e) }
-
-// decode returns the record of e, whose compact key has length klen; epoch
-// is the store's. The record is freshly allocated: it shares nothing with
-// the store.
-func decode(e string, klen int, epoch int64) (*idemhook.Record, error) {
-	return decodeRecord(e[entryHeader+klen:], epoch)
-}
+func expired(e []byte, now int64) bool { return now >= expiryOf(e) }
 
 // Compact keys. A key that ends in 64 lowercase hex digits (a SHA-256, as in
 // the middleware's body-hash keys "idem:<source>:sha256:<hex>") is held as

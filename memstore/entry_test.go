@@ -136,7 +136,7 @@ func TestMetaMicroseconds(t *testing.T) {
 	for _, tt := range tests {
 		b := make([]byte, entryHeader)
 		putMeta(b, tt.exp, tt.completed)
-		e := string(b)
+		e := b
 		if got := expiryOf(e); got != tt.want {
 			t.Errorf("expiryOf(putMeta(%d)) = %d, want %d", tt.exp, got, tt.want)
 		}

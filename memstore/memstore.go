@@ -1,26 +1,42 @@
 // Package memstore is an in-memory [idemhook.Store] for one process: the
 // library's default, and the store of tests.
 //
-// Keys live in a sharded map, each shard behind its own mutex. A value is
-// the record in an encoding of the package's own (smaller than idemhook's
-// binary one, which the other stores persist: common header names and
-// values take a byte each, the created-at a few), held in one allocation
-// with its key and expiry. Keys that end in a lowercase hex SHA-256, the
-// body-hash keys of the middleware, are held in 32 bytes instead of 64, and
-// the part before the digits ("idem:<source>:sha256:"), which repeats for
-// every key of a source, is held once per store and in each key as one
-// byte (for up to 254 such prefixes of at most 64 bytes; others are held in
-// full). A typical small response so takes a 64-byte allocation and its map
-// slot: about 117 bytes per key (see BenchmarkMemoryPerKey).
+// Keys live in shards, each behind its own mutex. A shard holds its entries
+// in a few large byte slices (segments), indexed by a map from the 64-bit
+// hash of a key to the entry's place: neither holds a pointer per key, so
+// the garbage collector's work hardly grows with the number of keys held
+// (about 2 ns of CPU per key per cycle). When each entry was an allocation
+// of its own, in a map of strings, it took 170-770 ns per key (6-8 s per
+// cycle at 10M keys), which every request of the process paid for: see
+// TestFirstDeliveryTail and docs/benchmarks.md. A key whose hash collides
+// with another's is told apart by comparing the keys' bytes; the rare
+// second key of a hash is indexed by its bytes in a small map of its own.
+// Segments with much dead space (removed or replaced entries) are
+// compacted when a new one is opened, so memory stays within about 1.5
+// times the live entries, plus about a segment (256 KiB) per shard.
+//
+// An entry holds the record in an encoding of the package's own (smaller
+// than idemhook's binary one, which the other stores persist: common
+// header names and values take a byte each, the created-at a few), its key
+// and its expiry. Keys that end in a lowercase hex SHA-256, the body-hash
+// keys of the middleware, are held in 32 bytes instead of 64, and the part
+// before the digits ("idem:<source>:sha256:"), which repeats for every key
+// of a source, is held once per store and in each key as one byte (for up
+// to 254 such prefixes of at most 64 bytes; others are held in full). A
+// typical small response so takes a slot of 75 bytes and its index entry:
+// about 107 bytes per key (see BenchmarkMemoryPerKey). A completion
+// rewrites the claim's slot in place when it fits, as it usually does.
 //
 // Expired entries are absent to every call. They are removed when a call
-// meets them, and all at once when a shard has grown by half since it was
-// last swept (amortized, three entries looked at per new key): under steady
-// traffic a shard holds at most 1.5 times its live keys (or 1024 entries),
-// so dead keys can't pile up. No goroutine runs in the background.
+// meets them, when compaction copies them, and all at once when a shard
+// has grown by half since it was last swept (amortized, three entries
+// looked at per new key): under steady traffic a shard holds at most 1.5
+// times its live keys (or 1024 entries), so dead keys can't pile up. No
+// goroutine runs in the background.
 package memstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -77,7 +93,7 @@ type Config struct {
 // Store is an in-memory [idemhook.Store]. It is safe for concurrent use.
 type Store struct {
 	now      func() time.Time
-	seed     maphash.Seed
+	hasher   hasher
 	mask     uint64
 	perShard int // capacity of each shard
 	shards   []shard
@@ -95,7 +111,15 @@ var (
 
 type shard struct {
 	mu sync.Mutex
-	m  map[string]string // compact key → entry (see newEntry)
+	// index maps the hash of a compact key to the location of its entry in
+	// the arena. A key whose hash another key's entry holds in index is
+	// in overflow instead, under its bytes: a collision of 64-bit hashes
+	// of a random seed, which nobody can aim at, so overflow is nearly
+	// always empty. Both are nil once the store is closed.
+	index    map[uint64]uint64
+	overflow map[string]uint64
+	arena    arena
+	hasher   hasher // the store's
 	// sweepAt is the size at which the shard is swept in full: 1.5 times
 	// its size after the previous sweep.
 	sweepAt int
@@ -103,20 +127,182 @@ type shard struct {
 	// until that time (the end of the first of their leases) or until an
 	// entry is removed, Claim fails fast rather than scan the shard again.
 	fullUntil int64
-	_         [32]byte // keep shards on separate cache lines
+	_         [32]byte // 160 bytes of fields: keep shards on separate cache lines
 }
 
-// remove deletes the entry under k. The caller holds sh.mu.
-func (sh *shard) remove(k string) {
-	delete(sh.m, k)
+// len is the number of entries held. The caller holds sh.mu.
+func (sh *shard) len() int { return len(sh.index) + len(sh.overflow) }
+
+// entry returns the entry at loc and its compact key's length. The bytes
+// are the arena's: the caller holds sh.mu while it reads them.
+func (sh *shard) entry(loc uint64) (e []byte, klen int) { return entryIn(sh.arena.slot(loc)) }
+
+// find returns the location of the entry under ck, whose hash is h. The
+// caller holds sh.mu.
+func (sh *shard) find(h uint64, ck []byte) (loc uint64, ok bool) {
+	if loc, ok := sh.index[h]; ok {
+		if e, klen := sh.entry(loc); bytes.Equal(e[entryHeader:entryHeader+klen], ck) {
+			return loc, true
+		}
+	}
+	if len(sh.overflow) == 0 {
+		return 0, false
+	}
+	loc, ok = sh.overflow[string(ck)]
+	return loc, ok
+}
+
+// holds reports whether the entry at loc, under ck of hash h, is indexed:
+// whether its slot is live. The caller holds sh.mu.
+func (sh *shard) holds(h uint64, ck []byte, loc uint64) bool {
+	if l, ok := sh.index[h]; ok && l == loc {
+		return true
+	}
+	if len(sh.overflow) == 0 {
+		return false // as nearly always: no hashing of ck for a dead slot
+	}
+	l, ok := sh.overflow[string(ck)]
+	return ok && l == loc
+}
+
+// insert stores entry e under ck, of hash h, which the shard does not
+// hold. The caller holds sh.mu.
+func (sh *shard) insert(h uint64, ck, e []byte, now int64) {
+	loc, opened := sh.arena.put(e, len(ck))
+	if _, taken := sh.index[h]; taken {
+		if sh.overflow == nil {
+			sh.overflow = make(map[string]uint64)
+		}
+		sh.overflow[string(ck)] = loc
+	} else {
+		sh.index[h] = loc
+	}
+	if opened {
+		sh.collect(now)
+	}
+}
+
+// replace puts entry e in place of the one at loc, under ck of hash h: in
+// its slot when it fits, else in a new one. The caller holds sh.mu.
+func (sh *shard) replace(h uint64, ck []byte, loc uint64, e []byte, now int64) {
+	sh.fullUntil = 0 // as remove does: a completed record may make room
+	if slot := sh.arena.slot(loc); fits(slot, len(e), len(ck)) {
+		fill(slot, e, len(ck))
+		return
+	}
+	to, opened := sh.arena.put(e, len(ck))
+	sh.relocate(h, ck, loc, to)
+	sh.arena.release(loc)
+	if opened {
+		sh.collect(now)
+	}
+}
+
+// relocate points the index of the entry under ck, of hash h, from the
+// slot at from to the one at to. The caller holds sh.mu.
+func (sh *shard) relocate(h uint64, ck []byte, from, to uint64) {
+	if l, ok := sh.index[h]; ok && l == from {
+		sh.index[h] = to
+	} else {
+		sh.overflow[string(ck)] = to
+	}
+}
+
+// remove deletes the entry at loc, whose compact key has hash h. The
+// caller holds sh.mu.
+func (sh *shard) remove(h, loc uint64) {
+	if l, ok := sh.index[h]; ok && l == loc {
+		delete(sh.index, h)
+	} else {
+		e, klen := sh.entry(loc)
+		delete(sh.overflow, string(e[entryHeader:entryHeader+klen]))
+	}
+	sh.arena.release(loc)
 	sh.fullUntil = 0
+}
+
+// all yields the hash and location of every entry of the shard, from a
+// random place. The loop may remove the entry it is given. The caller
+// holds sh.mu.
+func (sh *shard) all(yield func(h, loc uint64) bool) {
+	for h, loc := range sh.index {
+		if !yield(h, loc) {
+			return
+		}
+	}
+	for ck, loc := range sh.overflow {
+		if !yield(sh.hasher.hash([]byte(ck)), loc) {
+			return
+		}
+	}
+}
+
+// Compaction. When an entry opens a new segment, the shard copies the
+// live slots of the segments with the most dead space into the open one
+// and frees them, while a third or more of the arena is dead: each copy
+// frees at least a third as much as it copies (see arena.victim), so a
+// byte written costs a bounded amount of copying, and memory stays within
+// 1.5 times the live slots plus the open segment. At most maxCompactions
+// segments are copied per call, to bound the time one call holds the lock.
+const maxCompactions = 4
+
+// collect compacts the arena as said above. The caller holds sh.mu.
+func (sh *shard) collect(now int64) {
+	a := &sh.arena
+	for range maxCompactions {
+		if 3*(a.used-a.live) < a.used {
+			return
+		}
+		seg, ok := a.victim()
+		if !ok {
+			return
+		}
+		sh.compact(seg, now)
+	}
+}
+
+// compact copies the live slots of segment seg to the open one, dropping
+// expired entries, which frees seg. The caller holds sh.mu.
+func (sh *shard) compact(seg uint32, now int64) {
+	buf := sh.arena.segs[seg].buf
+	// The segment is freed as its last live slot goes: stop there.
+	for off := 0; off < len(buf) && sh.arena.segs[seg].live > 0; {
+		slot := slotAt(buf[off:])
+		loc := location(seg, off)
+		off += len(slot)
+		e, klen := entryIn(slot)
+		ck := e[entryHeader : entryHeader+klen]
+		h := sh.hasher.hash(ck)
+		switch {
+		case !sh.holds(h, ck, loc):
+		case expired(e, now):
+			sh.remove(h, loc)
+		default:
+			// put may open a segment, but not compact: that is collect's.
+			to, _ := sh.arena.put(e, klen)
+			sh.relocate(h, ck, loc, to)
+			sh.arena.release(loc)
+		}
+	}
 }
 
 // minSweepAt is the smallest size that triggers a full sweep.
 const minSweepAt = 1024
 
 // New returns a Store configured by cfg.
-func New(cfg Config) (*Store, error) {
+func New(cfg Config) (*Store, error) { return newStore(cfg, ^uint64(0)) }
+
+// A hasher hashes compact keys, keeping the bits of keep: all of them,
+// but fewer in tests, so that keys collide.
+type hasher struct {
+	seed maphash.Seed
+	keep uint64
+}
+
+func (hs hasher) hash(ck []byte) uint64 { return maphash.Bytes(hs.seed, ck) & hs.keep }
+
+// newStore is New keeping the bits keep of the keys' hashes.
+func newStore(cfg Config, keep uint64) (*Store, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -137,14 +323,15 @@ func New(cfg Config) (*Store, error) {
 	}
 	s := &Store{
 		now:      cfg.Now,
-		seed:     maphash.MakeSeed(),
+		hasher:   hasher{maphash.MakeSeed(), keep},
 		mask:     uint64(cfg.Shards - 1),
 		perShard: cfg.MaxEntries / cfg.Shards,
 		shards:   make([]shard, cfg.Shards),
 		epoch:    cfg.Now().UnixMilli(),
 	}
 	for i := range s.shards {
-		s.shards[i].m = make(map[string]string)
+		s.shards[i].index = make(map[uint64]uint64)
+		s.shards[i].hasher = s.hasher
 		s.shards[i].sweepAt = minSweepAt
 	}
 	return s, nil
@@ -164,7 +351,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.m)
+		n += sh.len()
 		sh.mu.Unlock()
 	}
 	return n
@@ -179,7 +366,7 @@ func (s *Store) Close() error {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		sh.m = nil
+		sh.index, sh.overflow, sh.arena = nil, nil, arena{}
 		sh.mu.Unlock()
 	}
 	return nil
@@ -196,7 +383,7 @@ func (s *Store) Claim(ctx context.Context, key string, claim *idemhook.Record, l
 	if lease <= 0 {
 		return nil, fmt.Errorf("memstore: claim lease is %v; want a positive duration", lease)
 	}
-	var kbuf, ebuf [256]byte
+	var kbuf, ebuf, rbuf [256]byte
 	ck := s.prefixes.compactKey(kbuf[:0], key, true)
 	now := s.now().UnixNano()
 	entry, err := newEntry(ebuf[:0], expiry(now, lease), ck, claim, s.epoch)
@@ -204,38 +391,39 @@ func (s *Store) Claim(ctx context.Context, key string, claim *idemhook.Record, l
 		return nil, err
 	}
 
-	existing, err := s.claim(s.shard(ck), ck, entry, now)
-	if err != nil || existing == "" {
+	h := s.hasher.hash(ck)
+	existing, found, err := s.claim(&s.shards[h&s.mask], h, ck, entry, now, rbuf[:0])
+	if err != nil || !found {
 		return nil, err
 	}
-	// Entries are immutable: decode outside the lock.
-	return decode(existing, len(ck), s.epoch)
+	// A private copy of the record: decode outside the lock.
+	return decodeRecord(view(existing), s.epoch)
 }
 
-// claim stores entry under ck unless the shard holds a live entry there,
-// which it returns ("" when entry was stored).
-func (s *Store) claim(sh *shard, ck, entry []byte, now int64) (string, error) {
+// claim stores entry under ck, of hash h, unless the shard holds a live
+// entry there, whose record it then appends to rec.
+func (s *Store) claim(sh *shard, h uint64, ck, entry []byte, now int64, rec []byte) ([]byte, bool, error) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sh.m == nil {
-		return "", ErrClosed
+	if sh.index == nil {
+		return nil, false, ErrClosed
 	}
-	if e, ok := sh.m[string(ck)]; ok {
+	if loc, ok := sh.find(h, ck); ok {
+		e, klen := sh.entry(loc)
 		if !expired(e, now) {
-			return e, nil
+			return append(rec, e[entryHeader+klen:]...), true, nil
 		}
-		sh.remove(string(ck))
+		sh.remove(h, loc)
 	}
-	if len(sh.m) >= s.perShard {
+	if sh.len() >= s.perShard {
 		if now < sh.fullUntil || !s.makeRoom(sh, now) {
-			return "", ErrFull
+			return nil, false, ErrFull
 		}
-	} else if len(sh.m) >= sh.sweepAt {
+	} else if sh.len() >= sh.sweepAt {
 		sh.sweep(now)
 	}
-	e := string(entry)
-	sh.m[e[entryHeader:entryHeader+len(ck)]] = e
-	return "", nil
+	sh.insert(h, ck, entry, now)
+	return nil, false, nil
 }
 
 // Complete implements [idemhook.Store].
@@ -260,26 +448,16 @@ func (s *Store) Complete(ctx context.Context, key string, claim, done *idemhook.
 		return err
 	}
 
-	sh := s.shard(ck)
+	h := s.hasher.hash(ck)
+	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if err := sh.owned(ck, claim, now); err != nil {
+	loc, err := sh.owned(h, ck, claim, now)
+	if err != nil {
 		return err
 	}
-	sh.replace(ck, string(entry))
+	sh.replace(h, ck, loc, entry, now)
 	return nil
-}
-
-// replace puts e, an entry under ck, in place of the one the shard holds
-// there. The caller holds sh.mu.
-func (sh *shard) replace(ck []byte, e string) {
-	// Assigning to a key the map holds overwrites its key too (Go does so
-	// for string keys), so the map keeps a substring of the new entry and
-	// the old one can be freed: one map operation instead of a delete,
-	// which leaves a tombstone, and an insert. BenchmarkMemoryPerKey would
-	// show the old entries kept alive if it did not.
-	sh.m[e[entryHeader:entryHeader+len(ck)]] = e
-	sh.fullUntil = 0 // as remove does: the shard may have room again
 }
 
 // Release implements [idemhook.Store].
@@ -294,13 +472,15 @@ func (s *Store) Release(ctx context.Context, key string, claim *idemhook.Record)
 	ck := s.prefixes.compactKey(kbuf[:0], key, false)
 	now := s.now().UnixNano()
 
-	sh := s.shard(ck)
+	h := s.hasher.hash(ck)
+	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if err := sh.owned(ck, claim, now); err != nil {
+	loc, err := sh.owned(h, ck, claim, now)
+	if err != nil {
 		return err
 	}
-	sh.remove(string(ck))
+	sh.remove(h, loc)
 	return nil
 }
 
@@ -319,17 +499,18 @@ func (s *Store) Extend(ctx context.Context, key string, claim *idemhook.Record, 
 	ck := s.prefixes.compactKey(kbuf[:0], key, false)
 	now := s.now().UnixNano()
 
-	sh := s.shard(ck)
+	h := s.hasher.hash(ck)
+	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if err := sh.owned(ck, claim, now); err != nil {
+	loc, err := sh.owned(h, ck, claim, now)
+	if err != nil {
 		return err
 	}
-	old := sh.m[string(ck)]
-	b := make([]byte, len(old))
-	putMeta(b, expiry(now, lease), false)
-	copy(b[entryHeader:], old[entryHeader:])
-	sh.replace(ck, string(b))
+	// The expiry is rewritten in place.
+	e, _ := sh.entry(loc)
+	putMeta(e, expiry(now, lease), false)
+	sh.fullUntil = 0 // the first lease to end may be another one now
 	return nil
 }
 
@@ -338,30 +519,33 @@ func (s *Store) Get(ctx context.Context, key string) (*idemhook.Record, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	var kbuf [256]byte
+	var kbuf, rbuf [256]byte
 	ck := s.prefixes.compactKey(kbuf[:0], key, false)
 	now := s.now().UnixNano()
 
-	e := s.shard(ck).get(ck, now)
-	if e == "" {
+	h := s.hasher.hash(ck)
+	rec, found := s.shards[h&s.mask].get(h, ck, now, rbuf[:0])
+	if !found {
 		return nil, nil
 	}
-	return decode(e, len(ck), s.epoch)
+	return decodeRecord(view(rec), s.epoch)
 }
 
-// get returns the live entry under ck, or "".
-func (sh *shard) get(ck []byte, now int64) string {
+// get appends to rec the record of the live entry under ck, of hash h, and
+// reports whether there is one.
+func (sh *shard) get(h uint64, ck []byte, now int64, rec []byte) ([]byte, bool) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, ok := sh.m[string(ck)]
+	loc, ok := sh.find(h, ck)
 	if !ok {
-		return ""
+		return nil, false
 	}
+	e, klen := sh.entry(loc)
 	if expired(e, now) {
-		sh.remove(string(ck))
-		return ""
+		sh.remove(h, loc)
+		return nil, false
 	}
-	return e
+	return append(rec, e[entryHeader+klen:]...), true
 }
 
 // Delete implements [idemhook.Store].
@@ -373,15 +557,18 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	ck := s.prefixes.compactKey(kbuf[:0], key, false)
 	now := s.now().UnixNano()
 
-	sh := s.shard(ck)
+	h := s.hasher.hash(ck)
+	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, ok := sh.m[string(ck)]
+	loc, ok := sh.find(h, ck)
 	if !ok {
 		return false, nil
 	}
-	sh.remove(string(ck))
-	return !expired(e, now), nil
+	e, _ := sh.entry(loc)
+	live := !expired(e, now)
+	sh.remove(h, loc)
+	return live, nil
 }
 
 func (s *Store) check(ctx context.Context) error {
@@ -394,54 +581,52 @@ func (s *Store) check(ctx context.Context) error {
 	return nil
 }
 
-func (s *Store) shard(ck []byte) *shard {
-	return &s.shards[maphash.Bytes(s.seed, ck)&s.mask]
-}
-
-// owned reports nil when the shard holds, under ck, a live pending claim
-// with claim's token, and ErrNotOwner otherwise. The caller holds sh.mu.
-func (sh *shard) owned(ck []byte, claim *idemhook.Record, now int64) error {
-	if sh.m == nil {
-		return ErrClosed
+// owned returns the location of the live pending claim with claim's token
+// that the shard holds under ck, of hash h, or ErrNotOwner. The caller
+// holds sh.mu.
+func (sh *shard) owned(h uint64, ck []byte, claim *idemhook.Record, now int64) (uint64, error) {
+	if sh.index == nil {
+		return 0, ErrClosed
 	}
-	e, ok := sh.m[string(ck)]
+	loc, ok := sh.find(h, ck)
 	if !ok {
-		return idemhook.ErrNotOwner
+		return 0, idemhook.ErrNotOwner
 	}
+	e, klen := sh.entry(loc)
 	if expired(e, now) {
-		sh.remove(string(ck))
-		return idemhook.ErrNotOwner
+		sh.remove(h, loc)
+		return 0, idemhook.ErrNotOwner
 	}
 	if completed(e) {
-		return idemhook.ErrNotOwner
+		return 0, idemhook.ErrNotOwner
 	}
-	// The token is read in place: no decoding, no allocation.
-	token, err := pendingToken(e[entryHeader+len(ck):])
+	// The token is compared in place: no decoding, no allocation.
+	token, err := pendingToken(view(e[entryHeader+klen:]))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if token != claim.Token {
-		return idemhook.ErrNotOwner
+		return 0, idemhook.ErrNotOwner
 	}
-	return nil
+	return loc, nil
 }
 
 // sweep removes every expired entry of the shard. The caller holds sh.mu.
 func (sh *shard) sweep(now int64) {
-	for k, e := range sh.m {
-		if expired(e, now) {
-			sh.remove(k)
+	for h, loc := range sh.all {
+		if e, _ := sh.entry(loc); expired(e, now) {
+			sh.remove(h, loc)
 		}
 	}
-	sh.sweepAt = max(len(sh.m)+len(sh.m)/2, minSweepAt)
+	sh.sweepAt = max(sh.len()+sh.len()/2, minSweepAt)
 }
 
 // Eviction. A full shard frees 1/evictShare of its capacity at a time, so
-// that the cost of looking through its map is shared by that many new keys:
-// the map's entries lie scattered in the heap, and each one looked at is a
+// that the cost of looking through its index is shared by that many new
+// keys: each entry looked at is a read at a random place of the arena, a
 // cache miss. The records to evict are taken from the 1/evictPool of the
 // shard closest to expiry, as judged from a sample of evictSample entries,
-// so that a pass finds enough of them in about a quarter of the map.
+// so that a pass finds enough of them in about a quarter of the index.
 // (Freeing 1/64 at a time, the exact 1/64 closest to expiry found by
 // sorting every completed record, as this store did before, cost a first
 // delivery 32µs on a full store of 1M keys: BenchmarkFirstDeliveryWhenFull.)
@@ -453,7 +638,7 @@ const (
 
 // makeRoom frees about 1/16 of a full shard (at least one entry). When a
 // quarter of evictLimit's sample is expired, it sweeps the whole shard,
-// which frees about that quarter. Otherwise it goes through the map, from
+// which frees about that quarter. Otherwise it goes through the index, from
 // a random place, removing the expired entries and the completed records
 // that expire no later than evictLimit says, until the shard is down to its
 // target size. If that frees nothing (a shard of pending claims whose few
@@ -465,37 +650,38 @@ func (s *Store) makeRoom(sh *shard, now int64) bool {
 	if limit == math.MinInt64 {
 		sh.sweep(now)
 	} else {
-		for k, e := range sh.m {
-			if len(sh.m) <= target {
+		for h, loc := range sh.all {
+			if sh.len() <= target {
 				break
 			}
-			if expired(e, now) || completed(e) && expiryOf(e) <= limit {
-				sh.remove(k)
+			if e, _ := sh.entry(loc); expired(e, now) || completed(e) && expiryOf(e) <= limit {
+				sh.remove(h, loc)
 			}
 		}
-		if len(sh.m) >= s.perShard {
+		if sh.len() >= s.perShard {
 			sh.sweep(now)
 		}
 	}
-	return len(sh.m) < s.perShard || s.evictClosestToExpiry(sh, target)
+	return sh.len() < s.perShard || s.evictClosestToExpiry(sh, target)
 }
 
 // evictLimit returns the expiry at or below which makeRoom evicts completed
 // records. In a sample of the shard's entries (the first evictSample of the
-// map's iteration, which starts at a random place), the entries that would
-// go first are the expired ones, then the completed records by expiry
-// (pending claims never go); the limit is the expiry of the one a quarter
-// of the way through the sample. It is math.MinInt64 when a quarter of the
-// sample is expired entries, or when the sample holds no completed record.
-// The caller holds sh.mu.
+// index's iteration, which starts at a random place), the entries that
+// would go first are the expired ones, then the completed records by
+// expiry (pending claims never go); the limit is the expiry of the one a
+// quarter of the way through the sample. It is math.MinInt64 when a
+// quarter of the sample is expired entries, or when the sample holds no
+// completed record. The caller holds sh.mu.
 func evictLimit(sh *shard, now int64) int64 {
 	var buf [evictSample]int64
 	sample, seen := buf[:0], 0
-	for _, e := range sh.m {
+	for _, loc := range sh.all {
 		if seen == evictSample {
 			break
 		}
 		seen++
+		e, _ := sh.entry(loc)
 		switch {
 		case expired(e, now):
 			sample = append(sample, math.MinInt64)
@@ -516,14 +702,15 @@ func evictLimit(sh *shard, now int64) int64 {
 // shard's claims fast until its first lease ends. The caller holds sh.mu.
 func (s *Store) evictClosestToExpiry(sh *shard, target int) bool {
 	type candidate struct {
-		exp int64
-		key string
+		exp    int64
+		h, loc uint64
 	}
 	var done []candidate
 	firstEnd := int64(maxExpiry)
-	for k, e := range sh.m {
+	for h, loc := range sh.all {
+		e, _ := sh.entry(loc)
 		if completed(e) {
-			done = append(done, candidate{expiryOf(e), k})
+			done = append(done, candidate{expiryOf(e), h, loc})
 		} else {
 			firstEnd = min(firstEnd, expiryOf(e))
 		}
@@ -532,14 +719,16 @@ func (s *Store) evictClosestToExpiry(sh *shard, target int) bool {
 		sh.fullUntil = firstEnd
 		return false
 	}
-	n := min(len(sh.m)-target, len(done))
+	n := min(sh.len()-target, len(done))
 	if n < len(done) {
 		slices.SortFunc(done, func(a, b candidate) int { return cmpInt64(a.exp, b.exp) })
 	}
+	// Removing frees no slot but the ones removed: the other locations
+	// stay good.
 	for _, c := range done[:n] {
-		sh.remove(c.key)
+		sh.remove(c.h, c.loc)
 	}
-	return len(sh.m) < s.perShard
+	return sh.len() < s.perShard
 }
 
 func cmpInt64(a, b int64) int {

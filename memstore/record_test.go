@@ -99,8 +99,8 @@ func TestRecordRoundTrip(t *testing.T) {
 }
 
 // TestTypicalEntrySize: the typical entry (a body-hash key of an interned
-// prefix, the benchmark's answer) fits the 64-byte size class, also in a
-// store a year old, whose created-at differences take 5 bytes.
+// prefix, the benchmark's answer) takes at most 64 bytes, also in a store
+// a year old, whose created-at differences take 5 bytes.
 func TestTypicalEntrySize(t *testing.T) {
 	now := time.Now()
 	done := TypicalAnswer(now)
