@@ -33,8 +33,8 @@ func processCPU(b *testing.B) time.Duration {
 // delivery ("cpu-µs/op", user plus system, from getrusage). It calls
 // ServeHTTP from 32 goroutines, for first deliveries and replays. The rows
 // are the bare handler and the middleware on the memory store and on Redis
-// (IDEMHOOK_REDIS_URL) through go-redis, with and without Batch, and
-// through rueidis. Redis's own CPU is not counted. The middleware's
+// (IDEMHOOK_REDIS_URL) through go-redis, by default (batched) and with
+// Unbatched, and through rueidis. Redis's own CPU is not counted. The middleware's
 // cost per delivery is its row's figure minus the bare handler's.
 func BenchmarkCPUPerDelivery(b *testing.B) {
 	var seq atomic.Int64
@@ -101,8 +101,8 @@ func BenchmarkCPUPerDelivery(b *testing.B) {
 		open func(redisstore.Config) (*redisstore.Store, error)
 	}{
 		{"redis", func(cfg redisstore.Config) (*redisstore.Store, error) { return redisstore.New(client, cfg) }},
-		{"redis-batch", func(cfg redisstore.Config) (*redisstore.Store, error) {
-			cfg.Batch = true
+		{"redis-unbatched", func(cfg redisstore.Config) (*redisstore.Store, error) {
+			cfg.Unbatched = true
 			return redisstore.New(client, cfg)
 		}},
 		{"rueidis", func(cfg redisstore.Config) (*redisstore.Store, error) { return redisstore.NewRueidis(rclient, cfg) }},

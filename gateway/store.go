@@ -194,7 +194,7 @@ func openStore(ctx context.Context, sc config.Store, files *connections, now fun
 		// each claim and completion waits for replicas (docs/stores.md,
 		// "Redis failover and replicas").
 		s, err := redisstore.New(client, redisstore.Config{
-			Prefix: sc.Prefix, CompactKeys: sc.Compact, Batch: true,
+			Prefix: sc.Prefix, CompactKeys: sc.Compact,
 			WaitReplicas: sc.WaitReplicas, WaitTimeout: sc.WaitTimeout, WaitAOF: sc.WaitAOF,
 		})
 		if err != nil {

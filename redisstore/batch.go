@@ -4,15 +4,16 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/idemhook/idemhook/internal/gather"
 	"github.com/redis/go-redis/v9"
 )
 
-// Batching ([Config.Batch]). Without it every store call is one command on
-// a connection of its own, so N concurrent deliveries cost Redis N reads and
-// N writes on N sockets. With it the store's commands go to a few worker
-// goroutines. Each takes the commands waiting at that moment and sends them
+// Batching (the default of [New]; [Config.Unbatched] turns it off). Without
+// it every store call is one command on a connection of its own, so N
+// concurrent deliveries cost Redis N reads and N writes on N sockets. With
+// it the store's commands go to a few worker goroutines. Each takes the commands waiting at that moment and sends them
 // as one pipeline, so Redis reads them with one system call and answers them
 // with one. A lone command is sent at once. Commands only wait while an
 // earlier pipeline is on the wire. Each command keeps its own result and
@@ -27,10 +28,17 @@ import (
 // call of the pipeline gets it. The other calls of the same moment go out
 // beside them in a pipeline without WAIT, so that they never wait for a
 // replica.
+//
+// The worker goroutines start on demand (internal/gather's StartIdle): a
+// store that has not been called holds none, a call that finds none free
+// starts one (up to batchWorkers), and one that has had nothing to send for
+// batchIdle to twice that exits. So a store that is never closed leaks no
+// goroutine; Store.Close stops those running at once.
 
 const (
-	batchWorkers = 4   // pipelines on the wire at once
-	batchMax     = 256 // commands per pipeline
+	batchWorkers = 4               // pipelines on the wire at once
+	batchMax     = 256             // commands per pipeline
+	batchIdle    = 1 * time.Second // a worker with nothing to send this long exits
 )
 
 type call struct {
@@ -49,9 +57,11 @@ type batcher struct {
 
 var errClosed = errors.New("redisstore: the store is closed")
 
-func startBatcher(client redis.UniversalClient, w *waiting) *batcher {
+// newBatcher returns a batcher whose workers start on demand and exit once
+// idle for idle.
+func newBatcher(client redis.UniversalClient, w *waiting, idle time.Duration) *batcher {
 	b := &batcher{client: client, wait: w}
-	b.workers = gather.Start(batchWorkers, batchMax, b.exec)
+	b.workers = gather.StartIdle(batchWorkers, batchMax, idle, b.exec)
 	return b
 }
 
@@ -70,12 +80,11 @@ func (b *batcher) doWait(ctx context.Context, cmd redis.Cmder) (acks, error) {
 }
 
 func (b *batcher) queue(c *call) (acks, error) {
-	select {
-	case b.workers.Queue() <- c:
-	case <-c.ctx.Done():
-		return acks{}, c.ctx.Err()
-	case <-b.workers.Stopped():
-		return acks{}, errClosed
+	if err := b.workers.Put(c.ctx, c); err != nil {
+		if err == gather.ErrStopped {
+			err = errClosed
+		}
+		return acks{}, err
 	}
 	select {
 	case <-c.done:

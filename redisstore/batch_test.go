@@ -3,6 +3,8 @@ package redisstore_test
 import (
 	"context"
 	"crypto/rand"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,29 +18,33 @@ import (
 	"github.com/idemhook/idemhook/storetest"
 )
 
+// newBatchStore is newStore: batching is the default.
 func newBatchStore(tb testing.TB, client *redis.Client) *redisstore.Store {
 	tb.Helper()
-	return newStoreWith(tb, client, redisstore.Config{Batch: true})
+	return newStoreWith(tb, client, redisstore.Config{})
 }
 
-// TestConformanceBatch runs the suite with Config.Batch, which must keep the
-// same contract.
-func TestConformanceBatch(t *testing.T) {
+// TestConformanceUnbatched runs the suite with Config.Unbatched, which must
+// keep the same contract as the default (TestConformance).
+func TestConformanceUnbatched(t *testing.T) {
 	client := redistest.Client(t)
 	storetest.Run(t, storetest.Harness{
-		New: func(tb testing.TB) idemhook.Store { return newBatchStore(tb, client) },
+		New: func(tb testing.TB) idemhook.Store {
+			return newStoreWith(tb, client, redisstore.Config{Unbatched: true})
+		},
 	})
 }
 
-// TestConformanceClusterBatch checks that the contract holds with batching
-// on a Cluster client, whose pipelines are split by slot.
-func TestConformanceClusterBatch(t *testing.T) {
+// TestConformanceClusterUnbatched checks that the contract holds without
+// batching on a Cluster client (TestConformanceCluster runs the default,
+// whose pipelines the client splits by slot).
+func TestConformanceClusterUnbatched(t *testing.T) {
 	addrs := redistest.StartCluster(t, 3)
 	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	t.Cleanup(func() { client.Close() })
 	storetest.Run(t, storetest.Harness{
 		New: func(tb testing.TB) idemhook.Store {
-			st, err := redisstore.New(client, redisstore.Config{Prefix: "test:" + rand.Text() + ":", Batch: true})
+			st, err := redisstore.New(client, redisstore.Config{Prefix: "test:" + rand.Text() + ":", Unbatched: true})
 			if err != nil {
 				tb.Fatal(err)
 			}
@@ -110,10 +116,143 @@ func itoa(n int) string {
 
 func prefixKey(k int) string { return idemhook.StoreKey("batch", "key-"+itoa(k)) }
 
-// BenchmarkStoreBatch is BenchmarkStore with Config.Batch.
-func BenchmarkStoreBatch(b *testing.B) {
+// BenchmarkStoreUnbatched is BenchmarkStore (the default, batched) with
+// Config.Unbatched.
+func BenchmarkStoreUnbatched(b *testing.B) {
 	client := redistest.Client(b)
 	storetest.Bench(b, storetest.Harness{
-		New: func(tb testing.TB) idemhook.Store { return newBatchStore(tb, client) },
+		New: func(tb testing.TB) idemhook.Store {
+			return newStoreWith(tb, client, redisstore.Config{Unbatched: true})
+		},
 	})
+}
+
+// batchGoroutines counts the goroutines of batch workers, from the stacks of
+// all goroutines (as goleak does): internal/gather's worker loop.
+func batchGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "internal/gather.(*Workers[...]).run(")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// waitNoBatchGoroutines polls, up to a deadline of 10s, until no batch
+// worker goroutine is left. Workers of other stores of this package (those
+// of earlier tests, closed at their end) count too, so it waits for them.
+func waitNoBatchGoroutines(t *testing.T, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for batchGoroutines() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d batch worker goroutines left after 10s", what, batchGoroutines())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestBatchIdleWorkers checks that the default store starts no goroutine
+// before it is used, that its workers exit once it idles, without Close,
+// and start again for the next calls.
+func TestBatchIdleWorkers(t *testing.T) {
+	client := redistest.Client(t)
+	waitNoBatchGoroutines(t, "before the test")
+	prefix := "test:" + rand.Text() + ":"
+	t.Cleanup(func() { redistest.DeletePrefix(context.Background(), client, prefix) }) //nolint:errcheck // best effort
+	st, err := redisstore.NewIdle(client, redisstore.Config{Prefix: prefix}, 20*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Never closed: the point is that nothing is left without Close.
+	if n := batchGoroutines(); n != 0 || st.BatchWorkers() != 0 {
+		t.Fatalf("a new store runs %d batch goroutines (%d counted), want 0", n, st.BatchWorkers())
+	}
+	for round := range 2 {
+		var wg sync.WaitGroup
+		for g := range 16 {
+			wg.Go(func() {
+				claim := &idemhook.Record{State: idemhook.StatePending, Token: rand.Text(), CreatedAt: time.Now()}
+				key := idemhook.StoreKey("idle", itoa(round*16+g))
+				if existing, err := st.Claim(t.Context(), key, claim, time.Minute); err != nil || existing != nil {
+					t.Errorf("Claim %s: %v, %v", key, existing, err)
+				}
+			})
+		}
+		wg.Wait()
+		if n := st.BatchWorkers(); n < 1 || n > 4 {
+			t.Fatalf("round %d: %d batch goroutines counted after 16 concurrent claims, want 1 to 4", round, n)
+		}
+		waitNoBatchGoroutines(t, "after the store idled")
+		if n := st.BatchWorkers(); n != 0 {
+			t.Fatalf("round %d: %d batch goroutines counted after the store idled, want 0", round, n)
+		}
+	}
+}
+
+// TestBatchIdleWorkersDefault is TestBatchIdleWorkers' last step with the
+// idle period New sets: a store used once and never closed holds no
+// goroutine a few seconds later.
+func TestBatchIdleWorkersDefault(t *testing.T) {
+	client := redistest.Client(t)
+	waitNoBatchGoroutines(t, "before the test")
+	st, err := redisstore.New(client, redisstore.Config{Prefix: "test:" + rand.Text() + ":"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Get(t.Context(), idemhook.StoreKey("idle", "default")); err != nil {
+		t.Fatal(err)
+	}
+	if batchGoroutines() == 0 {
+		t.Fatal("no batch goroutine after a call")
+	}
+	waitNoBatchGoroutines(t, "a store idle and never closed")
+}
+
+// TestBatchCloseStopsWorkers checks that Close stops the running workers at
+// once, long before their idle period, and that calls fail afterwards.
+func TestBatchCloseStopsWorkers(t *testing.T) {
+	client := redistest.Client(t)
+	waitNoBatchGoroutines(t, "before the test")
+	st, err := redisstore.NewIdle(client, redisstore.Config{Prefix: "test:" + rand.Text() + ":"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			if _, err := st.Get(t.Context(), idemhook.StoreKey("close", itoa(g))); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if batchGoroutines() == 0 {
+		t.Fatal("no batch goroutine after 16 calls")
+	}
+	st.Close()
+	if n := st.BatchWorkers(); n != 0 {
+		t.Fatalf("%d batch goroutines counted after Close, want 0", n)
+	}
+	// Close waited for them; what may remain is their return, well
+	// within the deadline and nowhere near the hour of idle period.
+	waitNoBatchGoroutines(t, "after Close")
+	if _, err := st.Get(t.Context(), idemhook.StoreKey("close", "after")); err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Fatalf("Get after Close: %v, want the store's closed error", err)
+	}
+}
+
+// TestBatchConfig checks the batching settings: the deprecated Batch is
+// accepted alone, and refused with Unbatched.
+func TestBatchConfig(t *testing.T) {
+	client := redistest.Client(t)
+	st := newStoreWith(t, client, redisstore.Config{Batch: true}) //nolint:staticcheck // the deprecated field must keep working
+	if _, err := st.Get(t.Context(), idemhook.StoreKey("config", "batch")); err != nil {
+		t.Fatalf("Get with Batch set: %v", err)
+	}
+	if _, err := redisstore.New(client, redisstore.Config{Batch: true, Unbatched: true}); err == nil { //nolint:staticcheck // checked on purpose
+		t.Fatal("New with both Batch and Unbatched: no error")
+	}
 }

@@ -15,7 +15,9 @@ import (
 // of one call go out as one pipeline: go-redis's Pipeline, rueidis's
 // DoMulti. A Cluster client splits a pipeline by node and sends the parts
 // at once, so a batch costs one round trip per master it touches, whatever
-// the slots of its keys. Two more can follow, each one pipeline too: the
+// the slots of its keys. These calls bypass the pipelines of batch.go (a
+// batch is already one), so Config.Unbatched changes nothing for them.
+// Two more can follow, each one pipeline too: the
 // EVAL of the scripts a server had not cached (NOSCRIPT, once per script
 // and server), and with Config.WaitReplicas the release of the claims the
 // replicas did not acknowledge.

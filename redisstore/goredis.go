@@ -9,10 +9,10 @@ import (
 )
 
 // goredisConn sends the store's commands through a go-redis client, in the
-// pipelines of [Config.Batch] when batch is set.
+// pipelines of batch.go unless [Config.Unbatched].
 type goredisConn struct {
 	client redis.UniversalClient
-	batch  *batcher // nil unless Config.Batch
+	batch  *batcher // nil with Config.Unbatched
 }
 
 // process runs cmd, through the batcher when there is one, and returns its

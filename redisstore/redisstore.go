@@ -98,17 +98,30 @@
 // transaction (CompleteTx). docs/stores.md ("Redis failover and replicas")
 // has the measured cost and a failover test's counts.
 //
+// # Pipelines by default
+//
+// Through go-redis the store sends the commands of concurrent calls
+// together, as pipelines of whatever is waiting when the previous pipeline
+// has gone out (batch.go): Redis and this process make one read and one
+// write per pipeline instead of per command, which roughly halves the
+// process's CPU per replay (docs/benchmarks.md). A lone call is sent at
+// once. Each call keeps its command, result, error and context. The
+// pipelines are sent by at most 4 goroutines that start when calls come
+// and exit after a second or two without any: a store that is not in use
+// holds no goroutine, so not calling [Store.Close] leaks nothing, and
+// Close stops them at once. [Config.Unbatched] sends each command on a
+// pooled connection of its own instead (for go-redis hooks that should
+// see each command under its caller's context).
+//
 // # go-redis or rueidis
 //
-// go-redis sends each command on a pooled connection of its own, or with
-// [Config.Batch] in pipelines of whatever concurrent calls are waiting.
 // rueidis pipelines concurrent commands on a few shared connections by
 // itself. Measured on this project's 2-core machine, the two are level:
 // behind the middleware, rueidis served first deliveries at 0.37x of a bare
-// handler and replays at 0.51x, go-redis with Batch at 0.34x and 0.55x, in
-// the same run, within that run's spread; rueidis makes fewer allocations
-// (34 against 58 per first delivery). Use the client your
-// service already has. The gateway uses go-redis with Batch.
+// handler and replays at 0.51x, go-redis with pipelines at 0.34x and 0.55x,
+// in the same run, within that run's spread; rueidis makes fewer
+// allocations (34 against 58 per first delivery). Use the client your
+// service already has. The gateway uses go-redis.
 package redisstore
 
 import (
@@ -154,14 +167,34 @@ type Config struct {
 	// false.
 	CompactKeys bool
 
-	// Batch sends the commands of concurrent calls together, as pipelines
-	// of whatever is waiting when the previous pipeline has gone out (see
-	// batch.go). That means fewer round trips and system calls per command,
-	// for Redis and for this process. The price is a few goroutines and
-	// [Store.Close]. A lone call is sent at once. The commands and what they
-	// do are the same. Default false. The gateway turns it on. It is for
-	// go-redis clients: [NewRueidis] refuses it, since rueidis pipelines
-	// concurrent commands by itself.
+	// Unbatched turns off the pipelining that [New] does by default, and
+	// sends each command on a pooled connection of its own, as go-redis
+	// does by itself. By default the commands of concurrent calls go
+	// together, as pipelines of whatever is waiting when the previous
+	// pipeline has gone out (see batch.go): fewer round trips and system
+	// calls per command, for Redis and for this process (about half the
+	// CPU of a replay, docs/benchmarks.md). A lone call is sent at once.
+	// The commands, what they do, each call's result and error, and its
+	// context's say are the same either way. The pipelines are sent by up
+	// to 4 goroutines that start when calls come and exit after a second
+	// or two without any, so a store that is never closed leaks none;
+	// [Store.Close] stops them at once.
+	//
+	// Set it for go-redis hooks that should see each command with its
+	// caller's context (a tracing hook, redisotel, parents a command's span
+	// under the delivery's only without batching: a pipeline goes out under
+	// a context of its own, so its hook sees one "pipeline" span without a
+	// parent), or to compare. [NewRueidis] refuses it: rueidis pipelines
+	// concurrent commands by itself (its ClientOption.DisableAutoPipelining
+	// turns that off). Default false.
+	Unbatched bool
+
+	// Batch was the switch that turned batching on, before it became the
+	// default. It does nothing now, and keeps code that sets it compiling.
+	// Setting it with Unbatched is an error, as is setting it for
+	// [NewRueidis].
+	//
+	// Deprecated: batching is the default; set Unbatched to turn it off.
 	Batch bool
 
 	// WaitReplicas makes the writes a failover could undo into a second run
@@ -250,16 +283,22 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 			return nil, err
 		}
 	}
+	if cfg.Batch && cfg.Unbatched {
+		return nil, errors.New("redisstore: Config.Batch and Config.Unbatched are both set: batching is the default, leave Batch unset")
+	}
 	c := &goredisConn{client: client}
-	if cfg.Batch {
-		c.batch = startBatcher(client, w)
+	if !cfg.Unbatched {
+		c.batch = newBatcher(client, w, batchIdle)
 	}
 	return &Store{conn: c, prefix: cfg.Prefix, compact: cfg.CompactKeys, wait: w}, nil
 }
 
-// Close stops the goroutines of [Config.Batch]. The store must not be used
-// afterwards. It doesn't close the client, which belongs to the caller.
-// Without Batch it does nothing. Close is safe to call more than once.
+// Close stops the goroutines that send the store's pipelines (see
+// [Config.Unbatched]) at once, after the pipelines on the wire, and makes
+// every later call fail. It doesn't close the client, which belongs to the
+// caller. Calling it is not needed to free anything: the goroutines exit by
+// themselves once the store is idle. With Unbatched, and for [NewRueidis],
+// it does nothing. Close is safe to call more than once.
 func (s *Store) Close() error {
 	s.closeOnce.Do(s.conn.close)
 	return nil

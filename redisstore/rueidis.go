@@ -11,8 +11,8 @@ import (
 
 // NewRueidis returns a store that keeps its records through a rueidis
 // client (github.com/redis/rueidis), which pipelines the commands of
-// concurrent calls on its own: [Config.Batch] has no use here and is
-// refused. The client may be standalone, Sentinel or Cluster, as rueidis
+// concurrent calls on its own: [Config.Unbatched] (and the deprecated
+// [Config.Batch]) have no use here and are refused. The client may be standalone, Sentinel or Cluster, as rueidis
 // finds from its ClientOption. The caller owns client and closes it after
 // the last use of the store; [Store.Close] does nothing.
 //
@@ -35,6 +35,9 @@ func NewRueidis(client rueidis.Client, cfg Config) (*Store, error) {
 	}
 	if cfg.Batch {
 		return nil, errors.New("redisstore: Config.Batch is for go-redis clients: rueidis pipelines concurrent commands by itself")
+	}
+	if cfg.Unbatched {
+		return nil, errors.New("redisstore: Config.Unbatched is for go-redis clients: rueidis pipelines concurrent commands by itself (its ClientOption.DisableAutoPipelining turns that off)")
 	}
 	w, err := newWaiting(cfg)
 	if err != nil {

@@ -34,6 +34,14 @@ var clientKinds = []struct {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { st.Close() })
+		// A first call through the store's pipelines, which go-redis sends
+		// on a pool of their own (Options.PipelinePoolSize), so that the
+		// handshake of its first connection doesn't show among the
+		// commands TestCommandCounts reads.
+		if _, err := st.Get(t.Context(), "idem:test:connect"); err != nil {
+			t.Fatal(err)
+		}
 		return st
 	}},
 	{"rueidis", func(t *testing.T, addr string) *redisstore.Store {
@@ -165,6 +173,10 @@ func TestNewRueidisErrors(t *testing.T) {
 	_, err := redisstore.NewRueidis(client, redisstore.Config{Batch: true})
 	if want := "redisstore: Config.Batch is for go-redis clients: rueidis pipelines concurrent commands by itself"; err == nil || err.Error() != want {
 		t.Errorf("NewRueidis with Batch: got %v, want %q", err, want)
+	}
+	_, err = redisstore.NewRueidis(client, redisstore.Config{Unbatched: true})
+	if err == nil || !strings.Contains(err.Error(), "Config.Unbatched is for go-redis clients") {
+		t.Errorf("NewRueidis with Unbatched: got %v, want the go-redis only error", err)
 	}
 }
 

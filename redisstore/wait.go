@@ -17,9 +17,10 @@ import (
 // WAIT counts the replicas that acknowledged the last write of the
 // connection it is sent on, so it must follow its write on the write's
 // connection; it can't run inside a script. Each client sends the write
-// and its WAIT together, in one round trip: go-redis as one pipeline on a
-// *redis.Client (one connection), or with Config.Batch once at the end of
-// a pipeline of the waiting calls (see batch.go); rueidis as a DoMulti,
+// and its WAIT together, in one round trip: go-redis by default once at the
+// end of a pipeline of the waiting calls (see batch.go), or with
+// Config.Unbatched as one pipeline of the write and its WAIT on a
+// *redis.Client (one connection); rueidis as a DoMulti,
 // which it sends on one dedicated connection because WAIT blocks.
 //
 // A Claim's WAIT goes out with its SET, before the SET's answer is known.

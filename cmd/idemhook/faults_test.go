@@ -261,7 +261,7 @@ func faultStall(t *testing.T) faultRow {
 // Without, the completions of the last 30ms are lost with the master, and
 // those events run again.
 func faultFailover(t *testing.T, waitReplicas int) faultRow {
-	sc := faults.RedisFailover{Lag: 30 * time.Millisecond, Store: redisstore.Config{Batch: true, WaitReplicas: waitReplicas}}
+	sc := faults.RedisFailover{Lag: 30 * time.Millisecond, Store: redisstore.Config{WaitReplicas: waitReplicas}}
 	if waitReplicas > 0 {
 		sc.Store.WaitTimeout = time.Second
 	}

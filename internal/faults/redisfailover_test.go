@@ -21,9 +21,9 @@ func TestRedisFailover(t *testing.T) {
 		sc   RedisFailover
 		once bool // assert that no event ran twice
 	}{
-		{"WaitReplicas1Lagging", RedisFailover{Lag: lag, Store: redisstore.Config{Batch: true, WaitReplicas: 1, WaitTimeout: time.Second}}, true},
-		{"NoWaitLagging", RedisFailover{Lag: lag, Store: redisstore.Config{Batch: true}}, false},
-		{"NoWaitInStep", RedisFailover{Store: redisstore.Config{Batch: true}}, false},
+		{"WaitReplicas1Lagging", RedisFailover{Lag: lag, Store: redisstore.Config{WaitReplicas: 1, WaitTimeout: time.Second}}, true},
+		{"NoWaitLagging", RedisFailover{Lag: lag, Store: redisstore.Config{}}, false},
+		{"NoWaitInStep", RedisFailover{Store: redisstore.Config{}}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -7,7 +7,9 @@ package gather
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,60 +20,198 @@ import (
 func Next[T any](batch []T, queue <-chan T, stop <-chan struct{}, max int) ([]T, bool) {
 	select {
 	case v := <-queue:
-		batch = append(batch[:0], v)
+		return more(append(batch[:0], v), queue, max), true
 	case <-stop:
 		return batch[:0], false
 	}
+}
+
+// more appends to batch the items already waiting in queue, without
+// blocking, up to max in all.
+func more[T any](batch []T, queue <-chan T, max int) []T {
 	for len(batch) < max {
 		select {
 		case v := <-queue:
 			batch = append(batch, v)
 		default:
-			return batch, true
+			return batch
 		}
 	}
-	return batch, true
+	return batch
 }
 
-// Workers runs exec on batches of the items sent to it, from a fixed number
-// of goroutines. Each batch is what Next gathers. exec must signal the
-// batch's callers itself.
+// ErrStopped is what Put returns once Close has been called.
+var ErrStopped = errors.New("gather: the workers are stopped")
+
+// Workers runs exec on batches of the items sent to it, from at most n
+// goroutines. Each batch is what Next gathers. exec must signal the batch's
+// callers itself.
+//
+// Workers made by Start run their n goroutines from the start until Close.
+// Workers made by StartIdle start none: Put starts one when no goroutine is
+// free to take its item, up to n, and a goroutine that has had nothing to
+// do for an idle period (between idle and twice idle) exits. So unused
+// Workers hold no goroutine, and Workers that are never closed leak none.
 type Workers[T any] struct {
 	queue chan T
 	stop  chan struct{}
 	wg    sync.WaitGroup
+	exec  func(batch []T)
+	n     int32
+	max   int
+	idle  time.Duration // 0: the goroutines run until Close
+
+	running atomic.Int32 // goroutines started and not retired
+	waiting atomic.Int32 // Puts that found no goroutine free at once
+
+	mu     sync.Mutex // orders starting a goroutine against Close
+	closed bool
 }
 
-// Start starts n goroutines that run exec on batches of at most max items.
+// Start starts n goroutines that run exec on batches of at most max items,
+// until Close.
 func Start[T any](n, max int, exec func(batch []T)) *Workers[T] {
-	w := &Workers[T]{queue: make(chan T), stop: make(chan struct{})}
+	w := newWorkers(n, max, 0, exec)
+	w.running.Store(w.n)
+	w.wg.Add(n)
 	for range n {
-		w.wg.Go(func() {
-			batch := make([]T, 0, max)
-			for {
-				var ok bool
-				if batch, ok = Next(batch, w.queue, w.stop, max); !ok {
-					return
-				}
-				exec(batch)
-				clear(batch)
-			}
-		})
+		go w.run()
 	}
 	return w
 }
 
-// Queue is where callers send their items. A send blocks until a goroutine
-// takes the item, so a caller should also select on Stopped.
+// StartIdle returns Workers that run exec on batches of at most max items
+// from at most n goroutines, each started by Put when needed and exiting
+// once idle for idle (which must be positive).
+func StartIdle[T any](n, max int, idle time.Duration, exec func(batch []T)) *Workers[T] {
+	if idle <= 0 {
+		panic("gather: StartIdle needs a positive idle period")
+	}
+	return newWorkers(n, max, idle, exec)
+}
+
+func newWorkers[T any](n, max int, idle time.Duration, exec func(batch []T)) *Workers[T] {
+	return &Workers[T]{queue: make(chan T), stop: make(chan struct{}), exec: exec, n: int32(n), max: max, idle: idle}
+}
+
+// Queue is where callers send their items to Workers made by Start. A send
+// blocks until a goroutine takes the item, so a caller should also select
+// on Stopped. Workers made by StartIdle take their items through Put.
 func (w *Workers[T]) Queue() chan<- T { return w.queue }
 
 // Stopped is closed once Close has been called.
 func (w *Workers[T]) Stopped() <-chan struct{} { return w.stop }
 
+// Put hands v to one of the goroutines, starting one if none is free and
+// fewer than n run. It returns nil once a goroutine has taken v, or
+// ctx's error, or ErrStopped after Close, without v being taken.
+func (w *Workers[T]) Put(ctx context.Context, v T) error {
+	select {
+	case w.queue <- v: // a goroutine was free
+		return nil
+	default:
+	}
+	// No goroutine is waiting for an item: they are running batches, or
+	// there are none. Count this Put as waiting before looking at the
+	// goroutines, so that one retiring at this moment sees it and stays
+	// (see retire).
+	w.waiting.Add(1)
+	if w.idle > 0 && w.running.Load() < w.n {
+		w.grow()
+	}
+	var err error
+	select {
+	case w.queue <- v:
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-w.stop:
+		err = ErrStopped
+	}
+	w.waiting.Add(-1)
+	return err
+}
+
+// grow starts a goroutine unless n run already or Close has been called.
+func (w *Workers[T]) grow() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed || !w.take() {
+		return
+	}
+	w.wg.Add(1)
+	go w.run()
+}
+
+// take counts one more running goroutine, if fewer than n are counted.
+func (w *Workers[T]) take() bool {
+	for {
+		r := w.running.Load()
+		if r >= w.n {
+			return false
+		}
+		if w.running.CompareAndSwap(r, r+1) {
+			return true
+		}
+	}
+}
+
+// retire reports whether an idle goroutine may exit. It uncounts itself
+// first, then looks for a waiting Put. A Put counts itself as waiting first,
+// then looks at the running count (both sequentially consistent atomics):
+// so either the Put sees the goroutine uncounted, and starts another if
+// none is left, or the goroutine sees the Put and stays, unless n others
+// are counted, which will take the item or see the Put in turn.
+func (w *Workers[T]) retire() bool {
+	w.running.Add(-1)
+	if w.waiting.Load() == 0 {
+		return true
+	}
+	return !w.take()
+}
+
+func (w *Workers[T]) run() {
+	defer w.wg.Done()
+	var t *time.Timer
+	var tick <-chan time.Time // nil without an idle period: never ready
+	if w.idle > 0 {
+		t = time.NewTimer(w.idle)
+		defer t.Stop()
+		tick = t.C
+	}
+	batch := make([]T, 0, w.max)
+	busy := false // a batch ran since the timer was last set
+	for {
+		select {
+		case v := <-w.queue:
+			batch = more(append(batch[:0], v), w.queue, w.max)
+			w.exec(batch)
+			clear(batch)
+			busy = true
+		case <-w.stop:
+			w.running.Add(-1)
+			return
+		case <-tick:
+			if !busy && w.retire() {
+				return
+			}
+			busy = false
+			t.Reset(w.idle)
+		}
+	}
+}
+
+// Running is the number of goroutines running, or about to exit.
+func (w *Workers[T]) Running() int { return int(w.running.Load()) }
+
 // Close stops the goroutines after the batches they are running, and waits
-// for them.
+// for them. Calling it again does nothing more.
 func (w *Workers[T]) Close() {
-	close(w.stop)
+	w.mu.Lock()
+	if !w.closed {
+		w.closed = true
+		close(w.stop)
+	}
+	w.mu.Unlock()
 	w.wg.Wait()
 }
 

@@ -2,8 +2,12 @@ package gather_test
 
 import (
 	"context"
+	"errors"
+	"runtime"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -85,4 +89,131 @@ func TestDeadline(t *testing.T) {
 		t.Error("a call without a deadline left the batch with one")
 	}
 	cancel()
+}
+
+// workerGoroutines counts the goroutines running a Workers' loop, from the
+// stacks of all goroutines (as goleak does).
+func workerGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "internal/gather.(*Workers[...]).run(")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// waitFor polls cond until it holds or a deadline of 10s passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10s: %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// noWorkers waits until no goroutine runs a Workers' loop: those of an
+// earlier test may still be returning after their Close.
+func noWorkers(t *testing.T) {
+	t.Helper()
+	waitFor(t, "goroutines of Workers left", func() bool { return workerGoroutines() == 0 })
+}
+
+// TestIdleWorkers checks that Workers from StartIdle start no goroutine
+// until an item comes, serve every item of concurrent callers, and leave
+// no goroutine once idle, however many ran.
+func TestIdleWorkers(t *testing.T) {
+	noWorkers(t)
+	var mu sync.Mutex
+	var got []int
+	w := gather.StartIdle(3, 4, 20*time.Millisecond, func(batch []int) {
+		mu.Lock()
+		got = append(got, batch...)
+		mu.Unlock()
+	})
+	defer w.Close()
+	if n := workerGoroutines(); n != 0 || w.Running() != 0 {
+		t.Fatalf("%d goroutines (%d counted) before the first Put, want 0", n, w.Running())
+	}
+	for round := range 3 {
+		var wg sync.WaitGroup
+		for i := range 100 {
+			wg.Go(func() {
+				if err := w.Put(t.Context(), round*100+i); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		if r := w.Running(); r < 1 || r > 3 {
+			t.Fatalf("round %d: %d goroutines counted, want 1 to 3", round, r)
+		}
+		waitFor(t, "goroutines left after the idle period", func() bool {
+			return workerGoroutines() == 0 && w.Running() == 0
+		})
+	}
+	mu.Lock()
+	slices.Sort(got)
+	mu.Unlock()
+	if len(got) != 300 || got[0] != 0 || got[299] != 299 {
+		t.Fatalf("exec saw %d items, want 0..299 once each", len(got))
+	}
+}
+
+// TestIdleWorkersRetiring has Puts arrive while the goroutines retire, many
+// times over: none must be left waiting for a goroutine that has gone.
+func TestIdleWorkersRetiring(t *testing.T) {
+	var done atomic.Int64
+	w := gather.StartIdle(2, 4, time.Microsecond, func(batch []int) { done.Add(int64(len(batch))) })
+	defer w.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 2000 {
+				if err := w.Put(ctx, i); err != nil {
+					t.Errorf("caller %d, Put %d: %v (stranded)", g, i, err)
+					return
+				}
+				if i%16 == 0 {
+					time.Sleep(time.Duration(i%3) * 10 * time.Microsecond)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	w.Close() // waits for the batches running
+	if n := done.Load(); n != 8000 {
+		t.Fatalf("exec saw %d items, want 8000", n)
+	}
+}
+
+// TestIdleWorkersClose checks that Close stops running goroutines at once,
+// without waiting for the idle period, and that Put then fails.
+func TestIdleWorkersClose(t *testing.T) {
+	noWorkers(t)
+	w := gather.StartIdle(2, 4, time.Hour, func([]int) {})
+	for i := range 10 {
+		if err := w.Put(t.Context(), i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if workerGoroutines() == 0 {
+		t.Fatal("no goroutine after Put")
+	}
+	w.Close()
+	if n := w.Running(); n != 0 {
+		t.Fatalf("%d goroutines counted after Close, want 0", n)
+	}
+	// Close has waited for them; what remains is their last return.
+	noWorkers(t)
+	w.Close() // twice is fine
+	if err := w.Put(t.Context(), 1); !errors.Is(err, gather.ErrStopped) {
+		t.Fatalf("Put after Close: %v, want ErrStopped", err)
+	}
 }

@@ -244,7 +244,7 @@ func redisCurve(t *testing.T, counts []int64, done []byte, compact bool) []curve
 	opts := &redis.Options{Addr: srv.Addr(), PoolSize: *keysConc * 2, MaxRetries: -1}
 	client := redis.NewClient(opts)
 	t.Cleanup(func() { client.Close() })
-	cfg, measured := redisstore.Config{Batch: true}, "idem:load:" // as the gateway
+	cfg, measured := redisstore.Config{}, "idem:load:" // as the gateway
 	if compact {
 		cfg.CompactKeys, cfg.Prefix, measured = true, "m:", "m:"
 	}

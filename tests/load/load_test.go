@@ -365,10 +365,10 @@ routes:
 		t.Cleanup(func() { mem.Close() })
 		pair("library", "middleware, memory", serveLoopback(t, protect(mem)), bare)
 	}
-	for _, batch := range []bool{false, true} {
-		name := "middleware, Redis"
-		if batch {
-			name += " (Batch)"
+	for _, unbatched := range []bool{false, true} {
+		name := "middleware, Redis" // redisstore's default: batched
+		if unbatched {
+			name += " (Unbatched)"
 		}
 		if rdb == nil || !wanted(name) {
 			continue
@@ -377,7 +377,7 @@ routes:
 		opts.MaxRetries, opts.DialerRetries = -1, 1 // redisstore's advice for a webhook path
 		client := redis.NewClient(opts)
 		t.Cleanup(func() { client.Close() })
-		st, err := redisstore.New(client, redisstore.Config{Prefix: fmt.Sprintf("%slib%t:", prefix, batch), Batch: batch})
+		st, err := redisstore.New(client, redisstore.Config{Prefix: fmt.Sprintf("%slib%t:", prefix, unbatched), Unbatched: unbatched})
 		if err != nil {
 			t.Fatal(err)
 		}
