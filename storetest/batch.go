@@ -275,6 +275,23 @@ func (s *suite) ownerOps(t *testing.T, st idemhook.BatchStore, n int) (ops []ide
 	return ops, wrong, held
 }
 
+// wantOwners checks the ops of a batch call named name, made with the
+// claims ownerOps gave: each op of a wrong owner failed with ErrNotOwner and
+// left its key as it was (held), and each of the owner succeeded, which
+// owner then checks further.
+func wantOwners(t *testing.T, st idemhook.Store, name string, ops []idemhook.BatchOp, wrong []bool, held []*idemhook.Record, owner func(idemhook.BatchOp)) {
+	t.Helper()
+	for i, op := range ops {
+		if wrong[i] {
+			wantOpErr(t, name, i, op, idemhook.ErrNotOwner)
+			wantRecord(t, st, op.Key, held[i])
+			continue
+		}
+		wantOpErr(t, name, i, op, nil)
+		owner(op)
+	}
+}
+
 func (s *suite) batchCompleteOwners(t *testing.T) {
 	st := batching(t, s.store(t))
 	ops, wrong, held := s.ownerOps(t, st, 30)
@@ -284,15 +301,9 @@ func (s *suite) batchCompleteOwners(t *testing.T) {
 	if err := st.CompleteBatch(t.Context(), ops, longLease); err != nil {
 		t.Fatalf("CompleteBatch: %v", err)
 	}
-	for i, op := range ops {
-		if wrong[i] {
-			wantOpErr(t, "CompleteBatch", i, op, idemhook.ErrNotOwner)
-			wantRecord(t, st, op.Key, held[i])
-			continue
-		}
-		wantOpErr(t, "CompleteBatch", i, op, nil)
+	wantOwners(t, st, "CompleteBatch", ops, wrong, held, func(op idemhook.BatchOp) {
 		wantRecord(t, st, op.Key, op.Done)
-	}
+	})
 	// Completed: a second CompleteBatch by the owners finds no claim.
 	resetOps(ops)
 	if err := st.CompleteBatch(t.Context(), ops, longLease); err != nil {
@@ -309,17 +320,11 @@ func (s *suite) batchReleaseOwners(t *testing.T) {
 	if err := st.ReleaseBatch(t.Context(), ops); err != nil {
 		t.Fatalf("ReleaseBatch: %v", err)
 	}
-	for i, op := range ops {
-		if wrong[i] {
-			wantOpErr(t, "ReleaseBatch", i, op, idemhook.ErrNotOwner)
-			wantRecord(t, st, op.Key, held[i])
-			continue
-		}
-		wantOpErr(t, "ReleaseBatch", i, op, nil)
+	wantOwners(t, st, "ReleaseBatch", ops, wrong, held, func(op idemhook.BatchOp) {
 		wantRecord(t, st, op.Key, nil)
 		// Released: the key may be claimed afresh.
 		s.mustClaim(t, st, op.Key, newClaim(), longLease)
-	}
+	})
 	// A completed claim can't be released.
 	key, claim := newKey(), newClaim()
 	done := newDone(claim)
@@ -339,17 +344,11 @@ func (s *suite) batchExtendOwners(t *testing.T) {
 	if err := st.ExtendBatch(t.Context(), ops, longLease); err != nil {
 		t.Fatalf("ExtendBatch: %v", err)
 	}
-	for i, op := range ops {
-		if wrong[i] {
-			wantOpErr(t, "ExtendBatch", i, op, idemhook.ErrNotOwner)
-			wantRecord(t, st, op.Key, held[i])
-			continue
-		}
-		wantOpErr(t, "ExtendBatch", i, op, nil)
+	wantOwners(t, st, "ExtendBatch", ops, wrong, held, func(op idemhook.BatchOp) {
 		// Still the owner's claim, and still completable.
 		wantRecord(t, st, op.Key, op.Claim)
 		s.mustComplete(t, st, op.Key, op.Claim, newDone(op.Claim), longLease)
-	}
+	})
 	// A completed record is no claim to extend.
 	resetOps(ops)
 	if err := st.ExtendBatch(t.Context(), ops, longLease); err != nil {
