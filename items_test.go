@@ -1,15 +1,18 @@
 package idemhook_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/storetest"
@@ -325,5 +328,37 @@ func TestItemsStoreDown(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A provider that hangs up mid-batch: the items not yet run are released
+// at once (not left pending for a lease), and its retry runs them.
+func TestItemsSenderGone(t *testing.T) {
+	e := newMemEnv(t, idemhook.Options{})
+	h := &itemHandler{}
+	route := e.route(idemhook.Route{Source: "sendgrid", Items: sendGridItems, WaitTimeout: time.Millisecond}, h)
+	ctx, cancel := context.WithCancel(context.Background())
+	h.answer = func(w http.ResponseWriter, r *http.Request, ids []string) bool {
+		if ids[0] == "b" {
+			cancel() // the provider hangs up while b runs; b still answers
+		}
+		return false
+	}
+	req := httptest.NewRequest(http.MethodPost, "/webhook", strings.NewReader(events("a", "b", "c", "d")))
+	route.ServeHTTP(httptest.NewRecorder(), req.WithContext(ctx))
+	if requests, _ := h.take(); fmt.Sprint(requests) != "[[a] [b]]" {
+		t.Fatalf("before the hang-up: %v", requests)
+	}
+	if d := e.deliveries[len(e.deliveries)-1]; d.Outcome != idemhook.OutcomeFailedReleased || *d.Items != (idemhook.ItemsInfo{Total: 4, Processed: 2, Failed: 2}) {
+		t.Fatalf("report: %s %+v", d.Outcome, d.Items)
+	}
+	h.answer = nil
+	// c and d were released, not left pending: the retry runs them now
+	// (a pending claim would make it wait, then answer 409).
+	if rec := send(route, events("a", "b", "c", "d")); rec.Code != http.StatusOK {
+		t.Fatalf("retry: %d %s", rec.Code, rec.Body)
+	}
+	if requests, _ := h.take(); fmt.Sprint(requests) != "[[c] [d]]" {
+		t.Fatalf("retry: %v, want c and d", requests)
 	}
 }

@@ -204,6 +204,10 @@ func (run *itemRun) runItems() (Outcome, error) {
 		run.runFiltered()
 	} else {
 		for i := range run.ops {
+			if ex.r.Context().Err() != nil {
+				run.giveUp(i) // the provider hung up: its retry brings the rest
+				break
+			}
 			if run.states[i] == itemNew || run.states[i] == itemUnclaimed {
 				run.runOne(i)
 			}
@@ -355,6 +359,23 @@ func (run *itemRun) settle(i int) bool {
 	return was
 }
 
+// giveUp releases, in one batch, the claims still held of the items from
+// op from on, none of which has run: they are failed, for the provider's
+// retry.
+func (run *itemRun) giveUp(from int) {
+	var held []int
+	for i := from; i < len(run.ops); i++ {
+		if run.states[i] != itemNew && run.states[i] != itemUnclaimed {
+			continue
+		}
+		if run.settle(i) {
+			held = append(held, i)
+		}
+		run.states[i] = itemFailed
+	}
+	run.release(held)
+}
+
 // isHeld reports whether op i's claim is still this delivery's.
 func (run *itemRun) isHeld(i int) bool {
 	run.mu.Lock()
@@ -392,15 +413,6 @@ func (run *itemRun) child(ops []int, body []byte) (*exchange, *Batch) {
 // as a delivery of its own. The first such request also carries the body's
 // loose content.
 func (run *itemRun) runOne(i int) {
-	ex := run.ex
-	if ex.r.Context().Err() != nil {
-		// The provider hung up: its retry brings the rest.
-		if run.settle(i) {
-			run.release([]int{i})
-		}
-		run.states[i] = itemFailed
-		return
-	}
 	if run.states[i] == itemNew && !run.isHeld(i) {
 		return // lost to a lapse: another delivery runs it
 	}
