@@ -60,9 +60,18 @@ func acceptOne(t *testing.T, s *sqlitestore.Store, q *sqlitestore.Queue, key str
 func TestQueueAcceptIsOneCommit(t *testing.T) {
 	s, _ := heldStore(t, sqlitestore.Config{})
 	q := openQueue(t, s)
+	claim := newClaim("t-idem:t:a")
+	if existing, err := s.Claim(t.Context(), "idem:t:a", claim, time.Minute); err != nil || existing != nil {
+		t.Fatalf("Claim = %v, %v", existing, err)
+	}
+	// Only the accept's commit fails: a commit hook set before the claim
+	// would also fail whatever else the store wrote in between (a CI run
+	// under load saw the claim refused so: the file can't be written).
 	failing := errors.New("disk I/O error")
 	sqlitestore.SetCommitHook(t, func() error { return failing })
-	if _, err := acceptOne(t, s, q, "idem:t:a"); !errors.Is(err, failing) {
+	done := &idemhook.Record{State: idemhook.StateCompleted, CreatedAt: time.Now(), Status: 202}
+	ev := &queue.Event{Route: "r", Key: "idem:t:a", Method: "POST", Target: "/", Body: []byte("{}"), ReceivedAt: time.Now()}
+	if err := q.Accept(t.Context(), queue.Completion{Key: "idem:t:a", Claim: claim, Done: done, TTL: time.Hour}, ev); !errors.Is(err, failing) {
 		t.Fatalf("Accept with a failing commit = %v; want the commit's error", err)
 	}
 	sqlitestore.SetCommitHook(t, func() error { return nil })
