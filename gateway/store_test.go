@@ -74,10 +74,12 @@ func TestRedisWaitReplicas(t *testing.T) {
 		wantReady  string // "" for ready
 	}{
 		{1, http.StatusOK, ""},
-		{2, http.StatusServiceUnavailable, "fewer replicas acknowledged the write than Config.WaitReplicas asks: 1 of 2 within 50ms (WAIT); the claim was released"},
+		{2, http.StatusServiceUnavailable, "fewer replicas acknowledged the write than Config.WaitReplicas asks: 1 of 2 within 1s (WAIT); the claim was released"},
 	} {
 		t.Run(fmt.Sprintf("replicas=%d", tt.replicas), func(t *testing.T) {
-			store := fmt.Sprintf("store: {driver: redis, url: %q, wait_replicas: %d, wait_timeout: 50ms}", master.URL(), tt.replicas)
+			// wait_timeout 1s: a replica's acknowledgement took more than
+			// 50ms in a fresh-clone run that tested every package at once.
+			store := fmt.Sprintf("store: {driver: redis, url: %q, wait_replicas: %d, wait_timeout: 1s, timeout: 3s}", master.URL(), tt.replicas)
 			text := strings.Replace(gatewaytest.RouteConfig(upstream.URL, "on_store_error: closed"), "store: {driver: memory}", store, 1)
 			cfg, err := config.Parse("f.yaml", []byte(text), gatewaytest.EnvOf())
 			if err != nil {
