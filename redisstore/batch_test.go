@@ -3,7 +3,6 @@ package redisstore_test
 import (
 	"context"
 	"crypto/rand"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/gather"
 	"github.com/idemhook/idemhook/internal/redistest"
 	"github.com/idemhook/idemhook/redisstore"
 	"github.com/idemhook/idemhook/storetest"
@@ -127,28 +127,15 @@ func BenchmarkStoreUnbatched(b *testing.B) {
 	})
 }
 
-// batchGoroutines counts the goroutines of batch workers, from the stacks of
-// all goroutines (as goleak does): internal/gather's worker loop.
-func batchGoroutines() int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			return strings.Count(string(buf[:n]), "internal/gather.(*Workers[...]).run(")
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-}
-
 // waitNoBatchGoroutines polls, up to a deadline of 10s, until no batch
 // worker goroutine is left. Workers of other stores of this package (those
 // of earlier tests, closed at their end) count too, so it waits for them.
 func waitNoBatchGoroutines(t *testing.T, what string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for batchGoroutines() > 0 {
+	for gather.Live() > 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d batch worker goroutines left after 10s", what, batchGoroutines())
+			t.Fatalf("%s: %d batch worker goroutines left after 10s", what, gather.Live())
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -167,7 +154,7 @@ func TestBatchIdleWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Never closed: the point is that nothing is left without Close.
-	if n := batchGoroutines(); n != 0 || st.BatchWorkers() != 0 {
+	if n := gather.Live(); n != 0 || st.BatchWorkers() != 0 {
 		t.Fatalf("a new store runs %d batch goroutines (%d counted), want 0", n, st.BatchWorkers())
 	}
 	for round := range 2 {
@@ -205,7 +192,7 @@ func TestBatchIdleWorkersDefault(t *testing.T) {
 	if _, err := st.Get(t.Context(), idemhook.StoreKey("idle", "default")); err != nil {
 		t.Fatal(err)
 	}
-	if batchGoroutines() == 0 {
+	if gather.Live() == 0 {
 		t.Fatal("no batch goroutine after a call")
 	}
 	waitNoBatchGoroutines(t, "a store idle and never closed")
@@ -229,7 +216,7 @@ func TestBatchCloseStopsWorkers(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if batchGoroutines() == 0 {
+	if gather.Live() == 0 {
 		t.Fatal("no batch goroutine after 16 calls")
 	}
 	st.Close()

@@ -169,7 +169,17 @@ func (w *Workers[T]) retire() bool {
 	return !w.take()
 }
 
+// live counts the worker goroutines of every Workers of the process.
+var live atomic.Int64
+
+// Live returns the number of worker goroutines of every Workers of the
+// process that have not returned: for the tests that check a store leaves
+// none behind once idle or closed.
+func Live() int { return int(live.Load()) }
+
 func (w *Workers[T]) run() {
+	live.Add(1)
+	defer live.Add(-1) // after wg.Done: a Close that returned sees the goroutine gone soon after, not before
 	defer w.wg.Done()
 	var t *time.Timer
 	var tick <-chan time.Time // nil without an idle period: never ready

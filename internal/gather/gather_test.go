@@ -3,9 +3,7 @@ package gather_test
 import (
 	"context"
 	"errors"
-	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -91,19 +89,6 @@ func TestDeadline(t *testing.T) {
 	cancel()
 }
 
-// workerGoroutines counts the goroutines running a Workers' loop, from the
-// stacks of all goroutines (as goleak does).
-func workerGoroutines() int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			return strings.Count(string(buf[:n]), "internal/gather.(*Workers[...]).run(")
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-}
-
 // waitFor polls cond until it holds or a deadline of 10s passes.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -120,7 +105,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // earlier test may still be returning after their Close.
 func noWorkers(t *testing.T) {
 	t.Helper()
-	waitFor(t, "goroutines of Workers left", func() bool { return workerGoroutines() == 0 })
+	waitFor(t, "goroutines of Workers left", func() bool { return gather.Live() == 0 })
 }
 
 // TestIdleWorkers checks that Workers from StartIdle start no goroutine
@@ -136,7 +121,7 @@ func TestIdleWorkers(t *testing.T) {
 		mu.Unlock()
 	})
 	defer w.Close()
-	if n := workerGoroutines(); n != 0 || w.Running() != 0 {
+	if n := gather.Live(); n != 0 || w.Running() != 0 {
 		t.Fatalf("%d goroutines (%d counted) before the first Put, want 0", n, w.Running())
 	}
 	for round := range 3 {
@@ -153,7 +138,7 @@ func TestIdleWorkers(t *testing.T) {
 			t.Fatalf("round %d: %d goroutines counted, want 1 to 3", round, r)
 		}
 		waitFor(t, "goroutines left after the idle period", func() bool {
-			return workerGoroutines() == 0 && w.Running() == 0
+			return gather.Live() == 0 && w.Running() == 0
 		})
 	}
 	mu.Lock()
@@ -203,7 +188,7 @@ func TestIdleWorkersClose(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if workerGoroutines() == 0 {
+	if gather.Live() == 0 {
 		t.Fatal("no goroutine after Put")
 	}
 	w.Close()
