@@ -610,9 +610,7 @@ func (run *itemRun) settlePending() {
 			run.runOne(i)
 			continue
 		}
-		it := run.body.items[run.index[i]]
-		c, _ := run.child([]int{i}, nil)
-		c.storeKey, c.key = run.ops[i].Key, it.key
+		c, _ := run.child([]int{i}, nil) // keyed by its one item
 		v := c.wait()
 		run.waited = true
 		switch v.act {

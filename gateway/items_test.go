@@ -166,12 +166,12 @@ func TestGatewayItems(t *testing.T) {
 		t.Fatalf("queued retry: %d replayed %q", r.Status, r.Header.Get("Idempotent-Replayed"))
 	}
 	got := map[string]int{}
-	for deadline := time.Now().Add(10 * time.Second); len(got) < len(queued) && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
+	gatewaytest.Eventually(t, "every queued message delivered", func() bool {
 		for id, n := range backend.take() {
 			got[id] += n
 		}
-	}
+		return len(got) == len(queued)
+	})
 	for _, id := range queued {
 		if got[id] != 1 {
 			t.Errorf("queued %s reached the backend %d times, want 1", id, got[id])
