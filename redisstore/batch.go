@@ -30,15 +30,22 @@ import (
 // replica.
 //
 // The worker goroutines start on demand (internal/gather's StartIdle): a
-// store that has not been called holds none, a call that finds none free
-// starts one (up to batchWorkers), and one that has had nothing to send for
-// batchIdle to twice that exits. So a store that is never closed leaks no
-// goroutine; Store.Close stops those running at once.
+// store that has not been called holds none, the first call starts one, and
+// one that has had nothing to send for batchIdle to twice that exits. So a
+// store that is never closed leaks no goroutine; Store.Close stops those
+// running at once. While a pipeline is on the wire, the calls that arrive
+// wait for it and go out together in the next one: one pipeline at a time
+// makes the largest pipelines, the fewest system calls per command on both
+// sides. Another worker starts (up to batchWorkers) only when a pipeline has
+// been on the wire for longer than batchStall with calls waiting, so that a
+// slow one (a WAIT for replicas, a stalled server) holds the others up for
+// at most that long.
 
 const (
-	batchWorkers = 4               // pipelines on the wire at once
-	batchMax     = 256             // commands per pipeline
-	batchIdle    = 1 * time.Second // a worker with nothing to send this long exits
+	batchWorkers = 4                     // pipelines on the wire at once
+	batchMax     = 256                   // commands per pipeline
+	batchIdle    = 1 * time.Second       // a worker with nothing to send this long exits
+	batchStall   = 10 * time.Millisecond // a pipeline on the wire this long with calls waiting starts another worker
 )
 
 type call struct {
@@ -61,7 +68,7 @@ var errClosed = errors.New("redisstore: the store is closed")
 // idle for idle.
 func newBatcher(client redis.UniversalClient, w *waiting, idle time.Duration) *batcher {
 	b := &batcher{client: client, wait: w}
-	b.workers = gather.StartIdle(batchWorkers, batchMax, idle, b.exec)
+	b.workers = gather.StartIdle(batchWorkers, batchMax, idle, batchStall, b.exec)
 	return b
 }
 

@@ -48,10 +48,16 @@ var ErrStopped = errors.New("gather: the workers are stopped")
 // callers itself.
 //
 // Workers made by Start run their n goroutines from the start until Close.
-// Workers made by StartIdle start none: Put starts one when no goroutine is
-// free to take its item, up to n, and a goroutine that has had nothing to
-// do for an idle period (between idle and twice idle) exits. So unused
-// Workers hold no goroutine, and Workers that are never closed leak none.
+// Workers made by StartIdle start none: Put starts one when none runs, and a
+// goroutine that has had nothing to do for an idle period (between idle and
+// twice idle) exits. So unused Workers hold no goroutine, and Workers that
+// are never closed leak none. While a goroutine runs a batch, the items that
+// arrive wait for it: they are its next batch. Only when a batch has run
+// for longer than the stall period with items waiting does another
+// goroutine start, up to n. So a fast exec (a pipeline to a Redis nearby)
+// gathers everything that arrives during one round trip into the next, and
+// a slow one (a WAIT for replicas, a server that has stalled) holds the
+// others up for at most the stall period.
 type Workers[T any] struct {
 	queue chan T
 	stop  chan struct{}
@@ -60,6 +66,7 @@ type Workers[T any] struct {
 	n     int32
 	max   int
 	idle  time.Duration // 0: the goroutines run until Close
+	stall time.Duration // StartIdle: how long a batch runs before a waiting item starts another goroutine
 
 	running atomic.Int32 // goroutines started and not retired
 	waiting atomic.Int32 // Puts that found no goroutine free at once
@@ -81,13 +88,16 @@ func Start[T any](n, max int, exec func(batch []T)) *Workers[T] {
 }
 
 // StartIdle returns Workers that run exec on batches of at most max items
-// from at most n goroutines, each started by Put when needed and exiting
-// once idle for idle (which must be positive).
-func StartIdle[T any](n, max int, idle time.Duration, exec func(batch []T)) *Workers[T] {
-	if idle <= 0 {
-		panic("gather: StartIdle needs a positive idle period")
+// from at most n goroutines, each started when needed (when none runs, or
+// when a batch has run for longer than stall with items waiting) and exiting
+// once idle for idle. idle and stall must be positive.
+func StartIdle[T any](n, max int, idle, stall time.Duration, exec func(batch []T)) *Workers[T] {
+	if idle <= 0 || stall <= 0 {
+		panic("gather: StartIdle needs positive idle and stall periods")
 	}
-	return newWorkers(n, max, idle, exec)
+	w := newWorkers(n, max, idle, exec)
+	w.stall = stall
+	return w
 }
 
 func newWorkers[T any](n, max int, idle time.Duration, exec func(batch []T)) *Workers[T] {
@@ -102,8 +112,8 @@ func (w *Workers[T]) Queue() chan<- T { return w.queue }
 // Stopped is closed once Close has been called.
 func (w *Workers[T]) Stopped() <-chan struct{} { return w.stop }
 
-// Put hands v to one of the goroutines, starting one if none is free and
-// fewer than n run. It returns nil once a goroutine has taken v, or
+// Put hands v to one of the goroutines, starting one if none runs (Workers
+// made by StartIdle). It returns nil once a goroutine has taken v, or
 // ctx's error, or ErrStopped after Close, without v being taken.
 func (w *Workers[T]) Put(ctx context.Context, v T) error {
 	select {
@@ -114,10 +124,11 @@ func (w *Workers[T]) Put(ctx context.Context, v T) error {
 	// No goroutine is waiting for an item: they are running batches, or
 	// there are none. Count this Put as waiting before looking at the
 	// goroutines, so that one retiring at this moment sees it and stays
-	// (see retire).
+	// (see retire). When some run, v waits for the next batch; a batch that
+	// stalls starts another goroutine (see run).
 	w.waiting.Add(1)
-	if w.idle > 0 && w.running.Load() < w.n {
-		w.grow()
+	if w.idle > 0 && w.running.Load() == 0 {
+		w.start(func() bool { return w.running.CompareAndSwap(0, 1) })
 	}
 	var err error
 	select {
@@ -132,10 +143,14 @@ func (w *Workers[T]) Put(ctx context.Context, v T) error {
 }
 
 // grow starts a goroutine unless n run already or Close has been called.
-func (w *Workers[T]) grow() {
+func (w *Workers[T]) grow() { w.start(w.take) }
+
+// start starts a goroutine if count, which counts it as running, allows
+// it, unless Close has been called.
+func (w *Workers[T]) start(count func() bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.closed || !w.take() {
+	if w.closed || !count() {
 		return
 	}
 	w.wg.Add(1)
@@ -188,13 +203,31 @@ func (w *Workers[T]) run() {
 		defer t.Stop()
 		tick = t.C
 	}
+	// stalled fires when a batch runs for longer than the stall period:
+	// it starts another goroutine for the items waiting meanwhile.
+	var stalled *time.Timer
+	if w.stall > 0 {
+		stalled = time.AfterFunc(time.Hour, func() {
+			if w.waiting.Load() > 0 {
+				w.grow()
+			}
+		})
+		stalled.Stop()
+		defer stalled.Stop()
+	}
 	batch := make([]T, 0, w.max)
 	busy := false // a batch ran since the timer was last set
 	for {
 		select {
 		case v := <-w.queue:
 			batch = more(append(batch[:0], v), w.queue, w.max)
+			if stalled != nil {
+				stalled.Reset(w.stall)
+			}
 			w.exec(batch)
+			if stalled != nil {
+				stalled.Stop()
+			}
 			clear(batch)
 			busy = true
 		case <-w.stop:

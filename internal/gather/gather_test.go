@@ -115,7 +115,7 @@ func TestIdleWorkers(t *testing.T) {
 	noWorkers(t)
 	var mu sync.Mutex
 	var got []int
-	w := gather.StartIdle(3, 4, 20*time.Millisecond, func(batch []int) {
+	w := gather.StartIdle(3, 4, 20*time.Millisecond, time.Millisecond, func(batch []int) {
 		mu.Lock()
 		got = append(got, batch...)
 		mu.Unlock()
@@ -153,7 +153,7 @@ func TestIdleWorkers(t *testing.T) {
 // times over: none must be left waiting for a goroutine that has gone.
 func TestIdleWorkersRetiring(t *testing.T) {
 	var done atomic.Int64
-	w := gather.StartIdle(2, 4, time.Microsecond, func(batch []int) { done.Add(int64(len(batch))) })
+	w := gather.StartIdle(2, 4, time.Microsecond, time.Microsecond, func(batch []int) { done.Add(int64(len(batch))) })
 	defer w.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
@@ -182,7 +182,7 @@ func TestIdleWorkersRetiring(t *testing.T) {
 // without waiting for the idle period, and that Put then fails.
 func TestIdleWorkersClose(t *testing.T) {
 	noWorkers(t)
-	w := gather.StartIdle(2, 4, time.Hour, func([]int) {})
+	w := gather.StartIdle(2, 4, time.Hour, time.Hour, func([]int) {})
 	for i := range 10 {
 		if err := w.Put(t.Context(), i); err != nil {
 			t.Fatal(err)
@@ -200,5 +200,83 @@ func TestIdleWorkersClose(t *testing.T) {
 	w.Close() // twice is fine
 	if err := w.Put(t.Context(), 1); !errors.Is(err, gather.ErrStopped) {
 		t.Fatalf("Put after Close: %v, want ErrStopped", err)
+	}
+}
+
+// TestIdleWorkersGather checks that while a batch runs, the items that
+// arrive wait for it instead of starting more goroutines: with a stall
+// period longer than the test, 64 concurrent callers are served by one
+// goroutine, in batches of several items.
+func TestIdleWorkersGather(t *testing.T) {
+	noWorkers(t)
+	var batches, items, most atomic.Int64
+	w := gather.StartIdle(4, 256, time.Hour, time.Hour, func(batch []int) {
+		batches.Add(1)
+		items.Add(int64(len(batch)))
+		if n := int64(gather.Live()); n > most.Load() {
+			most.Store(n) // one goroutine runs exec at a time here: no race on most
+		}
+		time.Sleep(100 * time.Microsecond) // a round trip, during which callers gather
+	})
+	defer w.Close()
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Go(func() {
+			for i := range 50 {
+				if err := w.Put(t.Context(), g*50+i); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := items.Load(); n != 64*50 {
+		t.Fatalf("exec saw %d items, want %d", n, 64*50)
+	}
+	if m := most.Load(); m != 1 {
+		t.Fatalf("%d goroutines ran at once, want 1 (none stalled)", m)
+	}
+	if b := batches.Load(); b >= 64*50/2 {
+		t.Fatalf("%d batches for %d items: the callers did not gather", b, 64*50)
+	}
+}
+
+// TestIdleWorkersStall checks that a batch that runs longer than the stall
+// period does not hold up the items that arrive meanwhile: another
+// goroutine starts and runs them while the first is still stalled.
+func TestIdleWorkersStall(t *testing.T) {
+	noWorkers(t)
+	stalled, release := make(chan struct{}), make(chan struct{})
+	second := make(chan int, 1)
+	w := gather.StartIdle(2, 4, time.Hour, time.Millisecond, func(batch []int) {
+		if batch[0] == 1 {
+			close(stalled)
+			<-release // stalled, as a WAIT for a replica that doesn't answer
+			return
+		}
+		second <- batch[0]
+	})
+	defer w.Close()
+	defer close(release)
+	if err := w.Put(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	<-stalled // item 1's batch runs, without item 2
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := w.Put(ctx, 2); err != nil {
+		t.Fatalf("Put behind a stalled batch: %v", err)
+	}
+	select {
+	case v := <-second:
+		if v != 2 {
+			t.Fatalf("second batch starts with %d, want 2", v)
+		}
+	case <-ctx.Done():
+		t.Fatal("the item behind a stalled batch did not run")
+	}
+	if r := w.Running(); r != 2 {
+		t.Fatalf("%d goroutines counted, want 2", r)
 	}
 }
