@@ -47,7 +47,7 @@ import (
 //     SQLite, SQLite with its audit trail, Redis, PostgreSQL).
 //   - The library rows are a bare net/http handler, and the same handler
 //     behind the middleware on memory and on Redis (through go-redis, with
-//     and without Batch, and through rueidis). Beside them, the peer: a bare
+//     and Unbatched, and through rueidis). Beside them, the peer: a bare
 //     Fiber handler, and the same handler behind Fiber's idempotency
 //     middleware on memory and on Redis (fiber_test.go), each against the
 //     bare Fiber handler.
@@ -55,8 +55,11 @@ import (
 // Each row is measured for first deliveries (every body new) and for
 // replays (one body over and over). The test prints the ratios to the
 // baseline measured in the same round (the pooled proxy, a bare handler),
-// as their median and their spread over the rounds. With -load.chart it
-// draws them into a PNG.
+// as their median and their spread over the rounds, and the CPU time the
+// process spent per request beside its baseline's: the senders run in the
+// process for both, so the difference is what the row's setup costs a
+// request (the servers of Redis and PostgreSQL are other processes, not
+// counted). With -load.chart it draws the ratios into a PNG.
 var (
 	loadRun      = flag.Bool("load", false, "run TestLoadComparison (the load comparison on loopback)")
 	loadDuration = flag.Duration("load.duration", 2*time.Second, "load comparison: time bound of each measurement")
@@ -75,9 +78,20 @@ type loadResult struct {
 	errors   int
 	elapsed  time.Duration
 	p50, p99 time.Duration
+	// cpu is the CPU time the whole process used meanwhile: senders,
+	// servers, gateways, middleware (not Redis's or PostgreSQL's).
+	cpu time.Duration
 }
 
 func (r loadResult) rps() float64 { return float64(r.requests) / r.elapsed.Seconds() }
+
+// cpuPerRequest is the process's CPU time per request, in microseconds.
+func (r loadResult) cpuPerRequest() float64 {
+	if r.requests == 0 {
+		return 0
+	}
+	return float64(r.cpu.Microseconds()) / float64(r.requests)
+}
 
 // loadBody is a 100-byte JSON event. Every n gives a different one.
 func loadBody(n int64) string {
@@ -126,7 +140,7 @@ func measure(target string, base int64, body, key func(n int64) string) loadResu
 		errs     atomic.Int64
 		deadline = time.Now().Add(*loadDuration)
 	)
-	start := time.Now()
+	start, cpu := time.Now(), processCPU()
 	for range *loadConc {
 		wg.Go(func() {
 			lat := make([]time.Duration, 0, *loadRequests / *loadConc + 1)
@@ -147,9 +161,9 @@ func measure(target string, base int64, body, key func(n int64) string) loadResu
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
+	elapsed, cpu := time.Since(start), processCPU()-cpu
 	slices.Sort(all)
-	r := loadResult{requests: len(all), errors: int(errs.Load()), elapsed: elapsed}
+	r := loadResult{requests: len(all), errors: int(errs.Load()), elapsed: elapsed, cpu: cpu}
 	if len(all) > 0 {
 		r.p50 = all[len(all)*50/100]
 		r.p99 = all[len(all)*99/100]
@@ -207,6 +221,18 @@ func medianOf(xs []float64) float64 {
 		return xs[len(xs)/2]
 	}
 	return (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
+}
+
+// extraCPU returns r's CPU time per request over its baseline's, in
+// microseconds, round by round. The senders run in the process for both,
+// so the difference is what r's setup adds to a request: the middleware,
+// the gateway's idempotency layer, the store's client.
+func (r *loadRow) extraCPU() []float64 {
+	out := make([]float64, len(r.rounds))
+	for i, m := range r.rounds {
+		out[i] = m.cpuPerRequest() - r.baseline.rounds[i].cpuPerRequest()
+	}
+	return out
 }
 
 // medianRound is the round with the median throughput.
@@ -430,24 +456,30 @@ routes:
 	fmt.Fprintf(&b, "\n%s %s/%s, GOMAXPROCS=%d, NumCPU=%d, %d senders, each measurement bounded by %d requests or %s, %d interleaved rounds, %s in all\n",
 		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), runtime.NumCPU(), *loadConc, *loadRequests, *loadDuration, *loadRounds, time.Since(start).Round(time.Second))
 	for _, group := range []string{"gateway", "library"} {
-		fmt.Fprintf(&b, "\n| %s | traffic | req/s (median round) | p50 | p99 | ratio, median | ratio, spread | errors |\n|---|---|---:|---:|---:|---:|---:|---:|\n", group)
+		fmt.Fprintf(&b, "\n| %s | traffic | req/s (median round) | p50 | p99 | ratio, median | ratio, spread | CPU µs/req (process) | CPU over baseline, median (spread) | errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n", group)
 		for _, r := range rows {
 			if r.group != group {
 				continue
 			}
 			m := r.medianRound()
-			ratio, spread := "1.00x (baseline)", ""
+			ratio, spread, extra := "1.00x (baseline)", "", ""
 			if r.baseline != nil {
 				rs := r.ratios()
 				ratio = fmt.Sprintf("%.2fx", medianOf(rs))
 				spread = fmt.Sprintf("%.2f-%.2fx", slices.Min(rs), slices.Max(rs))
+				cs := r.extraCPU()
+				extra = fmt.Sprintf("%+.1f (%+.1f to %+.1f)", medianOf(cs), slices.Min(cs), slices.Max(cs))
+			}
+			cpus := make([]float64, len(r.rounds))
+			for i, x := range r.rounds {
+				cpus[i] = x.cpuPerRequest()
 			}
 			errs := 0
 			for _, x := range r.rounds {
 				errs += x.errors
 			}
-			fmt.Fprintf(&b, "| %s | %s | %.0f | %s | %s | %s | %s | %d |\n", r.name, r.traffic(), m.rps(),
-				m.p50.Round(time.Microsecond), m.p99.Round(time.Microsecond), ratio, spread, errs)
+			fmt.Fprintf(&b, "| %s | %s | %.0f | %s | %s | %s | %s | %.1f | %s | %d |\n", r.name, r.traffic(), m.rps(),
+				m.p50.Round(time.Microsecond), m.p99.Round(time.Microsecond), ratio, spread, medianOf(cpus), extra, errs)
 		}
 	}
 	t.Log(b.String())
