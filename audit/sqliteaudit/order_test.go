@@ -1,0 +1,293 @@
+package sqliteaudit_test
+
+import (
+	"database/sql"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/idemhook/idemhook/audit"
+	"github.com/idemhook/idemhook/audit/audittest"
+	"github.com/idemhook/idemhook/audit/sqliteaudit"
+	"github.com/idemhook/idemhook/internal/fakeclock"
+	"github.com/idemhook/idemhook/sqlitestore"
+)
+
+// writeBatches writes each batch with its own Write, as the Recorder
+// hands them over, and returns every entry in write order.
+func writeBatches(t *testing.T, s audit.Sink, batches ...[]audit.Entry) []audit.Entry {
+	t.Helper()
+	var all []audit.Entry
+	for _, b := range batches {
+		if err := s.Write(t.Context(), b); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, b...)
+	}
+	return all
+}
+
+// at returns an entry at Base plus us microseconds.
+func at(us int64, source, key string) audit.Entry {
+	return audit.Entry{Time: audittest.Base.Add(time.Duration(us) * time.Microsecond), Route: "/webhooks/" + source,
+		Source: source, Key: key, Outcome: "processed", Status: 200, Instance: "gw-1"}
+}
+
+// checkQueries checks Query through pages of several sizes, and Counts,
+// with no filter and each of filters, against what was written.
+func checkQueries(t *testing.T, s *sqliteaudit.Sink, written []audit.Entry, filters ...audit.Filter) {
+	t.Helper()
+	for _, f := range append([]audit.Filter{{}}, filters...) {
+		want := audittest.Expected(written, f)
+		all := f
+		all.Limit = audit.MaxLimit
+		got, _ := audittest.QueryAll(t, s, all)
+		audittest.SameEntries(t, fmt.Sprintf("%+v, pages of %d", f, all.Limit), got, want)
+		for _, limit := range []int{1, 2, 3, 7, 50} {
+			limit *= 1 + len(want)/500 // QueryAll stops at 1000 pages
+			f.Limit = limit
+			got, pages := audittest.QueryAll(t, s, f)
+			audittest.SameEntries(t, fmt.Sprintf("%+v, pages of %d", f, limit), got, want)
+			if wantPages := max(1, (len(want)+limit-1)/limit); pages != wantPages {
+				t.Errorf("%+v: %d pages for %d entries", f, pages, len(want))
+			}
+		}
+		tally := audit.NewTally(f)
+		for _, e := range written {
+			tally.Add(e)
+		}
+		c, err := s.Counts(t.Context(), f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := tally.Counts(); !slices.Equal(c, want) {
+			t.Errorf("Counts(%+v)\n got %v\nwant %v", f, c, want)
+		}
+	}
+}
+
+// TestOverlappingBatches: batches whose times overlap (a later batch
+// holding older entries than an earlier one, several entries at one
+// microsecond across batches) come back newest first, the later write
+// first at equal times, on one page and across pages.
+func TestOverlappingBatches(t *testing.T) {
+	s, _ := newSink(t, time.Now, false)
+	written := writeBatches(t, s,
+		[]audit.Entry{at(10, "stone", "a1"), at(20, "stripe", "a2"), at(15, "stone", "a3"), at(20, "stone", "a4")},
+		[]audit.Entry{at(5, "stone", "b1"), at(25, "stripe", "b2"), at(20, "stone", "b3")},    // spans the first
+		[]audit.Entry{at(20, "stone", "c1"), at(20, "stripe", "c2")},                          // inside both, at their ties
+		[]audit.Entry{at(1, "stripe", "d1")},                                                  // older than everything
+		[]audit.Entry{at(30, "stone", "e1"), at(-5, "stone", "e2"), at(20, "whatsapp", "e3")}, // spans them all
+	)
+	checkQueries(t, s, written,
+		audit.Filter{Source: "stone"},
+		audit.Filter{Source: "stripe"},
+		audit.Filter{Source: "whatsapp"},
+		audit.Filter{Since: audittest.Base.Add(15 * time.Microsecond)},
+		audit.Filter{Until: audittest.Base.Add(20 * time.Microsecond)},
+		audit.Filter{Since: audittest.Base.Add(20 * time.Microsecond), Until: audittest.Base.Add(21 * time.Microsecond)},
+	)
+}
+
+// TestManyOverlappingBatches: a few hundred batches of random sizes with
+// times going forward but jittered backwards (some by minutes), so that
+// segments overlap in many ways, and more segments than Query reads at
+// once.
+func TestManyOverlappingBatches(t *testing.T) {
+	s, _ := newSink(t, time.Now, false)
+	rng := rand.New(rand.NewPCG(1, 2))
+	sources := []string{"stone", "stripe", "whatsapp"}
+	var batches [][]audit.Entry
+	var us int64
+	for i := range 300 {
+		b := make([]audit.Entry, 1+rng.IntN(12))
+		for j := range b {
+			us += rng.Int64N(3) // often the same microsecond
+			t := us
+			if rng.IntN(10) == 0 {
+				t -= rng.Int64N(200) // from a slower request
+			}
+			if rng.IntN(100) == 0 {
+				t -= 60_000_000
+			}
+			b[j] = at(t, sources[rng.IntN(3)], fmt.Sprintf("%d-%d", i, j))
+			b[j].Outcome = []string{"processed", "replayed"}[rng.IntN(2)]
+		}
+		batches = append(batches, b)
+	}
+	written := writeBatches(t, s, batches...)
+	checkQueries(t, s, written,
+		audit.Filter{Source: "stripe"},
+		audit.Filter{Source: "stone", Outcome: "replayed"},
+		audit.Filter{Route: "/webhooks/whatsapp", Since: audittest.Base.Add(time.Duration(us/3) * time.Microsecond)},
+		audit.Filter{Since: audittest.Base.Add(time.Duration(us/4) * time.Microsecond), Until: audittest.Base.Add(time.Duration(us/2) * time.Microsecond)},
+	)
+}
+
+// TestCursorAcrossSegments: pages the size of a batch, and of a batch and
+// one, cut between and inside segments, including at times several
+// segments share.
+func TestCursorAcrossSegments(t *testing.T) {
+	s, _ := newSink(t, time.Now, false)
+	var batches [][]audit.Entry
+	for i := range 6 {
+		b := make([]audit.Entry, 5)
+		for j := range b {
+			// Every batch has entries at the instants 100 and 200, and
+			// one of its own.
+			b[j] = at([]int64{100, 200, int64(300 + i), 200, 100}[j], "stone", fmt.Sprintf("%d-%d", i, j))
+		}
+		batches = append(batches, b)
+	}
+	written := writeBatches(t, s, batches...)
+	want := audittest.Expected(written, audit.Filter{})
+	for _, limit := range []int{4, 5, 6, 10, 29, 30} {
+		got, pages := audittest.QueryAll(t, s, audit.Filter{Limit: limit})
+		audittest.SameEntries(t, fmt.Sprintf("pages of %d", limit), got, want)
+		if wantPages := (len(want) + limit - 1) / limit; pages != wantPages {
+			t.Errorf("pages of %d: %d pages", limit, pages)
+		}
+	}
+}
+
+// TestPruneSegmentBoundary: Prune deletes the batches wholly older than
+// the retention, rewrites the one straddling it without its old entries
+// (the others keep their IDs, so a cursor taken before the prune still
+// works) and counts every entry it removed once. More batches than one
+// prune statement deletes.
+func TestPruneSegmentBoundary(t *testing.T) {
+	clk := fakeclock.New(audittest.Base)
+	s, _ := newSink(t, clk.Now, false)
+	cutoff := audittest.Base.Add(-audit.DefaultRetention)
+	var batches [][]audit.Entry
+	for i := range 150 { // wholly older
+		batches = append(batches, []audit.Entry{at(-int64(audit.DefaultRetention/time.Microsecond)-int64(1000+i), "stone", fmt.Sprint("old", i))})
+	}
+	us := func(d time.Duration) int64 { return cutoff.Add(d).Sub(audittest.Base).Microseconds() }
+	straddling := []audit.Entry{
+		at(us(time.Minute), "stone", "s0"), at(us(-time.Microsecond), "stripe", "s1"), at(us(0), "stone", "s2"),
+		at(us(-time.Hour), "stone", "s3"), at(us(time.Hour), "stripe", "s4"),
+	}
+	batches = append(batches, straddling, []audit.Entry{at(0, "stone", "new0"), at(-1, "stripe", "new1")})
+	written := writeBatches(t, s, batches...)
+
+	before, err := s.Query(t.Context(), audit.Filter{Limit: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := s.Prune(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 152 {
+		t.Errorf("Prune deleted %d entries, want 150 old batches + 2 of the straddling one", n)
+	}
+	kept := audittest.Expected(written, audit.Filter{Since: cutoff})
+	if len(kept) != 5 {
+		t.Fatalf("%d entries kept, want 5", len(kept))
+	}
+	checkQueries(t, s, kept, audit.Filter{Source: "stone"}, audit.Filter{Since: cutoff.Add(-time.Hour)})
+	// The first page is the same entries with the same IDs, and its cursor
+	// leads to the rest.
+	after, err := s.Query(t.Context(), audit.Filter{Limit: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(before.Entries, after.Entries) || before.Next != after.Next {
+		t.Errorf("first page before the prune\n%+v\nafter\n%+v", before, after)
+	}
+	rest, err := s.Query(t.Context(), audit.Filter{Cursor: before.Next})
+	if err != nil {
+		t.Fatal(err)
+	}
+	audittest.SameEntries(t, "after the cursor", rest.Entries, kept[3:])
+	if n, err := s.Prune(t.Context()); n != 0 || err != nil {
+		t.Errorf("Prune again: %d, %v; want 0", n, err)
+	}
+	// s2, exactly at the limit, goes a microsecond later, and s0 a minute
+	// later.
+	clk.Advance(time.Microsecond)
+	if n, err := s.Prune(t.Context()); n != 1 || err != nil {
+		t.Errorf("Prune a microsecond later: %d, %v; want 1 (s2)", n, err)
+	}
+	clk.Advance(time.Minute)
+	if n, err := s.Prune(t.Context()); n != 1 || err != nil {
+		t.Errorf("Prune a minute later: %d, %v; want 1 (s0)", n, err)
+	}
+	checkQueries(t, s, kept[:3])
+}
+
+// legacyFile returns a file whose trail was made by schema version 3 (one
+// row per entry in audit_deliveries, with its three indexes), holding
+// rows.
+func legacyFile(t *testing.T, rows []audit.Entry) *sql.DB {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "v3.db")
+	db, err := sqlitestore.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	for _, q := range []string{
+		`CREATE TABLE idemhook_schema (component TEXT PRIMARY KEY NOT NULL, version INTEGER NOT NULL)`,
+		`INSERT INTO idemhook_schema VALUES ('audit', 3)`,
+		`CREATE TABLE audit_deliveries (id INTEGER PRIMARY KEY, time_us INTEGER NOT NULL, route TEXT NOT NULL,
+			source TEXT NOT NULL, key TEXT NOT NULL, outcome TEXT NOT NULL, status INTEGER NOT NULL,
+			duration_ns INTEGER NOT NULL, request_bytes INTEGER NOT NULL, response_bytes INTEGER NOT NULL,
+			reason TEXT NOT NULL DEFAULT '', instance TEXT NOT NULL DEFAULT '', scope TEXT NOT NULL DEFAULT '')`,
+		`CREATE INDEX audit_deliveries_time ON audit_deliveries (time_us)`,
+		`CREATE INDEX audit_deliveries_source_time ON audit_deliveries (source, time_us)`,
+		`CREATE INDEX audit_deliveries_outcome_time ON audit_deliveries (outcome, time_us)`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range rows {
+		if _, err := tx.Exec(`INSERT INTO audit_deliveries (time_us, route, source, key, outcome, status, duration_ns,
+			request_bytes, response_bytes, reason, instance, scope) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			e.Time.UnixMicro(), e.Route, e.Source, e.Key, e.Outcome, e.Status, int64(e.Duration),
+			e.RequestBytes, e.ResponseBytes, e.Reason, e.Instance, e.Scope); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+// TestUpgradeFromVersion3: the rows of a version 3 trail (more than one
+// segment's worth, some at one microsecond, some out of order) all come
+// back after New, in their order, with every field, and the entries
+// written after come first.
+func TestUpgradeFromVersion3(t *testing.T) {
+	old := audittest.Dataset(2500)
+	for i := range old {
+		old[i].Scope = fmt.Sprintf("/t/%d", i%3)
+	}
+	db := legacyFile(t, old)
+	s, err := sqliteaudit.New(db, sqliteaudit.Config{PruneInterval: -1})
+	if err != nil {
+		t.Fatalf("New on a version 3 file: %v", err)
+	}
+	defer s.Close()
+	newer := audittest.Dataset(10)
+	for i := range newer {
+		newer[i].Time = newer[i].Time.Add(24 * time.Hour)
+	}
+	written := writeBatches(t, s, newer)
+	written = append(slices.Clone(old), written...)
+	checkQueries(t, s, written, audit.Filter{Source: "stripe"}, audit.Filter{Outcome: "replayed", Until: audittest.Base.Add(time.Hour)})
+	var version int
+	if err := db.QueryRow(`SELECT version FROM idemhook_schema WHERE component = 'audit'`).Scan(&version); err != nil || version != sqliteaudit.SchemaVersion {
+		t.Fatalf("recorded version %d, %v; want %d", version, err, sqliteaudit.SchemaVersion)
+	}
+}
