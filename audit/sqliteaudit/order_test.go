@@ -30,6 +30,49 @@ func writeBatches(t *testing.T, s audit.Sink, batches ...[]audit.Entry) []audit.
 	return all
 }
 
+// newSegmentSink is newSink writing every batch to a segment of its own.
+func newSegmentSink(tb testing.TB, now func() time.Time) (*sqliteaudit.Sink, *sql.DB) {
+	s, db := newSink(tb, now, false)
+	sqliteaudit.NoAppend(s)
+	return s, db
+}
+
+// segments returns the entries of every segment of db, oldest first.
+func segments(t *testing.T, db *sql.DB) []int {
+	t.Helper()
+	rows, err := db.Query(`SELECT entries FROM audit_segments ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []int
+	for rows.Next() {
+		var n int
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, n)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// eachLayout runs test on a sink writing every batch to a segment of its
+// own (segments overlapping as batches do) and on one appending small
+// batches to the last segment (the default).
+func eachLayout(t *testing.T, test func(t *testing.T, s *sqliteaudit.Sink)) {
+	t.Run("segment per batch", func(t *testing.T) {
+		s, _ := newSegmentSink(t, time.Now)
+		test(t, s)
+	})
+	t.Run("appending", func(t *testing.T) {
+		s, _ := newSink(t, time.Now, false)
+		test(t, s)
+	})
+}
+
 // at returns an entry at Base plus us microseconds.
 func at(us int64, source, key string) audit.Entry {
 	return audit.Entry{Time: audittest.Base.Add(time.Duration(us) * time.Microsecond), Route: "/webhooks/" + source,
@@ -74,83 +117,86 @@ func checkQueries(t *testing.T, s *sqliteaudit.Sink, written []audit.Entry, filt
 // microsecond across batches) come back newest first, the later write
 // first at equal times, on one page and across pages.
 func TestOverlappingBatches(t *testing.T) {
-	s, _ := newSink(t, time.Now, false)
-	written := writeBatches(t, s,
-		[]audit.Entry{at(10, "stone", "a1"), at(20, "stripe", "a2"), at(15, "stone", "a3"), at(20, "stone", "a4")},
-		[]audit.Entry{at(5, "stone", "b1"), at(25, "stripe", "b2"), at(20, "stone", "b3")},    // spans the first
-		[]audit.Entry{at(20, "stone", "c1"), at(20, "stripe", "c2")},                          // inside both, at their ties
-		[]audit.Entry{at(1, "stripe", "d1")},                                                  // older than everything
-		[]audit.Entry{at(30, "stone", "e1"), at(-5, "stone", "e2"), at(20, "whatsapp", "e3")}, // spans them all
-	)
-	checkQueries(t, s, written,
-		audit.Filter{Source: "stone"},
-		audit.Filter{Source: "stripe"},
-		audit.Filter{Source: "whatsapp"},
-		audit.Filter{Since: audittest.Base.Add(15 * time.Microsecond)},
-		audit.Filter{Until: audittest.Base.Add(20 * time.Microsecond)},
-		audit.Filter{Since: audittest.Base.Add(20 * time.Microsecond), Until: audittest.Base.Add(21 * time.Microsecond)},
-	)
+	eachLayout(t, func(t *testing.T, s *sqliteaudit.Sink) {
+		written := writeBatches(t, s,
+			[]audit.Entry{at(10, "stone", "a1"), at(20, "stripe", "a2"), at(15, "stone", "a3"), at(20, "stone", "a4")},
+			[]audit.Entry{at(5, "stone", "b1"), at(25, "stripe", "b2"), at(20, "stone", "b3")},    // spans the first
+			[]audit.Entry{at(20, "stone", "c1"), at(20, "stripe", "c2")},                          // inside both, at their ties
+			[]audit.Entry{at(1, "stripe", "d1")},                                                  // older than everything
+			[]audit.Entry{at(30, "stone", "e1"), at(-5, "stone", "e2"), at(20, "whatsapp", "e3")}, // spans them all
+		)
+		checkQueries(t, s, written,
+			audit.Filter{Source: "stone"},
+			audit.Filter{Source: "stripe"},
+			audit.Filter{Source: "whatsapp"},
+			audit.Filter{Since: audittest.Base.Add(15 * time.Microsecond)},
+			audit.Filter{Until: audittest.Base.Add(20 * time.Microsecond)},
+			audit.Filter{Since: audittest.Base.Add(20 * time.Microsecond), Until: audittest.Base.Add(21 * time.Microsecond)},
+		)
+	})
 }
 
-// TestManyOverlappingBatches: a few hundred batches of random sizes with
+// TestManyOverlappingBatches: a hundred batches of random sizes with
 // times going forward but jittered backwards (some by minutes), so that
 // segments overlap in many ways, and more segments than Query reads at
 // once.
 func TestManyOverlappingBatches(t *testing.T) {
-	s, _ := newSink(t, time.Now, false)
-	rng := rand.New(rand.NewPCG(1, 2))
-	sources := []string{"stone", "stripe", "whatsapp"}
-	var batches [][]audit.Entry
-	var us int64
-	for i := range 300 {
-		b := make([]audit.Entry, 1+rng.IntN(12))
-		for j := range b {
-			us += rng.Int64N(3) // often the same microsecond
-			t := us
-			if rng.IntN(10) == 0 {
-				t -= rng.Int64N(200) // from a slower request
+	eachLayout(t, func(t *testing.T, s *sqliteaudit.Sink) {
+		rng := rand.New(rand.NewPCG(1, 2))
+		sources := []string{"stone", "stripe", "whatsapp"}
+		var batches [][]audit.Entry
+		var us int64
+		for i := range 120 {
+			b := make([]audit.Entry, 1+rng.IntN(12))
+			for j := range b {
+				us += rng.Int64N(3) // often the same microsecond
+				t := us
+				if rng.IntN(10) == 0 {
+					t -= rng.Int64N(200) // from a slower request
+				}
+				if rng.IntN(100) == 0 {
+					t -= 60_000_000
+				}
+				b[j] = at(t, sources[rng.IntN(3)], fmt.Sprintf("%d-%d", i, j))
+				b[j].Outcome = []string{"processed", "replayed"}[rng.IntN(2)]
 			}
-			if rng.IntN(100) == 0 {
-				t -= 60_000_000
-			}
-			b[j] = at(t, sources[rng.IntN(3)], fmt.Sprintf("%d-%d", i, j))
-			b[j].Outcome = []string{"processed", "replayed"}[rng.IntN(2)]
+			batches = append(batches, b)
 		}
-		batches = append(batches, b)
-	}
-	written := writeBatches(t, s, batches...)
-	checkQueries(t, s, written,
-		audit.Filter{Source: "stripe"},
-		audit.Filter{Source: "stone", Outcome: "replayed"},
-		audit.Filter{Route: "/webhooks/whatsapp", Since: audittest.Base.Add(time.Duration(us/3) * time.Microsecond)},
-		audit.Filter{Since: audittest.Base.Add(time.Duration(us/4) * time.Microsecond), Until: audittest.Base.Add(time.Duration(us/2) * time.Microsecond)},
-	)
+		written := writeBatches(t, s, batches...)
+		checkQueries(t, s, written,
+			audit.Filter{Source: "stripe"},
+			audit.Filter{Source: "stone", Outcome: "replayed"},
+			audit.Filter{Route: "/webhooks/whatsapp", Since: audittest.Base.Add(time.Duration(us/3) * time.Microsecond)},
+			audit.Filter{Since: audittest.Base.Add(time.Duration(us/4) * time.Microsecond), Until: audittest.Base.Add(time.Duration(us/2) * time.Microsecond)},
+		)
+	})
 }
 
 // TestCursorAcrossSegments: pages the size of a batch, and of a batch and
 // one, cut between and inside segments, including at times several
 // segments share.
 func TestCursorAcrossSegments(t *testing.T) {
-	s, _ := newSink(t, time.Now, false)
-	var batches [][]audit.Entry
-	for i := range 6 {
-		b := make([]audit.Entry, 5)
-		for j := range b {
-			// Every batch has entries at the instants 100 and 200, and
-			// one of its own.
-			b[j] = at([]int64{100, 200, int64(300 + i), 200, 100}[j], "stone", fmt.Sprintf("%d-%d", i, j))
+	eachLayout(t, func(t *testing.T, s *sqliteaudit.Sink) {
+		var batches [][]audit.Entry
+		for i := range 6 {
+			b := make([]audit.Entry, 5)
+			for j := range b {
+				// Every batch has entries at the instants 100 and 200, and
+				// one of its own.
+				b[j] = at([]int64{100, 200, int64(300 + i), 200, 100}[j], "stone", fmt.Sprintf("%d-%d", i, j))
+			}
+			batches = append(batches, b)
 		}
-		batches = append(batches, b)
-	}
-	written := writeBatches(t, s, batches...)
-	want := audittest.Expected(written, audit.Filter{})
-	for _, limit := range []int{4, 5, 6, 10, 29, 30} {
-		got, pages := audittest.QueryAll(t, s, audit.Filter{Limit: limit})
-		audittest.SameEntries(t, fmt.Sprintf("pages of %d", limit), got, want)
-		if wantPages := (len(want) + limit - 1) / limit; pages != wantPages {
-			t.Errorf("pages of %d: %d pages", limit, pages)
+		written := writeBatches(t, s, batches...)
+		want := audittest.Expected(written, audit.Filter{})
+		for _, limit := range []int{4, 5, 6, 10, 29, 30} {
+			got, pages := audittest.QueryAll(t, s, audit.Filter{Limit: limit})
+			audittest.SameEntries(t, fmt.Sprintf("pages of %d", limit), got, want)
+			if wantPages := (len(want) + limit - 1) / limit; pages != wantPages {
+				t.Errorf("pages of %d: %d pages", limit, pages)
+			}
 		}
-	}
+	})
 }
 
 // TestPruneSegmentBoundary: Prune deletes the batches wholly older than
@@ -160,7 +206,7 @@ func TestCursorAcrossSegments(t *testing.T) {
 // prune statement deletes.
 func TestPruneSegmentBoundary(t *testing.T) {
 	clk := fakeclock.New(audittest.Base)
-	s, _ := newSink(t, clk.Now, false)
+	s, _ := newSegmentSink(t, clk.Now)
 	cutoff := audittest.Base.Add(-audit.DefaultRetention)
 	var batches [][]audit.Entry
 	for i := range 150 { // wholly older
@@ -290,4 +336,122 @@ func TestUpgradeFromVersion3(t *testing.T) {
 	if err := db.QueryRow(`SELECT version FROM idemhook_schema WHERE component = 'audit'`).Scan(&version); err != nil || version != sqliteaudit.SchemaVersion {
 		t.Fatalf("recorded version %d, %v; want %d", version, err, sqliteaudit.SchemaVersion)
 	}
+	var tables int
+	if err := db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE name LIKE 'audit_deliveries%'`).Scan(&tables); err != nil || tables != 0 {
+		t.Errorf("%d tables or indexes of audit_deliveries left (%v), want none", tables, err)
+	}
+}
+
+// TestUpgradeResumes: a migration interrupted (the version already
+// recorded, the rows not yet moved still in audit_deliveries) finishes at
+// the next New, and the entries moved before stay.
+func TestUpgradeResumes(t *testing.T) {
+	old := audittest.Dataset(1500)
+	db := legacyFile(t, old)
+	s, err := sqliteaudit.New(db, sqliteaudit.Config{PruneInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	// Back to where a migration stopped after its first transaction: the
+	// first 1024 rows in a segment, the others still rows.
+	if _, err := db.Exec(`DELETE FROM audit_segments WHERE id > (SELECT min(id) FROM audit_segments)`); err != nil {
+		t.Fatal(err)
+	}
+	var moved int
+	if err := db.QueryRow(`SELECT entries FROM audit_segments`).Scan(&moved); err != nil || moved != 1024 {
+		t.Fatalf("the first segment holds %d entries (%v), want 1024", moved, err)
+	}
+	if _, err := db.Exec(`CREATE TABLE audit_deliveries (id INTEGER PRIMARY KEY, time_us INTEGER NOT NULL, route TEXT NOT NULL,
+		source TEXT NOT NULL, key TEXT NOT NULL, outcome TEXT NOT NULL, status INTEGER NOT NULL,
+		duration_ns INTEGER NOT NULL, request_bytes INTEGER NOT NULL, response_bytes INTEGER NOT NULL,
+		reason TEXT NOT NULL DEFAULT '', instance TEXT NOT NULL DEFAULT '', scope TEXT NOT NULL DEFAULT '')`); err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range old[moved:] {
+		if _, err := db.Exec(`INSERT INTO audit_deliveries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, moved+1+i,
+			e.Time.UnixMicro(), e.Route, e.Source, e.Key, e.Outcome, e.Status, int64(e.Duration),
+			e.RequestBytes, e.ResponseBytes, e.Reason, e.Instance, e.Scope); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err = sqliteaudit.New(db, sqliteaudit.Config{PruneInterval: -1})
+	if err != nil {
+		t.Fatalf("New resuming the migration: %v", err)
+	}
+	defer s.Close()
+	checkQueries(t, s, old, audit.Filter{Source: "whatsapp"})
+	var tables int
+	if err := db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE name = 'audit_deliveries'`).Scan(&tables); err != nil || tables != 0 {
+		t.Errorf("audit_deliveries left (%d, %v)", tables, err)
+	}
+}
+
+// TestAppendToLastSegment: small batches fill the last segment up to 256
+// entries instead of making one each; a cursor taken before an append
+// still leads to exactly the rest; a batch that doesn't fit goes to a new
+// segment, whole; and a last segment Prune rewrote meanwhile is left
+// alone.
+func TestAppendToLastSegment(t *testing.T) {
+	clk := fakeclock.New(audittest.Base)
+	s, db := newSink(t, clk.Now, false)
+	data := audittest.Dataset(600)
+	written := writeBatches(t, s, data[:3], data[3:5])
+	first, err := s.Query(t.Context(), audit.Filter{Limit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	written = append(written, writeBatches(t, s, data[5:250], data[250:260])...)
+	if got := segments(t, db); !slices.Equal(got, []int{250, 10}) {
+		t.Errorf("segments of %v entries, want [250 10]", got)
+	}
+	checkQueries(t, s, written, audit.Filter{Source: "stone"})
+	// The entries after the first page's last one in the order, which the
+	// appends put some (the Dataset's late ones) before and after.
+	all := audittest.Expected(written, audit.Filter{})
+	cut := slices.IndexFunc(all, func(e audit.Entry) bool { return e.Key == first.Entries[1].Key })
+	rest, _ := audittest.QueryAll(t, s, audit.Filter{Limit: 7, Cursor: first.Next})
+	audittest.SameEntries(t, "after a cursor taken before the appends", rest, all[cut+1:])
+	if len(rest) <= 3 {
+		t.Errorf("%d entries after the cursor: the test wants appended ones among them", len(rest))
+	}
+
+	// A full batch gets a segment of its own, and the next small one
+	// starts another.
+	written = append(written, writeBatches(t, s, data[260:560], data[560:562])...)
+	if got := segments(t, db); !slices.Equal(got, []int{250, 10, 300, 2}) {
+		t.Errorf("segments of %v entries, want [250 10 300 2]", got)
+	}
+
+	// The last segment straddles the retention's limit: Prune rewrites it
+	// without its old entry, and the next batch goes to a new segment.
+	old := data[562]
+	old.Time = audittest.Base.Add(-audit.DefaultRetention - time.Second)
+	writeBatches(t, s, []audit.Entry{old})
+	if n, err := s.Prune(t.Context()); n != 1 || err != nil {
+		t.Fatalf("Prune: %d, %v; want 1", n, err)
+	}
+	written = append(written, writeBatches(t, s, data[563:565])...)
+	if got := segments(t, db); !slices.Equal(got, []int{250, 10, 300, 2, 2}) {
+		t.Errorf("segments of %v entries, want [250 10 300 2 2]", got)
+	}
+	checkQueries(t, s, written, audit.Filter{Source: "whatsapp"})
+
+	// Another sink on the file writes: the next batch doesn't join the
+	// older tail, whose IDs are below the other sink's entries. All four
+	// entries are at one instant, so that their order is their IDs'.
+	for i := range data[565:569] {
+		data[565+i].Time = audittest.Base.Add(time.Hour)
+	}
+	other, err := sqliteaudit.New(db, sqliteaudit.Config{PruneInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	written = append(written, writeBatches(t, other, data[565:567])...)
+	written = append(written, writeBatches(t, s, data[567:569])...)
+	if got := segments(t, db); !slices.Equal(got, []int{250, 10, 300, 2, 2, 2, 2}) {
+		t.Errorf("segments of %v entries, want [250 10 300 2 2 2 2]", got)
+	}
+	checkQueries(t, s, written)
 }
