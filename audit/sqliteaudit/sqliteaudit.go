@@ -149,7 +149,8 @@ const querySegments = 32
 // its indexes if they are missing, and starts the pruning of entries older
 // than cfg.Retention. A file of an older version is upgraded first: the
 // rows of its table audit_deliveries move into segments, in transactions
-// of 1024 (a few seconds per million rows), before New returns. The caller
+// of 1024 (about 60,000 rows a second on a 2-core machine), before New
+// returns. The caller
 // owns db (and cfg.ReadDB) and closes it after [Sink.Close].
 func New(db *sql.DB, cfg Config) (*Sink, error) {
 	if db == nil {
