@@ -1,11 +1,14 @@
 package sqliteaudit_test
 
 import (
+	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -454,4 +457,99 @@ func TestAppendToLastSegment(t *testing.T) {
 		t.Errorf("segments of %v entries, want [250 10 300 2 2 2 2]", got)
 	}
 	checkQueries(t, s, written)
+}
+
+// TestPagesWhileWritingAndPruning: a reader paging through a window keeps
+// getting every entry of it exactly once, in order, while a writer adds
+// batches outside the window, half of them older than the retention
+// (appending to the last segment and starting new ones), and Prune keeps
+// deleting and rewriting those segments, last one included; on the file's
+// main connection and on a reader's.
+func TestPagesWhileWritingAndPruning(t *testing.T) {
+	clk := fakeclock.New(audittest.Base)
+	cutoff := audittest.Base.Add(-audit.DefaultRetention)
+	for _, reader := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ReadDB %t", reader), func(t *testing.T) {
+			s, _ := newSink(t, clk.Now, reader)
+			// Batches mixing entries to prune (a second past the limit)
+			// with entries to keep, in the window [cutoff, Base).
+			data := audittest.Dataset(2000)
+			for i := range data {
+				data[i].Time = cutoff.Add(time.Duration(i) * time.Second)
+				if i%5 == 0 {
+					data[i].Time = cutoff.Add(-time.Second)
+				}
+			}
+			var written []audit.Entry
+			for i := 0; i < len(data); i += 40 {
+				written = append(written, writeBatches(t, s, data[i:i+40])...)
+			}
+			window := audit.Filter{Since: cutoff, Until: audittest.Base}
+			want := audittest.Expected(written, window)
+
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			var prunes, writes atomic.Int64
+			errs := make(chan error, 2)
+			go func() { // the writer: old entries and entries after the window
+				more := audittest.Dataset(10)
+				for i := 0; ctx.Err() == nil; i++ {
+					for j := range more {
+						more[j].Time = audittest.Base.Add(time.Duration(i*10+j) * time.Millisecond)
+						if j%2 == 0 {
+							more[j].Time = cutoff.Add(-time.Duration(i*10+j+1) * time.Millisecond)
+						}
+					}
+					if err := s.Write(ctx, more[:1+i%10]); err != nil {
+						errs <- fmt.Errorf("Write: %w", err)
+						return
+					}
+					writes.Add(1)
+				}
+				errs <- nil
+			}()
+			go func() { // the pruner
+				for ctx.Err() == nil {
+					if _, err := s.Prune(ctx); err != nil && ctx.Err() == nil {
+						errs <- fmt.Errorf("Prune: %w", err)
+						return
+					}
+					prunes.Add(1)
+				}
+				errs <- nil
+			}()
+			for round := 0; round < 3 || prunes.Load() < 20 || writes.Load() < 20; round++ {
+				f := window
+				f.Limit = []int{7, 100, 333}[round%3]
+				got, _ := audittest.QueryAll(t, s, f)
+				audittest.SameEntries(t, fmt.Sprintf("round %d, pages of %d", round, f.Limit), got, want)
+				if round > 1000 {
+					t.Fatalf("%d prunes and %d writes in 1000 rounds", prunes.Load(), writes.Load())
+				}
+			}
+			cancel()
+			for range 2 {
+				if err := <-errs; err != nil && !errors.Is(err, context.Canceled) {
+					t.Fatal(err)
+				}
+			}
+			if _, err := s.Prune(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if p, err := s.Query(t.Context(), audit.Filter{Until: cutoff}); err != nil || len(p.Entries) != 0 {
+				t.Errorf("after a last Prune, %d entries older than the retention (%v)", len(p.Entries), err)
+			}
+			c, err := s.Counts(t.Context(), window)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var n int64
+			for _, x := range c {
+				n += x.N
+			}
+			if n != int64(len(want)) {
+				t.Errorf("Counts of the window: %d, want %d", n, len(want))
+			}
+		})
+	}
 }
