@@ -553,3 +553,27 @@ func TestPagesWhileWritingAndPruning(t *testing.T) {
 		})
 	}
 }
+
+// TestFilterAcrossSegments: a filter on a source or outcome that some
+// segments lack, or hold only as part of a longer name ("stone" in
+// "stoner"), finds exactly its entries.
+func TestFilterAcrossSegments(t *testing.T) {
+	eachLayout(t, func(t *testing.T, s *sqliteaudit.Sink) {
+		with := func(e audit.Entry, outcome string) audit.Entry {
+			e.Outcome = outcome
+			return e
+		}
+		written := writeBatches(t, s,
+			[]audit.Entry{at(1, "stoner", "a1"), at(2, "stoner", "a2"), with(at(3, "stoner", "a3"), "unprocessed")},
+			[]audit.Entry{with(at(4, "stone", "b1"), "unprocessed"), at(5, "stone", "b2")},
+			[]audit.Entry{at(6, "whatsapp", "c1")},
+			[]audit.Entry{with(at(0, "tone", "d1"), "processe")},
+		)
+		checkQueries(t, s, written,
+			audit.Filter{Source: "stone"}, audit.Filter{Source: "stoner"}, audit.Filter{Source: "tone"}, audit.Filter{Source: "ston"},
+			audit.Filter{Outcome: "processed"}, audit.Filter{Outcome: "unprocessed"}, audit.Filter{Outcome: "processe"},
+			audit.Filter{Source: "stone", Outcome: "processed"}, audit.Filter{Source: "stoner", Outcome: "unprocessed"},
+			audit.Filter{Source: "shopify"}, audit.Filter{Outcome: "replayed"}, audit.Filter{Route: "/webhooks/tone"},
+		)
+	})
+}

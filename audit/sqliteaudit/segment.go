@@ -5,15 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/idemhook/idemhook/audit"
 )
 
 // A segment is the unit of the trail on disk: one row of audit_segments
-// holding up to segMaxEntries entries of one Write, encoded in a blob
-// (data), and a small blob (summary) counting them per source, route and
-// outcome.
+// holding up to segMaxEntries entries written together (one Write, or
+// small Writes appended up to tailMax), encoded in a blob (data), a small
+// blob (summary) counting them per source, route and outcome, and the sets
+// of their sources and outcomes.
 //
 // data is, with every integer a varint (unsigned: uvarint; signed: the
 // zigzag varint of encoding/binary):
@@ -21,7 +23,7 @@ import (
 //	byte    segFormat
 //	uvarint the number of strings, then each string as uvarint length + bytes
 //	uvarint the number of entries, then each entry:
-//	    uvarint idx - previous idx - 1   (idx: the entry's place in the Write, from 0)
+//	    uvarint idx - previous idx - 1   (idx: the entry's place in the segment, from 0)
 //	    varint  time_us - previous time_us (the first: from 0)
 //	    uvarint route, source, outcome, reason, instance, scope: indexes into the strings
 //	    uvarint length of key, then its bytes
@@ -35,6 +37,11 @@ import (
 // summary is a uvarint count of triples, then each triple as source,
 // route, outcome (uvarint length + bytes each) and the uvarint number of
 // the segment's entries having them.
+//
+// sources and outcomes are the segment's distinct sources (outcomes), in
+// the order of the strings, each followed by a NUL byte, after a leading
+// one: "\x00stone\x00stripe\x00". Query finds a filter's source in it with
+// instr (see among) without reading the summary.
 
 const (
 	segFormat = 1
@@ -59,17 +66,20 @@ func entryID(seg int64, idx uint64) int64 { return seg<<idxBits | int64(idx) }
 // last without encoding that one's again (Write's appends to its last
 // segment). It is not safe for concurrent use.
 type encoder struct {
-	dict    map[string]uint64
-	strs    []string
-	body    []byte // the entries so far
-	data    []byte
-	summary []byte
-	counts  map[[3]uint64]uint64
-	n       int   // entries so far
-	minUS   int64 // their oldest time
-	maxUS   int64 // and newest
-	prevUS  int64 // the last entry's time
-	prevIdx int64 // and place
+	dict     map[string]uint64
+	strs     []string
+	body     []byte // the entries so far
+	data     []byte
+	summary  []byte
+	sources  []byte   // the distinct sources, each between NUL bytes (see among)
+	outcomes []byte   // and outcomes
+	idx      []uint64 // set's
+	counts   map[[3]uint64]uint64
+	n        int   // entries so far
+	minUS    int64 // their oldest time
+	maxUS    int64 // and newest
+	prevUS   int64 // the last entry's time
+	prevIdx  int64 // and place
 }
 
 func newEncoder() *encoder {
@@ -160,6 +170,44 @@ func (c *encoder) finish() {
 		m = binary.AppendUvarint(m, n)
 	}
 	c.summary = m
+
+	// The sets, in the order of the strings.
+	c.sources, c.outcomes = c.set(c.sources, 0), c.set(c.outcomes, 2)
+}
+
+// set returns, in b's memory, the set of the strings at place k (0:
+// source, 2: outcome) of the keys of c.counts, in the order of the
+// strings.
+func (c *encoder) set(b []byte, k int) []byte {
+	c.idx = c.idx[:0]
+	for key := range c.counts {
+		c.idx = append(c.idx, key[k])
+	}
+	slices.Sort(c.idx)
+	b = append(b[:0], 0)
+	for i, j := range c.idx {
+		if i == 0 || j != c.idx[i-1] {
+			b = append(append(b, c.strs[j]...), 0)
+		}
+	}
+	return b
+}
+
+// row returns the columns min_time_us, max_time_us, entries, sources,
+// outcomes, summary and data of the segment encoded last, as arguments.
+func (c *encoder) row() []any {
+	return []any{c.minUS, c.maxUS, c.n, c.sources, c.outcomes, c.summary, c.data}
+}
+
+// among returns what instr looks for in the column sources (or outcomes)
+// of a segment holding s: s between NUL bytes, or nothing (found in any)
+// when s is empty. A string holding a NUL byte may be found in a segment
+// without it, never missed: the summary decides.
+func among(s string) []byte {
+	if s == "" {
+		return []byte{}
+	}
+	return append(append([]byte{0}, s...), 0)
 }
 
 // reader reads varints and strings from a blob, remembering the first

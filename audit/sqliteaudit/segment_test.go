@@ -60,6 +60,9 @@ func TestSegmentRoundTrip(t *testing.T) {
 		if enc.minUS != (time.Time{}).UnixMicro() || enc.maxUS != math.MaxInt64/2 {
 			t.Errorf("times %d to %d", enc.minUS, enc.maxUS)
 		}
+		if string(enc.sources) != "\x00stone\x00\x00" || string(enc.outcomes) != "\x00processed\x00\x00failed_released\x00" {
+			t.Errorf("sources %q, outcomes %q", enc.sources, enc.outcomes)
+		}
 		n := map[[3]string]int64{}
 		if err := eachTriple(enc.summary, func(tr summaryTriple) {
 			n[[3]string{string(tr.source), string(tr.route), string(tr.outcome)}] += tr.n

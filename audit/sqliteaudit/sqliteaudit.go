@@ -6,14 +6,18 @@
 // Write's batch, up to 1024; the small batches of a quiet trail join the
 // last segment up to 256), encoded in a blob with a dictionary of their
 // strings, beside a small summary counting them per source, route and
-// outcome, and the times of its oldest and newest entries (indexed).
-// Recording a delivery thus costs its share of one row insert per batch,
-// not a row and three index entries of its own. Query reads the segments that can hold the window it
-// asks for, newest last entry first, skips those whose summary has nothing
-// matching the filter and merges the entries of the others, newest first
-// (segments overlap in time: entries from concurrent requests arrive out
-// of order). Counts adds the summaries of the segments wholly inside its
-// window and decodes only those on its edges.
+// outcome, the sets of their sources and outcomes, and the times of the
+// oldest and newest (indexed). Recording a delivery thus costs its share
+// of one row insert per batch, not a row and three index entries of its
+// own.
+//
+// Query reads the segments that can hold the window it asks for, newest
+// last entry first, skips in SQLite those without the filter's source or
+// outcome, and in Go those whose summary has no entry matching the whole
+// filter, and merges the entries of the others, newest first (segments
+// overlap in time: entries from concurrent requests arrive out of order).
+// Counts adds the summaries of the segments wholly inside its window and
+// decodes only those on its edges.
 //
 // Entries older than the retention (7 days by default) are deleted in the
 // background: a segment wholly older at once, one straddling the limit by
@@ -125,6 +129,8 @@ var sqliteSchema = []string{
 		min_time_us INTEGER NOT NULL, -- the oldest entry's time, Unix microseconds
 		max_time_us INTEGER NOT NULL, -- the newest entry's
 		entries     INTEGER NOT NULL,
+		sources     BLOB NOT NULL,    -- the distinct sources, each between NUL bytes, for Query to skip
+		outcomes    BLOB NOT NULL,    -- the segments without the filter's in SQLite; likewise the outcomes
 		summary     BLOB NOT NULL,    -- counts per source, route, outcome (see segment.go)
 		data        BLOB NOT NULL     -- the entries (see segment.go); last, so that reading the rest skips it
 	)`,
@@ -135,6 +141,10 @@ var sqliteSchema = []string{
 	// Prune finds the segments straddling the retention's limit.
 	`CREATE INDEX IF NOT EXISTS audit_segments_min_time ON audit_segments (min_time_us)`,
 }
+
+// insertSegment inserts a segment; its arguments are an encoder's row.
+const insertSegment = `INSERT INTO audit_segments (min_time_us, max_time_us, entries, sources, outcomes, summary, data)
+	VALUES (?, ?, ?, ?, ?, ?, ?)`
 
 // pruneSegments bounds the segments one prune statement deletes (up to
 // 1024 entries each), so that a large backlog doesn't hold SQLite's write
@@ -185,15 +195,15 @@ func New(db *sql.DB, cfg Config) (*Sink, error) {
 		return nil, err
 	}
 	var err error
-	if s.insert, err = db.Prepare(`INSERT INTO audit_segments (min_time_us, max_time_us, entries, summary, data)
-		VALUES (?, ?, ?, ?, ?)`); err != nil {
+	if s.insert, err = db.Prepare(insertSegment); err != nil {
 		return nil, fmt.Errorf("audit: prepare insert: %w", err)
 	}
 	// The tail is rewritten only if it still holds what Write left in it
 	// (Prune may have rewritten or deleted it) and is the newest segment
 	// (another sink on the file may have written since), so that entries
 	// written later keep having larger IDs.
-	if s.append, err = db.Prepare(`UPDATE audit_segments SET min_time_us = ?, max_time_us = ?, entries = ?, summary = ?, data = ?
+	if s.append, err = db.Prepare(`UPDATE audit_segments
+		SET min_time_us = ?, max_time_us = ?, entries = ?, sources = ?, outcomes = ?, summary = ?, data = ?
 		WHERE id = ? AND entries = ? AND id = (SELECT max(id) FROM audit_segments)`); err != nil {
 		s.insert.Close()
 		return nil, fmt.Errorf("audit: prepare append: %w", err)
@@ -205,6 +215,7 @@ func New(db *sql.DB, cfg Config) (*Sink, error) {
 	}
 	if s.segments, err = s.rdb.Prepare(`SELECT id, min_time_us, max_time_us, summary FROM audit_segments
 		WHERE (max_time_us, min_time_us, id) < (?, ?, ?) AND max_time_us >= ? AND min_time_us <= ?
+		AND instr(sources, ifnull(?, X'')) > 0 AND instr(outcomes, ifnull(?, X'')) > 0
 		ORDER BY max_time_us DESC, min_time_us DESC, id DESC LIMIT ?`); err != nil {
 		s.insert.Close()
 		s.append.Close()
@@ -332,8 +343,7 @@ func (s *Sink) migrateSegment(ctx context.Context, enc *encoder) (int, error) {
 		return 0, err
 	}
 	enc.encode(entries, nil)
-	if _, err := tx.ExecContext(ctx, `INSERT INTO audit_segments (min_time_us, max_time_us, entries, summary, data)
-		VALUES (?, ?, ?, ?, ?)`, enc.minUS, enc.maxUS, len(entries), enc.summary, enc.data); err != nil {
+	if _, err := tx.ExecContext(ctx, insertSegment, enc.row()...); err != nil {
 		return 0, err
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM audit_deliveries WHERE id <= ?`, last); err != nil {
@@ -392,7 +402,7 @@ func (s *Sink) writeSegment(ctx context.Context, entries []audit.Entry) (int, er
 		had := enc.n
 		enc.add(entries, nil)
 		enc.finish()
-		res, err := s.append.ExecContext(ctx, enc.minUS, enc.maxUS, enc.n, enc.summary, enc.data, t.id, had)
+		res, err := s.append.ExecContext(ctx, append(enc.row(), t.id, had)...)
 		if err != nil {
 			s.tail = tail{} // enc holds entries the file doesn't
 			return 0, err
@@ -405,7 +415,7 @@ func (s *Sink) writeSegment(ctx context.Context, entries []audit.Entry) (int, er
 	s.tail = tail{}
 	chunk := entries[:min(len(entries), segMaxEntries)]
 	s.enc.encode(chunk, nil)
-	res, err := s.insert.ExecContext(ctx, s.enc.minUS, s.enc.maxUS, len(chunk), s.enc.summary, s.enc.data)
+	res, err := s.insert.ExecContext(ctx, s.enc.row()...)
 	if err != nil {
 		return 0, err
 	}
@@ -540,7 +550,7 @@ func newestFirst(a, b audit.Entry) int {
 // entries in [lo, hi] and come after next in the order of the index
 // audit_segments_max_time, descending.
 func segmentsBefore(ctx context.Context, stmt *sql.Stmt, f *audit.Filter, lo, hi int64, next [3]int64) ([]segmentMeta, error) {
-	rows, err := stmt.QueryContext(ctx, next[0], next[1], next[2], lo, hi, querySegments)
+	rows, err := stmt.QueryContext(ctx, next[0], next[1], next[2], lo, hi, among(f.Source), among(f.Outcome), querySegments)
 	if err != nil {
 		return nil, err
 	}
@@ -667,8 +677,9 @@ func (s *Sink) rewrite(ctx context.Context, id, cutoff int64) (int64, error) {
 		enc := s.encoders.Get().(*encoder)
 		defer s.encoders.Put(enc)
 		enc.encode(kept, idx)
-		_, err = tx.ExecContext(ctx, `UPDATE audit_segments SET min_time_us = ?, max_time_us = ?, entries = ?, summary = ?, data = ?
-			WHERE id = ?`, enc.minUS, enc.maxUS, len(kept), enc.summary, enc.data, id)
+		_, err = tx.ExecContext(ctx, `UPDATE audit_segments
+			SET min_time_us = ?, max_time_us = ?, entries = ?, sources = ?, outcomes = ?, summary = ?, data = ?
+			WHERE id = ?`, append(enc.row(), id)...)
 	}
 	if err != nil {
 		return 0, err
@@ -737,7 +748,8 @@ func (t *tally) add(source, outcome []byte, n int64) {
 // and returns the ids of those that hold entries in it and outside.
 func (t *tally) addSummaries(ctx context.Context, tx *sql.Tx, f *audit.Filter, lo, hi int64) ([]int64, error) {
 	rows, err := tx.QueryContext(ctx, `SELECT id, min_time_us, max_time_us, summary FROM audit_segments
-		WHERE max_time_us >= ? AND min_time_us <= ?`, lo, hi)
+		WHERE max_time_us >= ? AND min_time_us <= ? AND instr(sources, ifnull(?, X'')) > 0 AND instr(outcomes, ifnull(?, X'')) > 0`,
+		lo, hi, among(f.Source), among(f.Outcome))
 	if err != nil {
 		return nil, err
 	}
