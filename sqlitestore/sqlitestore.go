@@ -186,6 +186,7 @@ type fileStore struct {
 	read                                                                           *sql.Stmt // get, on Config.Reader when set
 	scanFirstKeys, scanKeys                                                        *sql.Stmt // the key filter's scan, on Config.Reader when set
 	readDB                                                                         *sql.DB   // Config.Reader, or db
+	rawRead                                                                        *rawPool  // readDB's raw statements (raw.go); nil when it can't take them
 	sweepFirst, sweepNext, sweep                                                   *sql.Stmt
 
 	w *writer // every write goes through it (see writer.go)
@@ -219,6 +220,25 @@ const createTable = `CREATE TABLE IF NOT EXISTS idem_keys (
 	) WITHOUT ROWID`
 
 var schema = []string{createTable}
+
+// The statements of the first deliveries and replays, prepared for
+// database/sql and as raw statements (raw.go).
+const (
+	// claimSQL inserts the claim, or takes over a row that has expired.
+	// RETURNING yields a row only when the claim was stored (and the
+	// statement changes a row only then).
+	claimSQL = `INSERT INTO idem_keys (key, value, expires_at) VALUES (?1, ?2, ?3)
+			ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at
+			WHERE idem_keys.expires_at <= ?4
+			RETURNING 1`
+	getSQL      = `SELECT value FROM idem_keys WHERE key = ?1 AND expires_at > ?2`
+	completeSQL = `UPDATE idem_keys SET value = ?3, expires_at = ?4
+			WHERE key = ?1 AND value = ?2 AND expires_at > ?5`
+	// putSQL is Complete's write when the pending claims are held in
+	// memory (see held.go): the file holds no live row for the key.
+	putSQL = `INSERT INTO idem_keys (key, value, expires_at) VALUES (?1, ?2, ?3)
+			ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at`
+)
 
 // upgrade migrates a file written by an older version of this package (a
 // version 1 file, or a file from before versions were recorded) to version
@@ -290,26 +310,17 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 		p *(*sql.Stmt)
 		q string
 	}{
-		// Insert the claim, or take over a row that has expired. RETURNING
-		// yields a row only when the claim was stored.
-		{&s.claimStmt, `INSERT INTO idem_keys (key, value, expires_at) VALUES (?1, ?2, ?3)
-			ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at
-			WHERE idem_keys.expires_at <= ?4
-			RETURNING 1`},
-		{&s.getStmt, `SELECT value FROM idem_keys WHERE key = ?1 AND expires_at > ?2`},
-		{&s.read, `SELECT value FROM idem_keys WHERE key = ?1 AND expires_at > ?2`},     // on Config.Reader
+		{&s.claimStmt, claimSQL},
+		{&s.getStmt, getSQL},
+		{&s.read, getSQL}, // on Config.Reader
 		{&s.scanFirstKeys, `SELECT key FROM idem_keys ORDER BY key LIMIT ?2`},           // on Config.Reader
 		{&s.scanKeys, `SELECT key FROM idem_keys WHERE key > ?1 ORDER BY key LIMIT ?2`}, // on Config.Reader
-		{&s.completeStmt, `UPDATE idem_keys SET value = ?3, expires_at = ?4
-			WHERE key = ?1 AND value = ?2 AND expires_at > ?5`},
+		{&s.completeStmt, completeSQL},
 		{&s.releaseStmt, `DELETE FROM idem_keys WHERE key = ?1 AND value = ?2 AND expires_at > ?3`},
 		{&s.extendStmt, `UPDATE idem_keys SET expires_at = ?3
 			WHERE key = ?1 AND value = ?2 AND expires_at > ?4`},
 		{&s.deleteStmt, `DELETE FROM idem_keys WHERE key = ?1 RETURNING expires_at`},
-		// Complete's write when the pending claims are held in memory (see
-		// held.go): the file holds no live row for the key.
-		{&s.putStmt, `INSERT INTO idem_keys (key, value, expires_at) VALUES (?1, ?2, ?3)
-			ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at`},
+		{&s.putStmt, putSQL},
 		// The sweep walks the table in key order, sweepBatch rows at a
 		// time. It reads the first and last key of the next rows and how
 		// many of them have expired. When any has, it deletes the expired
@@ -356,6 +367,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 		s.closeStmts()
 		return nil, fmt.Errorf("sqlitestore: CacheBytes is %d; want 0, or a positive size together with Lock (without the lock another process may change the file under the cache)", cfg.CacheBytes)
 	}
+	s.rawRead = newRawPool(read)
 	// The one choice of the mode.
 	var mode claimer = s
 	if cfg.Lock == nil {
@@ -417,6 +429,7 @@ func (s *fileStore) close() {
 	s.checking.Stop()
 	s.w.close()
 	s.closeStmts()
+	s.rawRead.close()
 }
 
 func (s *fileStore) closeStmts() {
@@ -729,13 +742,12 @@ func (s *fileStore) get(ctx context.Context, key string) (*idemhook.Record, erro
 // read pool; found is false when the file holds none (or only an expired
 // one). op names the call in the error.
 func (s *fileStore) readLive(ctx context.Context, op, key string) (rec *idemhook.Record, found bool, err error) {
-	var value []byte
-	err = s.read.QueryRowContext(ctx, key, s.nowMillis()).Scan(&value)
+	value, found, err := s.readValue(ctx, key)
 	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return nil, false, nil
 	case err != nil:
 		return nil, false, fmt.Errorf("sqlitestore: %s %q: %w", op, key, err)
+	case !found:
+		return nil, false, nil
 	}
 	rec, err = decode(key, value)
 	return rec, true, err
