@@ -12,38 +12,63 @@ import (
 	"weak"
 )
 
-// Raw statements. A replay's read is one short statement, and
-// database/sql's path around it cost as much CPU as SQLite's work: per call
-// it looks up the statement of the connection, converts the arguments and
-// copies the value, and, for a context that can end, the driver starts a
-// goroutine to interrupt the statement and database/sql another to close
-// its rows. So a Claim's read and Get read the live record on the driver's
-// connection itself ((*sql.Conn).Raw), with a statement prepared once per
-// connection and the arguments passed as they are.
+// Raw statements. A first delivery's write and a replay's read are one
+// short statement each, and database/sql's path around them cost as much
+// CPU as SQLite's work: per call it looks up the statement of the
+// connection, converts the arguments (and copies a read's value), and, for
+// a context that can end, the driver starts a goroutine to interrupt the
+// statement and database/sql another to close its rows. So the hot
+// statements run on the driver's connection itself ((*sql.Conn).Raw),
+// prepared once per connection, with arguments passed as they are:
+//
+//   - The writer runs a batch whose writes all have a raw form (a Complete,
+//     a Claim in the file) in one Raw call: BEGIN IMMEDIATE, the writes and
+//     COMMIT, the three prepared too. Other batches take database/sql's
+//     transaction as before. Either way a batch is one transaction and one
+//     commit, with the same failure handling (writer.go).
+//   - A Claim's read and Get read the live record through a Raw call on the
+//     read pool.
 //
 // A Raw call holds its connection only while it runs, as a database/sql
 // statement does, so the audit trail and the queue sharing the connection
 // wait for it the same way. The context of the call bounds the wait for a
-// connection (db.Conn); the statement itself runs without one: it is a
-// lookup of one key, done in microseconds, and in WAL mode a read takes no
-// lock a writer holds. That is what a context could have interrupted.
+// connection (db.Conn); the statement itself runs without one: every raw
+// statement is a lookup or a write of one key, done in microseconds, and
+// never waits for a lock (a writer's statement runs inside its BEGIN
+// IMMEDIATE, which took the write lock; a read in WAL mode takes none a
+// writer holds). That is what a context could have interrupted.
 //
 // Only pools opened by Open and OpenReader take this path: their
-// connections never expire. A statement prepared on a connection belongs to
-// it; Store.Close finalizes them (rawPool.close).
+// connections never expire, and Open's begin IMMEDIATE, which the raw BEGIN
+// repeats. A statement prepared on a connection belongs to it; Store.Close
+// finalizes them (rawPool.close).
 
 // rawID names a raw statement.
 type rawID int
 
 const (
-	rawRead rawID = iota // a read on the read pool: read
+	rawBegin rawID = iota
+	rawCommit
+	rawRollback
+	rawPut      // held Complete: heldStore's putStmt
+	rawClaim    // Claim in the file: claimStmt, by its rows changed
+	rawGet      // the read in a write: getStmt
+	rawComplete // Complete in the file: completeStmt
+	rawRead     // a read on the read pool: read
 	rawCount
 )
 
 // rawSQL is the text of each raw statement. The writes and reads are those
 // of fileStore's prepared statements (sqlitestore.go).
 var rawSQL = [rawCount]string{
-	rawRead: getSQL,
+	rawBegin:    `BEGIN IMMEDIATE`,
+	rawCommit:   `COMMIT`,
+	rawRollback: `ROLLBACK`,
+	rawPut:      putSQL,
+	rawClaim:    claimSQL,
+	rawGet:      getSQL,
+	rawComplete: completeSQL,
+	rawRead:     getSQL,
 }
 
 // ownPools are the pools opened by openPool, which may take the raw path.
