@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -16,7 +17,10 @@ import (
 // already waiting to be taken. It runs them in one transaction and commits
 // it once. Under load, the cost of a commit is shared by the concurrent
 // deliveries. That cost is the WAL write and the file locks, most of a
-// write's time. A lone write is committed at once, as before. A write's
+// write's time. A lone write is committed at once, as before. After a
+// batch, the writer yields the processor once (runtime.Gosched), so that
+// the callers it woke, and others ready to run, queue their next writes
+// for the next batch rather than trickle in behind a commit each. A write's
 // caller gets its result only after the commit. So a result means what it
 // meant with one commit per write. It is durable against a crash of the
 // process (synchronous=NORMAL), not against a power loss.
@@ -148,6 +152,12 @@ func (w *writer) run(batch []*write) {
 		}
 		op.done <- struct{}{}
 	}
+	// Let the callers just woken run before taking the next batch: those
+	// with another write to make queue it now, and share the next commit
+	// instead of each waiting for a commit of its own behind a batch of
+	// one. Nothing waits: with no other goroutine ready to run, this
+	// returns at once, and the first write queued is taken as before.
+	runtime.Gosched()
 }
 
 // commit runs batch in one transaction and reports whether it committed.
