@@ -32,7 +32,8 @@ func processCPU(b *testing.B) time.Duration {
 // writer's, bounded by its one goroutine; the CPU per op is what a
 // delivery takes from the gateway's cores.
 //
-//   - first: Claim of a new key (which finds nothing) and its Complete.
+//   - first: Claim of a new key (which finds nothing) and its Complete. The
+//     keys are spread over the key space, as the hashes of bodies are.
 //   - replay-file: Claim of a completed key, answered from the file.
 //   - replay-cache: the same, answered from the records kept in memory
 //     (Config.CacheBytes; held alone only).
@@ -76,11 +77,13 @@ func BenchmarkStoreCPU(b *testing.B) {
 		b.Run(k.name+"/first", func(b *testing.B) {
 			st := k.open(b, 0)
 			prefix := cpuBenchPrefix()
-			var seq atomic.Int64
+			var seq atomic.Uint64
 			run(b, func(pb *testing.PB) {
 				claim, done := cpuBenchRecords()
 				for pb.Next() {
-					key := prefix + strconv.FormatInt(seq.Add(1), 16)
+					// Spread over the key space, as hashes of bodies are, so
+					// that each insert lands on a page of its own.
+					key := prefix + strconv.FormatUint(mix64(seq.Add(1)), 16)
 					if existing, err := st.Claim(b.Context(), key, claim, time.Minute); err != nil || existing != nil {
 						b.Errorf("Claim(%q) of a new key: got %v, %v", key, existing, err)
 						return
@@ -129,6 +132,16 @@ func BenchmarkStoreCPU(b *testing.B) {
 			b.Run(k.name+"/replay-cache", func(b *testing.B) { replay(b, 32<<20) })
 		}
 	}
+}
+
+// mix64 is splitmix64's finalizer: a counter to keys spread over the key
+// space.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
 }
 
 // cpuBenchPrefix is a new key prefix shaped as the middleware's keys.
