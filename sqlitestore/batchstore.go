@@ -229,6 +229,9 @@ func (s *fileStore) claimMany(ctx context.Context, items []*item, lease time.Dur
 // readValue reads the encoding of the live record under key from the
 // file, through the read pool; found is false when there is none.
 func (s *fileStore) readValue(ctx context.Context, key string) ([]byte, bool, error) {
+	if s.rawRead != nil {
+		return s.readRaw(ctx, key)
+	}
 	var value []byte
 	err := s.read.QueryRowContext(ctx, key, s.nowMillis()).Scan(&value)
 	switch {
@@ -238,6 +241,18 @@ func (s *fileStore) readValue(ctx context.Context, key string) ([]byte, bool, er
 		return nil, false, err
 	}
 	return value, true, nil
+}
+
+// readRaw is readValue through the read pool's raw statements (raw.go).
+func (s *fileStore) readRaw(ctx context.Context, key string) (value []byte, found bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	err = s.rawRead.with(ctx, func(c *rawConn) error {
+		value, found, err = c.blob(rawRead, key, s.nowMillis())
+		return err
+	})
+	return value, found, err
 }
 
 // execMany runs stmt for each item, with the arguments args makes at the

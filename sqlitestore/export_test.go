@@ -94,3 +94,23 @@ func (s *Store) PutRaw(ctx context.Context, key string, value []byte, life time.
 	})
 	return err
 }
+
+// OpenPlain opens the file at path with Open's settings and one
+// connection, as a pool Open didn't make: a store on it runs every
+// statement through database/sql, none raw (raw.go).
+func OpenPlain(tb testing.TB, path string) *sql.DB {
+	tb.Helper()
+	db, err := sql.Open("sqlite", dsn(path))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	tb.Cleanup(func() { db.Close() })
+	return db
+}
+
+// RawStatements reports whether the store's writer and its reads run
+// raw statements (raw.go).
+func (s *Store) RawStatements() (writes, reads bool) {
+	return s.file.w.raw != nil, s.file.rawRead != nil
+}

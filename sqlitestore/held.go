@@ -294,7 +294,11 @@ func (h *heldStore) claim(ctx context.Context, key string, value []byte, lease t
 // with Delete.
 func (h *heldStore) complete(ctx context.Context, key string, old, value []byte, ttl time.Duration, also func(ctx context.Context, tx *sql.Tx) error) error {
 	c := &completion{h: h, sh: h.shard(key), key: key, old: old, value: value, ttl: ttl, also: also}
-	n, err := h.w.doThen(ctx, c.run, c.after)
+	var raw rawWrite
+	if also == nil { // also runs in a database/sql transaction
+		raw = c
+	}
+	n, err := h.w.doRaw(ctx, c.run, raw, c.after)
 	return casResult("complete", key, n, err)
 }
 
@@ -315,6 +319,34 @@ type completion struct {
 // run checks the claim, marks it completing and writes the record in tx.
 // It returns 1 when it wrote, 0 when the claim is not held.
 func (c *completion) run(ctx context.Context, tx *sql.Tx) (int64, error) {
+	if !c.take() {
+		return 0, nil
+	}
+	_, err := tx.StmtContext(ctx, c.h.putStmt).ExecContext(ctx, c.key, c.value, c.expiresAt)
+	if err == nil && c.also != nil {
+		err = c.also(ctx, tx)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return 1, nil
+}
+
+// runRaw is run on the raw connection, for a completion without also.
+func (c *completion) runRaw(rc *rawConn) (int64, error) {
+	if !c.take() {
+		return 0, nil
+	}
+	if _, err := rc.exec(rawPut, c.key, c.value, c.expiresAt); err != nil {
+		return 0, err
+	}
+	return 1, nil
+}
+
+// take is the start of run: it checks the claim and marks it completing,
+// sets the record's expiry and tells the key filter. It reports whether
+// the claim is held, and so the record is to be written.
+func (c *completion) take() bool {
 	h, sh := c.h, c.sh
 	sh.mu.Lock()
 	if c.mine == nil { // not on a second run of the write (see writer.run)
@@ -325,18 +357,11 @@ func (c *completion) run(ctx context.Context, tx *sql.Tx) (int64, error) {
 	}
 	sh.mu.Unlock()
 	if c.mine == nil {
-		return 0, nil
+		return false
 	}
 	c.expiresAt = h.expiry(c.ttl)
 	h.filter.added(c.key) // before the commit (see filter.go)
-	_, err := tx.StmtContext(ctx, h.putStmt).ExecContext(ctx, c.key, c.value, c.expiresAt)
-	if err == nil && c.also != nil {
-		err = c.also(ctx, tx)
-	}
-	if err != nil {
-		return 0, err
-	}
-	return 1, nil
+	return true
 }
 
 // after ends the completion once the write's outcome is known.

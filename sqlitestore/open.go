@@ -86,6 +86,7 @@ func openPool(dsn string, conns int) (*sql.DB, string, error) {
 		db.Close()
 		return nil, "", err
 	}
+	registerPool(db) // its connections are never recycled: it may take raw statements
 	return db, mode, nil
 }
 

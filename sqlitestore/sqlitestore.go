@@ -186,6 +186,7 @@ type fileStore struct {
 	read                                                                           *sql.Stmt // get, on Config.Reader when set
 	scanFirstKeys, scanKeys                                                        *sql.Stmt // the key filter's scan, on Config.Reader when set
 	readDB                                                                         *sql.DB   // Config.Reader, or db
+	rawRead                                                                        *rawPool  // readDB's raw statements (raw.go); nil when it can't take them
 	sweepFirst, sweepNext, sweep                                                   *sql.Stmt
 
 	w *writer // every write goes through it (see writer.go)
@@ -219,6 +220,25 @@ const createTable = `CREATE TABLE IF NOT EXISTS idem_keys (
 	) WITHOUT ROWID`
 
 var schema = []string{createTable}
+
+// The statements of the first deliveries and replays, prepared for
+// database/sql and as raw statements (raw.go).
+const (
+	// claimSQL inserts the claim, or takes over a row that has expired.
+	// RETURNING yields a row only when the claim was stored (and the
+	// statement changes a row only then).
+	claimSQL = `INSERT INTO idem_keys (key, value, expires_at) VALUES (?1, ?2, ?3)
+			ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at
+			WHERE idem_keys.expires_at <= ?4
+			RETURNING 1`
+	getSQL      = `SELECT value FROM idem_keys WHERE key = ?1 AND expires_at > ?2`
+	completeSQL = `UPDATE idem_keys SET value = ?3, expires_at = ?4
+			WHERE key = ?1 AND value = ?2 AND expires_at > ?5`
+	// putSQL is Complete's write when the pending claims are held in
+	// memory (see held.go): the file holds no live row for the key.
+	putSQL = `INSERT INTO idem_keys (key, value, expires_at) VALUES (?1, ?2, ?3)
+			ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at`
+)
 
 // upgrade migrates a file written by an older version of this package (a
 // version 1 file, or a file from before versions were recorded) to version
@@ -290,26 +310,17 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 		p *(*sql.Stmt)
 		q string
 	}{
-		// Insert the claim, or take over a row that has expired. RETURNING
-		// yields a row only when the claim was stored.
-		{&s.claimStmt, `INSERT INTO idem_keys (key, value, expires_at) VALUES (?1, ?2, ?3)
-			ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at
-			WHERE idem_keys.expires_at <= ?4
-			RETURNING 1`},
-		{&s.getStmt, `SELECT value FROM idem_keys WHERE key = ?1 AND expires_at > ?2`},
-		{&s.read, `SELECT value FROM idem_keys WHERE key = ?1 AND expires_at > ?2`},     // on Config.Reader
+		{&s.claimStmt, claimSQL},
+		{&s.getStmt, getSQL},
+		{&s.read, getSQL}, // on Config.Reader
 		{&s.scanFirstKeys, `SELECT key FROM idem_keys ORDER BY key LIMIT ?2`},           // on Config.Reader
 		{&s.scanKeys, `SELECT key FROM idem_keys WHERE key > ?1 ORDER BY key LIMIT ?2`}, // on Config.Reader
-		{&s.completeStmt, `UPDATE idem_keys SET value = ?3, expires_at = ?4
-			WHERE key = ?1 AND value = ?2 AND expires_at > ?5`},
+		{&s.completeStmt, completeSQL},
 		{&s.releaseStmt, `DELETE FROM idem_keys WHERE key = ?1 AND value = ?2 AND expires_at > ?3`},
 		{&s.extendStmt, `UPDATE idem_keys SET expires_at = ?3
 			WHERE key = ?1 AND value = ?2 AND expires_at > ?4`},
 		{&s.deleteStmt, `DELETE FROM idem_keys WHERE key = ?1 RETURNING expires_at`},
-		// Complete's write when the pending claims are held in memory (see
-		// held.go): the file holds no live row for the key.
-		{&s.putStmt, `INSERT INTO idem_keys (key, value, expires_at) VALUES (?1, ?2, ?3)
-			ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at`},
+		{&s.putStmt, putSQL},
 		// The sweep walks the table in key order, sweepBatch rows at a
 		// time. It reads the first and last key of the next rows and how
 		// many of them have expired. When any has, it deletes the expired
@@ -356,10 +367,15 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 		s.closeStmts()
 		return nil, fmt.Errorf("sqlitestore: CacheBytes is %d; want 0, or a positive size together with Lock (without the lock another process may change the file under the cache)", cfg.CacheBytes)
 	}
+	rawWrite := newRawPool(db)
+	s.rawRead = rawWrite
+	if read != db {
+		s.rawRead = newRawPool(read)
+	}
 	// The one choice of the mode.
 	var mode claimer = s
 	if cfg.Lock == nil {
-		s.w = startWriter(db, nil)
+		s.w = startWriter(db, rawWrite, nil)
 	} else {
 		// The last check that can fail: it takes the lock's one Store.
 		if err := cfg.Lock.covers(ctx, db); err != nil {
@@ -367,7 +383,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 			return nil, err
 		}
 		h := newHeldStore(s, cfg.CacheBytes, cfg.Lock)
-		s.w = startWriter(db, h.writeHealth)
+		s.w = startWriter(db, rawWrite, h.writeHealth)
 		h.startFilter()
 		mode = h
 	}
@@ -417,6 +433,10 @@ func (s *fileStore) close() {
 	s.checking.Stop()
 	s.w.close()
 	s.closeStmts()
+	if s.rawRead != s.w.raw {
+		s.rawRead.close()
+	}
+	s.w.raw.close()
 }
 
 func (s *fileStore) closeStmts() {
@@ -578,33 +598,61 @@ func (s *fileStore) claim(ctx context.Context, key string, value []byte, lease t
 		// The key is absent or expired. Insert the claim, or take over the
 		// expired row. If another claim got in between, read what it
 		// stored, in the same transaction.
-		var existing []byte
-		n, err := s.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
-			existing = nil
-			var one int
-			err := tx.StmtContext(ctx, s.claimStmt).QueryRowContext(ctx, key, value, s.expiry(lease), s.nowMillis()).Scan(&one)
-			if err == nil {
-				return 1, nil
-			}
-			if !errors.Is(err, sql.ErrNoRows) {
-				return 0, err
-			}
-			err = tx.StmtContext(ctx, s.getStmt).QueryRowContext(ctx, key, s.nowMillis()).Scan(&existing)
-			if errors.Is(err, sql.ErrNoRows) {
-				return 0, nil // expired in between: try again
-			}
-			return 0, err
-		})
+		c := &claimWrite{s: s, key: key, value: value, lease: lease}
+		n, err := s.w.doRaw(ctx, c.run, c, nil)
 		if err != nil {
 			return nil, fmt.Errorf("sqlitestore: claim %q: %w", key, err)
 		}
 		if n == 1 {
 			return nil, nil
 		}
-		if existing != nil {
-			return decode(key, existing)
+		if c.existing != nil {
+			return decode(key, c.existing)
 		}
 	}
+}
+
+// claimWrite is the write of a Claim in the file: the insert of the claim
+// and, when a live record is in the way, its read.
+type claimWrite struct {
+	s        *fileStore
+	key      string
+	value    []byte
+	lease    time.Duration
+	existing []byte // the record in the way
+}
+
+// run returns 1 when it stored the claim, 0 when it read a record in the
+// way (existing) or found the key expired in between (existing nil).
+func (c *claimWrite) run(ctx context.Context, tx *sql.Tx) (int64, error) {
+	s := c.s
+	c.existing = nil
+	var one int
+	err := tx.StmtContext(ctx, s.claimStmt).QueryRowContext(ctx, c.key, c.value, s.expiry(c.lease), s.nowMillis()).Scan(&one)
+	if err == nil {
+		return 1, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return 0, err
+	}
+	err = tx.StmtContext(ctx, s.getStmt).QueryRowContext(ctx, c.key, s.nowMillis()).Scan(&c.existing)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil // expired in between: try again
+	}
+	return 0, err
+}
+
+// runRaw is run on the raw connection. The insert changes a row exactly
+// when its RETURNING yields one.
+func (c *claimWrite) runRaw(rc *rawConn) (int64, error) {
+	s := c.s
+	c.existing = nil
+	n, err := rc.exec(rawClaim, c.key, c.value, s.expiry(c.lease), s.nowMillis())
+	if err != nil || n == 1 {
+		return n, err
+	}
+	c.existing, _, err = rc.blob(rawGet, c.key, s.nowMillis())
+	return 0, err
 }
 
 // exec runs stmt with args through the writer and returns the rows it
@@ -643,18 +691,41 @@ func (s *Store) Complete(ctx context.Context, key string, claim, done *idemhook.
 
 // complete is Complete with the claims in the file.
 func (s *fileStore) complete(ctx context.Context, key string, old, value []byte, ttl time.Duration, also func(ctx context.Context, tx *sql.Tx) error) error {
-	n, err := s.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
-		res, err := tx.StmtContext(ctx, s.completeStmt).ExecContext(ctx, key, old, value, s.expiry(ttl), s.nowMillis())
-		if err != nil {
-			return 0, err
-		}
-		n, err := res.RowsAffected()
-		if err != nil || n == 0 || also == nil {
-			return n, err
-		}
-		return n, also(ctx, tx)
-	})
+	c := &completeWrite{s: s, key: key, old: old, value: value, ttl: ttl, also: also}
+	var raw rawWrite
+	if also == nil { // also runs in a database/sql transaction
+		raw = c
+	}
+	n, err := s.w.doRaw(ctx, c.run, raw, nil)
 	return casResult("complete", key, n, err)
+}
+
+// completeWrite is the write of a Complete in the file.
+type completeWrite struct {
+	s          *fileStore
+	key        string
+	old, value []byte
+	ttl        time.Duration
+	also       func(ctx context.Context, tx *sql.Tx) error
+}
+
+func (c *completeWrite) run(ctx context.Context, tx *sql.Tx) (int64, error) {
+	s := c.s
+	res, err := tx.StmtContext(ctx, s.completeStmt).ExecContext(ctx, c.key, c.old, c.value, s.expiry(c.ttl), s.nowMillis())
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil || n == 0 || c.also == nil {
+		return n, err
+	}
+	return n, c.also(ctx, tx)
+}
+
+// runRaw is run on the raw connection, for a Complete without also.
+func (c *completeWrite) runRaw(rc *rawConn) (int64, error) {
+	s := c.s
+	return rc.exec(rawComplete, c.key, c.old, c.value, s.expiry(c.ttl), s.nowMillis())
 }
 
 // Release deletes the pending claim under key. It returns
@@ -729,13 +800,12 @@ func (s *fileStore) get(ctx context.Context, key string) (*idemhook.Record, erro
 // read pool; found is false when the file holds none (or only an expired
 // one). op names the call in the error.
 func (s *fileStore) readLive(ctx context.Context, op, key string) (rec *idemhook.Record, found bool, err error) {
-	var value []byte
-	err = s.read.QueryRowContext(ctx, key, s.nowMillis()).Scan(&value)
+	value, found, err := s.readValue(ctx, key)
 	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return nil, false, nil
 	case err != nil:
 		return nil, false, fmt.Errorf("sqlitestore: %s %q: %w", op, key, err)
+	case !found:
+		return nil, false, nil
 	}
 	rec, err = decode(key, value)
 	return rec, true, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -16,7 +17,10 @@ import (
 // already waiting to be taken. It runs them in one transaction and commits
 // it once. Under load, the cost of a commit is shared by the concurrent
 // deliveries. That cost is the WAL write and the file locks, most of a
-// write's time. A lone write is committed at once, as before. A write's
+// write's time. A lone write is committed at once, as before. After a
+// batch, the writer yields the processor once (runtime.Gosched), so that
+// the callers it woke, and others ready to run, queue their next writes
+// for the next batch rather than trickle in behind a commit each. A write's
 // caller gets its result only after the commit. So a result means what it
 // meant with one commit per write. It is durable against a crash of the
 // process (synchronous=NORMAL), not against a power loss.
@@ -36,8 +40,11 @@ const maxBatch = 128
 // is in the file. The writes' after functions run in the order the writes
 // were committed, so what they change in memory follows the file's order.
 type write struct {
-	ctx   context.Context
-	run   func(ctx context.Context, tx *sql.Tx) (int64, error)
+	ctx context.Context
+	run func(ctx context.Context, tx *sql.Tx) (int64, error)
+	// raw, when set, is the same write on the raw connection (raw.go). A
+	// batch whose writes all have it (or change only memory) runs there.
+	raw   rawWrite
 	after func(committed bool)
 	// inMemory marks a write that changes nothing in the file (it only runs
 	// in the writer's order): its commit says nothing of the file's health.
@@ -45,6 +52,12 @@ type write struct {
 	n        int64
 	err      error
 	done     chan struct{}
+}
+
+// rawWrite is a write that runs on the raw connection: runRaw is run's
+// twin, with the same outcome.
+type rawWrite interface {
+	runRaw(c *rawConn) (int64, error)
 }
 
 var writePool = sync.Pool{New: func() any { return &write{done: make(chan struct{}, 1)} }}
@@ -59,14 +72,15 @@ var commitHook atomic.Pointer[func() error]
 // writer runs the store's writes, from one goroutine, until it is closed.
 type writer struct {
 	db      *sql.DB
+	raw     *rawPool // db's raw statements; nil when db can't take them
 	workers *gather.Workers[*write]
 	// health, when set, is told the outcome of every commit the writer
 	// tries: nil, or the error that failed it.
 	health func(err error)
 }
 
-func startWriter(db *sql.DB, health func(error)) *writer {
-	w := &writer{db: db, health: health}
+func startWriter(db *sql.DB, raw *rawPool, health func(error)) *writer {
+	w := &writer{db: db, raw: raw, health: health}
 	w.workers = gather.Start(1, maxBatch, w.run)
 	return w
 }
@@ -86,7 +100,13 @@ func (w *writer) do(ctx context.Context, run func(ctx context.Context, tx *sql.T
 // errClosed); it is called with false when the write was taken but not
 // committed.
 func (w *writer) doThen(ctx context.Context, run func(ctx context.Context, tx *sql.Tx) (int64, error), after func(committed bool)) (int64, error) {
-	return w.submit(ctx, run, after, false)
+	return w.submit(ctx, run, nil, after, false)
+}
+
+// doRaw is doThen for a write that also has a raw form (raw, which may be
+// nil).
+func (w *writer) doRaw(ctx context.Context, run func(ctx context.Context, tx *sql.Tx) (int64, error), raw rawWrite, after func(committed bool)) (int64, error) {
+	return w.submit(ctx, run, raw, after, false)
 }
 
 // inOrder runs f on the writer's goroutine, in the order of the writes,
@@ -95,13 +115,13 @@ func (w *writer) inOrder(ctx context.Context, f func()) error {
 	_, err := w.submit(ctx, func(context.Context, *sql.Tx) (int64, error) {
 		f()
 		return 0, nil
-	}, nil, true)
+	}, nil, nil, true)
 	return err
 }
 
-func (w *writer) submit(ctx context.Context, run func(ctx context.Context, tx *sql.Tx) (int64, error), after func(committed bool), inMemory bool) (int64, error) {
+func (w *writer) submit(ctx context.Context, run func(ctx context.Context, tx *sql.Tx) (int64, error), raw rawWrite, after func(committed bool), inMemory bool) (int64, error) {
 	op := writePool.Get().(*write)
-	op.ctx, op.run, op.after, op.inMemory, op.n, op.err = ctx, run, after, inMemory, 0, nil
+	op.ctx, op.run, op.raw, op.after, op.inMemory, op.n, op.err = ctx, run, raw, after, inMemory, 0, nil
 	select {
 	case w.workers.Queue() <- op:
 	case <-ctx.Done():
@@ -113,7 +133,7 @@ func (w *writer) submit(ctx context.Context, run func(ctx context.Context, tx *s
 	}
 	<-op.done
 	n, err := op.n, op.err
-	op.ctx, op.run, op.after = nil, nil, nil
+	op.ctx, op.run, op.raw, op.after = nil, nil, nil, nil
 	writePool.Put(op)
 	return n, err
 }
@@ -132,6 +152,12 @@ func (w *writer) run(batch []*write) {
 		}
 		op.done <- struct{}{}
 	}
+	// Let the callers just woken run before taking the next batch: those
+	// with another write to make queue it now, and share the next commit
+	// instead of each waiting for a commit of its own behind a batch of
+	// one. Nothing waits: with no other goroutine ready to run, this
+	// returns at once, and the first write queued is taken as before.
+	runtime.Gosched()
 }
 
 // commit runs batch in one transaction and reports whether it committed.
@@ -157,6 +183,9 @@ func writesFile(batch []*write) bool {
 // try is commit, returning also the error of the database when one failed
 // the batch (nil when only contexts that ended kept it from committing).
 func (w *writer) try(batch []*write) (bool, error) {
+	if w.raw != nil && allRaw(batch) {
+		return w.tryRaw(batch)
+	}
 	ctx := context.Background() // each write checks its own context first
 	tx, err := w.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -202,4 +231,78 @@ func (w *writer) try(batch []*write) (bool, error) {
 	}
 	tx.Rollback() //nolint:errcheck // the failed write's error is the one to report
 	return false, failed
+}
+
+// allRaw reports whether every write of batch has a raw form or changes
+// only memory.
+func allRaw(batch []*write) bool {
+	for _, op := range batch {
+		if op.raw == nil && !op.inMemory {
+			return false
+		}
+	}
+	return true
+}
+
+// tryRaw is try on the raw connection (raw.go): the same transaction, with
+// the same outcomes, in one Raw call. The statements run without the
+// writes' contexts, as a write's context ending doesn't stop its commit
+// anyway (each write checks its own context first, as in try).
+func (w *writer) tryRaw(batch []*write) (bool, error) {
+	ok := true
+	var failed error
+	err := w.raw.with(context.Background(), func(c *rawConn) error {
+		if _, err := c.exec(rawBegin); err != nil {
+			return err
+		}
+		for _, op := range batch {
+			if err := op.ctx.Err(); err != nil {
+				op.n, op.err = 0, err // given up before it ran: never run
+				continue
+			}
+			if op.raw != nil {
+				op.n, op.err = op.raw.runRaw(c)
+			} else {
+				op.n, op.err = op.run(op.ctx, nil) // changes only memory
+			}
+			if op.err != nil {
+				ok = false
+				if op.ctx.Err() == nil { // not its caller giving up meanwhile
+					failed = op.err
+				}
+				break
+			}
+		}
+		if !ok {
+			c.exec(rawRollback) //nolint:errcheck // the failed write's error is the one to report
+			return nil
+		}
+		var err error
+		if hook := commitHook.Load(); hook != nil {
+			err = (*hook)()
+		}
+		if err == nil {
+			if _, err = c.exec(rawCommit); err == nil {
+				return nil
+			}
+		}
+		// A failed COMMIT may leave the transaction open (SQLITE_BUSY):
+		// roll it back, as database/sql's Commit does. When the commit
+		// ended it already, the ROLLBACK fails, harmlessly.
+		c.exec(rawRollback) //nolint:errcheck // the commit's error is the one to report
+		for _, op := range batch {
+			if op.err == nil {
+				op.n, op.err = 0, err
+			}
+		}
+		ok, failed = false, err
+		return nil
+	})
+	if err != nil { // no connection, or BEGIN failed: nothing ran
+		for _, op := range batch {
+			op.n, op.err = 0, err
+		}
+		return false, err
+	}
+	return ok, failed
 }

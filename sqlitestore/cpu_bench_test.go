@@ -1,0 +1,166 @@
+//go:build unix
+
+package sqlitestore_test
+
+import (
+	"crypto/rand"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/sqlitestore"
+)
+
+// processCPU is the CPU time this process has used (user and system).
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkStoreCPU reports the CPU time the process spends per store call
+// sequence ("cpu-µs/op", user plus system, from getrusage), besides the
+// wall time and allocations, from 32 goroutines as the gateway's handlers
+// call it. On a group-committing store the wall time per op is the
+// writer's, bounded by its one goroutine; the CPU per op is what a
+// delivery takes from the gateway's cores.
+//
+//   - first: Claim of a new key (which finds nothing) and its Complete. The
+//     keys are spread over the key space, as the hashes of bodies are.
+//   - replay-file: Claim of a completed key, answered from the file.
+//   - replay-cache: the same, answered from the records kept in memory
+//     (Config.CacheBytes; held alone only).
+//
+// "locked" is the gateway's store: the file held alone (Config.Lock, claims
+// in memory, the key filter), a read pool (Config.Reader), and 32 MiB of
+// cached records for replay-cache (none for first and replay-file, so that
+// the file answers). "shared" keeps its claims in the file, with a read
+// pool.
+func BenchmarkStoreCPU(b *testing.B) {
+	type kind struct {
+		name  string
+		open  func(b *testing.B, cacheBytes int) *sqlitestore.Store
+		cache bool
+	}
+	kinds := []kind{
+		{"locked", func(b *testing.B, cacheBytes int) *sqlitestore.Store {
+			path := filepath.Join(b.TempDir(), "idemhook.db")
+			lock := lockFile(b, path)
+			db := openDB(b, path)
+			s := newStore(b, db, sqlitestore.Config{Lock: lock, Reader: openReader(b, path), CacheBytes: cacheBytes})
+			s.WaitKeyFilter()
+			return s
+		}, true},
+		{"shared", func(b *testing.B, _ int) *sqlitestore.Store {
+			path := filepath.Join(b.TempDir(), "idemhook.db")
+			db := openDB(b, path)
+			return newStore(b, db, sqlitestore.Config{Reader: openReader(b, path)})
+		}, false},
+	}
+	run := func(b *testing.B, body func(pb *testing.PB)) {
+		b.ReportAllocs()
+		b.SetParallelism(16)
+		start := processCPU(b)
+		b.ResetTimer()
+		b.RunParallel(body)
+		b.StopTimer()
+		b.ReportMetric(float64((processCPU(b)-start).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
+	}
+	for _, k := range kinds {
+		b.Run(k.name+"/first", func(b *testing.B) {
+			st := k.open(b, 0)
+			prefix := cpuBenchPrefix()
+			var seq atomic.Uint64
+			run(b, func(pb *testing.PB) {
+				claim, done := cpuBenchRecords()
+				for pb.Next() {
+					// Spread over the key space, as hashes of bodies are, so
+					// that each insert lands on a page of its own.
+					key := prefix + strconv.FormatUint(mix64(seq.Add(1)), 16)
+					if existing, err := st.Claim(b.Context(), key, claim, time.Minute); err != nil || existing != nil {
+						b.Errorf("Claim(%q) of a new key: got %v, %v", key, existing, err)
+						return
+					}
+					if err := st.Complete(b.Context(), key, claim, done, time.Hour); err != nil {
+						b.Errorf("Complete(%q): %v", key, err)
+						return
+					}
+				}
+			})
+		})
+		replay := func(b *testing.B, cacheBytes int) {
+			st := k.open(b, cacheBytes)
+			keys := make([]string, 64)
+			prefix := cpuBenchPrefix()
+			claim, done := cpuBenchRecords()
+			for i := range keys {
+				keys[i] = prefix + strconv.Itoa(i)
+				if _, err := st.Claim(b.Context(), keys[i], claim, time.Minute); err != nil {
+					b.Fatal(err)
+				}
+				if err := st.Complete(b.Context(), keys[i], claim, done, time.Hour); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if cacheBytes > 0 {
+				if n, _ := st.Cached(); n != len(keys) {
+					b.Fatalf("%d records cached, want %d", n, len(keys))
+				}
+			}
+			var next atomic.Uint32
+			run(b, func(pb *testing.PB) {
+				key := keys[next.Add(1)%uint32(len(keys))]
+				claim, _ := cpuBenchRecords()
+				for pb.Next() {
+					existing, err := st.Claim(b.Context(), key, claim, time.Minute)
+					if err != nil || existing == nil || existing.State != idemhook.StateCompleted {
+						b.Errorf("Claim(%q) of a completed key: got %v, %v", key, existing, err)
+						return
+					}
+				}
+			})
+		}
+		b.Run(k.name+"/replay-file", func(b *testing.B) { replay(b, 0) })
+		if k.cache {
+			b.Run(k.name+"/replay-cache", func(b *testing.B) { replay(b, 32<<20) })
+		}
+	}
+}
+
+// mix64 is splitmix64's finalizer: a counter to keys spread over the key
+// space.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// cpuBenchPrefix is a new key prefix shaped as the middleware's keys.
+func cpuBenchPrefix() string {
+	return idemhook.StoreKey("bench", "sha256:"+rand.Text()+":")
+}
+
+// cpuBenchRecords returns a claim and its completed record, as the
+// middleware makes them for a small JSON answer.
+func cpuBenchRecords() (claim, done *idemhook.Record) {
+	claim = &idemhook.Record{State: idemhook.StatePending, Token: rand.Text(), CreatedAt: time.Now()}
+	rand.Read(claim.Fingerprint[:])
+	done = &idemhook.Record{
+		State:       idemhook.StateCompleted,
+		Fingerprint: claim.Fingerprint,
+		CreatedAt:   time.Now(),
+		Status:      http.StatusOK,
+		Header:      http.Header{"Content-Type": {"application/json"}},
+		Body:        []byte(`{"ok":true}`),
+	}
+	return claim, done
+}
