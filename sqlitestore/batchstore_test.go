@@ -129,3 +129,56 @@ func BenchmarkClaimBatch1000(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCompleteBatch1000 is the CompleteBatch of 1,000 claimed keys
+// (the claims, untimed, before each): one write of the writer, on a file
+// shared with other processes and held alone.
+func BenchmarkCompleteBatch1000(b *testing.B) {
+	for _, kind := range []struct {
+		name string
+		open func(tb testing.TB) *sqlitestore.Store
+	}{
+		{"shared", func(tb testing.TB) *sqlitestore.Store {
+			return newStore(tb, openDB(tb, filepath.Join(tb.TempDir(), "idemhook.db")), sqlitestore.Config{})
+		}},
+		{"held", func(tb testing.TB) *sqlitestore.Store {
+			s, _ := heldStore(tb, sqlitestore.Config{})
+			s.WaitKeyFilter()
+			return s
+		}},
+	} {
+		b.Run(kind.name, func(b *testing.B) {
+			s := kind.open(b)
+			claim := pending(rand.Text())
+			done := completed(`{"ok":true}`)
+			ops := make([]idemhook.BatchOp, 1000)
+			round := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				round++
+				b.StopTimer()
+				for i := range ops {
+					ops[i] = idemhook.BatchOp{Key: "idem:bench:" + strconv.Itoa(round) + ":" + strconv.Itoa(i), Claim: claim}
+				}
+				if err := s.ClaimBatch(b.Context(), ops, time.Minute); err != nil {
+					b.Fatal(err)
+				}
+				for i := range ops {
+					if ops[i].Existing != nil || ops[i].Err != nil {
+						b.Fatalf("ClaimBatch op %d: %v, %v", i, ops[i].Existing, ops[i].Err)
+					}
+					ops[i].Done = done
+				}
+				b.StartTimer()
+				if err := s.CompleteBatch(b.Context(), ops, time.Hour); err != nil {
+					b.Fatal(err)
+				}
+				for i := range ops {
+					if ops[i].Err != nil {
+						b.Fatalf("CompleteBatch op %d: %v", i, ops[i].Err)
+					}
+				}
+			}
+		})
+	}
+}
