@@ -258,10 +258,20 @@ func (s *fileStore) readRaw(ctx context.Context, key string) (value []byte, foun
 // execMany runs stmt for each item, with the arguments args makes at the
 // time it runs, in one write of the writer, and sets each item's n.
 func (s *fileStore) execMany(ctx context.Context, items []*item, stmt *sql.Stmt, args func(it *item) []any) error {
+	return s.execManyRaw(ctx, items, stmt, -1, args)
+}
+
+// execManyRaw is execMany with, when id is not -1, the raw form of stmt
+// (raw.go) for the writer to run instead.
+func (s *fileStore) execManyRaw(ctx context.Context, items []*item, stmt *sql.Stmt, id rawID, args func(it *item) []any) error {
 	if len(items) == 0 {
 		return nil
 	}
-	_, err := s.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+	var raw rawWrite
+	if id >= 0 {
+		raw = rawExecMany{id: id, items: items, args: args}
+	}
+	_, err := s.w.doRaw(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
 		st := tx.StmtContext(ctx, stmt)
 		for _, it := range items {
 			it.n = 0
@@ -276,12 +286,33 @@ func (s *fileStore) execMany(ctx context.Context, items []*item, stmt *sql.Stmt,
 			}
 		}
 		return 0, nil
-	})
+	}, raw, nil)
 	return err
 }
 
+// rawExecMany is execMany's write on the raw connection.
+type rawExecMany struct {
+	id    rawID
+	items []*item
+	args  func(it *item) []any
+}
+
+func (m rawExecMany) runRaw(rc *rawConn) (int64, error) {
+	for _, it := range m.items {
+		it.n = 0
+	}
+	for _, it := range m.items {
+		n, err := rc.exec(m.id, m.args(it)...)
+		if err != nil {
+			return 0, err
+		}
+		it.n = n
+	}
+	return 0, nil
+}
+
 func (s *fileStore) completeMany(ctx context.Context, items []*item, ttl time.Duration) error {
-	return s.execMany(ctx, items, s.completeStmt, func(it *item) []any {
+	return s.execManyRaw(ctx, items, s.completeStmt, rawComplete, func(it *item) []any {
 		return []any{it.key, it.old, it.value, s.expiry(ttl), s.nowMillis()}
 	})
 }
@@ -317,22 +348,45 @@ func (h *heldStore) completeMany(ctx context.Context, items []*item, ttl time.Du
 	for i, it := range items {
 		cs[i] = &completion{h: h, sh: h.shard(it.key), key: it.key, old: it.old, value: it.value, ttl: ttl}
 	}
-	_, err := h.w.doThen(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
-		for i, c := range cs {
-			items[i].n = 0
-			n, err := c.run(ctx, tx)
-			if err != nil {
-				return 0, err
-			}
-			items[i].n = n
-		}
-		return 0, nil
-	}, func(committed bool) {
+	b := &completionBatch{cs: cs, items: items}
+	_, err := h.w.doRaw(ctx, b.run, b, func(committed bool) {
 		for _, c := range cs {
 			c.after(committed)
 		}
 	})
 	return err
+}
+
+// completionBatch is the write of a held CompleteBatch: each item's
+// completion, setting its n.
+type completionBatch struct {
+	cs    []*completion
+	items []*item
+}
+
+func (b *completionBatch) run(ctx context.Context, tx *sql.Tx) (int64, error) {
+	for i, c := range b.cs {
+		b.items[i].n = 0
+		n, err := c.run(ctx, tx)
+		if err != nil {
+			return 0, err
+		}
+		b.items[i].n = n
+	}
+	return 0, nil
+}
+
+// runRaw is run on the raw connection.
+func (b *completionBatch) runRaw(rc *rawConn) (int64, error) {
+	for i, c := range b.cs {
+		b.items[i].n = 0
+		n, err := c.runRaw(rc)
+		if err != nil {
+			return 0, err
+		}
+		b.items[i].n = n
+	}
+	return 0, nil
 }
 
 // releaseMany and extendMany are release and extend per item, in memory.

@@ -22,7 +22,7 @@ import (
 // prepared once per connection, with arguments passed as they are:
 //
 //   - The writer runs a batch whose writes all have a raw form (a Complete,
-//     a Claim in the file) in one Raw call: BEGIN IMMEDIATE, the writes and
+//     a Claim in the file, a CompleteBatch) in one Raw call: BEGIN IMMEDIATE, the writes and
 //     COMMIT, the three prepared too. Other batches take database/sql's
 //     transaction as before. Either way a batch is one transaction and one
 //     commit, with the same failure handling (writer.go).
