@@ -31,14 +31,7 @@ import (
 // then unknown.
 
 const (
-	// Batches on the wire at once, each on a connection of the pool. A
-	// batch spends most of its time waiting for its commit's WAL flush;
-	// PostgreSQL flushes the commits that wait together, so four batches
-	// in flight share flushes that two took in turn (issue 23: the
-	// gateway's first deliveries went from 0.31x to 0.46x of a plain
-	// proxy). The pool's default size is 4 or more (pgxpool: the CPU
-	// count, at least 4); a smaller pool makes the workers take turns.
-	batchWorkers = 4
+	batchWorkers = 2  // batches on the wire at once, each on a connection of the pool
 	batchMax     = 64 // statements per batch
 )
 
