@@ -105,11 +105,13 @@
 // has gone out (batch.go): Redis and this process make one read and one
 // write per pipeline instead of per command, which roughly halves the
 // process's CPU per replay (docs/benchmarks.md). A lone call is sent at
-// once. Each call keeps its command, result, error and context. The
-// pipelines are sent by at most 4 goroutines that start when calls come
-// and exit after a second or two without any: a store that is not in use
-// holds no goroutine, so not calling [Store.Close] leaks nothing, and
-// Close stops them at once. [Config.Unbatched] sends each command on a
+// once. Each call keeps its command, result, error and context. One
+// pipeline is on the wire at a time, carrying what arrived during the one
+// before; another goroutine (up to 4) starts only when a pipeline has been
+// on the wire for 10 ms with calls waiting (a WAIT for replicas, a stalled
+// server). They exit after a second or two without calls: a store that is
+// not in use holds no goroutine, so not calling [Store.Close] leaks
+// nothing, and Close stops them at once. [Config.Unbatched] sends each command on a
 // pooled connection of its own instead (for go-redis hooks that should
 // see each command under its caller's context).
 //
@@ -175,9 +177,10 @@ type Config struct {
 	// calls per command, for Redis and for this process (about half the
 	// CPU of a replay, docs/benchmarks.md). A lone call is sent at once.
 	// The commands, what they do, each call's result and error, and its
-	// context's say are the same either way. The pipelines are sent by up
-	// to 4 goroutines that start when calls come and exit after a second
-	// or two without any, so a store that is never closed leaks none;
+	// context's say are the same either way. One pipeline is on the wire
+	// at a time (up to 4 when one stalls for 10 ms with calls waiting),
+	// sent by goroutines that start when calls come and exit after a
+	// second or two without any, so a store that is never closed leaks none;
 	// [Store.Close] stops them at once.
 	//
 	// Set it for go-redis hooks that should see each command with its
