@@ -231,6 +231,7 @@ func TestIdleWorkersGather(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	w.Close() // a Put returns once its item is taken: wait for the last batch to run
 	if n := items.Load(); n != 64*50 {
 		t.Fatalf("exec saw %d items, want %d", n, 64*50)
 	}
