@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -15,19 +14,11 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/proccpu"
 	"github.com/idemhook/idemhook/internal/redistest"
 	"github.com/idemhook/idemhook/memstore"
 	"github.com/idemhook/idemhook/redisstore"
 )
-
-// processCPU is the CPU time this process has used (user and system).
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // BenchmarkCPUPerDelivery reports the CPU time this process spends per
 // delivery ("cpu-µs/op", user plus system, from getrusage). It calls
@@ -43,9 +34,9 @@ func BenchmarkCPUPerDelivery(b *testing.B) {
 	one := func() []byte { return same }
 	run := func(b *testing.B, h http.Handler, next func() []byte) {
 		b.SetParallelism(16)
-		start := processCPU(b)
+		start := proccpu.Used()
 		serveInProcess(b, h, next)
-		b.ReportMetric(float64((processCPU(b)-start).Microseconds())/float64(b.N), "cpu-µs/op")
+		b.ReportMetric(float64((proccpu.Used()-start).Microseconds())/float64(b.N), "cpu-µs/op")
 	}
 	protect := func(b *testing.B, st idemhook.Store) http.Handler {
 		mw, err := idemhook.New(st, idemhook.Options{})

@@ -8,22 +8,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/proccpu"
 	"github.com/idemhook/idemhook/sqlitestore"
 )
-
-// processCPU is the CPU time this process has used (user and system).
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // BenchmarkStoreCPU reports the CPU time the process spends per store call
 // sequence ("cpu-µs/op", user plus system, from getrusage), besides the
@@ -67,11 +58,11 @@ func BenchmarkStoreCPU(b *testing.B) {
 	run := func(b *testing.B, body func(pb *testing.PB)) {
 		b.ReportAllocs()
 		b.SetParallelism(16)
-		start := processCPU(b)
+		start := proccpu.Used()
 		b.ResetTimer()
 		b.RunParallel(body)
 		b.StopTimer()
-		b.ReportMetric(float64((processCPU(b)-start).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
+		b.ReportMetric(float64((proccpu.Used()-start).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
 	}
 	for _, k := range kinds {
 		b.Run(k.name+"/first", func(b *testing.B) {

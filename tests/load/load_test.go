@@ -28,6 +28,7 @@ import (
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/internal/gatewaytest"
 	"github.com/idemhook/idemhook/internal/pgtest"
+	"github.com/idemhook/idemhook/internal/proccpu"
 	"github.com/idemhook/idemhook/internal/redistest"
 	"github.com/idemhook/idemhook/memstore"
 	"github.com/idemhook/idemhook/redisstore"
@@ -140,7 +141,7 @@ func measure(target string, base int64, body, key func(n int64) string) loadResu
 		errs     atomic.Int64
 		deadline = time.Now().Add(*loadDuration)
 	)
-	start, cpu := time.Now(), processCPU()
+	start, cpu := time.Now(), proccpu.Used()
 	for range *loadConc {
 		wg.Go(func() {
 			lat := make([]time.Duration, 0, *loadRequests / *loadConc + 1)
@@ -161,7 +162,7 @@ func measure(target string, base int64, body, key func(n int64) string) loadResu
 		})
 	}
 	wg.Wait()
-	elapsed, cpu := time.Since(start), processCPU()-cpu
+	elapsed, cpu := time.Since(start), proccpu.Used()-cpu
 	slices.Sort(all)
 	r := loadResult{requests: len(all), errors: int(errs.Load()), elapsed: elapsed, cpu: cpu}
 	if len(all) > 0 {

@@ -1,14 +1,13 @@
 //go:build unix
 
-package load
+package proccpu
 
 import (
 	"syscall"
 	"time"
 )
 
-// processCPU is the CPU time this process has used, user and system.
-func processCPU() time.Duration {
+func used() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
