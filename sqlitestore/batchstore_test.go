@@ -92,23 +92,28 @@ func TestBatchCommits(t *testing.T) {
 	}
 }
 
+// batchBenchStores are the stores the batch benchmarks run on: a file
+// shared with other processes (claims in the file) and a file held alone
+// (claims in memory).
+var batchBenchStores = []struct {
+	name string
+	open func(tb testing.TB) *sqlitestore.Store
+}{
+	{"shared", func(tb testing.TB) *sqlitestore.Store {
+		return newStore(tb, openDB(tb, filepath.Join(tb.TempDir(), "idemhook.db")), sqlitestore.Config{})
+	}},
+	{"held", func(tb testing.TB) *sqlitestore.Store {
+		s, _ := heldStore(tb, sqlitestore.Config{})
+		s.WaitKeyFilter()
+		return s
+	}},
+}
+
 // BenchmarkClaimBatch1000 is a ClaimBatch of 1,000 new keys, the
 // middleware's largest batch: on a file shared with other processes (one
 // write of the writer) and held alone (claims in memory, no write).
 func BenchmarkClaimBatch1000(b *testing.B) {
-	for _, kind := range []struct {
-		name string
-		open func(tb testing.TB) *sqlitestore.Store
-	}{
-		{"shared", func(tb testing.TB) *sqlitestore.Store {
-			return newStore(tb, openDB(tb, filepath.Join(tb.TempDir(), "idemhook.db")), sqlitestore.Config{})
-		}},
-		{"held", func(tb testing.TB) *sqlitestore.Store {
-			s, _ := heldStore(tb, sqlitestore.Config{})
-			s.WaitKeyFilter()
-			return s
-		}},
-	} {
+	for _, kind := range batchBenchStores {
 		b.Run(kind.name, func(b *testing.B) {
 			s := kind.open(b)
 			claim := pending(rand.Text())
@@ -134,19 +139,7 @@ func BenchmarkClaimBatch1000(b *testing.B) {
 // (the claims, untimed, before each): one write of the writer, on a file
 // shared with other processes and held alone.
 func BenchmarkCompleteBatch1000(b *testing.B) {
-	for _, kind := range []struct {
-		name string
-		open func(tb testing.TB) *sqlitestore.Store
-	}{
-		{"shared", func(tb testing.TB) *sqlitestore.Store {
-			return newStore(tb, openDB(tb, filepath.Join(tb.TempDir(), "idemhook.db")), sqlitestore.Config{})
-		}},
-		{"held", func(tb testing.TB) *sqlitestore.Store {
-			s, _ := heldStore(tb, sqlitestore.Config{})
-			s.WaitKeyFilter()
-			return s
-		}},
-	} {
+	for _, kind := range batchBenchStores {
 		b.Run(kind.name, func(b *testing.B) {
 			s := kind.open(b)
 			claim := pending(rand.Text())

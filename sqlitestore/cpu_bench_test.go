@@ -4,7 +4,6 @@ package sqlitestore_test
 
 import (
 	"crypto/rand"
-	"net/http"
 	"path/filepath"
 	"strconv"
 	"sync/atomic"
@@ -14,6 +13,7 @@ import (
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/internal/proccpu"
 	"github.com/idemhook/idemhook/sqlitestore"
+	"github.com/idemhook/idemhook/storetest"
 )
 
 // BenchmarkStoreCPU reports the CPU time the process spends per store call
@@ -70,11 +70,11 @@ func BenchmarkStoreCPU(b *testing.B) {
 			prefix := cpuBenchPrefix()
 			var seq atomic.Uint64
 			run(b, func(pb *testing.PB) {
-				claim, done := cpuBenchRecords()
+				claim, done := storetest.BenchRecords()
 				for pb.Next() {
 					// Spread over the key space, as hashes of bodies are, so
 					// that each insert lands on a page of its own.
-					key := prefix + strconv.FormatUint(mix64(seq.Add(1)), 16)
+					key := prefix + strconv.FormatUint(sqlitestore.Mix64(seq.Add(1)), 16)
 					if existing, err := st.Claim(b.Context(), key, claim, time.Minute); err != nil || existing != nil {
 						b.Errorf("Claim(%q) of a new key: got %v, %v", key, existing, err)
 						return
@@ -90,7 +90,7 @@ func BenchmarkStoreCPU(b *testing.B) {
 			st := k.open(b, cacheBytes)
 			keys := make([]string, 64)
 			prefix := cpuBenchPrefix()
-			claim, done := cpuBenchRecords()
+			claim, done := storetest.BenchRecords()
 			for i := range keys {
 				keys[i] = prefix + strconv.Itoa(i)
 				if _, err := st.Claim(b.Context(), keys[i], claim, time.Minute); err != nil {
@@ -108,7 +108,7 @@ func BenchmarkStoreCPU(b *testing.B) {
 			var next atomic.Uint32
 			run(b, func(pb *testing.PB) {
 				key := keys[next.Add(1)%uint32(len(keys))]
-				claim, _ := cpuBenchRecords()
+				claim, _ := storetest.BenchRecords()
 				for pb.Next() {
 					existing, err := st.Claim(b.Context(), key, claim, time.Minute)
 					if err != nil || existing == nil || existing.State != idemhook.StateCompleted {
@@ -125,33 +125,7 @@ func BenchmarkStoreCPU(b *testing.B) {
 	}
 }
 
-// mix64 is splitmix64's finalizer: a counter to keys spread over the key
-// space.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	return x ^ x>>31
-}
-
 // cpuBenchPrefix is a new key prefix shaped as the middleware's keys.
 func cpuBenchPrefix() string {
 	return idemhook.StoreKey("bench", "sha256:"+rand.Text()+":")
-}
-
-// cpuBenchRecords returns a claim and its completed record, as the
-// middleware makes them for a small JSON answer.
-func cpuBenchRecords() (claim, done *idemhook.Record) {
-	claim = &idemhook.Record{State: idemhook.StatePending, Token: rand.Text(), CreatedAt: time.Now()}
-	rand.Read(claim.Fingerprint[:])
-	done = &idemhook.Record{
-		State:       idemhook.StateCompleted,
-		Fingerprint: claim.Fingerprint,
-		CreatedAt:   time.Now(),
-		Status:      http.StatusOK,
-		Header:      http.Header{"Content-Type": {"application/json"}},
-		Body:        []byte(`{"ok":true}`),
-	}
-	return claim, done
 }

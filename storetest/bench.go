@@ -35,7 +35,7 @@ func Bench(b *testing.B, h Harness) {
 	b.Run("FirstDelivery", func(b *testing.B) {
 		st := h.New(b)
 		keys := newKeySeq()
-		claim, done := benchRecords()
+		claim, done := BenchRecords()
 		b.ReportAllocs()
 		for b.Loop() {
 			if err := deliverFirst(b.Context(), st, keys.next(), claim, done); err != nil {
@@ -45,7 +45,7 @@ func Bench(b *testing.B, h Harness) {
 	})
 	b.Run("FirstDeliveryParallel", func(b *testing.B) {
 		st := h.New(b)
-		claim, done := benchRecords()
+		claim, done := BenchRecords()
 		b.ReportAllocs()
 		b.SetParallelism(max(1, 32/runtime.GOMAXPROCS(0)))
 		b.ResetTimer()
@@ -93,9 +93,10 @@ func Bench(b *testing.B, h Harness) {
 	})
 }
 
-// benchRecords returns a claim and its completed record, as the middleware
-// makes them for a typical small answer.
-func benchRecords() (claim, done *idemhook.Record) {
+// BenchRecords returns a new claim and its completed record, as the
+// middleware makes them for a typical small answer: for a store's own
+// benchmarks beside [Bench].
+func BenchRecords() (claim, done *idemhook.Record) {
 	claim = newClaim()
 	done = &idemhook.Record{
 		State:       idemhook.StateCompleted,
@@ -112,7 +113,7 @@ func benchRecords() (claim, done *idemhook.Record) {
 func benchKey(b *testing.B, st idemhook.Store) string {
 	b.Helper()
 	key := benchKeyName()
-	claim, done := benchRecords()
+	claim, done := BenchRecords()
 	if err := deliverFirst(b.Context(), st, key, claim, done); err != nil {
 		b.Fatal(err)
 	}
