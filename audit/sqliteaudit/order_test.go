@@ -16,7 +16,6 @@ import (
 	"github.com/idemhook/idemhook/audit/audittest"
 	"github.com/idemhook/idemhook/audit/sqliteaudit"
 	"github.com/idemhook/idemhook/internal/fakeclock"
-	"github.com/idemhook/idemhook/sqlitestore"
 )
 
 // writeBatches writes each batch with its own Write, as the Recorder
@@ -276,12 +275,7 @@ func TestPruneSegmentBoundary(t *testing.T) {
 // rows.
 func legacyFile(t *testing.T, rows []audit.Entry) *sql.DB {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "v3.db")
-	db, err := sqlitestore.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := openFile(t, filepath.Join(t.TempDir(), "v3.db"))
 	for _, q := range []string{
 		`CREATE TABLE idemhook_schema (component TEXT PRIMARY KEY NOT NULL, version INTEGER NOT NULL)`,
 		`INSERT INTO idemhook_schema VALUES ('audit', 3)`,

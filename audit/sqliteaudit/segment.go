@@ -210,8 +210,9 @@ func among(s string) []byte {
 	return append(append([]byte{0}, s...), 0)
 }
 
-// reader reads varints and strings from a blob, remembering the first
-// error.
+// reader reads uvarints and strings from a summary blob, remembering the
+// first error. (A segment's entries, the hot path, are read with uv and sv
+// instead, without a reader.)
 type reader struct {
 	b   []byte
 	err error
@@ -219,16 +220,6 @@ type reader struct {
 
 func (r *reader) uvarint() uint64 {
 	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.fail()
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) varint() int64 {
-	v, n := binary.Varint(r.b)
 	if n <= 0 {
 		r.fail()
 		return 0

@@ -13,23 +13,28 @@ import (
 	"github.com/idemhook/idemhook/sqlitestore"
 )
 
+// openFile opens the SQLite file at path as the gateway does, until the
+// test ends.
+func openFile(tb testing.TB, path string) *sql.DB {
+	tb.Helper()
+	db, err := sqlitestore.Open(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { db.Close() })
+	return db
+}
+
 // newSink returns a sink on a new file, with the clock now and no
 // background pruning, and the file's main database. With reader, the sink
 // reads through a connection of its own (Config.ReadDB).
 func newSink(tb testing.TB, now func() time.Time, reader bool) (*sqliteaudit.Sink, *sql.DB) {
 	tb.Helper()
 	path := filepath.Join(tb.TempDir(), "idemhook.db")
-	db, err := sqlitestore.Open(path)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { db.Close() })
+	db := openFile(tb, path)
 	cfg := sqliteaudit.Config{Now: now, PruneInterval: -1}
 	if reader {
-		if cfg.ReadDB, err = sqlitestore.Open(path); err != nil {
-			tb.Fatal(err)
-		}
-		tb.Cleanup(func() { cfg.ReadDB.Close() })
+		cfg.ReadDB = openFile(tb, path)
 	}
 	s, err := sqliteaudit.New(db, cfg)
 	if err != nil {
@@ -101,11 +106,7 @@ func TestNewErrors(t *testing.T) {
 	if _, err := sqliteaudit.New(nil, sqliteaudit.Config{}); err == nil {
 		t.Error("New(nil): got nil error")
 	}
-	db, err := sqlitestore.Open(filepath.Join(t.TempDir(), "a.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := openFile(t, filepath.Join(t.TempDir(), "a.db"))
 	if _, err := sqliteaudit.New(db, sqliteaudit.Config{Retention: -time.Hour}); err == nil {
 		t.Error("New with a negative retention: got nil error")
 	}
@@ -131,11 +132,7 @@ func TestNewErrors(t *testing.T) {
 // A file whose trail was made by schema version 1 (no reason, no instance)
 // is upgraded in place: its rows stay, with empty reason and instance.
 func TestUpgradeFromVersion1(t *testing.T) {
-	db, err := sqlitestore.Open(filepath.Join(t.TempDir(), "v1.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := openFile(t, filepath.Join(t.TempDir(), "v1.db"))
 	for _, q := range []string{
 		`CREATE TABLE idemhook_schema (component TEXT PRIMARY KEY NOT NULL, version INTEGER NOT NULL)`,
 		`INSERT INTO idemhook_schema VALUES ('audit', 1)`,
@@ -174,38 +171,28 @@ func TestUpgradeFromVersion1(t *testing.T) {
 // BenchmarkSQLiteWrite measures one default-sized batch (256 entries) into
 // SQLite, which holds the file's single connection (shared with the store)
 // for its duration.
-func BenchmarkSQLiteWrite(b *testing.B) {
-	s, _ := newSink(b, time.Now, false)
-	batch := audittest.Dataset(256)
-	b.ReportAllocs()
-	for b.Loop() {
-		// Time goes forward, as in the gateway: each batch is newer than
-		// the last, so the indexes grow at their ends.
-		for i := range batch {
-			batch[i].Time = batch[i].Time.Add(time.Hour)
-		}
-		if err := s.Write(b.Context(), batch); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/256, "µs/entry")
-}
+func BenchmarkSQLiteWrite(b *testing.B) { benchWrite(b, 256, time.Hour) }
 
 // BenchmarkSQLiteWriteSmall measures batches of 8 entries, what the
 // Recorder of a quieter gateway hands over every 200 ms.
-func BenchmarkSQLiteWriteSmall(b *testing.B) {
+func BenchmarkSQLiteWriteSmall(b *testing.B) { benchWrite(b, 8, time.Second) }
+
+// benchWrite writes batches of n entries, each batch step later than the
+// last: time goes forward, as in the gateway, so the trail grows at its
+// newest end.
+func benchWrite(b *testing.B, n int, step time.Duration) {
 	s, _ := newSink(b, time.Now, false)
-	batch := audittest.Dataset(8)
+	batch := audittest.Dataset(n)
 	b.ReportAllocs()
 	for b.Loop() {
 		for i := range batch {
-			batch[i].Time = batch[i].Time.Add(time.Second)
+			batch[i].Time = batch[i].Time.Add(step)
 		}
 		if err := s.Write(b.Context(), batch); err != nil {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/float64(len(batch)), "µs/entry")
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/float64(n), "µs/entry")
 }
 
 // BenchmarkSQLiteQuery measures the first page of 100 entries for a source
