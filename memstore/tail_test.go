@@ -18,11 +18,11 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/proccpu"
 	"github.com/idemhook/idemhook/memstore"
 )
 
@@ -68,12 +68,12 @@ func TestFirstDeliveryTail(t *testing.T) {
 	// counts wall time of its workers, so it grows when the machine is
 	// busy).
 	var ms runtime.MemStats
-	gcBefore, cpuBefore := gcCPU(), processCPU(t)
+	gcBefore, cpuBefore := gcCPU(), proccpu.Used()
 	const cycles = 3
 	for range cycles {
 		runtime.GC()
 	}
-	perCycle, estimate := (processCPU(t)-cpuBefore)/cycles, (gcCPU()-gcBefore)/cycles
+	perCycle, estimate := (proccpu.Used()-cpuBefore)/cycles, (gcCPU()-gcBefore)/cycles
 	runtime.ReadMemStats(&ms)
 	t.Logf("forced GC: %v process CPU per cycle, %.1f ns per stored key (runtime estimate %v); heap %d MiB, %d objects",
 		perCycle.Round(time.Microsecond), float64(perCycle)/float64(max(keys, 1)), estimate.Round(time.Microsecond), ms.HeapAlloc>>20, ms.HeapObjects)
@@ -212,15 +212,6 @@ func percentiles(lat []time.Duration) (p50, p99, p999 time.Duration) {
 	slices.Sort(s)
 	at := func(q float64) time.Duration { return s[min(len(s)-1, int(q*float64(len(s))))] }
 	return at(0.50), at(0.99), at(0.999)
-}
-
-// processCPU is the CPU time this process has used (user and system).
-func processCPU(t *testing.T) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		t.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // gcCPU is the runtime's estimate of the CPU its collector has used.

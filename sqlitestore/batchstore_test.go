@@ -109,6 +109,13 @@ var batchBenchStores = []struct {
 	}},
 }
 
+// newClaims sets ops to claims of new keys, the keys of round.
+func newClaims(ops []idemhook.BatchOp, round int, claim *idemhook.Record) {
+	for i := range ops {
+		ops[i] = idemhook.BatchOp{Key: "idem:bench:" + strconv.Itoa(round) + ":" + strconv.Itoa(i), Claim: claim}
+	}
+}
+
 // BenchmarkClaimBatch1000 is a ClaimBatch of 1,000 new keys, the
 // middleware's largest batch: on a file shared with other processes (one
 // write of the writer) and held alone (claims in memory, no write).
@@ -123,9 +130,7 @@ func BenchmarkClaimBatch1000(b *testing.B) {
 			for b.Loop() {
 				round++
 				b.StopTimer()
-				for i := range ops {
-					ops[i] = idemhook.BatchOp{Key: "idem:bench:" + strconv.Itoa(round) + ":" + strconv.Itoa(i), Claim: claim}
-				}
+				newClaims(ops, round, claim)
 				b.StartTimer()
 				if err := s.ClaimBatch(b.Context(), ops, time.Minute); err != nil {
 					b.Fatal(err)
@@ -150,9 +155,7 @@ func BenchmarkCompleteBatch1000(b *testing.B) {
 			for b.Loop() {
 				round++
 				b.StopTimer()
-				for i := range ops {
-					ops[i] = idemhook.BatchOp{Key: "idem:bench:" + strconv.Itoa(round) + ":" + strconv.Itoa(i), Claim: claim}
-				}
+				newClaims(ops, round, claim)
 				if err := s.ClaimBatch(b.Context(), ops, time.Minute); err != nil {
 					b.Fatal(err)
 				}
