@@ -118,3 +118,9 @@ func OpenPlain(tb testing.TB, path string) *sql.DB {
 func (s *Store) RawStatements() (writes, reads bool) {
 	return s.file.w.raw != nil, s.file.rawRead != nil
 }
+
+// WALBackstop and CheckpointWrites are checkpoint.go's bounds.
+const (
+	WALBackstop      = walBackstop
+	CheckpointWrites = checkpointWrites
+)

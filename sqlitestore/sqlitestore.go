@@ -374,18 +374,31 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	if read != db {
 		s.rawRead = newRawPool(read)
 	}
+	var ckpt *checkpointer
+	if read != db {
+		// Checkpoints off the writer's connection (checkpoint.go).
+		c, err := startCheckpointer(ctx, db, read, s.log)
+		if err != nil {
+			s.closeStmts()
+			return nil, err
+		}
+		ckpt = c
+	}
 	// The one choice of the mode.
 	var mode claimer = s
 	if cfg.Lock == nil {
-		s.w = startWriter(db, rawWrite, nil)
+		s.w = startWriter(db, rawWrite, ckpt, nil)
 	} else {
 		// The last check that can fail: it takes the lock's one Store.
 		if err := cfg.Lock.covers(ctx, db); err != nil {
+			if ckpt != nil {
+				ckpt.close(db)
+			}
 			s.closeStmts()
 			return nil, err
 		}
 		h := newHeldStore(s, cfg.CacheBytes, cfg.Lock)
-		s.w = startWriter(db, rawWrite, h.writeHealth)
+		s.w = startWriter(db, rawWrite, ckpt, h.writeHealth)
 		h.startFilter()
 		mode = h
 	}
@@ -434,6 +447,9 @@ func (s *fileStore) close() {
 	s.sweeping.Stop()
 	s.checking.Stop()
 	s.w.close()
+	if s.w.ckpt != nil {
+		s.w.ckpt.close(s.db)
+	}
 	s.closeStmts()
 	if s.rawRead != s.w.raw {
 		s.rawRead.close()

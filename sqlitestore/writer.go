@@ -77,10 +77,14 @@ type writer struct {
 	// health, when set, is told the outcome of every commit the writer
 	// tries: nil, or the error that failed it.
 	health func(err error)
+	// ckpt, when set, runs the checkpoints (checkpoint.go); sinceCkpt
+	// counts the writes since it was last told.
+	ckpt      *checkpointer
+	sinceCkpt int
 }
 
-func startWriter(db *sql.DB, raw *rawPool, health func(error)) *writer {
-	w := &writer{db: db, raw: raw, health: health}
+func startWriter(db *sql.DB, raw *rawPool, ckpt *checkpointer, health func(error)) *writer {
+	w := &writer{db: db, raw: raw, ckpt: ckpt, health: health}
 	w.workers = gather.Start(1, maxBatch, w.run)
 	return w
 }
@@ -144,6 +148,12 @@ func (w *writer) run(batch []*write) {
 	if !w.commit(batch) && len(batch) > 1 {
 		for _, op := range batch {
 			w.commit([]*write{op})
+		}
+	}
+	if w.ckpt != nil {
+		if w.sinceCkpt += len(batch); w.sinceCkpt >= checkpointWrites {
+			w.sinceCkpt = 0
+			w.ckpt.wrote()
 		}
 	}
 	for _, op := range batch {
