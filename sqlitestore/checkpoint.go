@@ -5,11 +5,12 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
+	"time"
 )
 
 // Checkpoints. In WAL mode a commit appends the pages it changed to the
-// log; a checkpoint copies them into the database file, with an fsync of
-// each, so that the log can start over. SQLite runs it on the connection
+// log; a checkpoint copies them into the database file and syncs both, so
+// that the log can start over. SQLite runs it on the connection
 // whose commit took the log past 1,000 pages, inside that commit. For this
 // store that is the writer's connection: every delivery waiting for the
 // group commit waited for the copy and its two fsyncs as well. The keys are
@@ -53,9 +54,10 @@ type checkpointer struct {
 	done chan struct{}
 }
 
-// startCheckpointer sets the writer's connection (db, a pool of one) to
-// checkpoint only past walBackstop pages, and starts the checkpoints on
-// read.
+// startCheckpointer sets the writer's connection (db, a pool of one, as
+// Open makes it; in a larger pool, the connection the PRAGMA ran on, the
+// others keeping SQLite's default) to checkpoint only past walBackstop
+// pages, and starts the checkpoints on read.
 func startCheckpointer(ctx context.Context, db, read *sql.DB, log *slog.Logger) (*checkpointer, error) {
 	if err := setAutoCheckpoint(ctx, db, walBackstop); err != nil {
 		return nil, err
@@ -83,8 +85,13 @@ func (c *checkpointer) wrote() {
 	}
 }
 
+// warnEvery bounds the WARNs of failing checkpoints (a full disk fails one
+// every checkpointWrites writes).
+const warnEvery = time.Minute
+
 func (c *checkpointer) loop() {
 	defer close(c.done)
+	var warned time.Time
 	for {
 		select {
 		case <-c.kick:
@@ -95,7 +102,8 @@ func (c *checkpointer) loop() {
 		// (the writer's, past walBackstop): that one copies the log.
 		var busy, logPages, copied int
 		err := c.db.QueryRowContext(context.Background(), "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &logPages, &copied)
-		if err != nil && c.log != nil {
+		if err != nil && c.log != nil && time.Since(warned) >= warnEvery {
+			warned = time.Now()
 			c.log.Warn("sqlitestore: background checkpoint failed; the writer checkpoints past the bound of the log", "err", err, "bound_pages", walBackstop)
 		}
 	}
