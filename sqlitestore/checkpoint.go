@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/idemhook/idemhook/internal/periodic"
 )
 
 // Checkpoints. In WAL mode a commit appends the pages it changed to the
@@ -43,15 +45,16 @@ const (
 	// sqliteAutoCheckpoint is SQLite's default, which Close restores on
 	// the writer's connection for whatever else uses it (an audit sink).
 	sqliteAutoCheckpoint = 1000
+	// warnEvery bounds the WARNs of failing checkpoints (a full disk
+	// fails one every checkpointWrites writes).
+	warnEvery = time.Minute
 )
 
 // checkpointer runs the background checkpoints of one store.
 type checkpointer struct {
-	db   *sql.DB // the read pool
-	log  *slog.Logger
-	kick chan struct{}
-	stop chan struct{}
-	done chan struct{}
+	writer *sql.DB // the writer's pool, whose automatic checkpoint it set
+	task   *periodic.Task
+	since  int // writes since the last kick; the writer's goroutine only
 }
 
 // startCheckpointer sets the writer's connection (db, a pool of one, as
@@ -62,9 +65,13 @@ func startCheckpointer(ctx context.Context, db, read *sql.DB, log *slog.Logger) 
 	if err := setAutoCheckpoint(ctx, db, walBackstop); err != nil {
 		return nil, err
 	}
-	c := &checkpointer{db: read, log: log, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-	go c.loop()
-	return c, nil
+	// A checkpoint that finds another connection's running (the writer's,
+	// past walBackstop) leaves the log to it and succeeds.
+	task := periodic.OnDemand(func(ctx context.Context) error {
+		_, err := read.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)")
+		return err
+	}, log, fmt.Sprintf("sqlitestore: background checkpoint failed; the writer checkpoints once the log holds %d pages", walBackstop), warnEvery)
+	return &checkpointer{writer: db, task: task}, nil
 }
 
 func setAutoCheckpoint(ctx context.Context, db *sql.DB, pages int) error {
@@ -75,44 +82,19 @@ func setAutoCheckpoint(ctx context.Context, db *sql.DB, pages int) error {
 	return nil
 }
 
-// wrote tells the checkpointer that checkpointWrites more writes were
-// committed. It never waits: a checkpoint asked for while one runs runs
-// once after it.
-func (c *checkpointer) wrote() {
-	select {
-	case c.kick <- struct{}{}:
-	default:
+// wrote tells the checkpointer that the writer committed n more writes;
+// after every checkpointWrites of them it asks for a checkpoint. It never
+// waits: one asked for while one runs runs once after it.
+func (c *checkpointer) wrote(n int) {
+	if c.since += n; c.since >= checkpointWrites {
+		c.since = 0
+		c.task.Kick()
 	}
 }
 
-// warnEvery bounds the WARNs of failing checkpoints (a full disk fails one
-// every checkpointWrites writes).
-const warnEvery = time.Minute
-
-func (c *checkpointer) loop() {
-	defer close(c.done)
-	var warned time.Time
-	for {
-		select {
-		case <-c.kick:
-		case <-c.stop:
-			return
-		}
-		// busy is 1 when another connection's checkpoint was running
-		// (the writer's, past walBackstop): that one copies the log.
-		var busy, logPages, copied int
-		err := c.db.QueryRowContext(context.Background(), "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &logPages, &copied)
-		if err != nil && c.log != nil && time.Since(warned) >= warnEvery {
-			warned = time.Now()
-			c.log.Warn("sqlitestore: background checkpoint failed; the writer checkpoints past the bound of the log", "err", err, "bound_pages", walBackstop)
-		}
-	}
-}
-
-// close stops the checkpoints and gives the writer's connection back
-// SQLite's automatic checkpoint.
-func (c *checkpointer) close(db *sql.DB) {
-	close(c.stop)
-	<-c.done
-	setAutoCheckpoint(context.Background(), db, sqliteAutoCheckpoint) //nolint:errcheck // the caller may have closed db already
+// close stops the checkpoints (one running is interrupted) and gives the
+// writer's connection back SQLite's automatic checkpoint.
+func (c *checkpointer) close() {
+	c.task.Stop()
+	setAutoCheckpoint(context.Background(), c.writer, sqliteAutoCheckpoint) //nolint:errcheck // the caller may have closed the pool already
 }

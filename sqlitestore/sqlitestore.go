@@ -371,11 +371,9 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	}
 	rawWrite := newRawPool(db)
 	s.rawRead = rawWrite
-	if read != db {
-		s.rawRead = newRawPool(read)
-	}
 	var ckpt *checkpointer
 	if read != db {
+		s.rawRead = newRawPool(read)
 		// Checkpoints off the writer's connection (checkpoint.go).
 		c, err := startCheckpointer(ctx, db, read, s.log)
 		if err != nil {
@@ -392,7 +390,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 		// The last check that can fail: it takes the lock's one Store.
 		if err := cfg.Lock.covers(ctx, db); err != nil {
 			if ckpt != nil {
-				ckpt.close(db)
+				ckpt.close()
 			}
 			s.closeStmts()
 			return nil, err
@@ -448,7 +446,7 @@ func (s *fileStore) close() {
 	s.checking.Stop()
 	s.w.close()
 	if s.w.ckpt != nil {
-		s.w.ckpt.close(s.db)
+		s.w.ckpt.close()
 	}
 	s.closeStmts()
 	if s.rawRead != s.w.raw {

@@ -77,10 +77,9 @@ type writer struct {
 	// health, when set, is told the outcome of every commit the writer
 	// tries: nil, or the error that failed it.
 	health func(err error)
-	// ckpt, when set, runs the checkpoints (checkpoint.go); sinceCkpt
-	// counts the writes since it was last told.
-	ckpt      *checkpointer
-	sinceCkpt int
+	// ckpt, when set, runs the checkpoints (checkpoint.go), told of
+	// every batch.
+	ckpt *checkpointer
 }
 
 func startWriter(db *sql.DB, raw *rawPool, ckpt *checkpointer, health func(error)) *writer {
@@ -151,10 +150,7 @@ func (w *writer) run(batch []*write) {
 		}
 	}
 	if w.ckpt != nil {
-		if w.sinceCkpt += len(batch); w.sinceCkpt >= checkpointWrites {
-			w.sinceCkpt = 0
-			w.ckpt.wrote()
-		}
+		w.ckpt.wrote(len(batch))
 	}
 	for _, op := range batch {
 		if op.after != nil {

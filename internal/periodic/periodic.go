@@ -1,6 +1,8 @@
-// Package periodic runs a background chore at a fixed interval until it is
-// stopped. The chores are the sweeping of expired rows of sqlitestore and
-// the pruning of old entries of the audit sinks.
+// Package periodic runs a background chore, at a fixed interval or when
+// asked, until it is stopped. The chores are the sweeping of expired rows
+// of sqlitestore, the pruning of old entries of the audit sinks (both at
+// an interval) and sqlitestore's background checkpoints (when its writer
+// asks).
 package periodic
 
 import (
@@ -10,8 +12,10 @@ import (
 	"time"
 )
 
-// Task is a chore running in its own goroutine. Create it with [Start].
+// Task is a chore running in its own goroutine. Create it with [Start] or
+// [OnDemand].
 type Task struct {
+	kick chan struct{}
 	stop chan struct{}
 	done chan struct{}
 	once sync.Once
@@ -22,16 +26,45 @@ type Task struct {
 // logged to log (if not nil) at WARN as msg, with the error under "err".
 // A non-positive interval starts nothing, and Stop still works.
 func Start(interval time.Duration, fn func(context.Context) error, log *slog.Logger, msg string) *Task {
-	t := &Task{stop: make(chan struct{}), done: make(chan struct{})}
+	t := newTask()
 	if interval <= 0 {
 		close(t.done)
 		return t
 	}
-	go t.run(interval, fn, log, msg)
+	tick := time.NewTicker(interval)
+	go func() {
+		defer tick.Stop()
+		t.run(tick.C, fn, log, msg, 0)
+	}()
 	return t
 }
 
-func (t *Task) run(interval time.Duration, fn func(context.Context) error, log *slog.Logger, msg string) {
+// OnDemand calls fn, from a new goroutine, after each [Task.Kick], until
+// [Task.Stop]. Kicks that come while fn runs make one call after it. A
+// failure is logged as [Start] logs it, but at most once per quiet
+// (every one when quiet is not positive): a chore kicked often fails as
+// often while, say, the disk is full.
+func OnDemand(fn func(context.Context) error, log *slog.Logger, msg string, quiet time.Duration) *Task {
+	t := newTask()
+	go t.run(nil, fn, log, msg, quiet)
+	return t
+}
+
+func newTask() *Task {
+	return &Task{kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// Kick asks an [OnDemand] task for a call, without waiting for it. It
+// does nothing to a task made by Start.
+func (t *Task) Kick() {
+	select {
+	case t.kick <- struct{}{}:
+	default: // a call is asked for already
+	}
+}
+
+// run calls fn on each tick (nil for none) and each kick.
+func (t *Task) run(tick <-chan time.Time, fn func(context.Context) error, log *slog.Logger, msg string, quiet time.Duration) {
 	defer close(t.done)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -42,16 +75,21 @@ func (t *Task) run(interval time.Duration, fn func(context.Context) error, log *
 		case <-ctx.Done():
 		}
 	}()
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
+	kick := t.kick
+	if tick != nil {
+		kick = nil // Start's tasks run on their ticker only
+	}
+	var warned time.Time
 	for {
 		select {
 		case <-t.stop:
 			return
-		case <-tick.C:
-			if err := fn(ctx); err != nil && ctx.Err() == nil && log != nil {
-				log.Warn(msg, "err", err)
-			}
+		case <-tick:
+		case <-kick:
+		}
+		if err := fn(ctx); err != nil && ctx.Err() == nil && log != nil && (quiet <= 0 || time.Since(warned) >= quiet) {
+			warned = time.Now()
+			log.Warn(msg, "err", err)
 		}
 	}
 }

@@ -97,3 +97,78 @@ func TestNonPositiveIntervalStartsNothing(t *testing.T) {
 		}
 	}
 }
+
+func TestOnDemandRunsOnKick(t *testing.T) {
+	calls := make(chan struct{}, 100)
+	release := make(chan struct{})
+	var n atomic.Int64
+	task := periodic.OnDemand(func(context.Context) error {
+		n.Add(1)
+		calls <- struct{}{}
+		<-release
+		return nil
+	}, nil, "", 0)
+	defer task.Stop()
+	task.Kick()
+	<-calls // the first call runs, and waits for release
+	for range 5 {
+		task.Kick() // while it runs: together, one more call
+	}
+	release <- struct{}{}
+	<-calls
+	close(release)
+	task.Stop()
+	if got := n.Load(); got != 2 {
+		t.Fatalf("fn ran %d times for a kick and five kicks during its call, want 2", got)
+	}
+}
+
+func TestOnDemandNeverRunsUnasked(t *testing.T) {
+	var n atomic.Int64
+	task := periodic.OnDemand(func(context.Context) error { n.Add(1); return nil }, nil, "", 0)
+	task.Stop()
+	if got := n.Load(); got != 0 {
+		t.Fatalf("fn ran %d times without a kick, want 0", got)
+	}
+}
+
+func TestStartIgnoresKick(t *testing.T) {
+	var n atomic.Int64
+	task := periodic.Start(time.Hour, func(context.Context) error { n.Add(1); return nil }, nil, "")
+	task.Kick()
+	task.Stop()
+	if got := n.Load(); got != 0 {
+		t.Fatalf("fn ran %d times on a kick of an hourly task, want 0", got)
+	}
+}
+
+// A task kicked often logs its failures at most once per quiet; with no
+// quiet, each one.
+func TestOnDemandQuietBoundsTheWarnings(t *testing.T) {
+	for _, c := range []struct {
+		quiet time.Duration
+		want  int
+	}{{time.Hour, 1}, {0, 3}} {
+		started := make(chan struct{})
+		calls := 0
+		logs := new(syncbuf.Buffer)
+		task := periodic.OnDemand(func(ctx context.Context) error {
+			started <- struct{}{}
+			if calls++; calls == 4 {
+				<-ctx.Done() // held until Stop, which is not logged
+				return ctx.Err()
+			}
+			return errors.New("disk full")
+		}, slog.New(slog.NewTextHandler(logs, nil)), "checkpoint failed", c.quiet)
+		for range 4 {
+			task.Kick()
+			<-started
+		}
+		// The fourth call has started: the first three failures are logged.
+		got := strings.Count(logs.String(), `msg="checkpoint failed"`)
+		task.Stop()
+		if got != c.want {
+			t.Errorf("quiet %v: %d WARNs for 3 failures, want %d:\n%s", c.quiet, got, c.want, logs.String())
+		}
+	}
+}
