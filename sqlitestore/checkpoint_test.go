@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/idemhook/idemhook/internal/gatewaytest"
 	"github.com/idemhook/idemhook/sqlitestore"
@@ -97,11 +96,7 @@ func writeRecords(t *testing.T, st *sqlitestore.Store, n int) {
 			claim, done := storetest.BenchRecords()
 			for i := g; i < n; i += 16 {
 				key := prefix + fmt.Sprintf("%016x", sqlitestore.Mix64(uint64(i)))
-				if _, err := st.Claim(t.Context(), key, claim, time.Minute); err != nil {
-					errs <- err
-					return
-				}
-				if err := st.Complete(t.Context(), key, claim, done, time.Hour); err != nil {
+				if err := storetest.DeliverFirst(t.Context(), st, key, claim, done); err != nil {
 					errs <- err
 					return
 				}

@@ -38,7 +38,7 @@ func Bench(b *testing.B, h Harness) {
 		claim, done := BenchRecords()
 		b.ReportAllocs()
 		for b.Loop() {
-			if err := deliverFirst(b.Context(), st, keys.next(), claim, done); err != nil {
+			if err := DeliverFirst(b.Context(), st, keys.next(), claim, done); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -52,7 +52,7 @@ func Bench(b *testing.B, h Harness) {
 		b.RunParallel(func(pb *testing.PB) {
 			keys := newKeySeq() // random per goroutine
 			for pb.Next() {
-				if err := deliverFirst(b.Context(), st, keys.next(), claim, done); err != nil {
+				if err := DeliverFirst(b.Context(), st, keys.next(), claim, done); err != nil {
 					b.Error(err)
 					return
 				}
@@ -114,15 +114,17 @@ func benchKey(b *testing.B, st idemhook.Store) string {
 	b.Helper()
 	key := benchKeyName()
 	claim, done := BenchRecords()
-	if err := deliverFirst(b.Context(), st, key, claim, done); err != nil {
+	if err := DeliverFirst(b.Context(), st, key, claim, done); err != nil {
 		b.Fatal(err)
 	}
 	return key
 }
 
-// deliverFirst makes the store calls of a first delivery: the claim, which
-// must find nothing, and its completion.
-func deliverFirst(ctx context.Context, st idemhook.Store, key string, claim, done *idemhook.Record) error {
+// DeliverFirst makes the store calls of a first delivery: the claim (with
+// a lease of a minute), which must find nothing, and its completion (kept
+// an hour). For a store's own benchmarks and tests beside [Bench], with
+// [BenchRecords].
+func DeliverFirst(ctx context.Context, st idemhook.Store, key string, claim, done *idemhook.Record) error {
 	existing, err := st.Claim(ctx, key, claim, time.Minute)
 	if err != nil || existing != nil {
 		return fmt.Errorf("Claim(%q): got %s, %v; want nil, nil", key, Describe(existing), err)
