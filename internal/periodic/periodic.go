@@ -54,8 +54,8 @@ func newTask() *Task {
 	return &Task{kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 }
 
-// Kick asks an [OnDemand] task for a call, without waiting for it. It
-// does nothing to a task made by Start.
+// Kick asks an [OnDemand] task for a call, without waiting for it. A task
+// made by Start never reads it (its loop selects on its ticker only).
 func (t *Task) Kick() {
 	select {
 	case t.kick <- struct{}{}:

@@ -132,16 +132,6 @@ func TestOnDemandNeverRunsUnasked(t *testing.T) {
 	}
 }
 
-func TestStartIgnoresKick(t *testing.T) {
-	var n atomic.Int64
-	task := periodic.Start(time.Hour, func(context.Context) error { n.Add(1); return nil }, nil, "")
-	task.Kick()
-	task.Stop()
-	if got := n.Load(); got != 0 {
-		t.Fatalf("fn ran %d times on a kick of an hourly task, want 0", got)
-	}
-}
-
 // A task kicked often logs its failures at most once per quiet; with no
 // quiet, each one.
 func TestOnDemandQuietBoundsTheWarnings(t *testing.T) {
