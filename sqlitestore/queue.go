@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -19,26 +20,7 @@ import (
 // the writer, so queue writes share its group commits with the keys'.
 // Times are Unix milliseconds of the store's clock.
 const queueSchema = `
-CREATE TABLE IF NOT EXISTS idem_queue (
-	id          INTEGER PRIMARY KEY, -- arrival order, and the order of a group
-	route       TEXT    NOT NULL,
-	key         TEXT    NOT NULL,    -- the store key, sent as Idempotency-Key
-	order_key   TEXT,                -- NULL: unordered
-	state       INTEGER NOT NULL,    -- 0 queued, 1 running, 2 dead; delivered rows are deleted
-	attempt     INTEGER NOT NULL DEFAULT 0, -- attempts started; with id, the fencing token
-	base        INTEGER NOT NULL DEFAULT 0, -- attempt at the last redrive
-	fence       INTEGER NOT NULL DEFAULT 0, -- the last attempt's fence for the backend (at first the key's claim's)
-	since       INTEGER NOT NULL,    -- received, or the last redrive: the maximum age counts from here
-	next_at     INTEGER NOT NULL,    -- queued: when due; running: when the lease ends
-	lease_by    TEXT,
-	received_at INTEGER NOT NULL,
-	reason      TEXT,                -- dead: why
-	last_status INTEGER,
-	last_error  TEXT,
-	request     BLOB    NOT NULL     -- queue.EncodeRequest
-);
-CREATE INDEX IF NOT EXISTS idem_queue_due ON idem_queue (route, state, next_at);
-CREATE INDEX IF NOT EXISTS idem_queue_group ON idem_queue (route, order_key, id) WHERE order_key IS NOT NULL;
+CREATE TABLE IF NOT EXISTS idem_queue ` + queueTable + `;` + queueIndexes + `
 CREATE TABLE IF NOT EXISTS idem_queue_attempts (
 	event_id   INTEGER NOT NULL,
 	attempt    INTEGER NOT NULL,
@@ -55,6 +37,35 @@ CREATE TABLE IF NOT EXISTS idem_queue_routes (
 	paused INTEGER NOT NULL
 ) WITHOUT ROWID;
 `
+
+// queueTable is idem_queue's columns. Its id is AUTOINCREMENT: a plain
+// INTEGER PRIMARY KEY (a rowid) takes max(id)+1, so once the queue is
+// empty the ids start over, and "event 1" would name several events over
+// time (in Idempotent-Event-Id and the audit trail). migrateQueueIDs
+// rebuilds a table made before.
+const queueTable = `(
+	id          INTEGER PRIMARY KEY AUTOINCREMENT, -- arrival order, and the order of a group; never reused
+	route       TEXT    NOT NULL,
+	key         TEXT    NOT NULL,    -- the store key, sent as Idempotency-Key
+	order_key   TEXT,                -- NULL: unordered
+	state       INTEGER NOT NULL,    -- 0 queued, 1 running, 2 dead; delivered rows are deleted
+	attempt     INTEGER NOT NULL DEFAULT 0, -- attempts started; with id, the fencing token
+	base        INTEGER NOT NULL DEFAULT 0, -- attempt at the last redrive
+	fence       INTEGER NOT NULL DEFAULT 0, -- the last attempt's fence for the backend (at first the key's claim's)
+	since       INTEGER NOT NULL,    -- received, or the last redrive: the maximum age counts from here
+	next_at     INTEGER NOT NULL,    -- queued: when due; running: when the lease ends
+	lease_by    TEXT,
+	received_at INTEGER NOT NULL,
+	reason      TEXT,                -- dead: why
+	last_status INTEGER,
+	last_error  TEXT,
+	request     BLOB    NOT NULL     -- queue.EncodeRequest
+)`
+
+// queueIndexes are idem_queue's indexes.
+const queueIndexes = `
+CREATE INDEX IF NOT EXISTS idem_queue_due ON idem_queue (route, state, next_at);
+CREATE INDEX IF NOT EXISTS idem_queue_group ON idem_queue (route, order_key, id) WHERE order_key IS NOT NULL;`
 
 // fenceSQL is the condition every write of an attempt matches: the event's
 // id and the attempt's number.
@@ -181,6 +192,9 @@ func (s *Store) Queue(ctx context.Context) (*Queue, error) {
 		if err := addFenceColumn(ctx, tx); err != nil {
 			return 0, err
 		}
+		if err := migrateQueueIDs(ctx, tx, f.log); err != nil {
+			return 0, err
+		}
 		if _, held := s.mode.(*heldStore); held {
 			if _, err := tx.ExecContext(ctx, `UPDATE idem_queue SET state = 0, next_at = ?1, lease_by = NULL WHERE state = 1`, f.nowMillis()); err != nil {
 				return 0, err
@@ -223,6 +237,41 @@ func addFenceColumn(ctx context.Context, tx *sql.Tx) error {
 	}
 	_, err := tx.ExecContext(ctx, `ALTER TABLE idem_queue ADD COLUMN fence INTEGER NOT NULL DEFAULT 0`)
 	return err
+}
+
+// migrateQueueIDs rebuilds an idem_queue made before its id was
+// AUTOINCREMENT (see queueTable), keeping every event and its id: the
+// next id then follows the largest one kept.
+func migrateQueueIDs(ctx context.Context, tx *sql.Tx, log *slog.Logger) error {
+	var ddl string
+	if err := tx.QueryRowContext(ctx, `SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'idem_queue'`).Scan(&ddl); err != nil {
+		return fmt.Errorf("read idem_queue's schema: %w", err)
+	}
+	if strings.Contains(strings.ToUpper(ddl), "AUTOINCREMENT") {
+		return nil
+	}
+	const columns = `id, route, key, order_key, state, attempt, base, fence, since, next_at, lease_by, received_at, reason, last_status, last_error, request`
+	var n int64
+	for _, stmt := range []string{
+		`DROP TABLE IF EXISTS idem_queue_rebuilt`,
+		`CREATE TABLE idem_queue_rebuilt ` + queueTable,
+		`INSERT INTO idem_queue_rebuilt (` + columns + `) SELECT ` + columns + ` FROM idem_queue ORDER BY id`,
+		`DROP TABLE idem_queue`,
+		`ALTER TABLE idem_queue_rebuilt RENAME TO idem_queue`,
+		queueIndexes,
+	} {
+		res, err := tx.ExecContext(ctx, stmt)
+		if err != nil {
+			return fmt.Errorf("migrate idem_queue to ids never reused: %w", err)
+		}
+		if strings.HasPrefix(stmt, "INSERT") {
+			n, _ = res.RowsAffected()
+		}
+	}
+	if log != nil {
+		log.Info("sqlitestore: migrated idem_queue: event ids are never reused from now on", "events", n)
+	}
+	return nil
 }
 
 // fenceArg is a fence as the INTEGER column holds it. Fences are
@@ -371,7 +420,18 @@ func (q *Queue) Extend(ctx context.Context, t queue.Token, lease time.Duration) 
 // Settle implements [queue.Engine].
 func (q *Queue) Settle(ctx context.Context, s queue.Settlement) error {
 	a := s.Attempt
+	if a.Attempt == 0 {
+		a.Attempt = s.Token.Attempt
+	}
+	if a.Started.IsZero() {
+		a.Started = time.Now()
+	}
+	// An attempt with no answer (refused, reset, timed out) has no body:
+	// its head is empty, not NULL (the column is NOT NULL).
 	head := a.BodyHead[:min(len(a.BodyHead), queue.MaxBodyHead)]
+	if head == nil {
+		head = []byte{}
+	}
 	n, err := q.f.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
 		var res sql.Result
 		var err error

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -56,6 +57,9 @@ func Run(t *testing.T, h Harness) {
 		{"ListPages", testListPages},
 		{"ConcurrentClaims", testConcurrentClaims},
 		{"Fences", testFences},
+		{"NoAnswer", testNoAnswer},
+		{"NoAnswerThroughADispatcher", testNoAnswerDispatched},
+		{"IDsNeverReused", testIDsNeverReused},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -579,5 +583,177 @@ func testFences(t *testing.T, s *suite) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// refused is the error of an attempt the backend never answered.
+const refused = "dial tcp 127.0.0.1:9: connect: connection refused"
+
+// noAnswer settles ev's attempt as one that got no answer at all: no
+// status, no body, only the transport's error.
+func (s *suite) noAnswer(ev *queue.Event, v queue.Verdict, next time.Time, reason string) error {
+	return s.eng.Settle(ctx(s.t), queue.Settlement{Token: ev.Token(), Verdict: v, NextAt: next, Reason: reason,
+		Attempt: queue.Attempt{Attempt: ev.Attempt, Started: time.Now(), Latency: time.Millisecond, Error: refused, Worker: "w"}})
+}
+
+// An attempt that ends with no answer (refused, reset, timed out: no status,
+// no body) settles like any failed attempt: retried at its NextAt, made due
+// by Hasten (a breaker probe that succeeded), dead when killed (its attempts
+// or its maximum age ran out), its error kept in its attempts' records and
+// in its summary. A superseded one is recorded too.
+func testNoAnswer(t *testing.T, s *suite) {
+	a, b := s.accept(""), s.accept("")
+	evs := s.claim(2, lease)
+	if len(evs) != 2 {
+		t.Fatalf("Claim = %v; want both", ids(evs))
+	}
+	if err := s.noAnswer(evs[0], queue.Retry, time.Now().Add(time.Hour), ""); err != nil {
+		t.Fatalf("Settle(Retry) of an attempt with no answer: %v", err)
+	}
+	if err := s.noAnswer(evs[1], queue.Kill, time.Time{}, "its maximum age of 1h0m0s has passed; the last attempt: no answer: "+refused); err != nil {
+		t.Fatalf("Settle(Kill) of an attempt with no answer: %v", err)
+	}
+	if st := s.stats(); st.Retrying != 1 || st.Dead != 1 || st.Running != 0 {
+		t.Fatalf("Stats = %+v; want 1 retrying, 1 dead", st)
+	}
+	if got := s.claim(10, time.Minute); len(got) != 0 {
+		t.Fatalf("Claim = %v before the retry's backoff ended", ids(got))
+	}
+	if n, err := s.eng.Hasten(ctx(t), s.route); err != nil || n != 1 {
+		t.Fatalf("Hasten = %d, %v; want the retry made due", n, err)
+	}
+	again := s.claim(10, lease)
+	if len(again) != 1 || again[0].ID != a.ID || again[0].Attempt != 2 {
+		t.Fatalf("after Hasten Claim = %+v; want event %d at attempt 2", again, a.ID)
+	}
+	// Its lease lapses and another attempt takes it: the late settle of
+	// attempt 2, with no answer either, is superseded and still recorded.
+	third := s.waitClaim(time.Minute)
+	if err := s.noAnswer(again[0], queue.Retry, time.Now(), ""); !errors.Is(err, queue.ErrSuperseded) {
+		t.Fatalf("Settle of the superseded attempt with no answer = %v; want ErrSuperseded", err)
+	}
+	if err := s.noAnswer(third, queue.Kill, time.Time{}, "3 attempts made; the last: no answer: "+refused); err != nil {
+		t.Fatalf("Settle(Kill) at the attempt limit: %v", err)
+	}
+	for _, tt := range []struct {
+		ev       *queue.Event
+		attempts []int
+		reason   string
+	}{{a, []int{1, 2, 3}, "3 attempts made"}, {b, []int{1}, "maximum age"}} {
+		sum, attempts, err := s.eng.Get(ctx(t), tt.ev.ID)
+		if err != nil || sum == nil || sum.State != queue.Dead || !strings.Contains(sum.Reason, tt.reason) ||
+			sum.LastStatus != 0 || sum.LastError != refused {
+			t.Fatalf("Get(%d) = %+v, %v; want dead (%q) with the last error %q", tt.ev.ID, sum, err, tt.reason, refused)
+		}
+		var got []int
+		for _, at := range attempts {
+			got = append(got, at.Attempt)
+			if at.Status != 0 || at.Error != refused || len(at.BodyHead) != 0 || at.Worker != "w" {
+				t.Fatalf("attempt %+v; want no status, no body and the error %q", at, refused)
+			}
+		}
+		if !slices.Equal(got, tt.attempts) {
+			t.Fatalf("event %d kept attempts %v; want %v", tt.ev.ID, got, tt.attempts)
+		}
+	}
+}
+
+// A dispatcher over the engine whose backend never answers: each event is
+// retried after its backoff, then dead at the route's attempt limit or its
+// maximum age, with every attempt's error recorded.
+func testNoAnswerDispatched(t *testing.T, s *suite) {
+	limited := s.accept("")
+	agedRoute := s.route + "-aged"
+	main := s.route
+	s.route = agedRoute
+	aged := s.accept("")
+	s.route = main
+	var mu sync.Mutex
+	sent := map[int64][]int{}
+	send := func(ctx context.Context, ev *queue.Event) queue.Result {
+		mu.Lock()
+		sent[ev.ID] = append(sent[ev.ID], ev.Attempt)
+		mu.Unlock()
+		return queue.Result{Err: errors.New(refused)}
+	}
+	d := queue.NewDispatcher(s.eng, queue.Options{Worker: "w", Poll: 10 * time.Millisecond, BreakerThreshold: -1})
+	defer d.Close(context.Background())
+	d.Set([]queue.Route{
+		{Name: main, Send: send, MaxAttempts: 3, BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond},
+		// Its maximum age has passed by the first retry.
+		{Name: agedRoute, Send: send, MaxAge: time.Nanosecond, BackoffMin: time.Millisecond},
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for _, route := range []string{main, agedRoute} {
+		for {
+			st, err := s.eng.Stats(ctx(t), route)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Dead == 1 && st.Pending() == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("route %s: Stats = %+v after 10s; want its event dead", route, st)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, tt := range []struct {
+		ev       *queue.Event
+		attempts []int
+		reason   string
+	}{
+		{limited, []int{1, 2, 3}, "3 attempts made; the last: no answer: " + refused},
+		{aged, []int{1}, "its maximum age of 1ns has passed; the last attempt: no answer: " + refused},
+	} {
+		if !slices.Equal(sent[tt.ev.ID], tt.attempts) {
+			t.Fatalf("event %d sent as attempts %v; want %v", tt.ev.ID, sent[tt.ev.ID], tt.attempts)
+		}
+		sum, attempts, err := s.eng.Get(ctx(t), tt.ev.ID)
+		if err != nil || sum == nil || sum.State != queue.Dead || sum.Reason != tt.reason || sum.LastError != refused {
+			t.Fatalf("Get(%d) = %+v, %v; want dead with the reason %q", tt.ev.ID, sum, err, tt.reason)
+		}
+		if len(attempts) != len(tt.attempts) {
+			t.Fatalf("event %d kept %d attempts; want %d", tt.ev.ID, len(attempts), len(tt.attempts))
+		}
+		for _, at := range attempts {
+			if at.Status != 0 || at.Error != refused || len(at.BodyHead) != 0 {
+				t.Fatalf("attempt %+v; want the error %q, no status, no body", at, refused)
+			}
+		}
+	}
+}
+
+// Event IDs are never reused, on any engine: once the queue is empty
+// (every event delivered or purged), the next event gets a larger ID than
+// any before, so that an ID and "event N, attempt M" name one event only.
+func testIDsNeverReused(t *testing.T, s *suite) {
+	var last int64
+	for round := range 3 {
+		a, b := s.accept(""), s.accept("")
+		if a.ID <= last || b.ID <= a.ID {
+			t.Fatalf("round %d: IDs %d, %d after %d; want each larger than every earlier one", round, a.ID, b.ID, last)
+		}
+		last = b.ID
+		evs := s.claim(2, time.Minute)
+		if len(evs) != 2 {
+			t.Fatalf("Claim = %v; want both", ids(evs))
+		}
+		// One is delivered, the other killed and purged: the route's queue is empty.
+		if err := s.settle(evs[0], queue.Delivered, time.Time{}, ""); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.settle(evs[1], queue.Kill, time.Time{}, "refused"); err != nil {
+			t.Fatal(err)
+		}
+		if keys, err := s.eng.Purge(ctx(t), queue.Filter{Route: s.route}); err != nil || len(keys) != 1 {
+			t.Fatalf("Purge = %v, %v; want the dead one", keys, err)
+		}
+		if st := s.stats(); st.Pending() != 0 || st.Dead != 0 {
+			t.Fatalf("Stats = %+v; want the route's queue empty", st)
+		}
 	}
 }
