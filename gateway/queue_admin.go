@@ -105,7 +105,8 @@ func (g *Gateway) serveQueue(w http.ResponseWriter, r *http.Request) {
 		qr.pending.Store(st.Pending())
 		rt := adminapi.QueueRoute{
 			Path: qr.path, Queued: st.Queued, Retrying: st.Retrying, Running: st.Running, Dead: st.Dead,
-			Paused: st.Paused, BackendDown: q.disp.BreakerOpen(qr.path), History: []adminapi.QueueMinute{},
+			Paused: st.Paused, BackendDown: q.disp.BreakerOpen(qr.path), SettlesPending: q.disp.SettlesPending(qr.path),
+			History: []adminapi.QueueMinute{},
 		}
 		if !st.Oldest.IsZero() {
 			age := max(now.Sub(st.Oldest).Seconds(), 0)

@@ -68,6 +68,10 @@ type queueCollector struct {
 	next  *prometheus.Desc
 	pause *prometheus.Desc
 	open  *prometheus.Desc
+	// The settlements the store failed to record: kept and retried
+	// (pending), and the failures so far.
+	settlePending  *prometheus.Desc
+	settleFailures *prometheus.Desc
 }
 
 func newQueueCollector(q func() *queues) *queueCollector {
@@ -78,11 +82,15 @@ func newQueueCollector(q func() *queues) *queueCollector {
 		next:  prometheus.NewDesc("idemhook_queue_next_attempt_seconds", "Seconds until the earliest queued event of a route is due (negative: overdue); absent when none is queued.", []string{"route"}, nil),
 		pause: prometheus.NewDesc("idemhook_queue_paused", "1 while a queued route's deliveries are paused.", []string{"route"}, nil),
 		open:  prometheus.NewDesc("idemhook_queue_backend_down", "1 while a queued route's backend is taken for down (its breaker is open: one probe a second, no attempts spent).", []string{"route"}, nil),
+		settlePending: prometheus.NewDesc("idemhook_queue_settles_pending",
+			"Attempts of a queued route whose outcome the store failed to record; the gateway keeps them and tries again at every poll.", []string{"route"}, nil),
+		settleFailures: prometheus.NewDesc("idemhook_queue_settle_failures_total",
+			"Times the store failed to record the outcome of an attempt of a queued route, retries of a kept one included.", []string{"route"}, nil),
 	}
 }
 
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.depth, c.age, c.next, c.pause, c.open} {
+	for _, d := range []*prometheus.Desc{c.depth, c.age, c.next, c.pause, c.open, c.settlePending, c.settleFailures} {
 		ch <- d
 	}
 }
@@ -111,6 +119,8 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.pause, prometheus.GaugeValue, b2f(st.Paused), qr.path)
 		ch <- prometheus.MustNewConstMetric(c.open, prometheus.GaugeValue, b2f(q.disp.BreakerOpen(qr.path)), qr.path)
+		ch <- prometheus.MustNewConstMetric(c.settlePending, prometheus.GaugeValue, float64(q.disp.SettlesPending(qr.path)), qr.path)
+		ch <- prometheus.MustNewConstMetric(c.settleFailures, prometheus.CounterValue, float64(q.disp.SettleFailures(qr.path)), qr.path)
 	}
 }
 

@@ -88,6 +88,15 @@ func (g *Gateway) serveReady(w http.ResponseWriter, r *http.Request) {
 		b.WriteString("not ready: the store fails; deliveries fail open or closed per route\n")
 	}
 	b.WriteString(store + "\n" + audit + "\n")
+	if q := g.queues.Load(); q != nil {
+		// Kept settlements don't make the gateway unready: claims work, and
+		// each is retried at every poll.
+		for _, qr := range q.list() {
+			if n := q.disp.SettlesPending(qr.path); n > 0 {
+				fmt.Fprintf(&b, "queue %s: %d attempt outcomes not yet recorded by the store; kept and retried at every poll\n", qr.path, n)
+			}
+		}
+	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)

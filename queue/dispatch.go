@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -141,6 +143,12 @@ type Options struct {
 	BreakerThreshold int
 	// BreakerCooldown is the time between probes. Default 1s.
 	BreakerCooldown time.Duration
+	// SettleFailed, when set, is called each time the engine fails to
+	// settle an attempt (ErrSuperseded aside): the store was unreachable,
+	// or refused the write. The settlement is kept and tried again at
+	// every poll until it is stored or superseded (see
+	// [Dispatcher.SettlesPending]).
+	SettleFailed func(route string, ev *Event, err error)
 }
 
 // leaseMargin is what a lease lasts beyond its attempt's timeout: an attempt
@@ -266,15 +274,25 @@ func (d *Dispatcher) Close(ctx context.Context) error {
 		}
 		close(done)
 	}()
+	var err error
 	select {
 	case <-done:
-		d.cut(errShutdown)
-		return nil
 	case <-ctx.Done():
-		d.cut(errShutdown)
-		<-done
-		return ctx.Err()
+		err = ctx.Err()
 	}
+	d.cut(errShutdown)
+	<-done
+	// The settlements the engine failed to store are tried once more (the
+	// attempts cut short included); those that fail still are lost, and
+	// their events are sent again once their leases end.
+	for _, r := range runners {
+		r.retryKept(context.Background())
+		if n := r.pending(); n > 0 {
+			d.opts.Logger.Warn("idemhook queue: settlements not stored at close; their events are sent again once their leases end",
+				"route", r.name, "settles_pending", n)
+		}
+	}
+	return err
 }
 
 type runner struct {
@@ -291,11 +309,18 @@ type runner struct {
 	inflight sync.WaitGroup
 	busy     atomic.Int32 // attempts in flight
 
+	// kept are the settlements the engine failed to store, by event id,
+	// tried again at every poll (retryKept) until stored or superseded.
+	keptMu   sync.Mutex
+	kept     map[int64]*keptSettle
+	failures atomic.Uint64 // settles that failed, kept ones' retries included
+
 	nextStart time.Time // Rate: when the next attempt may start (loop only)
 }
 
 func (d *Dispatcher) newRunner(rt Route) *runner {
-	r := &runner{d: d, name: rt.Name, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	r := &runner{d: d, name: rt.Name, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		kept: map[int64]*keptSettle{}}
 	r.cfg.Store(&rt)
 	r.br = breaker.New(d.opts.BreakerThreshold, d.opts.BreakerCooldown, time.Now, func(open bool) {
 		if open {
@@ -338,6 +363,9 @@ func (r *runner) loop() {
 	defer close(r.done)
 	var errLogged time.Time
 	for !r.stopped() {
+		// Kept settlements first: once the engine answers again, an
+		// attempt's verdict is stored before the route claims anew.
+		r.retryKept(context.Background())
 		cfg := r.cfg.Load()
 		free := cfg.Concurrency - int(r.busy.Load())
 		n, probe := free, false
@@ -362,6 +390,7 @@ func (r *runner) loop() {
 			if probe && len(evs) == 0 {
 				r.br.Done(false) // nothing to probe with: try again after the cooldown
 			}
+			evs = r.dropKeptOf(evs)
 			got = len(evs)
 			for _, ev := range evs {
 				r.busy.Add(1)
@@ -433,23 +462,151 @@ func (r *runner) finish(cfg *Route, ev *Event, res Result, start time.Time) {
 			a.Error = "cut short by shutdown: " + a.Error
 		}
 	}
+	st := Settlement{Token: ev.Token(), Verdict: obs.Verdict, NextAt: obs.NextAt, Reason: obs.Reason, Attempt: a}
 	sctx, scancel := context.WithTimeout(context.Background(), settleTimeout)
-	err := r.d.engine.Settle(sctx, Settlement{Token: ev.Token(), Verdict: obs.Verdict, NextAt: obs.NextAt, Reason: obs.Reason, Attempt: a})
+	err := r.d.engine.Settle(sctx, st)
 	scancel()
+	if err != nil && !errors.Is(err, ErrSuperseded) {
+		// Kept, and tried again at every poll: the backend took the
+		// attempt, and sending it again once the lease ends would be the
+		// failure's cost.
+		r.keep(&keptSettle{s: st, ev: ev, obs: obs, leaseEnd: start.Add(cfg.AttemptTimeout + leaseMargin)}, err)
+		return
+	}
+	r.settled(obs, err)
+}
+
+// keptSettle is a settlement the engine failed to store, with what
+// reporting it needs once it is.
+type keptSettle struct {
+	s        Settlement
+	ev       *Event
+	obs      Observation
+	leaseEnd time.Time // about when the attempt's lease ends in the engine
+}
+
+// keep keeps k after its settle failed with err.
+func (r *runner) keep(k *keptSettle, err error) {
+	r.failures.Add(1)
+	r.keptMu.Lock()
+	r.kept[k.ev.ID] = k
+	n := len(r.kept)
+	r.keptMu.Unlock()
+	r.d.opts.Logger.Warn("idemhook queue: could not settle an attempt; the settlement is kept and tried again at every poll",
+		"route", r.name, "event", k.ev.ID, "attempt", k.ev.Attempt, "settles_pending", n, "err", err)
+	if f := r.d.opts.SettleFailed; f != nil {
+		f(r.name, k.ev, err)
+	}
+}
+
+// retryKept tries each kept settlement once more, within settleTimeout in
+// all and ctx: those stored or superseded leave, the others stay. A
+// timeout ends the pass (the engine does not answer); another error only
+// that settlement's try (a statement may fail alone).
+func (r *runner) retryKept(ctx context.Context) {
+	r.keptMu.Lock()
+	kept := make([]*keptSettle, 0, len(r.kept))
+	for _, k := range r.kept {
+		kept = append(kept, k)
+	}
+	r.keptMu.Unlock()
+	slices.SortFunc(kept, func(a, b *keptSettle) int { return cmp.Compare(a.ev.ID, b.ev.ID) })
+	if len(kept) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
+	defer cancel()
+	for _, k := range kept {
+		err := r.d.engine.Settle(ctx, k.s)
+		if err != nil && !errors.Is(err, ErrSuperseded) {
+			r.failures.Add(1)
+			if f := r.d.opts.SettleFailed; f != nil {
+				f(r.name, k.ev, err)
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			continue
+		}
+		r.keptMu.Lock()
+		if r.kept[k.ev.ID] == k {
+			delete(r.kept, k.ev.ID)
+		}
+		r.keptMu.Unlock()
+		r.d.opts.Logger.Info("idemhook queue: a kept settlement is stored", "route", r.name, "event", k.ev.ID, "attempt", k.ev.Attempt,
+			"superseded", errors.Is(err, ErrSuperseded))
+		r.settled(k.obs, err)
+	}
+}
+
+// dropKeptOf returns evs, and forgets the kept settlements of their events:
+// the engine gave them a new attempt, so their lease had ended and the
+// kept settlement is superseded. Within its lease an attempt's event is
+// running in the engine, and no claim returns it.
+func (r *runner) dropKeptOf(evs []*Event) []*Event {
+	r.keptMu.Lock()
+	var dropped []*keptSettle
+	for _, ev := range evs {
+		if k := r.kept[ev.ID]; k != nil {
+			delete(r.kept, ev.ID)
+			dropped = append(dropped, k)
+		}
+	}
+	r.keptMu.Unlock()
+	for _, k := range dropped {
+		r.settled(k.obs, ErrSuperseded)
+	}
+	return evs
+}
+
+// settled reports an attempt whose settle returned err (nil or
+// ErrSuperseded).
+func (r *runner) settled(obs Observation, err error) {
+	ev := obs.Event
 	switch {
 	case errors.Is(err, ErrSuperseded):
 		obs.Superseded = true
 		r.d.opts.Logger.Warn("idemhook queue: an attempt outlived its lease; another attempt holds the event and its result is dropped",
 			"route", r.name, "event", ev.ID, "attempt", ev.Attempt)
-	case err != nil:
-		r.d.opts.Logger.Warn("idemhook queue: could not settle an attempt; the event is tried again once its lease ends",
-			"route", r.name, "event", ev.ID, "attempt", ev.Attempt, "err", err)
 	case obs.Verdict == Kill:
 		r.d.opts.Logger.Warn("idemhook queue: event dead", "route", r.name, "event", ev.ID, "key", ev.Key, "attempts", ev.Attempt, "reason", obs.Reason)
 	}
 	if r.d.opts.Observe != nil {
 		r.d.opts.Observe(obs)
 	}
+}
+
+// SettlesPending returns how many of route's settlements the engine failed
+// to store and the dispatcher keeps retrying.
+func (d *Dispatcher) SettlesPending(route string) int {
+	r := d.runnerOf(route)
+	if r == nil {
+		return 0
+	}
+	return r.pending()
+}
+
+func (r *runner) pending() int {
+	r.keptMu.Lock()
+	defer r.keptMu.Unlock()
+	return len(r.kept)
+}
+
+// SettleFailures returns how many times the engine failed to settle one of
+// route's attempts, the kept settlements' retries included, since the
+// dispatcher started.
+func (d *Dispatcher) SettleFailures(route string) uint64 {
+	r := d.runnerOf(route)
+	if r == nil {
+		return 0
+	}
+	return r.failures.Load()
+}
+
+func (d *Dispatcher) runnerOf(route string) *runner {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.runners[route]
 }
 
 // Lease returns the lease an attempt of route holds: its attempt timeout

@@ -124,8 +124,11 @@ type QueueRoute struct {
 	Paused      bool       `json:"paused"`
 	// BackendDown is true while the route's breaker takes its backend for
 	// down.
-	BackendDown bool          `json:"backend_down"`
-	History     []QueueMinute `json:"history"` // oldest first, one per minute up to now
+	BackendDown bool `json:"backend_down"`
+	// SettlesPending is how many attempts' outcomes the store failed to
+	// record: the gateway keeps them and tries again at every poll.
+	SettlesPending int           `json:"settles_pending"`
+	History        []QueueMinute `json:"history"` // oldest first, one per minute up to now
 }
 
 // QueueMinute is what happened on a queued route in one minute. The
