@@ -95,6 +95,9 @@ type matrixCell struct {
 	faultFor  time.Duration // how long the backend fails
 	rate      int           // new deliveries a second to each route while it fails
 	items     int           // items a batch (items modes)
+	// config, if set, is the cell's gateway instead of matrixConfig's,
+	// with the failing route at /f and the healthy one at /h.
+	config func(storeLine, failing, healthy string) string
 }
 
 func (c matrixCell) name() string {
@@ -208,13 +211,12 @@ func TestFaultMatrix(t *testing.T) {
 // cellChecks are a cell's deliberate breakages, for
 // TestFaultMatrixOraclesCanFail; the zero value breaks nothing.
 type cellChecks struct {
-	backendRunTwice string // the failing route's backend counts this event's run twice
-	backendForget   string // ... answers this event 200 without running it
-	healthyRunTwice string // the healthy route's backend counts this event's run twice
-	fake503         string // the provider records a made-up 503 of the gateway's for this event
-	runDelay        time.Duration
-	drainBound      time.Duration // 0: faults.DrainBound
-	config          func(string) string
+	backendRunTwice string        // the failing route's backend counts this event's run twice
+	backendForget   string        // ... answers this event 200 without running it
+	healthyRunTwice string        // the healthy route's backend counts this event's run twice
+	fake503         string        // the provider records a made-up 503 of the gateway's for this event
+	runDelay        time.Duration // each run of the failing route's backend takes this long
+	drainBound      time.Duration // 0: faults.DrainBound (and the cell waits 5s past it to measure)
 }
 
 // matrixConfig is a cell's gateway: the failing route /f in front of
@@ -267,29 +269,30 @@ func runCell(t *testing.T, c matrixCell, br cellChecks) faults.Row {
 	fb.RunDelay.Store(int64(br.runDelay))
 	dir := t.TempDir()
 	cfgText := func(b faults.Behaviour) string {
-		s := matrixConfig(storeLine, c.mode, fb.URL(b), hb.URL(faults.Healthy))
-		if br.config != nil {
-			s = br.config(s)
+		if c.config != nil {
+			return c.config(storeLine, fb.URL(b), hb.URL(faults.Healthy))
 		}
-		return s
+		return matrixConfig(storeLine, c.mode, fb.URL(b), hb.URL(faults.Healthy))
 	}
 	path := writeConfig(t, dir, cfgText(c.behaviour))
 	reload := make(chan os.Signal, 1)
 	g := startGateway(t, path, startOpts{reload: reload})
-	if err := fb.Set(c.behaviour); !c.behaviour.InAddress() && err != nil {
-		t.Fatal(err)
+	if !c.behaviour.InAddress() { // else the fault is in the upstream's address: the backend itself is healthy
+		if err := fb.Set(c.behaviour); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	n := c.rate * int(c.faultFor/time.Second)
-	bound := faults.DrainBound
+	bound, slack := faults.DrainBound, 5*time.Second
 	if br.drainBound > 0 {
-		bound = br.drainBound
+		bound, slack = br.drainBound, 0
 	}
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}
 	t.Cleanup(tr.CloseIdleConnections)
 	p := &faults.Provider{
 		Client:   &http.Client{Transport: tr, Timeout: 5 * time.Second},
-		Deadline: time.Now().Add(c.faultFor + bound + 5*time.Second),
+		Deadline: time.Now().Add(c.faultFor + bound + slack),
 		Fake503:  br.fake503,
 	}
 	o := faults.Observed{Cell: c.name()}
@@ -330,7 +333,7 @@ func runCell(t *testing.T, c matrixCell, br cellChecks) faults.Row {
 
 	sendersDone := make(chan struct{})
 	go func() { senders.Wait(); close(sendersDone) }()
-	for wait := o.Recovered.Add(bound + 5*time.Second); time.Now().Before(wait); time.Sleep(50 * time.Millisecond) {
+	for wait := o.Recovered.Add(bound + slack); time.Now().Before(wait); time.Sleep(50 * time.Millisecond) {
 		done := false
 		select {
 		case <-sendersDone:
@@ -364,7 +367,11 @@ func runCell(t *testing.T, c matrixCell, br cellChecks) faults.Row {
 		row.Note = fmt.Sprintf("%d dead events redriven", o.Redriven)
 	}
 	if errs := row.Check(); len(errs) > 0 {
-		t.Logf("%s: %+v\ngateway log (last 4KiB):\n%s", c.name(), row, tail(g.stderr.String(), 4096))
+		statuses := map[string]int{}
+		for _, a := range o.Answers {
+			statuses[fmt.Sprintf("%s %d %s%s", a.Route, a.Status, a.Title, a.Err)]++
+		}
+		t.Logf("%s: %+v\nanswers: %v\ngateway log (last 4KiB):\n%s", c.name(), row, statuses, tail(g.stderr.String(), 4096))
 	}
 	return row
 }
@@ -422,4 +429,90 @@ func redrive(t *testing.T, g *gw, route string) int {
 		t.Fatalf("POST /admin/queue/redrive: %d %v", resp.StatusCode, err)
 	}
 	return out.Redriven
+}
+
+// TestFaultQueueOutage is issue 32's case as an operator met it: on SQLite,
+// a queued route whose backend is not listening (connection refused) for
+// -faults.outage under a steady stream of 20 new events a second to it and
+// to a healthy proxy route beside it. The healthy route runs each event
+// exactly once (each is sent twice); every event to the queued route is
+// accepted at its first send (no answer but 2xx); each reaches the backend
+// within faults.DrainBound of its return. The routes are the issue's: no
+// queue settings (attempt_timeout is upstream_timeout, 30s; backoff up to
+// 10m), the key the body's hash.
+func TestFaultQueueOutage(t *testing.T) {
+	if !*faultsFlag {
+		t.Skip("runs with -faults (go test ./cmd/idemhook -run TestFaultQueueOutage -v -faults -faults.outage 1m)")
+	}
+	c := matrixCell{
+		behaviour: faults.Refused, mode: matrixMode{name: "queue (issue 32)", queued: true}, store: matrixStores[0],
+		faultFor: *faultsOutage, rate: 20,
+		config: func(storeLine, failing, healthy string) string {
+			return fmt.Sprintf(`listen: 127.0.0.1:0
+store: {%s}
+admin: {listen: 127.0.0.1:0}
+log: {level: info}
+routes:
+  - {path: /f, upstream: "%s/q", source: q, deliver: queue}
+  - {path: /h, upstream: "%s/p", source: p}
+`, storeLine, failing, healthy)
+		},
+	}
+	row := runCell(t, c, cellChecks{})
+	row.Note = fmt.Sprintf("outage %v, %d answers to the queued route, %d not 2xx", *faultsOutage, row.FirstAnswers, row.RefusedAnswers)
+	table := faults.Table([]faults.Row{row})
+	t.Log("\n" + table)
+	fmt.Println(table)
+	for _, err := range row.Check() {
+		t.Error(err)
+	}
+	if row.RefusedAnswers > 0 {
+		t.Errorf("%d of %d answers of the queued route were not 2xx: every event must be accepted at once", row.RefusedAnswers, row.FirstAnswers)
+	}
+}
+
+// TestFaultMatrixOraclesCanFail shows each oracle able to fail: a small
+// real cell (a queued route on the memory store whose backend answers 500
+// for a second), run once as it is, where every oracle passes, and once per
+// oracle with a breakage that oracle must catch: a backend that runs an
+// event twice, one that answers an event 200 without running it (a dropped
+// event), a healthy route's backend that runs an event twice, a 503 of the
+// gateway's own for no documented reason, and a backend too slow to drain
+// within the bound. Part of the ordinary run (a few seconds).
+func TestFaultMatrixOraclesCanFail(t *testing.T) {
+	cell := matrixCell{behaviour: faults.Status5xx, mode: matrixModes[2], store: matrixStores[2], faultFor: time.Second, rate: 5}
+	t.Run("unbroken", func(t *testing.T) {
+		row := runCell(t, cell, cellChecks{})
+		for _, err := range row.Check() {
+			t.Errorf("the unbroken cell: %v", err)
+		}
+	})
+	for _, tc := range []struct {
+		oracle string
+		checks cellChecks
+	}{
+		{"twice", cellChecks{backendRunTwice: "f-0"}},
+		{"lost", cellChecks{backendForget: "f-1", drainBound: time.Second}},
+		{"healthy", cellChecks{healthyRunTwice: "h-2"}},
+		{"503", cellChecks{fake503: "f-3"}},
+		{"drain", cellChecks{runDelay: 400 * time.Millisecond, drainBound: 300 * time.Millisecond}},
+	} {
+		t.Run(tc.oracle, func(t *testing.T) {
+			row := runCell(t, cell, tc.checks)
+			var oracle faults.Oracle
+			for _, o := range faults.Oracles {
+				if o.Name == tc.oracle {
+					oracle = o
+				}
+			}
+			if oracle.Check == nil {
+				t.Fatalf("no oracle %q", tc.oracle)
+			}
+			err := oracle.Check(row)
+			if err == nil {
+				t.Fatalf("oracle %q passed a cell broken for it: %+v", tc.oracle, row)
+			}
+			t.Logf("oracle %q failed as it must: %v", tc.oracle, err)
+		})
+	}
 }

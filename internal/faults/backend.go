@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -83,7 +84,8 @@ type Backend struct {
 	// Forget, when set, answers that event 200 without counting a run: an
 	// event dropped after its accept (the oracle "nothing is lost" must fail).
 	Forget atomic.Pointer[string]
-	// RunDelay delays each run's answer: a backend too slow to drain.
+	// RunDelay delays each run's answer (the run counts at once): a
+	// backend too slow to drain the queue within the bound.
 	RunDelay atomic.Int64
 }
 
@@ -97,10 +99,12 @@ func NewBackend(t testing.TB) *Backend {
 	}
 	b.addr = ln.Addr().String()
 	b.serve(ln)
-	b.tls = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	b.tls = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b.count(r) // never reached: the gateway refuses the certificate
 		w.WriteHeader(http.StatusOK)
 	}))
+	b.tls.Config.ErrorLog = log.New(io.Discard, "", 0) // each refused handshake is the point, not news
+	b.tls.StartTLS()
 	t.Cleanup(b.Close)
 	return b
 }
@@ -248,9 +252,6 @@ func (b *Backend) handle(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(MarkHeader, string(bh))
 	switch bh {
 	case Healthy:
-		if d := time.Duration(b.RunDelay.Load()); d > 0 {
-			time.Sleep(d)
-		}
 		now := time.Now()
 		b.mu.Lock()
 		for _, id := range ids {
@@ -267,6 +268,9 @@ func (b *Backend) handle(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		b.mu.Unlock()
+		if d := time.Duration(b.RunDelay.Load()); d > 0 {
+			time.Sleep(d) // ran, but slow to answer
+		}
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"ran":%d}`, len(ids))
 	case Status5xx:
