@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"os"
 	"regexp"
 	"strconv"
 	"sync"
@@ -41,6 +42,7 @@ func (g *gw) adminURL(path string) string { return "http://" + g.Admin + path }
 type startOpts struct {
 	getenv func(string) string
 	now    func() time.Time
+	reload <-chan os.Signal // a value on it is a SIGHUP: the gateway reloads its file
 }
 
 // startGateway runs "idemhook serve --config FILE" with FILE holding text,
@@ -63,6 +65,7 @@ func startGateway(t *testing.T, configPath string, o startOpts) *gw {
 			stderr: stderr,
 			ready:  func(a addrs) { ready <- a },
 			now:    o.now,
+			reload: o.reload,
 		})
 	}()
 	g := &gw{stderr: stderr}

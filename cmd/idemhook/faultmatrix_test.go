@@ -1,0 +1,518 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idemhook/idemhook/gateway/adminapi"
+	"github.com/idemhook/idemhook/internal/faults"
+	"github.com/idemhook/idemhook/internal/pgtest"
+	"github.com/idemhook/idemhook/internal/redistest"
+)
+
+// The fault matrix: every failing behaviour of a backend (internal/faults
+// Backend) × every delivery mode × every store the mode allows, each cell a
+// gateway with the failing route and a healthy route beside it on the same
+// store, each judged by the oracles of internal/faults (nothing answered
+// 2xx is lost, nothing runs twice, the healthy route runs each event once,
+// no 503 of the gateway's own but for a documented reason, the route
+// drained promptly once the backend is back). Behind -faults, as the fault
+// suite:
+//
+//	go test ./cmd/idemhook -count=1 -run 'TestFaultMatrix$' -v -faults -faults.cells all
+//	go test ./cmd/idemhook -count=1 -run TestFaultQueueOutage -v -faults -faults.outage 1m
+var (
+	faultsCells  = flag.String("faults.cells", "sample", "with -faults: the fault matrix's cells: all, sample (each behaviour, mode and store at least once), or a regular expression matched against behaviour/mode/store")
+	faultsOutage = flag.Duration("faults.outage", time.Minute, "with -faults: how long TestFaultQueueOutage's backend refuses connections")
+)
+
+// matrixMode is a delivery mode of the failing route: the lines it adds
+// to the route.
+type matrixMode struct {
+	name   string
+	queued bool // events are kept in the store's queue (refused on Redis)
+	items  bool // deliveries are batches of items
+	lines  string
+}
+
+// The queue's settings keep a cell short: attempts end after 1s, retries
+// wait at most 1s. An attempt's lease is still attempt_timeout + 15s.
+const matrixQueue = "queue: {attempt_timeout: 1s, backoff_min: 100ms, backoff_max: 1s}"
+
+var matrixModes = []matrixMode{
+	{name: "proxy"},
+	{name: "respond_within", queued: true, lines: "respond_within: 300ms\n" + matrixQueue},
+	{name: "queue", queued: true, lines: "deliver: queue\n" + matrixQueue},
+	{name: "split", items: true, lines: `items: {mode: split, paths: [{path: "items[*]", key: id}]}`},
+	{name: "filter", items: true, lines: `items: {mode: filter, paths: [{path: "items[*]", key: id}]}`},
+}
+
+// matrixStore is a store of the matrix: the inside of store: {...} for one
+// cell, a store of the cell's own (a new file, tables, a key prefix).
+type matrixStore struct {
+	name string
+	line func(t *testing.T) string
+}
+
+var matrixStores = []matrixStore{
+	{"sqlite", func(t *testing.T) string {
+		return fmt.Sprintf("driver: sqlite, path: %q", filepath.Join(t.TempDir(), "idemhook.db"))
+	}},
+	{"postgres", func(t *testing.T) string {
+		pool := pgtest.Pool(t)
+		table := pgtest.Table(t, pool, "idemhook_faults")
+		t.Cleanup(func() {
+			for _, suffix := range []string{"_queue_attempts", "_queue_routes", "_queue"} {
+				pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+table+suffix) //nolint:errcheck // best effort
+			}
+		})
+		return fmt.Sprintf("driver: postgres, url: %q, table: %s, timeout: 1s", pgtest.URL(t), table)
+	}},
+	{"memory", func(*testing.T) string { return "driver: memory" }},
+	{"redis", func(t *testing.T) string {
+		return fmt.Sprintf("driver: redis, url: %q, prefix: %q", redistest.URL(t), fmt.Sprintf("faults%d:", time.Now().UnixNano()))
+	}},
+}
+
+// matrixCell is one cell: a behaviour of the failing route's backend, a
+// mode, a store, and the traffic.
+type matrixCell struct {
+	behaviour faults.Behaviour
+	mode      matrixMode
+	store     matrixStore
+	faultFor  time.Duration // how long the backend fails
+	rate      int           // new deliveries a second to each route while it fails
+	items     int           // items a batch (items modes)
+	// config, if set, is the cell's gateway instead of matrixConfig's,
+	// with the failing route at /f and the healthy one at /h.
+	config func(storeLine, failing, healthy string) string
+}
+
+func (c matrixCell) name() string {
+	return string(c.behaviour) + "/" + c.mode.name + "/" + c.store.name
+}
+
+// matrixCells returns every cell the configuration rules allow: the queue
+// and respond_within are refused on Redis (asynchronous replication could
+// lose an accepted event).
+func matrixCells() []matrixCell {
+	var cells []matrixCell
+	for _, b := range faults.Behaviours {
+		for _, m := range matrixModes {
+			for _, s := range matrixStores {
+				if m.queued && s.name == "redis" {
+					continue
+				}
+				cells = append(cells, matrixCell{behaviour: b, mode: m, store: s, faultFor: 2 * time.Second, rate: 10, items: 3})
+			}
+		}
+	}
+	return cells
+}
+
+// sampleCells picks, for behaviour i, the (2i)th and (2i+1)th of the
+// modes × stores the rules allow: every behaviour twice, every mode ×
+// store at least once; and the connection refused on a queue on SQLite
+// (issue 32's case) always.
+func sampleCells(all []matrixCell) []matrixCell {
+	var combos []matrixCell // the mode × store pairs, of the first behaviour
+	for _, c := range all {
+		if c.behaviour == faults.Behaviours[0] {
+			combos = append(combos, c)
+		}
+	}
+	var out []matrixCell
+	seen := map[string]bool{}
+	add := func(c matrixCell) {
+		if !seen[c.name()] {
+			seen[c.name()] = true
+			out = append(out, c)
+		}
+	}
+	for _, c := range all {
+		if c.behaviour == faults.Refused && c.mode.name == "queue" && c.store.name == "sqlite" {
+			add(c)
+		}
+	}
+	for i, b := range faults.Behaviours {
+		for _, k := range []int{2 * i, 2*i + 1} {
+			c := combos[k%len(combos)]
+			c.behaviour = b
+			add(c)
+		}
+	}
+	return out
+}
+
+func selectCells(t *testing.T, spec string) []matrixCell {
+	all := matrixCells()
+	switch spec {
+	case "all":
+		return all
+	case "sample":
+		return sampleCells(all)
+	}
+	re, err := regexp.Compile(spec)
+	if err != nil {
+		t.Fatalf("-faults.cells %q: %v", spec, err)
+	}
+	var out []matrixCell
+	for _, c := range all {
+		if re.MatchString(c.name()) {
+			out = append(out, c)
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("-faults.cells %q selects no cell (e.g. refused/queue/sqlite; behaviours %v)", spec, faults.Behaviours)
+	}
+	return out
+}
+
+func TestFaultMatrix(t *testing.T) {
+	if !*faultsFlag {
+		t.Skip("the fault matrix runs with -faults (go test ./cmd/idemhook -run 'TestFaultMatrix$' -v -faults -faults.cells sample)")
+	}
+	start := time.Now()
+	var rows []faults.Row
+	for _, c := range selectCells(t, *faultsCells) {
+		if time.Since(start) > *faultsBudget {
+			rows = append(rows, faults.Row{Cell: c.name(), Note: "not run: past -faults.budget"})
+			continue
+		}
+		var row faults.Row
+		t.Run(strings.ReplaceAll(c.name(), "/", "_"), func(t *testing.T) {
+			row = runCell(t, c, cellChecks{})
+			for _, err := range row.Check() {
+				t.Error(err)
+			}
+		})
+		if row.Cell == "" {
+			row = faults.Row{Cell: c.name(), Note: "skipped or failed before its tally: see above"}
+		}
+		rows = append(rows, row)
+	}
+	table := faults.Table(rows)
+	t.Log("\n" + table)
+	fmt.Println(table)
+}
+
+// cellChecks are a cell's deliberate breakages, for
+// TestFaultMatrixOraclesCanFail; the zero value breaks nothing.
+type cellChecks struct {
+	backendRunTwice string        // the failing route's backend counts this event's run twice
+	backendForget   string        // ... answers this event 200 without running it
+	healthyRunTwice string        // the healthy route's backend counts this event's run twice
+	fake503         string        // the provider records a made-up 503 of the gateway's for this event
+	runDelay        time.Duration // each run of the failing route's backend takes this long
+	drainBound      time.Duration // 0: faults.DrainBound (and the cell waits 5s past it to measure)
+}
+
+// matrixConfig is a cell's gateway: the failing route /f in front of
+// failing, the healthy route /h (a plain proxy) in front of healthy, both
+// on the store.
+func matrixConfig(storeLine string, mode matrixMode, failing, healthy string) string {
+	var extra strings.Builder
+	for _, l := range strings.Split(mode.lines, "\n") {
+		if l != "" {
+			extra.WriteString("    " + l + "\n")
+		}
+	}
+	return fmt.Sprintf(`listen: 127.0.0.1:0
+store: {%s}
+admin: {listen: 127.0.0.1:0}
+audit: {sink: none}
+log: {level: info}
+routes:
+  - path: /f
+    upstream: %s/f
+    source: f
+    header: x-event-id
+    upstream_timeout: 1s
+%s  - path: /h
+    upstream: %s/h
+    source: h
+    header: x-event-id
+`, storeLine, failing, extra.String(), healthy)
+}
+
+// runCell runs one cell and returns its row. The backend of /f fails as
+// c.behaviour for c.faultFor under a steady stream of new deliveries to
+// both routes (each healthy event sent twice), then is healthy again (for
+// a fault in the address, the file is fixed and reloaded); the providers
+// send every delivery again while it is not answered 2xx. The cell ends
+// once every event has run and the queue is empty, or DrainBound plus 5s
+// after the return.
+func runCell(t *testing.T, c matrixCell, br cellChecks) faults.Row {
+	storeLine := c.store.line(t)
+	fb, hb := faults.NewBackend(t), faults.NewBackend(t)
+	if br.backendRunTwice != "" {
+		fb.RunTwice.Store(&br.backendRunTwice)
+	}
+	if br.backendForget != "" {
+		fb.Forget.Store(&br.backendForget)
+	}
+	if br.healthyRunTwice != "" {
+		hb.RunTwice.Store(&br.healthyRunTwice)
+	}
+	fb.RunDelay.Store(int64(br.runDelay))
+	dir := t.TempDir()
+	cfgText := func(b faults.Behaviour) string {
+		if c.config != nil {
+			return c.config(storeLine, fb.URL(b), hb.URL(faults.Healthy))
+		}
+		return matrixConfig(storeLine, c.mode, fb.URL(b), hb.URL(faults.Healthy))
+	}
+	path := writeConfig(t, dir, cfgText(c.behaviour))
+	reload := make(chan os.Signal, 1)
+	g := startGateway(t, path, startOpts{reload: reload})
+	if !c.behaviour.InAddress() { // else the fault is in the upstream's address: the backend itself is healthy
+		if err := fb.Set(c.behaviour); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	n := c.rate * int(c.faultFor/time.Second)
+	bound, slack := faults.DrainBound, 5*time.Second
+	if br.drainBound > 0 {
+		bound, slack = br.drainBound, 0
+	}
+	tr := &http.Transport{MaxIdleConnsPerHost: 64}
+	t.Cleanup(tr.CloseIdleConnections)
+	p := &faults.Provider{
+		Client:   &http.Client{Transport: tr, Timeout: 5 * time.Second},
+		Deadline: time.Now().Add(c.faultFor + bound + slack),
+		Fake503:  br.fake503,
+	}
+	o := faults.Observed{Cell: c.name()}
+	var senders sync.WaitGroup
+	began := time.Now()
+	for k := range n {
+		id := fmt.Sprintf("f-%d", k)
+		events, body := []string{id}, fmt.Sprintf(`{"id":%q}`, id)
+		if c.mode.items {
+			events = faults.Events(id, c.items)
+			body = faults.Batch(events)
+		}
+		o.Failing = append(o.Failing, events...)
+		hid := fmt.Sprintf("h-%d", k)
+		o.Healthy = append(o.Healthy, hid)
+		time.Sleep(time.Until(began.Add(time.Duration(k) * time.Second / time.Duration(c.rate))))
+		senders.Go(func() { p.Deliver("failing", g.url("/f"), id, body, events) })
+		for copyN := range 2 { // the provider's duplicate comes 300ms later
+			senders.Go(func() {
+				time.Sleep(time.Duration(copyN) * 300 * time.Millisecond)
+				p.Deliver("healthy", g.url("/h"), hid, fmt.Sprintf(`{"id":%q}`, hid), []string{hid})
+			})
+		}
+	}
+	time.Sleep(time.Until(began.Add(c.faultFor)))
+
+	// The backend is back.
+	if c.behaviour.InAddress() {
+		if err := os.WriteFile(path, []byte(cfgText(faults.Healthy)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		reload <- syscall.SIGHUP
+		eventually(t, "the reload of the fixed upstream", func() bool { return strings.Contains(g.stderr.String(), "configuration reloaded") })
+	} else if err := fb.Set(faults.Healthy); err != nil {
+		t.Fatal(err)
+	}
+	o.Recovered = time.Now()
+
+	sendersDone := make(chan struct{})
+	go func() { senders.Wait(); close(sendersDone) }()
+	for wait := o.Recovered.Add(bound + slack); time.Now().Before(wait); time.Sleep(50 * time.Millisecond) {
+		done := false
+		select {
+		case <-sendersDone:
+			done = true
+		default:
+		}
+		ran := allRan(fb.Runs(), o.Failing) && allRan(hb.Runs(), o.Healthy)
+		if c.mode.queued {
+			q := queueState(t, g, "/f")
+			if q.Dead > 0 { // a 4xx or a redirect kills an event at once: kept, redriven once the backend is back
+				o.Redriven += redrive(t, g, "/f")
+				continue
+			}
+			if q.Queued+q.Retrying+q.Running > 0 {
+				continue
+			}
+		}
+		if done && ran {
+			o.Drained = time.Now()
+			break
+		}
+	}
+	<-sendersDone // bounded by the provider's deadline and its client's timeout
+	if err := g.stop(); err != nil {
+		t.Errorf("gateway run returned %v", err)
+	}
+	o.Answers, o.Runs, o.FirstRuns, o.HealthyRuns = p.Answers(), fb.Runs(), fb.FirstRuns(), hb.Runs()
+	row := faults.Tally(o)
+	row.DrainBoundOverride = br.drainBound
+	if o.Redriven > 0 {
+		row.Note = fmt.Sprintf("%d dead events redriven", o.Redriven)
+	}
+	if errs := row.Check(); len(errs) > 0 {
+		statuses := map[string]int{}
+		for _, a := range o.Answers {
+			statuses[fmt.Sprintf("%s %d %s%s", a.Route, a.Status, a.Title, a.Err)]++
+		}
+		t.Logf("%s: %+v\nanswers: %v\ngateway log (last 4KiB):\n%s", c.name(), row, statuses, tail(g.stderr.String(), 4096))
+	}
+	return row
+}
+
+func allRan(runs map[string]int, events []string) bool {
+	for _, e := range events {
+		if runs[e] == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// queueState reads the queue of route from the admin API.
+func queueState(t *testing.T, g *gw, route string) adminapi.QueueRoute {
+	t.Helper()
+	r := do(t, "GET", g.adminURL("/admin/queue?minutes=1"), "")
+	if r.Status != http.StatusOK {
+		t.Fatalf("GET /admin/queue: %d %s", r.Status, r.Body)
+	}
+	var q adminapi.Queue
+	if err := json.Unmarshal([]byte(r.Body), &q); err != nil {
+		t.Fatal(err)
+	}
+	for _, qr := range q.Routes {
+		if qr.Path == route {
+			return qr
+		}
+	}
+	t.Fatalf("GET /admin/queue has no route %s: %s", route, r.Body)
+	return adminapi.QueueRoute{}
+}
+
+// redrive queues the dead events of route again, as an operator does once
+// the backend is fixed, and returns how many.
+func redrive(t *testing.T, g *gw, route string) int {
+	t.Helper()
+	body, _ := json.Marshal(map[string]string{"route": route, "state": "dead"})
+	resp, err := http.Post(g.adminURL("/admin/queue/redrive"), "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Redriven int `json:"redriven"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST /admin/queue/redrive: %d %v", resp.StatusCode, err)
+	}
+	return out.Redriven
+}
+
+// TestFaultQueueOutage is issue 32's case as an operator met it: on SQLite,
+// a queued route whose backend is not listening (connection refused) for
+// -faults.outage under a steady stream of 20 new events a second to it and
+// to a healthy proxy route beside it. The healthy route runs each event
+// exactly once (each is sent twice); every event to the queued route is
+// accepted at its first send (no answer but 2xx); each reaches the backend
+// within faults.DrainBound of its return. The routes are the issue's: no
+// queue settings (attempt_timeout is upstream_timeout, 30s; backoff up to
+// 10m), the key the body's hash.
+func TestFaultQueueOutage(t *testing.T) {
+	if !*faultsFlag {
+		t.Skip("runs with -faults (go test ./cmd/idemhook -run TestFaultQueueOutage -v -faults -faults.outage 1m)")
+	}
+	c := matrixCell{
+		behaviour: faults.Refused, mode: matrixMode{name: "queue (issue 32)", queued: true}, store: matrixStores[0],
+		faultFor: *faultsOutage, rate: 20,
+		config: func(storeLine, failing, healthy string) string {
+			return fmt.Sprintf(`listen: 127.0.0.1:0
+store: {%s}
+admin: {listen: 127.0.0.1:0}
+log: {level: info}
+routes:
+  - {path: /f, upstream: "%s/q", source: q, deliver: queue}
+  - {path: /h, upstream: "%s/p", source: p}
+`, storeLine, failing, healthy)
+		},
+	}
+	row := runCell(t, c, cellChecks{})
+	row.Note = fmt.Sprintf("outage %v, %d answers to the queued route, %d not 2xx", *faultsOutage, row.FirstAnswers, row.RefusedAnswers)
+	table := faults.Table([]faults.Row{row})
+	t.Log("\n" + table)
+	fmt.Println(table)
+	for _, err := range row.Check() {
+		t.Error(err)
+	}
+	if row.RefusedAnswers > 0 {
+		t.Errorf("%d of %d answers of the queued route were not 2xx: every event must be accepted at once", row.RefusedAnswers, row.FirstAnswers)
+	}
+}
+
+// TestFaultMatrixOraclesCanFail shows each oracle able to fail: a small
+// real cell (a queued route on the memory store whose backend answers 500
+// for a second), run once as it is, where every oracle passes, and once per
+// oracle with a breakage that oracle must catch: a backend that runs an
+// event twice, one that answers an event 200 without running it (a dropped
+// event), a healthy route's backend that runs an event twice, a 503 of the
+// gateway's own for no documented reason, and a backend too slow to drain
+// within the bound. Part of the ordinary run (a few seconds).
+func TestFaultMatrixOraclesCanFail(t *testing.T) {
+	cell := matrixCell{behaviour: faults.Status5xx, mode: matrixModes[2], store: matrixStores[2], faultFor: time.Second, rate: 5}
+	t.Run("unbroken", func(t *testing.T) {
+		row := runCell(t, cell, cellChecks{})
+		for _, err := range row.Check() {
+			t.Errorf("the unbroken cell: %v", err)
+		}
+	})
+	for _, tc := range []struct {
+		oracle string
+		checks cellChecks
+	}{
+		{"twice", cellChecks{backendRunTwice: "f-0"}},
+		{"lost", cellChecks{backendForget: "f-1", drainBound: time.Second}},
+		{"healthy", cellChecks{healthyRunTwice: "h-2"}},
+		{"503", cellChecks{fake503: "f-3"}},
+		{"drain", cellChecks{runDelay: 400 * time.Millisecond, drainBound: 300 * time.Millisecond}},
+	} {
+		t.Run(tc.oracle, func(t *testing.T) {
+			row := runCell(t, cell, tc.checks)
+			var oracle faults.Oracle
+			for _, o := range faults.Oracles {
+				if o.Name == tc.oracle {
+					oracle = o
+				}
+			}
+			if oracle.Check == nil {
+				t.Fatalf("no oracle %q", tc.oracle)
+			}
+			err := oracle.Check(row)
+			if err == nil {
+				t.Fatalf("oracle %q passed a cell broken for it: %+v", tc.oracle, row)
+			}
+			t.Logf("oracle %q failed as it must: %v", tc.oracle, err)
+		})
+	}
+}
