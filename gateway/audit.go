@@ -351,7 +351,7 @@ func parseFilter(r *http.Request) (audit.Filter, error) {
 		Route:   trimmed(r, "route"),
 		Cursor:  trimmed(r, "cursor"),
 	}
-	if outcomes := idemhook.Outcomes(); f.Outcome != "" && !slices.Contains(outcomes, idemhook.Outcome(f.Outcome)) {
+	if outcomes := append(deliveryOutcomes(), outcomeQueueDeliver, outcomeQueueDead); f.Outcome != "" && !slices.Contains(outcomes, idemhook.Outcome(f.Outcome)) {
 		names := make([]string, len(outcomes))
 		for i, o := range outcomes {
 			names[i] = string(o)

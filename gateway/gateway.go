@@ -142,6 +142,7 @@ func newGateway(ctx context.Context, cfg *config.Config, opts Options) (_ *Gatew
 		StoreTimeout:     cfg.Store.Timeout, // 0: the store's own default (SQLite's: 10s)
 		MaxHeldBodyBytes: g.limits.BodyMemory,
 		OnDelivery: func(d idemhook.DeliveryInfo) {
+			d = notQueued(d)
 			g.metrics.onDelivery(d)
 			g.audit.record(d)
 		},

@@ -82,9 +82,9 @@ type queues struct {
 type queuedRoute struct {
 	path string
 	cfg  atomic.Pointer[config.Route]
-	// pending is the events not yet delivered: the last count read, plus
-	// the events accepted since. The backpressure bound reads it.
-	pending atomic.Int64
+	// bound is the count of events not yet delivered that max_queued
+	// bounds (queue_bound.go).
+	bound   bound
 	stats   atomic.Pointer[queue.Stats]
 	history history
 }
@@ -167,7 +167,7 @@ func (q *queues) handler(p queuedParts, trusted []netip.Prefix) http.Handler {
 	if p.rc.RespondWithin > 0 {
 		inner = q.hybrid(p.rc, qr, trusted, sender(p.rc, p.rt, maxHybridAnswer), p.proxy)
 	}
-	return q.admit(qr, p.wrap(inner))
+	return q.admit(p.wrap(inner))
 }
 
 // set makes the queued routes of a configuration the ones in use, and gives
@@ -235,14 +235,11 @@ func (q *queues) checkDisk() {
 func (q *queues) readStats() {
 	for _, qr := range q.list() {
 		ctx, cancel := context.WithTimeout(context.Background(), statsInterval)
-		st, err := q.engine.Stats(ctx, qr.path)
+		err := q.countRoute(ctx, qr)
 		cancel()
 		if err != nil {
 			q.logger.Warn("idemhook queue: could not read the route's counts", "route", qr.path, "err", err)
-			continue
 		}
-		qr.stats.Store(&st)
-		qr.pending.Store(st.Pending())
 	}
 }
 
@@ -266,13 +263,13 @@ func (qr *queuedRoute) observe(o queue.Observation) {
 	case o.Superseded || o.Cut:
 	case o.Verdict == queue.Delivered:
 		qr.history.add(time.Now(), func(m *minute) { m.Delivered++ })
-		qr.pending.Add(-1)
 	case o.Verdict == queue.Retry:
 		qr.history.add(time.Now(), func(m *minute) { m.Retried++ })
 	case o.Verdict == queue.Kill:
 		qr.history.add(time.Now(), func(m *minute) { m.Dead++ })
-		qr.pending.Add(-1)
 	}
+	// The bound's count goes down with the next read of the store's (see
+	// bound): never here.
 }
 
 // dispatchRoute is the dispatcher's view of a queued route: how its events
@@ -353,27 +350,87 @@ func sender(rc config.Route, rt http.RoundTripper, keep int64) func(ctx context.
 	}
 }
 
-// admit answers 503 with Retry-After, before the claim, when the route's
-// queue holds max_queued events not yet delivered or the queue's disk is
-// almost full: the provider keeps the event and sends it again, and nothing
-// is claimed for it.
-func (q *queues) admit(qr *queuedRoute, next http.Handler) http.Handler {
+// admit marks each delivery to a queued route, before the middleware, so
+// that the route's handler can note why it refused one (refuseEvent) and the
+// delivery's outcome says so (notQueued).
+func (q *queues) admit(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rc := qr.cfg.Load()
-		if q.diskLow.Load() {
-			w.Header().Set("Retry-After", "60")
-			writeProblem(w, http.StatusServiceUnavailable, "disk almost full",
-				"the gateway's disk has too little free space to keep the event: send it again later")
-			return
-		}
-		if n := qr.pending.Load(); n >= int64(rc.Queue.MaxQueued) {
-			w.Header().Set("Retry-After", "60")
-			writeProblem(w, http.StatusServiceUnavailable, "queue full",
-				fmt.Sprintf("the route's queue holds %d events not yet delivered (max_queued %d): send the event again later", n, rc.Queue.MaxQueued))
-			return
-		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), refusalKey{}, new(refusal))))
 	})
+}
+
+// outcomeNotQueued is the outcome of a delivery to a queued route that was
+// answered 503 without being kept: the route's queue was full, the queue's
+// disk almost full, or the event could not be claimed or written. It is a
+// refusal (the provider keeps the event and sends it again), not a delivery
+// forwarded unprotected nor a failed one: nothing reached the backend.
+const outcomeNotQueued idemhook.Outcome = "not_queued"
+
+type refusalKey struct{}
+
+// refusal is where a queued route's handler notes why it refused a
+// delivery.
+type refusal struct{ err error }
+
+// refuseEvent answers 503 with Retry-After and notes why on the delivery (the
+// reason of its audit entry).
+func refuseEvent(w http.ResponseWriter, r *http.Request, retryAfter, title, detail string) {
+	if rf, ok := r.Context().Value(refusalKey{}).(*refusal); ok {
+		rf.err = errors.New("not queued: " + detail)
+	}
+	w.Header().Set("Retry-After", retryAfter)
+	writeProblem(w, http.StatusServiceUnavailable, title, detail)
+}
+
+// notQueued gives a delivery a queued route refused (refuseEvent) the outcome
+// not_queued, with the refusal as its error (and the middleware's, such as
+// the store's error that left it unclaimed, after it).
+func notQueued(d idemhook.DeliveryInfo) idemhook.DeliveryInfo {
+	if d.Request == nil {
+		return d
+	}
+	rf, ok := d.Request.Context().Value(refusalKey{}).(*refusal)
+	if !ok || rf.err == nil {
+		return d
+	}
+	d.Outcome = outcomeNotQueued
+	if d.Err != nil {
+		d.Err = fmt.Errorf("%w; %w", rf.err, d.Err)
+	} else {
+		d.Err = rf.err
+	}
+	return d
+}
+
+// admitNew runs the checks a new event passes before it is kept, once its
+// claim found nothing stored (a re-delivery of an event already accepted
+// is replayed its accept by the middleware, full queue or not): the queue's
+// disk, then the route's max_queued. With reserve, an admitted event holds
+// a place of the bound, which keep then commits or cancels. A refused one
+// is answered 503 with Retry-After (the provider keeps the event and sends
+// it again), and the middleware releases its claim.
+func (q *queues) admitNew(w http.ResponseWriter, r *http.Request, rc *config.Route, qr *queuedRoute, reserve bool) bool {
+	if q.diskLow.Load() {
+		refuseEvent(w, r, "60", "disk almost full",
+			"the gateway's disk has too little free space to keep the event: send it again later")
+		return false
+	}
+	max := int64(rc.Queue.MaxQueued)
+	var n int64
+	var full bool
+	if reserve {
+		var ok bool
+		n, ok = qr.bound.reserve(max)
+		full = !ok
+	} else {
+		n, full = qr.bound.full(max)
+	}
+	if full {
+		refuseEvent(w, r, "60", "queue full",
+			fmt.Sprintf("the route's queue holds %d events not yet delivered (max_queued %d): send the event again later", n, max))
+		return false
+	}
+	return true
 }
 
 // accept is the handler of a queued route, behind the middleware: it keeps
@@ -386,14 +443,15 @@ func (q *queues) accept(rc config.Route, qr *queuedRoute, trusted []netip.Prefix
 			// The key could not be claimed (the store failed with
 			// on_store_error: open, or the key could not be read): with no
 			// claim there is nothing to keep the event with.
-			w.Header().Set("Retry-After", "5")
-			writeProblem(w, http.StatusServiceUnavailable, "not accepted", "the event could not be claimed, so it is not queued: send it again")
+			refuseEvent(w, r, "5", "not accepted", "the event could not be claimed, so it is not queued: send it again")
+			return
+		}
+		if !q.admitNew(w, r, &rc, qr, true) {
 			return
 		}
 		if err := q.keep(r, rc, qr, d, newEvent(rc, d, r, trusted)); err != nil {
 			q.logger.Warn("idemhook queue: the event could not be kept; the provider is answered 503 and sends it again", "route", rc.Path, "key", d.StoreKey(), "err", err)
-			w.Header().Set("Retry-After", "5")
-			writeProblem(w, http.StatusServiceUnavailable, "not accepted", "the event could not be kept: send it again")
+			refuseEvent(w, r, "5", "not accepted", "the event could not be kept: send it again")
 			return
 		}
 		q.disp.Wake(rc.Path)
@@ -420,15 +478,17 @@ func newEvent(rc config.Route, d *idemhook.Delivery, r *http.Request, trusted []
 
 // keep appends ev with the completion of d's claim by rc's accept answer, in
 // one step of the engine (the middleware then sends that answer), and counts
-// it on qr. On error nothing is kept and the claim is still d's.
+// it on qr, whose bound must hold a place reserved for it. On error nothing
+// is kept, the place is given back and the claim is still d's.
 func (q *queues) keep(r *http.Request, rc config.Route, qr *queuedRoute, d *idemhook.Delivery, ev *queue.Event) error {
 	err := d.CompleteWith(rc.Accept.Status, rc.Accept.Header, rc.Accept.Body, func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
 		return q.engine.Accept(r.Context(), queue.Completion{Key: key, Claim: claim, Done: done, TTL: ttl}, ev)
 	})
 	if err != nil {
+		qr.bound.cancel()
 		return err
 	}
-	qr.pending.Add(1)
+	qr.bound.commit()
 	qr.history.add(ev.ReceivedAt, func(m *minute) { m.Accepted++ })
 	return nil
 }
@@ -449,6 +509,9 @@ func (q *queues) hybrid(rc config.Route, qr *queuedRoute, trusted []netip.Prefix
 		d, claimed := idemhook.DeliveryFromContext(r.Context())
 		if !claimed {
 			proxy.ServeHTTP(w, r) // unprotected: nothing to keep the event with
+			return
+		}
+		if !q.admitNew(w, r, &rc, qr, false) {
 			return
 		}
 		ev := newEvent(rc, d, r, trusted)
@@ -472,7 +535,11 @@ func (q *queues) hybrid(rc config.Route, qr *queuedRoute, trusted []netip.Prefix
 		case <-budget.C:
 		}
 		ev.Lease, ev.Worker = q.disp.Lease(rc.Path), q.disp.Worker()
-		if err := q.keep(r, rc, qr, d, ev); err != nil {
+		err := errQueueFull
+		if _, ok := qr.bound.reserve(int64(rc.Queue.MaxQueued)); ok {
+			err = q.keep(r, rc, qr, d, ev)
+		}
+		if err != nil {
 			// Not kept: the provider waits for the backend's answer, as on
 			// a proxy route.
 			q.logger.Warn("idemhook queue: past respond_within the event could not be kept; waiting for the backend's answer", "route", rc.Path, "key", d.StoreKey(), "err", err)
@@ -578,6 +645,10 @@ func orderKey(orderBy string, h http.Header, body []byte) string {
 	}
 	return ""
 }
+
+// errQueueFull is why a respond_within route could not keep its event past
+// the budget: the route's queue filled up while the backend had it.
+var errQueueFull = errors.New("the route's queue holds max_queued events not yet delivered")
 
 // errNoQueue is the error of an admin call on a gateway with no queued route.
 var errNoQueue = errors.New("no route of this gateway has deliver: queue")

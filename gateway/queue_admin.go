@@ -96,13 +96,11 @@ func (g *Gateway) serveQueue(w http.ResponseWriter, r *http.Request) {
 	for _, qr := range q.list() {
 		// Read the counts now rather than the last second's, so that an
 		// operator sees the effect of a redrive or a pause at once.
-		st, err := q.engine.Stats(r.Context(), qr.path)
-		if err != nil {
+		if err := q.countRoute(r.Context(), qr); err != nil {
 			writeProblem(w, http.StatusServiceUnavailable, "queue unreadable", fmt.Sprintf("the counts of route %s could not be read from the store: %v", qr.path, err))
 			return
 		}
-		qr.stats.Store(&st)
-		qr.pending.Store(st.Pending())
+		st := *qr.stats.Load()
 		rt := adminapi.QueueRoute{
 			Path: qr.path, Queued: st.Queued, Retrying: st.Retrying, Running: st.Running, Dead: st.Dead,
 			Paused: st.Paused, BackendDown: q.disp.BreakerOpen(qr.path), SettlesPending: q.disp.SettlesPending(qr.path),

@@ -172,8 +172,9 @@ func TestQueueDeliversOnceAfterAnOutage(t *testing.T) {
 	}
 }
 
-// A full queue answers 503 with Retry-After before the claim, so the
-// provider keeps the event; once there is room the retry is accepted.
+// A full queue answers a new event 503 with Retry-After (its claim
+// released), so the provider keeps the event; once there is room the retry
+// is accepted.
 func TestQueueFullAnswers503(t *testing.T) {
 	b := newBackend(t)
 	b.down.Store(true)

@@ -28,8 +28,10 @@ import (
 //     all, without calling the upstream. Its outcomes are
 //     in_flight_rejected (409), mismatch (422), signature_invalid (401),
 //     too_large (413), overloaded (503: the memory budget for bodies was
-//     spent), store_error_closed (503) and in_flight_abandoned (a
-//     duplicate whose sender hung up while it waited: nothing sent).
+//     spent), store_error_closed (503), in_flight_abandoned (a
+//     duplicate whose sender hung up while it waited: nothing sent) and
+//     the gateway's not_queued (503 from a queued route: its queue full,
+//     its disk almost full, or the event could not be claimed or kept).
 //   - failed: the upstream was called and its answer was not one to store
 //     (a 5xx, a 4xx, 502 unreachable, 504 too slow, or cut short): the
 //     claim was released, so the provider's retry is forwarded again.
@@ -68,6 +70,7 @@ var outcomeClass = map[idemhook.Outcome]string{
 	idemhook.OutcomeTooLarge:          classRefused,
 	idemhook.OutcomeOverloaded:        classRefused,
 	idemhook.OutcomeStoreErrorClosed:  classRefused,
+	outcomeNotQueued:                  classRefused,
 	idemhook.OutcomeFailedReleased:    classFailed,
 	idemhook.OutcomeInFlightProceeded: classUnprotected,
 	idemhook.OutcomeStoreErrorOpen:    classUnprotected,
@@ -77,6 +80,12 @@ var outcomeClass = map[idemhook.Outcome]string{
 var duplicateOutcomes = []idemhook.Outcome{
 	idemhook.OutcomeReplayed, idemhook.OutcomeInFlightWaited,
 	idemhook.OutcomeInFlightProceeded, idemhook.OutcomeInFlightRejected, idemhook.OutcomeInFlightAbandoned,
+}
+
+// deliveryOutcomes returns the outcomes of the provider's deliveries: the
+// middleware's and the gateway's own not_queued.
+func deliveryOutcomes() []idemhook.Outcome {
+	return append(idemhook.Outcomes(), outcomeNotQueued)
 }
 
 // addOutcome counts n deliveries of outcome in w, in its class.
@@ -190,7 +199,7 @@ func (g *Gateway) countStats(r *http.Request, counter audit.Counter) (adminapi.S
 		}
 	}
 	slices.SortFunc(out.Sources, func(a, b adminapi.SourceStats) int { return strings.Compare(a.Source, b.Source) })
-	for _, o := range idemhook.Outcomes() {
+	for _, o := range deliveryOutcomes() {
 		out.Outcomes = append(out.Outcomes, adminapi.Outcome{Name: string(o), Class: outcomeClass[o]})
 	}
 	return out, nil

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/audit"
 	"github.com/idemhook/idemhook/gateway/adminapi"
 	"github.com/idemhook/idemhook/gateway/config"
@@ -22,10 +21,10 @@ import (
 // class of the console's table, other than "other" (kept for outcomes it
 // doesn't know), so a new outcome can't silently fall out of the counts.
 func TestOutcomeClasses(t *testing.T) {
-	if len(outcomeClass) != len(idemhook.Outcomes()) {
-		t.Errorf("%d outcomes classified, %d outcomes exist", len(outcomeClass), len(idemhook.Outcomes()))
+	if len(outcomeClass) != len(deliveryOutcomes()) {
+		t.Errorf("%d outcomes classified, %d outcomes exist", len(outcomeClass), len(deliveryOutcomes()))
 	}
-	for _, o := range idemhook.Outcomes() {
+	for _, o := range deliveryOutcomes() {
 		switch outcomeClass[o] {
 		case classProcessed, classReplayed, classRefused, classFailed, classUnprotected:
 		default:
@@ -51,6 +50,7 @@ func TestWindowAdds(t *testing.T) {
 		{"too_large", adminapi.Window{Refused: 1}},
 		{"overloaded", adminapi.Window{Refused: 1}},
 		{"store_error_closed", adminapi.Window{Refused: 1}},
+		{"not_queued", adminapi.Window{Refused: 1}},
 		{"failed_released", adminapi.Window{Failed: 1}},
 		{"in_flight_proceeded", adminapi.Window{Unprotected: 1, Duplicates: 1}},
 		{"store_error_open", adminapi.Window{Unprotected: 1}},
@@ -138,7 +138,7 @@ func TestAdminStatsWindows(t *testing.T) {
 	if got := fmt.Sprint(s.Routes); got != "[{/webhooks/test test} {/webhooks/other other}]" {
 		t.Errorf("routes = %s", got)
 	}
-	if len(s.Outcomes) != len(idemhook.Outcomes()) || s.Outcomes[1] != (adminapi.Outcome{Name: "replayed", Class: "replayed"}) {
+	if len(s.Outcomes) != len(deliveryOutcomes()) || s.Outcomes[1] != (adminapi.Outcome{Name: "replayed", Class: "replayed"}) {
 		t.Errorf("outcomes = %+v", s.Outcomes)
 	}
 	var names []string
