@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemhook/idemhook/internal/periodic"
@@ -55,6 +56,9 @@ type checkpointer struct {
 	writer *sql.DB // the writer's pool, whose automatic checkpoint it set
 	task   *periodic.Task
 	since  int // writes since the last kick; the writer's goroutine only
+	// held, set by a test, makes the background checkpoints do nothing,
+	// so that the writer's own checkpoint alone bounds the log.
+	held atomic.Bool
 }
 
 // startCheckpointer sets the writer's connection (db, a pool of one, as
@@ -65,13 +69,17 @@ func startCheckpointer(ctx context.Context, db, read *sql.DB, log *slog.Logger) 
 	if err := setAutoCheckpoint(ctx, db, walBackstop); err != nil {
 		return nil, err
 	}
+	c := &checkpointer{writer: db}
 	// A checkpoint that finds another connection's running (the writer's,
 	// past walBackstop) leaves the log to it and succeeds.
-	task := periodic.OnDemand(func(ctx context.Context) error {
+	c.task = periodic.OnDemand(func(ctx context.Context) error {
+		if c.held.Load() {
+			return nil
+		}
 		_, err := read.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)")
 		return err
 	}, log, fmt.Sprintf("sqlitestore: background checkpoint failed; the writer checkpoints once the log holds %d pages", walBackstop), warnEvery)
-	return &checkpointer{writer: db, task: task}, nil
+	return c, nil
 }
 
 func setAutoCheckpoint(ctx context.Context, db *sql.DB, pages int) error {

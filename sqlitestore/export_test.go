@@ -119,6 +119,11 @@ func (s *Store) RawStatements() (writes, reads bool) {
 	return s.file.w.raw != nil, s.file.rawRead != nil
 }
 
+// HoldCheckpoints makes the store's background checkpoints (it has a read
+// pool) do nothing until ReleaseCheckpoints.
+func (s *Store) HoldCheckpoints()    { s.file.w.ckpt.held.Store(true) }
+func (s *Store) ReleaseCheckpoints() { s.file.w.ckpt.held.Store(false) }
+
 // WALBackstop and CheckpointWrites are checkpoint.go's bounds.
 const (
 	WALBackstop      = walBackstop

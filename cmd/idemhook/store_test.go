@@ -10,8 +10,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -298,6 +300,18 @@ func TestRedisTopologies(t *testing.T) {
 // recent records there (it holds the file alone). Many events, each sent as
 // concurrent copies that race the first copy's completion, must each reach
 // the upstream exactly once, and every copy must get that one answer.
+//
+// A copy is sent like a provider sends it: until it is answered 200. Under
+// in_flight: wait a copy that finds the first delivery still running after
+// wait_timeout gets the documented 409 with Retry-After (a loaded machine
+// can make the first delivery, or the store's write of its answer, that
+// slow); its retry must then replay the first delivery's answer. The route
+// is on_store_error: closed, as once per event is promised only then: store
+// calls that pass their deadline on a loaded machine open the breaker, and
+// under open the deliveries that meet it run unclaimed. Closed answers them
+// 503 with Retry-After, and the retry, after it, is answered like any copy.
+// Any other answer fails the test, and so does an event that runs twice or
+// is answered 200 unreplayed more than once.
 func TestSQLiteGatewayRunsEachOfManyConcurrentEventsOnce(t *testing.T) {
 	up := newUpstream(t)
 	var mu sync.Mutex
@@ -312,33 +326,88 @@ func TestSQLiteGatewayRunsEachOfManyConcurrentEventsOnce(t *testing.T) {
 		fmt.Fprintf(w, `{"processed":%q}`, ev.ID)
 	}
 	dir := t.TempDir()
-	cfg := strings.Replace(routeConfig(up.Srv.URL), "store: {driver: memory}",
+	cfg := strings.Replace(routeConfig(up.Srv.URL, "on_store_error: closed", "retry_after: 1s"), "store: {driver: memory}",
 		fmt.Sprintf("store: {driver: sqlite, path: %q}", filepath.Join(dir, "state.db")), 1)
 	g := startGateway(t, writeConfig(t, dir, cfg), startOpts{})
 
-	const events, copies = 150, 8
-	var wg sync.WaitGroup
+	// The events go in waves, each event's copies together: the copies of
+	// an event race each other as before, but the test does not put 1,200
+	// requests on the gateway at once, a load of its own that made the
+	// store's writes outlast the store's deadline and the claims' lease on
+	// a loaded machine.
+	const events, copies, wave = 150, 8, 16
+	// giveUp bounds a copy's retries: a provider retries for days, but a
+	// test that hangs tells nothing.
+	giveUp := time.Now().Add(3 * time.Minute)
+	var (
+		wg       sync.WaitGroup
+		runs     [events]atomic.Int32 // 200s not marked replayed: the answers of an execution
+		rejected atomic.Int32         // 409s with Retry-After, each followed by a replay
+		refused  atomic.Int32         // 503s with Retry-After: the store did not answer in time
+		resent   atomic.Int32         // sent again after a transport error or a 504
+	)
 	errs := make(chan string, events*copies)
-	for e := range events {
-		for c := range copies {
-			wg.Go(func() {
-				// Spread the copies over a few milliseconds, so that some
-				// arrive just as the first one completes.
-				time.Sleep(time.Duration(c) * 300 * time.Microsecond)
-				id := fmt.Sprintf("evt_%d", e)
-				// Not post: its t.Fatal must not run on this goroutine.
-				resp, err := http.Post(g.url("/webhooks/test"), "application/json", strings.NewReader(fmt.Sprintf(`{"id":%q}`, id)))
-				if err != nil {
-					errs <- fmt.Sprintf("%s: %v", id, err)
-					return
-				}
-				body, err := io.ReadAll(resp.Body)
+	send := func(e, c int) {
+		// Spread the copies over a few milliseconds, so that some
+		// arrive just as the first one completes.
+		time.Sleep(time.Duration(c) * 300 * time.Microsecond)
+		id := fmt.Sprintf("evt_%d", e)
+		want := fmt.Sprintf(`{"processed":%q}`, id)
+		var after409 []string // the Retry-After of each 409 this copy got
+		for try := 1; ; try++ {
+			if try > 1 && time.Now().After(giveUp) {
+				errs <- fmt.Sprintf("%s: not answered 200 in %d tries (409s: %q)", id, try-1, after409)
+				return
+			}
+			// Not post: its t.Fatal must not run on this goroutine.
+			resp, err := http.Post(g.url("/webhooks/test"), "application/json", strings.NewReader(fmt.Sprintf(`{"id":%q}`, id)))
+			var body []byte
+			if err == nil {
+				body, err = io.ReadAll(resp.Body)
 				resp.Body.Close()
-				if err != nil || resp.StatusCode != http.StatusOK || string(body) != fmt.Sprintf(`{"processed":%q}`, id) {
-					errs <- fmt.Sprintf("%s: %d %q %v", id, resp.StatusCode, body, err)
+			}
+			if err != nil { // as a provider, send it again
+				resent.Add(1)
+				continue
+			}
+			replayed := resp.Header.Get(idemhook.ReplayedHeader) == "true"
+			retryAfter := resp.Header.Get("Retry-After")
+			switch {
+			case resp.StatusCode == http.StatusOK && string(body) == want:
+				if !replayed {
+					runs[e].Add(1)
 				}
-			})
+				if len(after409) > 0 && !replayed {
+					errs <- fmt.Sprintf("%s: 200 after %d 409s (Retry-After %q) not marked replayed: the retry ran the event", id, len(after409), after409)
+				}
+				return
+			case resp.StatusCode == http.StatusConflict && validRetryAfter(retryAfter):
+				// The first delivery outlasted wait_timeout: retry.
+				rejected.Add(1)
+				after409 = append(after409, retryAfter)
+			case resp.StatusCode == http.StatusServiceUnavailable && validRetryAfter(retryAfter):
+				// The store did not answer in time: come back after
+				// Retry-After, as a provider would.
+				refused.Add(1)
+				n, _ := strconv.Atoi(retryAfter)
+				time.Sleep(time.Duration(n) * time.Second)
+			case resp.StatusCode == http.StatusGatewayTimeout:
+				// The upstream could not be reached in time: the claim
+				// was released, the retry runs the event.
+				resent.Add(1)
+			default:
+				errs <- fmt.Sprintf("%s: %d %q (Retry-After %q)", id, resp.StatusCode, body, retryAfter)
+				return
+			}
 		}
+	}
+	for first := 0; first < events; first += wave {
+		for e := first; e < min(first+wave, events); e++ {
+			for c := range copies {
+				wg.Go(func() { send(e, c) })
+			}
+		}
+		wg.Wait()
 	}
 	wg.Wait()
 	close(errs)
@@ -351,16 +420,43 @@ func TestSQLiteGatewayRunsEachOfManyConcurrentEventsOnce(t *testing.T) {
 		if n := calls[fmt.Sprintf("evt_%d", e)]; n != 1 {
 			t.Errorf("evt_%d reached the upstream %d times, want 1", e, n)
 		}
+		if n := runs[e].Load(); n != 1 {
+			t.Errorf("evt_%d: %d copies answered 200 unreplayed, want 1 (the others replay it)", e, n)
+		}
+	}
+	if n, m, r := rejected.Load(), refused.Load(), resent.Load(); n+m+r > 0 {
+		t.Logf("%d answers were 409 (the first delivery outlasted wait_timeout), %d were 503 (the store did not answer in time), %d sends failed or got 504; their retries were answered", n, m, r)
 	}
 	if t.Failed() {
 		var warns []string
+		outcomes, messages := map[string]int{}, map[string]int{}
 		for _, l := range strings.Split(g.stderr.String(), "\n") {
 			if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
 				warns = append(warns, l)
+				if m := messageField.FindStringSubmatch(l); m != nil {
+					messages[m[1]]++
+				}
+			}
+			if m := outcomeField.FindStringSubmatch(l); m != nil {
+				outcomes[m[1]]++
 			}
 		}
-		t.Logf("the gateway's WARN and ERROR lines (%d):\n%s", len(warns), strings.Join(warns[:min(len(warns), 20)], "\n"))
+		t.Logf("the gateway's deliveries by outcome: %v; its WARN and ERROR lines (%d) by message: %v; the first:\n%s",
+			outcomes, len(warns), messages, strings.Join(warns[:min(len(warns), 20)], "\n"))
 	}
+}
+
+// outcomeField is the outcome of a gateway's delivery log line.
+var outcomeField = regexp.MustCompile(`msg="webhook delivery".* outcome=(\S+)`)
+
+// messageField is the message of a log line, without the key some end with.
+var messageField = regexp.MustCompile(`msg="([^"]*?)(?: for key=[^"]*)?"`)
+
+// validRetryAfter reports whether v is a Retry-After in whole seconds, at
+// least one, as the gateway's 409 and 503 carry.
+func validRetryAfter(v string) bool {
+	n, err := strconv.Atoi(v)
+	return err == nil && n >= 1
 }
 
 // TestPostgresRestartUnderLoad restarts the gateway's PostgreSQL in the
