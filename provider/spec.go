@@ -137,7 +137,10 @@ type Signature struct {
 	// TrimSpaces allows spaces around the keys and values of pairs.
 	TrimSpaces bool `yaml:"trim_spaces"`
 	// Signed is the template of what is signed (see [Spec]). Default
-	// "{body}".
+	// "{body}". With a timestamp, it must sign it outside optional parts:
+	// {timestamp}, {header:<Timestamp.Header>}, or for Timestamp.JSON
+	// {body} or {json:<Timestamp.JSON>}; a placeholder cut by |first:N
+	// does not count.
 	Signed string `yaml:"signed"`
 	// SecretEncoding is how an HMAC secret is written: raw (default: its
 	// bytes), base64 or hex.
@@ -326,6 +329,15 @@ type compiledHandshake struct {
 // [New]'s presets refuse them. Several problems are returned together
 // (errors.Join), in the order of the fields.
 func (sp Spec) Preset(cfg Config) (*idemhook.Preset, error) {
+	c, err := sp.compile(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return c.preset(), nil
+}
+
+// compile checks the spec and cfg, and compiles them.
+func (sp Spec) compile(cfg Config) (*compiled, error) {
 	if sp.Name == "" {
 		sp.Name = "custom"
 	}
@@ -405,7 +417,12 @@ func (sp Spec) Preset(cfg Config) (*idemhook.Preset, error) {
 		return nil, errors.Join(errs...)
 	}
 	c.checkAge = timed && (cfg.Tolerance > 0 || sig.Timestamp.Tolerance != NoTolerance)
+	return c, nil
+}
 
+// preset is the preset of the compiled spec.
+func (c *compiled) preset() *idemhook.Preset {
+	sp := c.spec
 	p := &idemhook.Preset{
 		Name:            sp.Name,
 		RetryWindow:     sp.RetryWindow,
@@ -419,7 +436,7 @@ func (sp Spec) Preset(cfg Config) (*idemhook.Preset, error) {
 	if len(c.handshake) > 0 {
 		p.Handshake = c.answerHandshake
 	}
-	return p, nil
+	return p
 }
 
 type failFunc func(field, format string, args ...any) error
@@ -581,10 +598,12 @@ func (c *compiled) compileSignature(fail failFunc) error {
 		}
 		return fail("signature.signed", "%v", err)
 	}
-	if timed && !signed.uses("timestamp") {
-		return fail("signature.signed", "%q does not sign {timestamp}: its age would prove nothing", signed.src)
-	}
 	c.signed = signed
+	if timed {
+		if err := c.checkTimestampSigned(fail); err != nil {
+			return err
+		}
+	}
 	if sig.PublicURL != "" {
 		if !signed.uses("url") {
 			return fail("signature.public_url", "is the URL of {url}, which signature.signed does not sign")
@@ -926,14 +945,64 @@ func (c *compiled) signer(r *http.Request, body []byte) (int, error) {
 	if c.signed.uses("url") {
 		urls = calledURLs(c.publicURL, r)
 	}
+	if c.checkAge {
+		ctx.covers = c.coversTimestamp
+	}
 	for _, u := range urls {
 		ctx.url = u
 		msg, _ := c.signed.render(ctx, false)
+		if c.checkAge && !ctx.covered {
+			// Refused when the spec is compiled too; here on what this
+			// request's signature actually covers.
+			return -1, c.s.fail(name(cmp.Or(c.tsHeader, sig.Header)), ErrUnsignedTimestamp, "signature.signed left out the part that signs it")
+		}
 		if i := c.match(sigs, msg); i >= 0 {
 			return i, nil
 		}
 	}
 	return -1, c.s.fail(sigHeader, ErrNoMatchingSignature, "")
+}
+
+// coversTimestamp reports whether ph, rendered in full, signs the checked
+// timestamp: {timestamp}; the header or body field it is read from; or,
+// for a timestamp read from the body, {body}. A placeholder cut by
+// |first:N signs only part of it, so it does not count.
+func (c *compiled) coversTimestamp(ph *placeholder) bool {
+	if slices.ContainsFunc(ph.filters, func(f filter) bool { return f.name == "first" }) {
+		return false
+	}
+	switch ph.src {
+	case "timestamp":
+		return true
+	case "header":
+		return c.tsHeader != "" && strings.EqualFold(ph.arg, c.tsHeader)
+	case "body":
+		return c.tsJSON != nil
+	case "json":
+		return c.tsJSON != nil && slices.Equal(ph.path, c.tsJSON)
+	}
+	return false
+}
+
+// checkTimestampSigned refuses a signed template that does not always sign
+// the checked timestamp: what the signature covers is what counts, so a
+// placeholder in an optional part [...], left out when another of its
+// placeholders is empty, does not.
+func (c *compiled) checkTimestampSigned(fail failFunc) error {
+	if slices.ContainsFunc(c.signed.parts, func(p tpart) bool { return p.ph != nil && c.coversTimestamp(p.ph) }) {
+		return nil
+	}
+	how := "{timestamp}"
+	if c.tsHeader != "" {
+		how += " or {header:" + c.tsHeader + "}"
+	}
+	if c.tsJSON != nil {
+		how += ", {body} or {json:" + c.spec.Signature.Timestamp.JSON + "}"
+	}
+	if c.signed.has(c.coversTimestamp) {
+		return fail("signature.signed", "%q signs the timestamp only in an optional part [...], which is left out when another of its placeholders is empty: its age would prove nothing; sign %s outside [...]", c.signed.src, how)
+	}
+	return fail("signature.signed", "%q does not sign the timestamp (%s): its age would prove nothing", c.signed.src, how)
 }
 
 func (c *compiled) tsFormat() string {

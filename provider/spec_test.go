@@ -109,7 +109,7 @@ type outcome struct {
 }
 
 var sentinels = []error{provider.ErrMissingHeader, provider.ErrMalformedHeader, provider.ErrTimestampOutOfTolerance,
-	provider.ErrNoMatchingSignature, provider.ErrTokenMismatch, provider.ErrMalformedBody}
+	provider.ErrNoMatchingSignature, provider.ErrTokenMismatch, provider.ErrMalformedBody, provider.ErrUnsignedTimestamp}
 
 func run(p *idemhook.Preset, r *http.Request, body []byte) outcome {
 	var o outcome

@@ -242,8 +242,12 @@ type tctx struct {
 	// signs is text.
 	strict bool
 	url    string // {url}
-	form   url.Values
-	formOK bool // form is parsed
+	// covers, when set, tells the placeholders that sign the checked
+	// timestamp; render sets covered when one of them was written.
+	covers  func(*placeholder) bool
+	covered bool
+	form    url.Values
+	formOK  bool // form is parsed
 }
 
 // json returns the body as a jsonDoc.
@@ -275,6 +279,7 @@ func (t *template) render(c *tctx, strict bool) (out []byte, ok bool) {
 			if v == "" && strict {
 				return nil, false
 			}
+			c.cover(p.ph)
 			out = append(out, v...)
 		case p.group != nil:
 			var g []byte
@@ -292,6 +297,11 @@ func (t *template) render(c *tctx, strict bool) (out []byte, ok bool) {
 				g = append(g, v...)
 			}
 			if full {
+				for _, q := range p.group {
+					if q.ph != nil {
+						c.cover(q.ph)
+					}
+				}
 				out = append(out, g...)
 			}
 		default:
@@ -299,6 +309,13 @@ func (t *template) render(c *tctx, strict bool) (out []byte, ok bool) {
 		}
 	}
 	return out, true
+}
+
+// cover notes that ph was written.
+func (c *tctx) cover(ph *placeholder) {
+	if c.covers != nil && c.covers(ph) {
+		c.covered = true
+	}
 }
 
 // value returns a placeholder's value, filters applied.

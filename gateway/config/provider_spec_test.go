@@ -77,7 +77,7 @@ func TestConfigProviderSpecErrors(t *testing.T) {
 		{"misspelt field", "      key:", "      kye:", `idemhook.yaml:13: routes[0].provider.kye: unknown field "kye": did you mean "key"?`},
 		{"unknown algorithm", "hmac-sha256", "hmac-md5", `idemhook.yaml:7: routes[0].provider.signature.algorithm: unknown algorithm "hmac-md5"`},
 		{"bad placeholder", `"{timestamp}.{body}"`, `"{timestamp}.{bdy}"`, `idemhook.yaml:12: routes[0].provider.signature.signed: unknown placeholder {bdy}`},
-		{"no timestamp signed", `"{timestamp}.{body}"`, `"{body}"`, `idemhook.yaml:12: routes[0].provider.signature.signed: "{body}" does not sign {timestamp}`},
+		{"no timestamp signed", `"{timestamp}.{body}"`, `"{body}"`, `idemhook.yaml:12: routes[0].provider.signature.signed: "{body}" does not sign the timestamp`},
 		{"bad key", `"{json:id}"`, `"{json:id"`, `idemhook.yaml:13: routes[0].provider.key.templates[0]: "{json:id": { at byte 0 is not closed`},
 		{"status", "{status: 200}", "{status: 302}", `idemhook.yaml:14: routes[0].provider.success.status: 302 is not a success`},
 		{"status not a number", "{status: 200}", "{status: ok}", `idemhook.yaml:14: routes[0].provider.success.status: want a whole number, got "ok"`},
