@@ -17,8 +17,10 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"maps"
 	"math/big"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -243,13 +245,17 @@ type Check struct {
 	Equals string `yaml:"equals"`
 }
 
-// Answer is a handshake's answer: Body (a template) or JSON (a mapping of
-// templates, written as a JSON object).
+// Answer is a handshake's answer: Body (a template) or JSON, an object
+// written as JSON. JSON's values keep their types: numbers, booleans,
+// null, lists and objects (map[string]any, []any) are written as they
+// are, and only its strings are templates (Discord's PONG is
+// {"type": 1}, Zoom's answer {"plainToken": "{json:payload.plainToken}",
+// ...}).
 type Answer struct {
-	Status      int               `yaml:"status"`
-	ContentType string            `yaml:"content_type"`
-	Body        string            `yaml:"body"`
-	JSON        map[string]string `yaml:"json"`
+	Status      int            `yaml:"status"`
+	ContentType string         `yaml:"content_type"`
+	Body        string         `yaml:"body"`
+	JSON        map[string]any `yaml:"json"`
 }
 
 // AlternateHeaders: when a request lacks the header WhenMissing but has
@@ -318,7 +324,7 @@ type compiledHandshake struct {
 	tokenFrom  *template
 	require    []*template
 	answer     *template
-	answerJSON map[string]*template
+	answerJSON any // Answer.JSON, its strings parsed as *template
 	refuse     *template
 	usesHMAC   bool
 }
@@ -780,14 +786,12 @@ func (c *compiled) compileHandshakes(fail failFunc) error {
 		}
 		ch.usesHMAC = ch.answer.usesFilter("hmac")
 		if len(h.Answer.JSON) > 0 {
-			ch.answerJSON = map[string]*template{}
-			for k, v := range h.Answer.JSON {
+			if ch.answerJSON, err = compileJSON(map[string]any(h.Answer.JSON), at+".answer.json", func(v string) (*template, error) {
 				t, err := parseTemplate(v, allowed, hmacOK)
-				if err != nil {
-					return fail(at+".answer.json."+k, "%v", err)
-				}
-				ch.answerJSON[k] = t
-				ch.usesHMAC = ch.usesHMAC || t.usesFilter("hmac")
+				ch.usesHMAC = ch.usesHMAC || (err == nil && t.usesFilter("hmac"))
+				return t, err
+			}, fail); err != nil {
+				return err
 			}
 		}
 		if ch.refuse, err = parseTemplate(cmp.Or(h.Refuse.Body, c.s.name+": handshake refused"), allowed, false); err != nil {
@@ -807,6 +811,69 @@ func (c *compiled) compileHandshakes(fail failFunc) error {
 		c.handshake = append(c.handshake, ch)
 	}
 	return nil
+}
+
+// compileJSON returns v, a JSON answer's value at field at, with its
+// strings parsed by parse; its other values are kept as they are, so a
+// number stays a number. A value JSON can't write is refused.
+func compileJSON(v any, at string, parse func(string) (*template, error), fail failFunc) (any, error) {
+	switch v := v.(type) {
+	case string:
+		t, err := parse(v)
+		if err != nil {
+			return nil, fail(at, "%v", err)
+		}
+		return t, nil
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for _, k := range slices.Sorted(maps.Keys(v)) {
+			e, err := compileJSON(v[k], at+"."+k, parse, fail)
+			if err != nil {
+				return nil, err
+			}
+			out[k] = e
+		}
+		return out, nil
+	case []any:
+		out := make([]any, len(v))
+		for i, e := range v {
+			var err error
+			if out[i], err = compileJSON(e, fmt.Sprintf("%s[%d]", at, i), parse, fail); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+	if _, err := json.Marshal(v); err != nil {
+		return nil, fail(at, "%v can't be written as JSON (%T): want a string, number, boolean, null, list or mapping", v, v)
+	}
+	switch reflect.ValueOf(v).Kind() {
+	case reflect.Map, reflect.Slice, reflect.Array, reflect.Struct, reflect.Pointer:
+		return nil, fail(at, "a %T: write a mapping as map[string]any and a list as []any, so that its strings are templates", v)
+	}
+	return v, nil
+}
+
+// renderJSON returns v, a compiled JSON answer, its templates rendered.
+func renderJSON(v any, ctx *tctx) any {
+	switch v := v.(type) {
+	case *template:
+		s, _ := v.render(ctx, false)
+		return string(s)
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, e := range v {
+			out[k] = renderJSON(e, ctx)
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, e := range v {
+			out[i] = renderJSON(e, ctx)
+		}
+		return out
+	}
+	return v
 }
 
 func (c *compiled) compileAlternates(fail failFunc) error {
@@ -1151,12 +1218,7 @@ func (c *compiled) answerHandshake(w http.ResponseWriter, r *http.Request, body 
 	var answer []byte
 	ctype := cmp.Or(h.h.Answer.ContentType, "text/plain; charset=utf-8")
 	if h.answerJSON != nil {
-		obj := map[string]string{}
-		for k, t := range h.answerJSON {
-			v, _ := t.render(ctx, false)
-			obj[k] = string(v)
-		}
-		answer, _ = json.Marshal(obj)
+		answer, _ = json.Marshal(renderJSON(h.answerJSON, ctx))
 		ctype = cmp.Or(h.h.Answer.ContentType, "application/json")
 	} else {
 		answer, _ = h.answer.render(ctx, false)

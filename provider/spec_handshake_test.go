@@ -1,6 +1,8 @@
 package provider_test
 
 import (
+	"errors"
+	"math"
 	"net/http/httptest"
 	"testing"
 
@@ -52,5 +54,37 @@ func TestSpecHandshakeBodyEscapes(t *testing.T) {
 		if got != want {
 			t.Errorf("%s: answered %s, want %s", body, got, want)
 		}
+	}
+}
+
+// TestSpecHandshakeJSONTypes: a JSON answer keeps its values' types, and
+// only its strings are templates (Discord's PONG is {"type": 1}).
+func TestSpecHandshakeJSONTypes(t *testing.T) {
+	_, ctype, got := handshakeAnswer(t, `handshakes:
+- match: {json: {type: 1}}
+  answer:
+    json:
+      type: 1
+      quoted: "1"
+      ratio: 0.5
+      ok: true
+      none: null
+      nested: {list: [1, "{json:at|upper}", {deep: false}], at: "{json:at}"}
+`, `{"type":1,"at":"x"}`)
+	want := `{"nested":{"at":"x","list":[1,"X",{"deep":false}]},"none":null,"ok":true,"quoted":"1","ratio":0.5,"type":1}`
+	if got != want || ctype != "application/json" {
+		t.Errorf("answered %s (%s), want %s", got, ctype, want)
+	}
+	// Go values too; a value JSON can't write is refused at its field.
+	spec := provider.Spec{Signature: provider.Signature{Algorithm: "hmac-sha256", Header: "X-Sig"},
+		Handshakes: []provider.Handshake{{Match: provider.Match{Method: "GET"},
+			Answer: provider.Answer{JSON: map[string]any{"a": []any{1, math.Inf(1)}}}}}}
+	var se *provider.SpecError
+	if _, err := spec.Preset(provider.Config{Secrets: []string{"s"}}); !errors.As(err, &se) || se.Field != "handshakes[0].answer.json.a[1]" {
+		t.Errorf("an infinity: %v", err)
+	}
+	spec.Handshakes[0].Answer.JSON = map[string]any{"a": map[string]any{"b": "{jsn:x}"}}
+	if _, err := spec.Preset(provider.Config{Secrets: []string{"s"}}); !errors.As(err, &se) || se.Field != "handshakes[0].answer.json.a.b" {
+		t.Errorf("a bad template: %v", err)
 	}
 }

@@ -152,6 +152,10 @@ func (c *checker) decodeSpec(n *yaml.Node, v reflect.Value, at, path string, nod
 			m.SetMapIndex(reflect.ValueOf(k.Value), e)
 		}
 		v.Set(m)
+	case reflect.Interface: // a handshake's answer.json: any JSON value
+		if a, ok := c.decodeJSONValue(n, at, path, nodes); ok && a != nil {
+			v.Set(reflect.ValueOf(a))
+		}
 	default:
 		s, ok := c.str(leaf{n}, at)
 		if !ok {
@@ -190,6 +194,63 @@ func (c *checker) decodeSpec(n *yaml.Node, v reflect.Value, at, path string, nod
 			}
 		}
 	}
+}
+
+// decodeJSONValue reads n as a JSON value with its YAML type: a quoted or
+// plain string (${VAR} expanded), a number, a boolean, null, a list or a
+// mapping (map[string]any, []any). It reports whether n could be read.
+func (c *checker) decodeJSONValue(n *yaml.Node, at, path string, nodes specNodes) (any, bool) {
+	n = resolve(n)
+	nodes[path] = n
+	switch n.Kind {
+	case yaml.MappingNode:
+		m := map[string]any{}
+		first := map[string]int{}
+		ok := true
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := resolve(n.Content[i])
+			if k.Kind != yaml.ScalarNode || k.Tag == "!!merge" {
+				c.errorf(k, at, "expected a name, got %s", describe(k))
+				ok = false
+				continue
+			}
+			if line := first[k.Value]; line != 0 {
+				c.errorf(k, join(at, k.Value), "given twice (first at line %d)", line)
+				ok = false
+				continue
+			}
+			first[k.Value] = k.Line
+			e, eok := c.decodeJSONValue(n.Content[i+1], join(at, k.Value), join(path, k.Value), nodes)
+			m[k.Value], ok = e, ok && eok
+		}
+		return m, ok
+	case yaml.SequenceNode:
+		l := make([]any, len(n.Content))
+		ok := true
+		for i, e := range n.Content {
+			var eok bool
+			l[i], eok = c.decodeJSONValue(e, fmt.Sprintf("%s[%d]", at, i), fmt.Sprintf("%s[%d]", path, i), nodes)
+			ok = ok && eok
+		}
+		return l, ok
+	case yaml.ScalarNode:
+		if n.Tag == "!!str" {
+			return c.str(leaf{n}, at)
+		}
+		var v any
+		if err := n.Decode(&v); err != nil {
+			c.errorf(n, at, "%v", err)
+			return nil, false
+		}
+		switch v.(type) {
+		case nil, bool, int, int64, uint64, float64:
+			return v, true
+		}
+		c.errorf(n, at, "%s is not a JSON value (a string, number, boolean or null)", describe(n))
+		return nil, false
+	}
+	c.errorf(n, at, "expected a JSON value, got %s", describe(n))
+	return nil, false
 }
 
 // yamlName is the name a file gives the field f.
