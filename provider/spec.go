@@ -101,8 +101,8 @@ type Spec struct {
 type Signature struct {
 	// Algorithm: hmac-sha256, hmac-sha1, hmac-sha512 (the secrets are the
 	// HMAC keys); ed25519, ecdsa-sha256 (the secrets are the provider's
-	// public keys: PEM, or base64 of the DER, or for ed25519 of the 32
-	// raw bytes); or token (the header holds one of the secrets as is: no
+	// public keys: PEM, or hex or base64 of the DER, or for ed25519 of the
+	// 32 raw bytes, as Discord's portal shows it in hex); or token (the header holds one of the secrets as is: no
 	// signature, compared in constant time). Required.
 	Algorithm string `yaml:"algorithm"`
 	// Header holds the signature (or the token). Required, or JSON.
@@ -144,8 +144,11 @@ type Signature struct {
 	// {body} or {json:<Timestamp.JSON>}; a placeholder cut by |first:N
 	// does not count.
 	Signed string `yaml:"signed"`
-	// SecretEncoding is how an HMAC secret is written: raw (default: its
-	// bytes), base64 or hex.
+	// SecretEncoding is how a secret is written. An HMAC secret: raw
+	// (default: its bytes), base64 or hex. A public key (ed25519,
+	// ecdsa-sha256) is text: PEM, or the hex or base64 of its DER or, for
+	// ed25519, of its 32 bytes; by default the form is recognised, and hex
+	// or base64 here accepts that one only (raw is refused).
 	SecretEncoding string `yaml:"secret_encoding"`
 	// SecretPrefix is removed from a secret (or a public key) when
 	// present, e.g. "whsec_".
@@ -626,8 +629,8 @@ func (c *compiled) compileSignature(fail failFunc) error {
 	default:
 		return fail("signature.secret_encoding", "unknown encoding %q (known: %s)", sig.SecretEncoding, strings.Join(SpecSecretEncodings, ", "))
 	}
-	if c.newHash == nil && sig.SecretEncoding != "" {
-		return fail("signature.secret_encoding", "is for HMAC secrets: the secrets of %s are public keys (PEM or base64 DER)", c.alg)
+	if c.newHash == nil && sig.SecretEncoding == "raw" {
+		return fail("signature.secret_encoding", "raw is for HMAC secrets: the secrets of %s are public keys, written as text (%s)", c.alg, publicKeyForms(c.alg))
 	}
 	for idx, sec := range c.secrets {
 		if sec == "" || c.noSecrets {
@@ -654,7 +657,7 @@ func (c *compiled) compileSignature(fail failFunc) error {
 			c.keys = append(c.keys, k)
 			continue
 		}
-		pub, err := parsePublicKey(c.alg, sec)
+		pub, err := parsePublicKey(c.alg, sec, sig.SecretEncoding)
 		if err != nil {
 			return &SecretError{Preset: c.s.name, Index: idx, Reason: err.Error()}
 		}
@@ -663,23 +666,46 @@ func (c *compiled) compileSignature(fail failFunc) error {
 	return nil
 }
 
-// parsePublicKey reads an ed25519 or ECDSA public key: PEM, base64 of the
-// DER (SubjectPublicKeyInfo), or for ed25519 base64 of its 32 bytes.
-func parsePublicKey(alg, text string) (crypto.PublicKey, error) {
+// publicKeyForms names the ways a public key of alg may be written.
+func publicKeyForms(alg string) string {
+	if alg == "ed25519" {
+		return "PEM; hex or base64 of its 32 bytes (Discord's portal shows hex); or hex or base64 of its DER"
+	}
+	return "PEM, or hex or base64 of its DER"
+}
+
+// parsePublicKey reads an ed25519 or ECDSA public key: PEM, or the hex or
+// base64 of its DER (SubjectPublicKeyInfo) or, for ed25519, of its 32 raw
+// bytes. encoding ("", hex or base64: signature.secret_encoding) says
+// which of hex and base64 it is; "" tells them apart (hex first: the hex
+// of a key is never valid base64 of another key, which would be 3/4 as
+// long).
+func parsePublicKey(alg, text, encoding string) (crypto.PublicKey, error) {
 	var der []byte
-	if block, _ := pem.Decode([]byte(text)); block != nil {
-		der = block.Bytes
-	} else if b, err := base64.StdEncoding.DecodeString(text); err == nil {
-		der = b
+	var form string
+	if block, _ := pem.Decode([]byte(text)); block != nil && encoding == "" {
+		der, form = block.Bytes, "PEM"
+	} else if b, err := hex.DecodeString(text); err == nil && encoding != "base64" {
+		der, form = b, "hex"
+	} else if b, err := base64.StdEncoding.DecodeString(text); err == nil && encoding != "hex" {
+		der, form = b, "base64"
 	} else {
-		return nil, fmt.Errorf("is not a %s public key (want PEM or base64 DER)", alg)
+		what := "PEM, hex or base64"
+		if encoding != "" {
+			what = encoding + " (secret_encoding)"
+		}
+		return nil, fmt.Errorf("is not %s: write an %s public key as %s", what, alg, publicKeyForms(alg))
 	}
 	if alg == "ed25519" && len(der) == ed25519.PublicKeySize {
 		return ed25519.PublicKey(der), nil
 	}
 	k, err := x509.ParsePKIXPublicKey(der)
 	if err != nil {
-		return nil, fmt.Errorf("is not a %s public key: %v", alg, err)
+		raw := ""
+		if alg == "ed25519" {
+			raw = fmt.Sprintf("neither the key's %d bytes nor ", ed25519.PublicKeySize)
+		}
+		return nil, fmt.Errorf("is %s of %d bytes: %sa DER public key (%v); write an %s public key as %s", form, len(der), raw, err, alg, publicKeyForms(alg))
 	}
 	switch k := k.(type) {
 	case ed25519.PublicKey:
