@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/suggest"
 )
 
 // Spec describes a provider declaratively, so that a provider without a
@@ -370,7 +371,7 @@ func (sp Spec) compile(cfg Config) (*compiled, error) {
 	case "ecdsa-sha256":
 	case "token":
 	default:
-		algErr = fail("signature.algorithm", "unknown algorithm %q (known: %s)", sig.Algorithm, strings.Join(SpecAlgorithms, ", "))
+		algErr = fail("signature.algorithm", "unknown algorithm %q%s (known: %s)", sig.Algorithm, suggest.DidYouMean(sig.Algorithm, SpecAlgorithms), strings.Join(SpecAlgorithms, ", "))
 	}
 	if algErr != nil {
 		// The other fields are checked as for HMAC-SHA256, the secrets not.
@@ -497,7 +498,7 @@ func (c *compiled) compileSignature(fail failFunc) error {
 	case "base64url":
 		c.decode = func(v string) ([]byte, error) { return base64.RawURLEncoding.DecodeString(strings.TrimRight(v, "=")) }
 	default:
-		return fail("signature.encoding", "unknown encoding %q (known: %s)", sig.Encoding, strings.Join(SpecEncodings, ", "))
+		return fail("signature.encoding", "unknown encoding %q%s (known: %s)", sig.Encoding, suggest.DidYouMean(sig.Encoding, SpecEncodings), strings.Join(SpecEncodings, ", "))
 	}
 	switch sig.Format {
 	case "", "value":
@@ -539,7 +540,7 @@ func (c *compiled) compileSignature(fail failFunc) error {
 			c.pairs.format = fmt.Sprintf(`want %q items`, sig.SignatureKey+assign+"<signature>")
 		}
 	default:
-		return fail("signature.format", "unknown format %q (known: %s)", sig.Format, strings.Join(SpecFormats, ", "))
+		return fail("signature.format", "unknown format %q%s (known: %s)", sig.Format, suggest.DidYouMean(sig.Format, SpecFormats), strings.Join(SpecFormats, ", "))
 	}
 	// The timestamp.
 	ts := sig.Timestamp
@@ -590,7 +591,7 @@ func (c *compiled) compileSignature(fail failFunc) error {
 			return t, err == nil
 		}
 	default:
-		return fail("signature.timestamp.format", "unknown format %q (known: %s)", ts.Format, strings.Join(SpecTimestampFormats, ", "))
+		return fail("signature.timestamp.format", "unknown format %q%s (known: %s)", ts.Format, suggest.DidYouMean(ts.Format, SpecTimestampFormats), strings.Join(SpecTimestampFormats, ", "))
 	}
 	if sig.TimestampKey != "" {
 		c.pairs.validTS = func(v string) bool { _, ok := c.parseTS(v); return ok }
@@ -627,7 +628,7 @@ func (c *compiled) compileSignature(fail failFunc) error {
 	switch sig.SecretEncoding {
 	case "", "raw", "base64", "hex":
 	default:
-		return fail("signature.secret_encoding", "unknown encoding %q (known: %s)", sig.SecretEncoding, strings.Join(SpecSecretEncodings, ", "))
+		return fail("signature.secret_encoding", "unknown encoding %q%s (known: %s)", sig.SecretEncoding, suggest.DidYouMean(sig.SecretEncoding, SpecSecretEncodings), strings.Join(SpecSecretEncodings, ", "))
 	}
 	if c.newHash == nil && sig.SecretEncoding == "raw" {
 		return fail("signature.secret_encoding", "raw is for HMAC secrets: the secrets of %s are public keys, written as text (%s)", c.alg, publicKeyForms(c.alg))

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/idemhook/idemhook/internal/suggest"
 )
 
 // A template is a text of a provider [Spec] with placeholders; its syntax
@@ -116,7 +118,11 @@ func parsePlaceholder(text string, allowed []string, hmac bool) (*placeholder, e
 	ph := &placeholder{text: text}
 	ph.src, ph.arg, _ = strings.Cut(strings.TrimSpace(fs[0]), ":")
 	if !slices.Contains(allowed, ph.src) {
-		return nil, fmt.Errorf("unknown placeholder %s here (known: %s)", text, braced(allowed))
+		hint := suggest.DidYouMean(ph.src, allowed)
+		if hint == "" && slices.Contains(placeholderNames, ph.src) {
+			hint = " (not allowed here)"
+		}
+		return nil, fmt.Errorf("unknown placeholder %s here%s (known: %s)", text, hint, braced(allowed))
 	}
 	switch ph.src {
 	case "body", "timestamp", "method", "url", "form_sorted":
@@ -156,7 +162,7 @@ func parsePlaceholder(text string, allowed []string, hmac bool) (*placeholder, e
 			}
 			fl.n = n
 		default:
-			return nil, fmt.Errorf("%s: unknown filter %q (known: %s)", text, name, strings.Join(filterNames, ", "))
+			return nil, fmt.Errorf("%s: unknown filter %q%s (known: %s)", text, name, suggest.DidYouMean(name, []string{"lower", "upper", "trim", "sha256", "first", "hmac"}), strings.Join(filterNames, ", "))
 		}
 		ph.filters = append(ph.filters, fl)
 	}

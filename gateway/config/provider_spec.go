@@ -27,8 +27,8 @@ import (
 type specNodes map[string]*yaml.Node
 
 // providerSpec reads the route's provider: when it is a mapping. It
-// reports whether it is one, and returns the spec when it could be read
-// without a problem (every problem is reported).
+// reports whether it is one, and returns the spec: its fields that could
+// not be read are reported and left empty.
 func (c *checker) providerSpec(in *routeInputs) (spec *provider.Spec, isSpec bool) {
 	n := in.f.Provider.Node
 	if n == nil {
@@ -39,11 +39,10 @@ func (c *checker) providerSpec(in *routeInputs) (spec *provider.Spec, isSpec boo
 	}
 	var s provider.Spec
 	in.specNodes = specNodes{"": n}
-	errs := len(c.errs)
+	// The spec is built even when some of its fields could not be read
+	// (reported here, and left out of it), so that the problems of the
+	// others are reported at once: a misspelt field hides nothing.
 	c.decodeSpec(n, reflect.ValueOf(&s).Elem(), join(in.at, "provider"), "", in.specNodes)
-	if len(c.errs) > errs {
-		return nil, true
-	}
 	return &s, true
 }
 
@@ -302,7 +301,21 @@ func (c *checker) specError(in *routeInputs, err error) bool {
 		return false
 	}
 	n, p := in.specNodes.at(se.Field)
+	for p != "" && p == se.Field {
+		// A value given in short (key: "{json:id}" for key.templates[0])
+		// is named as written.
+		parent := p[:max(0, strings.LastIndexAny(p, ".["))]
+		if in.specNodes[parent] != n {
+			break
+		}
+		p, se = parent, &provider.SpecError{Spec: se.Spec, Field: parent, Reason: se.Reason}
+	}
 	field := join(join(in.at, "provider"), p)
+	for _, e := range c.errs {
+		if e.Field == field || strings.HasPrefix(field, e.Field+".") || strings.HasPrefix(field, e.Field+"[") {
+			return true // the field could not be read: reported as such
+		}
+	}
 	if p != se.Field { // absent: at its parent's name, the field named in full
 		field = join(join(in.at, "provider"), se.Field)
 		if k := c.keys[n]; k != nil {
