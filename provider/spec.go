@@ -17,13 +17,16 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"maps"
 	"math/big"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/suggest"
 )
 
 // Spec describes a provider declaratively, so that a provider without a
@@ -99,8 +102,8 @@ type Spec struct {
 type Signature struct {
 	// Algorithm: hmac-sha256, hmac-sha1, hmac-sha512 (the secrets are the
 	// HMAC keys); ed25519, ecdsa-sha256 (the secrets are the provider's
-	// public keys: PEM, or base64 of the DER, or for ed25519 of the 32
-	// raw bytes); or token (the header holds one of the secrets as is: no
+	// public keys: PEM, or hex or base64 of the DER, or for ed25519 of the
+	// 32 raw bytes, as Discord's portal shows it in hex); or token (the header holds one of the secrets as is: no
 	// signature, compared in constant time). Required.
 	Algorithm string `yaml:"algorithm"`
 	// Header holds the signature (or the token). Required, or JSON.
@@ -137,10 +140,16 @@ type Signature struct {
 	// TrimSpaces allows spaces around the keys and values of pairs.
 	TrimSpaces bool `yaml:"trim_spaces"`
 	// Signed is the template of what is signed (see [Spec]). Default
-	// "{body}".
+	// "{body}". With a timestamp, it must sign it outside optional parts:
+	// {timestamp}, {header:<Timestamp.Header>}, or for Timestamp.JSON
+	// {body} or {json:<Timestamp.JSON>}; a placeholder cut by |first:N
+	// does not count.
 	Signed string `yaml:"signed"`
-	// SecretEncoding is how an HMAC secret is written: raw (default: its
-	// bytes), base64 or hex.
+	// SecretEncoding is how a secret is written. An HMAC secret: raw
+	// (default: its bytes), base64 or hex. A public key (ed25519,
+	// ecdsa-sha256) is text: PEM, or the hex or base64 of its DER or, for
+	// ed25519, of its 32 bytes; by default the form is recognised, and hex
+	// or base64 here accepts that one only (raw is refused).
 	SecretEncoding string `yaml:"secret_encoding"`
 	// SecretPrefix is removed from a secret (or a public key) when
 	// present, e.g. "whsec_".
@@ -240,13 +249,17 @@ type Check struct {
 	Equals string `yaml:"equals"`
 }
 
-// Answer is a handshake's answer: Body (a template) or JSON (a mapping of
-// templates, written as a JSON object).
+// Answer is a handshake's answer: Body (a template) or JSON, an object
+// written as JSON. JSON's values keep their types: numbers, booleans,
+// null, lists and objects (map[string]any, []any) are written as they
+// are, and only its strings are templates (Discord's PONG is
+// {"type": 1}, Zoom's answer {"plainToken": "{json:payload.plainToken}",
+// ...}).
 type Answer struct {
-	Status      int               `yaml:"status"`
-	ContentType string            `yaml:"content_type"`
-	Body        string            `yaml:"body"`
-	JSON        map[string]string `yaml:"json"`
+	Status      int            `yaml:"status"`
+	ContentType string         `yaml:"content_type"`
+	Body        string         `yaml:"body"`
+	JSON        map[string]any `yaml:"json"`
 }
 
 // AlternateHeaders: when a request lacks the header WhenMissing but has
@@ -315,7 +328,7 @@ type compiledHandshake struct {
 	tokenFrom  *template
 	require    []*template
 	answer     *template
-	answerJSON map[string]*template
+	answerJSON any // Answer.JSON, its strings parsed as *template
 	refuse     *template
 	usesHMAC   bool
 }
@@ -326,6 +339,15 @@ type compiledHandshake struct {
 // [New]'s presets refuse them. Several problems are returned together
 // (errors.Join), in the order of the fields.
 func (sp Spec) Preset(cfg Config) (*idemhook.Preset, error) {
+	c, err := sp.compile(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return c.preset(), nil
+}
+
+// compile checks the spec and cfg, and compiles them.
+func (sp Spec) compile(cfg Config) (*compiled, error) {
 	if sp.Name == "" {
 		sp.Name = "custom"
 	}
@@ -349,7 +371,7 @@ func (sp Spec) Preset(cfg Config) (*idemhook.Preset, error) {
 	case "ecdsa-sha256":
 	case "token":
 	default:
-		algErr = fail("signature.algorithm", "unknown algorithm %q (known: %s)", sig.Algorithm, strings.Join(SpecAlgorithms, ", "))
+		algErr = fail("signature.algorithm", "unknown algorithm %q%s (known: %s)", sig.Algorithm, suggest.DidYouMean(sig.Algorithm, SpecAlgorithms), strings.Join(SpecAlgorithms, ", "))
 	}
 	if algErr != nil {
 		// The other fields are checked as for HMAC-SHA256, the secrets not.
@@ -405,7 +427,12 @@ func (sp Spec) Preset(cfg Config) (*idemhook.Preset, error) {
 		return nil, errors.Join(errs...)
 	}
 	c.checkAge = timed && (cfg.Tolerance > 0 || sig.Timestamp.Tolerance != NoTolerance)
+	return c, nil
+}
 
+// preset is the preset of the compiled spec.
+func (c *compiled) preset() *idemhook.Preset {
+	sp := c.spec
 	p := &idemhook.Preset{
 		Name:            sp.Name,
 		RetryWindow:     sp.RetryWindow,
@@ -419,7 +446,7 @@ func (sp Spec) Preset(cfg Config) (*idemhook.Preset, error) {
 	if len(c.handshake) > 0 {
 		p.Handshake = c.answerHandshake
 	}
-	return p, nil
+	return p
 }
 
 type failFunc func(field, format string, args ...any) error
@@ -471,7 +498,7 @@ func (c *compiled) compileSignature(fail failFunc) error {
 	case "base64url":
 		c.decode = func(v string) ([]byte, error) { return base64.RawURLEncoding.DecodeString(strings.TrimRight(v, "=")) }
 	default:
-		return fail("signature.encoding", "unknown encoding %q (known: %s)", sig.Encoding, strings.Join(SpecEncodings, ", "))
+		return fail("signature.encoding", "unknown encoding %q%s (known: %s)", sig.Encoding, suggest.DidYouMean(sig.Encoding, SpecEncodings), strings.Join(SpecEncodings, ", "))
 	}
 	switch sig.Format {
 	case "", "value":
@@ -513,7 +540,7 @@ func (c *compiled) compileSignature(fail failFunc) error {
 			c.pairs.format = fmt.Sprintf(`want %q items`, sig.SignatureKey+assign+"<signature>")
 		}
 	default:
-		return fail("signature.format", "unknown format %q (known: %s)", sig.Format, strings.Join(SpecFormats, ", "))
+		return fail("signature.format", "unknown format %q%s (known: %s)", sig.Format, suggest.DidYouMean(sig.Format, SpecFormats), strings.Join(SpecFormats, ", "))
 	}
 	// The timestamp.
 	ts := sig.Timestamp
@@ -564,7 +591,7 @@ func (c *compiled) compileSignature(fail failFunc) error {
 			return t, err == nil
 		}
 	default:
-		return fail("signature.timestamp.format", "unknown format %q (known: %s)", ts.Format, strings.Join(SpecTimestampFormats, ", "))
+		return fail("signature.timestamp.format", "unknown format %q%s (known: %s)", ts.Format, suggest.DidYouMean(ts.Format, SpecTimestampFormats), strings.Join(SpecTimestampFormats, ", "))
 	}
 	if sig.TimestampKey != "" {
 		c.pairs.validTS = func(v string) bool { _, ok := c.parseTS(v); return ok }
@@ -581,10 +608,12 @@ func (c *compiled) compileSignature(fail failFunc) error {
 		}
 		return fail("signature.signed", "%v", err)
 	}
-	if timed && !signed.uses("timestamp") {
-		return fail("signature.signed", "%q does not sign {timestamp}: its age would prove nothing", signed.src)
-	}
 	c.signed = signed
+	if timed {
+		if err := c.checkTimestampSigned(fail); err != nil {
+			return err
+		}
+	}
 	if sig.PublicURL != "" {
 		if !signed.uses("url") {
 			return fail("signature.public_url", "is the URL of {url}, which signature.signed does not sign")
@@ -599,10 +628,10 @@ func (c *compiled) compileSignature(fail failFunc) error {
 	switch sig.SecretEncoding {
 	case "", "raw", "base64", "hex":
 	default:
-		return fail("signature.secret_encoding", "unknown encoding %q (known: %s)", sig.SecretEncoding, strings.Join(SpecSecretEncodings, ", "))
+		return fail("signature.secret_encoding", "unknown encoding %q%s (known: %s)", sig.SecretEncoding, suggest.DidYouMean(sig.SecretEncoding, SpecSecretEncodings), strings.Join(SpecSecretEncodings, ", "))
 	}
-	if c.newHash == nil && sig.SecretEncoding != "" {
-		return fail("signature.secret_encoding", "is for HMAC secrets: the secrets of %s are public keys (PEM or base64 DER)", c.alg)
+	if c.newHash == nil && sig.SecretEncoding == "raw" {
+		return fail("signature.secret_encoding", "raw is for HMAC secrets: the secrets of %s are public keys, written as text (%s)", c.alg, publicKeyForms(c.alg))
 	}
 	for idx, sec := range c.secrets {
 		if sec == "" || c.noSecrets {
@@ -629,7 +658,7 @@ func (c *compiled) compileSignature(fail failFunc) error {
 			c.keys = append(c.keys, k)
 			continue
 		}
-		pub, err := parsePublicKey(c.alg, sec)
+		pub, err := parsePublicKey(c.alg, sec, sig.SecretEncoding)
 		if err != nil {
 			return &SecretError{Preset: c.s.name, Index: idx, Reason: err.Error()}
 		}
@@ -638,23 +667,46 @@ func (c *compiled) compileSignature(fail failFunc) error {
 	return nil
 }
 
-// parsePublicKey reads an ed25519 or ECDSA public key: PEM, base64 of the
-// DER (SubjectPublicKeyInfo), or for ed25519 base64 of its 32 bytes.
-func parsePublicKey(alg, text string) (crypto.PublicKey, error) {
+// publicKeyForms names the ways a public key of alg may be written.
+func publicKeyForms(alg string) string {
+	if alg == "ed25519" {
+		return "PEM; hex or base64 of its 32 bytes (Discord's portal shows hex); or hex or base64 of its DER"
+	}
+	return "PEM, or hex or base64 of its DER"
+}
+
+// parsePublicKey reads an ed25519 or ECDSA public key: PEM, or the hex or
+// base64 of its DER (SubjectPublicKeyInfo) or, for ed25519, of its 32 raw
+// bytes. encoding ("", hex or base64: signature.secret_encoding) says
+// which of hex and base64 it is; "" tells them apart (hex first: the hex
+// of a key is never valid base64 of another key, which would be 3/4 as
+// long).
+func parsePublicKey(alg, text, encoding string) (crypto.PublicKey, error) {
 	var der []byte
-	if block, _ := pem.Decode([]byte(text)); block != nil {
-		der = block.Bytes
-	} else if b, err := base64.StdEncoding.DecodeString(text); err == nil {
-		der = b
+	var form string
+	if block, _ := pem.Decode([]byte(text)); block != nil && encoding == "" {
+		der, form = block.Bytes, "PEM"
+	} else if b, err := hex.DecodeString(text); err == nil && encoding != "base64" {
+		der, form = b, "hex"
+	} else if b, err := base64.StdEncoding.DecodeString(text); err == nil && encoding != "hex" {
+		der, form = b, "base64"
 	} else {
-		return nil, fmt.Errorf("is not a %s public key (want PEM or base64 DER)", alg)
+		what := "PEM, hex or base64"
+		if encoding != "" {
+			what = encoding + " (secret_encoding)"
+		}
+		return nil, fmt.Errorf("is not %s: write an %s public key as %s", what, alg, publicKeyForms(alg))
 	}
 	if alg == "ed25519" && len(der) == ed25519.PublicKeySize {
 		return ed25519.PublicKey(der), nil
 	}
 	k, err := x509.ParsePKIXPublicKey(der)
 	if err != nil {
-		return nil, fmt.Errorf("is not a %s public key: %v", alg, err)
+		raw := ""
+		if alg == "ed25519" {
+			raw = fmt.Sprintf("neither the key's %d bytes nor ", ed25519.PublicKeySize)
+		}
+		return nil, fmt.Errorf("is %s of %d bytes: %sa DER public key (%v); write an %s public key as %s", form, len(der), raw, err, alg, publicKeyForms(alg))
 	}
 	switch k := k.(type) {
 	case ed25519.PublicKey:
@@ -761,14 +813,12 @@ func (c *compiled) compileHandshakes(fail failFunc) error {
 		}
 		ch.usesHMAC = ch.answer.usesFilter("hmac")
 		if len(h.Answer.JSON) > 0 {
-			ch.answerJSON = map[string]*template{}
-			for k, v := range h.Answer.JSON {
+			if ch.answerJSON, err = compileJSON(map[string]any(h.Answer.JSON), at+".answer.json", func(v string) (*template, error) {
 				t, err := parseTemplate(v, allowed, hmacOK)
-				if err != nil {
-					return fail(at+".answer.json."+k, "%v", err)
-				}
-				ch.answerJSON[k] = t
-				ch.usesHMAC = ch.usesHMAC || t.usesFilter("hmac")
+				ch.usesHMAC = ch.usesHMAC || (err == nil && t.usesFilter("hmac"))
+				return t, err
+			}, fail); err != nil {
+				return err
 			}
 		}
 		if ch.refuse, err = parseTemplate(cmp.Or(h.Refuse.Body, c.s.name+": handshake refused"), allowed, false); err != nil {
@@ -788,6 +838,69 @@ func (c *compiled) compileHandshakes(fail failFunc) error {
 		c.handshake = append(c.handshake, ch)
 	}
 	return nil
+}
+
+// compileJSON returns v, a JSON answer's value at field at, with its
+// strings parsed by parse; its other values are kept as they are, so a
+// number stays a number. A value JSON can't write is refused.
+func compileJSON(v any, at string, parse func(string) (*template, error), fail failFunc) (any, error) {
+	switch v := v.(type) {
+	case string:
+		t, err := parse(v)
+		if err != nil {
+			return nil, fail(at, "%v", err)
+		}
+		return t, nil
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for _, k := range slices.Sorted(maps.Keys(v)) {
+			e, err := compileJSON(v[k], at+"."+k, parse, fail)
+			if err != nil {
+				return nil, err
+			}
+			out[k] = e
+		}
+		return out, nil
+	case []any:
+		out := make([]any, len(v))
+		for i, e := range v {
+			var err error
+			if out[i], err = compileJSON(e, fmt.Sprintf("%s[%d]", at, i), parse, fail); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+	if _, err := json.Marshal(v); err != nil {
+		return nil, fail(at, "%v can't be written as JSON (%T): want a string, number, boolean, null, list or mapping", v, v)
+	}
+	switch reflect.ValueOf(v).Kind() {
+	case reflect.Map, reflect.Slice, reflect.Array, reflect.Struct, reflect.Pointer:
+		return nil, fail(at, "a %T: write a mapping as map[string]any and a list as []any, so that its strings are templates", v)
+	}
+	return v, nil
+}
+
+// renderJSON returns v, a compiled JSON answer, its templates rendered.
+func renderJSON(v any, ctx *tctx) any {
+	switch v := v.(type) {
+	case *template:
+		s, _ := v.render(ctx, false)
+		return string(s)
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, e := range v {
+			out[k] = renderJSON(e, ctx)
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, e := range v {
+			out[i] = renderJSON(e, ctx)
+		}
+		return out
+	}
+	return v
 }
 
 func (c *compiled) compileAlternates(fail failFunc) error {
@@ -926,14 +1039,64 @@ func (c *compiled) signer(r *http.Request, body []byte) (int, error) {
 	if c.signed.uses("url") {
 		urls = calledURLs(c.publicURL, r)
 	}
+	if c.checkAge {
+		ctx.covers = c.coversTimestamp
+	}
 	for _, u := range urls {
 		ctx.url = u
 		msg, _ := c.signed.render(ctx, false)
+		if c.checkAge && !ctx.covered {
+			// Refused when the spec is compiled too; here on what this
+			// request's signature actually covers.
+			return -1, c.s.fail(name(cmp.Or(c.tsHeader, sig.Header)), ErrUnsignedTimestamp, "signature.signed left out the part that signs it")
+		}
 		if i := c.match(sigs, msg); i >= 0 {
 			return i, nil
 		}
 	}
 	return -1, c.s.fail(sigHeader, ErrNoMatchingSignature, "")
+}
+
+// coversTimestamp reports whether ph, rendered in full, signs the checked
+// timestamp: {timestamp}; the header or body field it is read from; or,
+// for a timestamp read from the body, {body}. A placeholder cut by
+// |first:N signs only part of it, so it does not count.
+func (c *compiled) coversTimestamp(ph *placeholder) bool {
+	if slices.ContainsFunc(ph.filters, func(f filter) bool { return f.name == "first" }) {
+		return false
+	}
+	switch ph.src {
+	case "timestamp":
+		return true
+	case "header":
+		return c.tsHeader != "" && strings.EqualFold(ph.arg, c.tsHeader)
+	case "body":
+		return c.tsJSON != nil
+	case "json":
+		return c.tsJSON != nil && slices.Equal(ph.path, c.tsJSON)
+	}
+	return false
+}
+
+// checkTimestampSigned refuses a signed template that does not always sign
+// the checked timestamp: what the signature covers is what counts, so a
+// placeholder in an optional part [...], left out when another of its
+// placeholders is empty, does not.
+func (c *compiled) checkTimestampSigned(fail failFunc) error {
+	if slices.ContainsFunc(c.signed.parts, func(p tpart) bool { return p.ph != nil && c.coversTimestamp(p.ph) }) {
+		return nil
+	}
+	how := "{timestamp}"
+	if c.tsHeader != "" {
+		how += " or {header:" + c.tsHeader + "}"
+	}
+	if c.tsJSON != nil {
+		how += ", {body} or {json:" + c.spec.Signature.Timestamp.JSON + "}"
+	}
+	if c.signed.has(c.coversTimestamp) {
+		return fail("signature.signed", "%q signs the timestamp only in an optional part [...], which is left out when another of its placeholders is empty: its age would prove nothing; sign %s outside [...]", c.signed.src, how)
+	}
+	return fail("signature.signed", "%q does not sign the timestamp (%s): its age would prove nothing", c.signed.src, how)
 }
 
 func (c *compiled) tsFormat() string {
@@ -1082,12 +1245,7 @@ func (c *compiled) answerHandshake(w http.ResponseWriter, r *http.Request, body 
 	var answer []byte
 	ctype := cmp.Or(h.h.Answer.ContentType, "text/plain; charset=utf-8")
 	if h.answerJSON != nil {
-		obj := map[string]string{}
-		for k, t := range h.answerJSON {
-			v, _ := t.render(ctx, false)
-			obj[k] = string(v)
-		}
-		answer, _ = json.Marshal(obj)
+		answer, _ = json.Marshal(renderJSON(h.answerJSON, ctx))
 		ctype = cmp.Or(h.h.Answer.ContentType, "application/json")
 	} else {
 		answer, _ = h.answer.render(ctx, false)

@@ -109,7 +109,7 @@ type outcome struct {
 }
 
 var sentinels = []error{provider.ErrMissingHeader, provider.ErrMalformedHeader, provider.ErrTimestampOutOfTolerance,
-	provider.ErrNoMatchingSignature, provider.ErrTokenMismatch, provider.ErrMalformedBody}
+	provider.ErrNoMatchingSignature, provider.ErrTokenMismatch, provider.ErrMalformedBody, provider.ErrUnsignedTimestamp}
 
 func run(p *idemhook.Preset, r *http.Request, body []byte) outcome {
 	var o outcome
@@ -620,7 +620,7 @@ func TestSpecDifferencesAreCaught(t *testing.T) {
 		{"slack", "no url_verification", func(s *provider.Spec) { s.Handshakes = nil }},
 		{"whatsapp-cloud", "challenges are not refused without subscribe", func(s *provider.Spec) { s.Handshakes[0].Require = s.Handshakes[0].Require[1:] }},
 		{"zoom", "the answer's token is not hashed", func(s *provider.Spec) {
-			s.Handshakes[0].Answer.JSON = map[string]string{"plainToken": "{json:payload.plainToken}", "encryptedToken": "{json:payload.plainToken|sha256}"}
+			s.Handshakes[0].Answer.JSON = map[string]any{"plainToken": "{json:payload.plainToken}", "encryptedToken": "{json:payload.plainToken|sha256}"}
 		}},
 		{"mailgun", "no parent-signature", func(s *provider.Spec) { s.Signature.JSON = s.Signature.JSON[:1] }},
 		{"mailgun", "the token not signed", func(s *provider.Spec) { s.Signature.Signed = "{timestamp}" }},

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/idemhook/idemhook/internal/suggest"
 )
 
 // A template is a text of a provider [Spec] with placeholders; its syntax
@@ -116,7 +118,11 @@ func parsePlaceholder(text string, allowed []string, hmac bool) (*placeholder, e
 	ph := &placeholder{text: text}
 	ph.src, ph.arg, _ = strings.Cut(strings.TrimSpace(fs[0]), ":")
 	if !slices.Contains(allowed, ph.src) {
-		return nil, fmt.Errorf("unknown placeholder %s here (known: %s)", text, braced(allowed))
+		hint := suggest.DidYouMean(ph.src, allowed)
+		if hint == "" && slices.Contains(placeholderNames, ph.src) {
+			hint = " (not allowed here)"
+		}
+		return nil, fmt.Errorf("unknown placeholder %s here%s (known: %s)", text, hint, braced(allowed))
 	}
 	switch ph.src {
 	case "body", "timestamp", "method", "url", "form_sorted":
@@ -156,7 +162,7 @@ func parsePlaceholder(text string, allowed []string, hmac bool) (*placeholder, e
 			}
 			fl.n = n
 		default:
-			return nil, fmt.Errorf("%s: unknown filter %q (known: %s)", text, name, strings.Join(filterNames, ", "))
+			return nil, fmt.Errorf("%s: unknown filter %q%s (known: %s)", text, name, suggest.DidYouMean(name, []string{"lower", "upper", "trim", "sha256", "first", "hmac"}), strings.Join(filterNames, ", "))
 		}
 		ph.filters = append(ph.filters, fl)
 	}
@@ -242,8 +248,12 @@ type tctx struct {
 	// signs is text.
 	strict bool
 	url    string // {url}
-	form   url.Values
-	formOK bool // form is parsed
+	// covers, when set, tells the placeholders that sign the checked
+	// timestamp; render sets covered when one of them was written.
+	covers  func(*placeholder) bool
+	covered bool
+	form    url.Values
+	formOK  bool // form is parsed
 }
 
 // json returns the body as a jsonDoc.
@@ -275,6 +285,7 @@ func (t *template) render(c *tctx, strict bool) (out []byte, ok bool) {
 			if v == "" && strict {
 				return nil, false
 			}
+			c.cover(p.ph)
 			out = append(out, v...)
 		case p.group != nil:
 			var g []byte
@@ -292,6 +303,11 @@ func (t *template) render(c *tctx, strict bool) (out []byte, ok bool) {
 				g = append(g, v...)
 			}
 			if full {
+				for _, q := range p.group {
+					if q.ph != nil {
+						c.cover(q.ph)
+					}
+				}
 				out = append(out, g...)
 			}
 		default:
@@ -299,6 +315,13 @@ func (t *template) render(c *tctx, strict bool) (out []byte, ok bool) {
 		}
 	}
 	return out, true
+}
+
+// cover notes that ph was written.
+func (c *tctx) cover(ph *placeholder) {
+	if c.covers != nil && c.covers(ph) {
+		c.covered = true
+	}
 }
 
 // value returns a placeholder's value, filters applied.

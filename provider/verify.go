@@ -31,6 +31,10 @@ var (
 	ErrTokenMismatch = errors.New("token does not match")
 	// ErrMalformedBody: the body cannot carry a signature (Stone's JWE).
 	ErrMalformedBody = errors.New("malformed body")
+	// ErrUnsignedTimestamp: the timestamp whose age is checked is not
+	// covered by what the signature signs (a provider Spec whose signed
+	// template left out the part holding it), so its age proves nothing.
+	ErrUnsignedTimestamp = errors.New("timestamp not signed")
 )
 
 // VerifyError is the error a preset's Verify returns. Its text, e.g.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/internal/gatewaytest"
+	"github.com/idemhook/idemhook/internal/suggest"
 )
 
 // The helpers shared with the other gateway tests (internal/gatewaytest).
@@ -551,7 +552,7 @@ func TestEditDistance(t *testing.T) {
 		{"retries", "retry_after", 6},
 	}
 	for _, tt := range tests {
-		if got := editDistance(tt.a, tt.b); got != tt.want {
+		if got := suggest.Distance(tt.a, tt.b); got != tt.want {
 			t.Errorf("editDistance(%q, %q) = %d, want %d", tt.a, tt.b, got, tt.want)
 		}
 	}

@@ -27,8 +27,8 @@ import (
 type specNodes map[string]*yaml.Node
 
 // providerSpec reads the route's provider: when it is a mapping. It
-// reports whether it is one, and returns the spec when it could be read
-// without a problem (every problem is reported).
+// reports whether it is one, and returns the spec: its fields that could
+// not be read are reported and left empty.
 func (c *checker) providerSpec(in *routeInputs) (spec *provider.Spec, isSpec bool) {
 	n := in.f.Provider.Node
 	if n == nil {
@@ -39,11 +39,10 @@ func (c *checker) providerSpec(in *routeInputs) (spec *provider.Spec, isSpec boo
 	}
 	var s provider.Spec
 	in.specNodes = specNodes{"": n}
-	errs := len(c.errs)
+	// The spec is built even when some of its fields could not be read
+	// (reported here, and left out of it), so that the problems of the
+	// others are reported at once: a misspelt field hides nothing.
 	c.decodeSpec(n, reflect.ValueOf(&s).Elem(), join(in.at, "provider"), "", in.specNodes)
-	if len(c.errs) > errs {
-		return nil, true
-	}
 	return &s, true
 }
 
@@ -152,6 +151,10 @@ func (c *checker) decodeSpec(n *yaml.Node, v reflect.Value, at, path string, nod
 			m.SetMapIndex(reflect.ValueOf(k.Value), e)
 		}
 		v.Set(m)
+	case reflect.Interface: // a handshake's answer.json: any JSON value
+		if a, ok := c.decodeJSONValue(n, at, path, nodes); ok && a != nil {
+			v.Set(reflect.ValueOf(a))
+		}
 	default:
 		s, ok := c.str(leaf{n}, at)
 		if !ok {
@@ -190,6 +193,63 @@ func (c *checker) decodeSpec(n *yaml.Node, v reflect.Value, at, path string, nod
 			}
 		}
 	}
+}
+
+// decodeJSONValue reads n as a JSON value with its YAML type: a quoted or
+// plain string (${VAR} expanded), a number, a boolean, null, a list or a
+// mapping (map[string]any, []any). It reports whether n could be read.
+func (c *checker) decodeJSONValue(n *yaml.Node, at, path string, nodes specNodes) (any, bool) {
+	n = resolve(n)
+	nodes[path] = n
+	switch n.Kind {
+	case yaml.MappingNode:
+		m := map[string]any{}
+		first := map[string]int{}
+		ok := true
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := resolve(n.Content[i])
+			if k.Kind != yaml.ScalarNode || k.Tag == "!!merge" {
+				c.errorf(k, at, "expected a name, got %s", describe(k))
+				ok = false
+				continue
+			}
+			if line := first[k.Value]; line != 0 {
+				c.errorf(k, join(at, k.Value), "given twice (first at line %d)", line)
+				ok = false
+				continue
+			}
+			first[k.Value] = k.Line
+			e, eok := c.decodeJSONValue(n.Content[i+1], join(at, k.Value), join(path, k.Value), nodes)
+			m[k.Value], ok = e, ok && eok
+		}
+		return m, ok
+	case yaml.SequenceNode:
+		l := make([]any, len(n.Content))
+		ok := true
+		for i, e := range n.Content {
+			var eok bool
+			l[i], eok = c.decodeJSONValue(e, fmt.Sprintf("%s[%d]", at, i), fmt.Sprintf("%s[%d]", path, i), nodes)
+			ok = ok && eok
+		}
+		return l, ok
+	case yaml.ScalarNode:
+		if n.Tag == "!!str" {
+			return c.str(leaf{n}, at)
+		}
+		var v any
+		if err := n.Decode(&v); err != nil {
+			c.errorf(n, at, "%v", err)
+			return nil, false
+		}
+		switch v.(type) {
+		case nil, bool, int, int64, uint64, float64:
+			return v, true
+		}
+		c.errorf(n, at, "%s is not a JSON value (a string, number, boolean or null)", describe(n))
+		return nil, false
+	}
+	c.errorf(n, at, "expected a JSON value, got %s", describe(n))
+	return nil, false
 }
 
 // yamlName is the name a file gives the field f.
@@ -241,7 +301,21 @@ func (c *checker) specError(in *routeInputs, err error) bool {
 		return false
 	}
 	n, p := in.specNodes.at(se.Field)
+	for p != "" && p == se.Field {
+		// A value given in short (key: "{json:id}" for key.templates[0])
+		// is named as written.
+		parent := p[:max(0, strings.LastIndexAny(p, ".["))]
+		if in.specNodes[parent] != n {
+			break
+		}
+		p, se = parent, &provider.SpecError{Spec: se.Spec, Field: parent, Reason: se.Reason}
+	}
 	field := join(join(in.at, "provider"), p)
+	for _, e := range c.errs {
+		if e.Field == field || strings.HasPrefix(field, e.Field+".") || strings.HasPrefix(field, e.Field+"[") {
+			return true // the field could not be read: reported as such
+		}
+	}
 	if p != se.Field { // absent: at its parent's name, the field named in full
 		field = join(join(in.at, "provider"), se.Field)
 		if k := c.keys[n]; k != nil {

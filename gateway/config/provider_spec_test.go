@@ -77,8 +77,8 @@ func TestConfigProviderSpecErrors(t *testing.T) {
 		{"misspelt field", "      key:", "      kye:", `idemhook.yaml:13: routes[0].provider.kye: unknown field "kye": did you mean "key"?`},
 		{"unknown algorithm", "hmac-sha256", "hmac-md5", `idemhook.yaml:7: routes[0].provider.signature.algorithm: unknown algorithm "hmac-md5"`},
 		{"bad placeholder", `"{timestamp}.{body}"`, `"{timestamp}.{bdy}"`, `idemhook.yaml:12: routes[0].provider.signature.signed: unknown placeholder {bdy}`},
-		{"no timestamp signed", `"{timestamp}.{body}"`, `"{body}"`, `idemhook.yaml:12: routes[0].provider.signature.signed: "{body}" does not sign {timestamp}`},
-		{"bad key", `"{json:id}"`, `"{json:id"`, `idemhook.yaml:13: routes[0].provider.key.templates[0]: "{json:id": { at byte 0 is not closed`},
+		{"no timestamp signed", `"{timestamp}.{body}"`, `"{body}"`, `idemhook.yaml:12: routes[0].provider.signature.signed: "{body}" does not sign the timestamp`},
+		{"bad key", `"{json:id}"`, `"{json:id"`, `idemhook.yaml:13: routes[0].provider.key: "{json:id": { at byte 0 is not closed`},
 		{"status", "{status: 200}", "{status: 302}", `idemhook.yaml:14: routes[0].provider.success.status: 302 is not a success`},
 		{"status not a number", "{status: 200}", "{status: ok}", `idemhook.yaml:14: routes[0].provider.success.status: want a whole number, got "ok"`},
 		{"duration", "retry_window: 2d", "retry_window: 2 days", `idemhook.yaml:15: routes[0].provider.retry_window: invalid duration "2 days"`},
@@ -141,6 +141,35 @@ func TestConfigProviderSpecDocsExample(t *testing.T) {
 	}
 }
 
+// A misspelt field hides none of the spec's other problems, each is
+// reported at its line with the name it was meant to be, and a key given
+// as one template is named as written.
+func TestConfigProviderSpecEveryProblem(t *testing.T) {
+	text := strings.NewReplacer("hmac-sha256", "hmac-sha521", "format: pairs", "encodng: base64\n        format: pairs",
+		`"{json:id}"`, `"{jsn:event}"`).Replace(specRoute)
+	text = strings.ReplaceAll(text, `\n`, "\n")
+	_, err := Parse("idemhook.yaml", []byte(text), envOf("ACME_SECRET", "acme-secret"))
+	var errs Errors
+	if !errors.As(err, &errs) || len(errs) != 3 {
+		t.Fatalf("errors: %v; want 3", err)
+	}
+	for i, want := range []string{
+		`idemhook.yaml:7: routes[0].provider.signature.algorithm: unknown algorithm "hmac-sha521": did you mean "hmac-sha512"?`,
+		`idemhook.yaml:9: routes[0].provider.signature.encodng: unknown field "encodng": did you mean "encoding"?`,
+		`idemhook.yaml:14: routes[0].provider.key: unknown placeholder {jsn:event} here: did you mean "json"?`,
+	} {
+		if !strings.HasPrefix(errs[i].Error(), want) {
+			t.Errorf("error %d: %v, want %s...", i, errs[i], want)
+		}
+	}
+	// A field of the wrong kind is reported once, not again as missing.
+	text = strings.Replace(specRoute, "algorithm: hmac-sha256", "algorithm: [hmac-sha256]", 1)
+	_, err = Parse("idemhook.yaml", []byte(text), envOf("ACME_SECRET", "acme-secret"))
+	if !errors.As(err, &errs) || len(errs) != 1 || !strings.Contains(errs[0].Error(), "signature.algorithm: expected a single value") {
+		t.Errorf("algorithm as a list: %v", err)
+	}
+}
+
 // Several problems of a spec are reported at once, each at its line.
 func TestConfigProviderSpecSeveralErrors(t *testing.T) {
 	text := strings.NewReplacer("hmac-sha256", "hmac-sha265", `"{json:id}"`, `"{json:id"`, "{status: 200}", "{status: 302}").Replace(specRoute)
@@ -151,7 +180,7 @@ func TestConfigProviderSpecSeveralErrors(t *testing.T) {
 	}
 	for i, want := range []string{
 		"idemhook.yaml:7: routes[0].provider.signature.algorithm: unknown algorithm",
-		"idemhook.yaml:13: routes[0].provider.key.templates[0]:",
+		"idemhook.yaml:13: routes[0].provider.key: ",
 		"idemhook.yaml:14: routes[0].provider.success.status: 302",
 	} {
 		if !strings.HasPrefix(errs[i].Error(), want) {

@@ -29,6 +29,19 @@
 //     Signature.getSignature with signatureVersion "v3") and checked with
 //     its Signature.isValid, its clock set to the vector's time (isValid
 //     refuses a timestamp older than 5 minutes by the real clock).
+//   - linear, discord, razorpay, sanity: providers without a preset, for
+//     the YAML examples of docs/providers.md (TestDocsProvidersWithoutPreset
+//     runs each example on its vectors). Linear's SDK (npm "@linear/sdk",
+//     LinearWebhookClient.verify, its clock set to the vector's time)
+//     checks each one, and signs nothing: it is signed with node:crypto as
+//     Linear documents. Discord's interactions are signed with tweetnacl
+//     (nacl.sign.detached, fixed test seeds) and checked by
+//     "discord-interactions" (verifyKey); the PING records the answer
+//     Discord requires. Razorpay's are checked by its SDK
+//     (Razorpay.validateWebhookSignature) and Sanity's signed by its own
+//     library (npm "@sanity/webhook", encodeSignatureHeader) and checked by
+//     its isValidSignature. A vector the SDK refuses (or, forged, accepts)
+//     is not written.
 //   - twitch, mailgun: neither publishes an SDK on npm that signs or
 //     verifies webhooks (Mailgun's own mailgun.js has no webhook check), so
 //     their vectors follow the documented sample code with node:crypto (the
@@ -55,6 +68,10 @@ const twilioSDK = require("twilio");
 const { hmacValidator: AdyenHmacValidator } = require("@adyen/api-library");
 const { EventWebhook: SendGridEventWebhook } = require("@sendgrid/eventwebhook");
 const { Signature: HubSpotSignature } = require("@hubspot/api-client");
+const nacl = require("tweetnacl");
+const { verifyKey: discordVerifyKey } = require("discord-interactions");
+const Razorpay = require("razorpay");
+const sanityWebhook = require("@sanity/webhook");
 
 const hmacHex = (key, data) => crypto.createHmac("sha256", key).update(data, "utf8").digest("hex");
 
@@ -422,7 +439,118 @@ async function main() {
     hubspot("signed with another client secret", { secret: hsSecret, signWith: "zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz", timestampMs: 1796032800123,
       url: "https://hooks.example.com/hubspot/webhooks", events: [created], key: "234567:1796032800" }),
   ];
+  await withoutPreset();
   process.stdout.write(JSON.stringify(vectors, null, 2) + "\n");
+}
+
+// expectSDK throws unless the SDK's verdict is the vector's: accepted when
+// it is not forged.
+function expectSDK(provider, v, accepted) {
+  if (accepted === v.forged) {
+    throw new Error(`${provider} vector ${v.name}: the SDK ${accepted ? "accepted" : "refused"} it`);
+  }
+  return v;
+}
+
+// The providers of docs/providers.md's examples without a preset.
+async function withoutPreset() {
+  // Linear, linear.app/developers/webhooks, "Securing webhooks": hex
+  // HMAC-SHA256 of the raw body in Linear-Signature; the signed body's
+  // webhookTimestamp (unix milliseconds) must be within a minute.
+  const { LinearWebhookClient } = await import("@linear/sdk/webhooks");
+  const linearSecret = "lin_wh_5a7e2b9c0d1f4e3a8b6c";
+  const linear = (name, { ms, delivery, body, signWith }) => {
+    const raw = JSON.stringify({ ...body, webhookTimestamp: ms });
+    const sig = hmacHex(signWith || linearSecret, raw);
+    const v = { name, secret: linearSecret, now: Math.floor(ms / 1000), method: "POST", url: "https://hooks.example.com/linear",
+      headers: { "Content-Type": "application/json; charset=utf-8", "Linear-Delivery": delivery, "Linear-Event": body.type, "Linear-Signature": sig },
+      body: raw, key: delivery, forged: Boolean(signWith) };
+    const realNow = Date.now;
+    Date.now = () => ms + 250;
+    let ok = false;
+    try {
+      ok = new LinearWebhookClient(linearSecret).verify(Buffer.from(raw), sig);
+    } catch (_) {
+      ok = false;
+    } finally {
+      Date.now = realNow;
+    }
+    return expectSDK("linear", v, ok);
+  };
+  const issue = { action: "create", type: "Issue", createdAt: "2026-11-30T10:00:00.000Z", organizationId: "8f0c1a2b-org",
+    url: "https://linear.app/acme/issue/ENG-42", webhookId: "0f4a2c6e-wh",
+    data: { id: "2174add1-f7c8-44e3-bbf3-2d60b5ea8bc9", identifier: "ENG-42", title: "Crash on sign-in — olá", priority: 2 } };
+  vectors.linear = [
+    linear("issue created", { ms: 1796032800123, delivery: "234d1a4e-b617-4388-90fe-adc3633d6b72", body: issue }),
+    linear("comment created", { ms: 1796032861000, delivery: "6c4d1f58-7a8c-4b9e-9d3f-1e2a3b4c5d6e",
+      body: { action: "create", type: "Comment", webhookId: "0f4a2c6e-wh", data: { id: "c-9", body: "LGTM 👍", issueId: issue.data.id } } }),
+    linear("signed with another secret", { ms: 1796032800123, delivery: "234d1a4e-b617-4388-90fe-adc3633d6b72", body: issue, signWith: "lin_wh_other" }),
+  ];
+
+  // Discord interactions, discord.com/developers/docs/interactions/overview,
+  // "Setting Up an Endpoint": ed25519 over X-Signature-Timestamp + raw body,
+  // hex in X-Signature-Ed25519; the public key is shown in hex; a PING
+  // (type 1) is answered {"type": 1}.
+  const seed = (b) => new Uint8Array(32).fill(b);
+  const app = nacl.sign.keyPair.fromSeed(seed(7));
+  const other = nacl.sign.keyPair.fromSeed(seed(9));
+  const hex = (u8) => Buffer.from(u8).toString("hex");
+  const discord = async (name, { ts, body, key, signWith, answer }) => {
+    const raw = JSON.stringify(body);
+    const sig = hex(nacl.sign.detached(Buffer.from(ts + raw), (signWith || app).secretKey));
+    const v = { name, secret: hex(app.publicKey), now: Number(ts), method: "POST", url: "https://hooks.example.com/discord",
+      headers: { "Content-Type": "application/json", "X-Signature-Ed25519": sig, "X-Signature-Timestamp": ts }, body: raw, key, forged: Boolean(signWith) };
+    if (answer) v.answer = answer;
+    return expectSDK("discord", v, await discordVerifyKey(raw, sig, ts, hex(app.publicKey)));
+  };
+  const command = { id: "1311111111111111111", application_id: "1300000000000000000", type: 2, token: "aW50ZXJhY3Rpb24", version: 1,
+    data: { id: "1322222222222222222", name: "ping", type: 1 }, guild_id: "1333333333333333333",
+    member: { user: { id: "1344444444444444444", username: "ana" } } };
+  vectors.discord = [
+    await discord("PING: answered with a PONG", { ts: "1796032800", body: { id: "1310000000000000000", application_id: "1300000000000000000", type: 1, token: "cGluZw", version: 1 },
+      key: "1310000000000000000", answer: JSON.stringify({ type: 1 }) }),
+    await discord("an application command: its interaction id", { ts: "1796032801", body: command, key: command.id }),
+    await discord("signed with another key", { ts: "1796032801", body: command, key: command.id, signWith: other }),
+  ];
+
+  // Razorpay, razorpay.com/docs/webhooks/validate-test: hex HMAC-SHA256 of
+  // the raw body in X-Razorpay-Signature; x-razorpay-event-id names the
+  // event, the same on every retry.
+  const rzpSecret = "rzp_wh_s3cret";
+  const razorpay = (name, { event, body, signWith }) => {
+    const raw = JSON.stringify(body);
+    const sig = hmacHex(signWith || rzpSecret, raw);
+    const v = { name, secret: rzpSecret, now: body.created_at, method: "POST", url: "https://hooks.example.com/razorpay",
+      headers: { "Content-Type": "application/json", "X-Razorpay-Signature": sig, "X-Razorpay-Event-Id": event }, body: raw, key: event, forged: Boolean(signWith) };
+    return expectSDK("razorpay", v, Razorpay.validateWebhookSignature(raw, sig, rzpSecret));
+  };
+  const captured = { entity: "event", account_id: "acc_BFQ7uQEaa7j2z7", event: "payment.captured", contains: ["payment"], created_at: 1796032800,
+    payload: { payment: { entity: { id: "pay_DESlfW9H8K9uqM", entity: "payment", amount: 100, currency: "INR", status: "captured", method: "upi", description: "Chá ☕" } } } };
+  vectors.razorpay = [
+    razorpay("payment.captured", { event: "KhFoyDEBLtwbSs", body: captured }),
+    razorpay("order.paid", { event: "KhFpCqy0wkN1AE", body: { ...captured, event: "order.paid", contains: ["payment", "order"], created_at: 1796032805 } }),
+    razorpay("signed with another secret", { event: "KhFoyDEBLtwbSs", body: captured, signWith: "rzp_other" }),
+  ];
+
+  // Sanity, www.sanity.io/docs/webhooks, "Security": the library's
+  // header "t=<unix ms>,v1=<base64url HMAC-SHA256 of t.body>"; the
+  // idempotency-key header names the event, the same on every retry.
+  const sanitySecret = "sanity-webhook-s3cret";
+  const sanity = async (name, { ms, idem, body, signWith }) => {
+    const raw = JSON.stringify(body);
+    const sig = await sanityWebhook.encodeSignatureHeader(raw, ms, signWith || sanitySecret);
+    const v = { name, secret: sanitySecret, now: Math.floor(ms / 1000), method: "POST", url: "https://hooks.example.com/sanity",
+      headers: { "Content-Type": "application/json", "sanity-webhook-signature": sig, "idempotency-key": idem,
+        "sanity-project-id": "abc123de", "sanity-dataset": "production", "sanity-document-id": body._id, "sanity-operation": "update" },
+      body: raw, key: idem, forged: Boolean(signWith) };
+    return expectSDK("sanity", v, await sanityWebhook.isValidSignature(raw, sig, sanitySecret));
+  };
+  const post = { _id: "post-1", _type: "post", _rev: "x8e0Qw", title: "Hello, wörld", slug: { current: "hello-world" } };
+  vectors.sanity = [
+    await sanity("document updated", { ms: 1796032800456, idem: "idem_01JDAB6Q2M0G8Y7W0S4XK7K3V4", body: post }),
+    await sanity("another document", { ms: 1796032802000, idem: "idem_01JDAB6Q2M0G8Y7W0S4XK7K3V5", body: { ...post, _id: "post-2", title: "Two" } }),
+    await sanity("signed with another secret", { ms: 1796032800456, idem: "idem_01JDAB6Q2M0G8Y7W0S4XK7K3V4", body: post, signWith: "other" }),
+  ];
 }
 
 // Rivet logs every event it processes with console.debug, on stdout.
