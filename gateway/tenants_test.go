@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhook/idemhook/gateway/adminapi"
 	"github.com/idemhook/idemhook/gateway/config"
 	"github.com/idemhook/idemhook/internal/gatewaytest"
 )
@@ -44,7 +46,7 @@ func TestTenantsRoute(t *testing.T) {
 	text := fmt.Sprintf(`listen: 127.0.0.1:0
 store: {driver: memory}
 admin: {listen: off}
-audit: {sink: none}
+audit: {sink: memory}
 routes:
   - path: /webhooks/stripe/{tenant}
     upstream: %s/stripe
@@ -61,11 +63,15 @@ routes:
 	}
 	url, g, _ := serveConfig(t, cfg)
 	base := url + "/webhooks/stripe/"
-	key := func(tenant, event string) int {
+	admin := func(target string) *httptest.ResponseRecorder {
 		t.Helper()
 		rec := httptest.NewRecorder()
-		g.AdminHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/admin/keys/stripe/"+event+"?scope="+tenant, nil))
-		return rec.Code
+		g.AdminHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, target, nil))
+		return rec
+	}
+	key := func(tenant, event string) int {
+		t.Helper()
+		return admin("/admin/keys/stripe/" + event + "?scope=" + tenant).Code
 	}
 	expect := func(what string, r gatewaytest.Response, status int, replayed bool, calls int64) {
 		t.Helper()
@@ -83,6 +89,16 @@ routes:
 	if key("acme", "evt_1") != 200 || key("globex", "evt_1") != 200 {
 		t.Fatal("no record under idem:stripe@acme:evt_1 or idem:stripe@globex:evt_1")
 	}
+	// The admin API names the route's tenants, and each delivery's.
+	var stats adminapi.Stats
+	if err := json.Unmarshal(admin("/admin/stats").Body.Bytes(), &stats); err != nil || len(stats.Routes) != 1 || fmt.Sprint(stats.Routes[0].Tenants) != "[acme globex]" {
+		t.Fatalf("/admin/stats routes %+v (%v), want the tenants acme and globex", stats.Routes, err)
+	}
+	gatewaytest.Eventually(t, "three deliveries in the audit trail", func() bool {
+		var page adminapi.Deliveries
+		return json.Unmarshal(admin("/admin/deliveries").Body.Bytes(), &page) == nil && len(page.Deliveries) == 3 &&
+			page.Deliveries[0].Scope == "globex" && page.Deliveries[2].Scope == "acme"
+	})
 
 	expect("globex evt_2 signed with acme's secret", stripePost(t, base+"globex", "evt_2", "whsec_acme"), 401, false, 2)
 	expect("initech evt_2", stripePost(t, base+"initech", "evt_2", "whsec_acme"), 401, false, 2)
