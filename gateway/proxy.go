@@ -52,10 +52,7 @@ func newTransport(timeout time.Duration) *http.Transport {
 // retry is forwarded again.
 func newProxy(rc config.Route, rt http.RoundTripper, bufs httputil.BufferPool, logger *slog.Logger, trusted []netip.Prefix) *httputil.ReverseProxy {
 	target := rc.Upstream
-	prefix := ""
-	if strings.HasSuffix(rc.Path, "/") {
-		prefix = rc.Path
-	}
+	prefix := forwardPrefix(rc.Path)
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			in := pr.In.URL
@@ -168,6 +165,21 @@ func setFence(h http.Header, fence uint64) {
 		return
 	}
 	h[HeaderFence] = []string{strconv.FormatUint(fence, 10)}
+}
+
+// forwardPrefix is the part of a route's path that upstreamPath drops
+// from the request's path before it joins the rest to the upstream's: ""
+// for an exact route (nothing is joined), the path of a prefix route, and
+// the path up to {tenant} for a route for many tenants, whose backend thus
+// gets the tenant as the last segment of its path.
+func forwardPrefix(path string) string {
+	switch {
+	case strings.HasSuffix(path, "/"):
+		return path
+	case config.IsTenantPath(path):
+		return strings.TrimSuffix(path, "{tenant}")
+	}
+	return ""
 }
 
 // upstreamPath maps an incoming path onto the upstream: the upstream's path

@@ -309,10 +309,7 @@ const maxDrain = 256 << 10
 // its head; a respond_within route passes a whole answer back), and what
 // follows is drained up to maxDrain.
 func sender(rc config.Route, rt http.RoundTripper, keep int64) func(ctx context.Context, ev *queue.Event) queue.Result {
-	prefix := ""
-	if strings.HasSuffix(rc.Path, "/") {
-		prefix = rc.Path
-	}
+	prefix := forwardPrefix(rc.Path)
 	target := rc.Upstream
 	return func(ctx context.Context, ev *queue.Event) queue.Result {
 		in, err := url.ParseRequestURI(ev.Target)

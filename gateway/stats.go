@@ -177,7 +177,12 @@ func (g *Gateway) countStats(r *http.Request, counter audit.Counter) (adminapi.S
 	// The routes in service: those of the last reload, not of the start.
 	routes := slices.SortedFunc(maps.Values(*g.audit.routes.Load()), func(a, b config.Route) int { return cmp.Compare(a.Line, b.Line) })
 	for _, rc := range routes {
-		out.Routes = append(out.Routes, adminapi.Route{Path: rc.Path, Source: rc.Route.Source})
+		ar := adminapi.Route{Path: rc.Path, Source: rc.Route.Source}
+		for _, t := range rc.Tenants {
+			ar.Tenants = append(ar.Tenants, t.Name)
+		}
+		slices.Sort(ar.Tenants)
+		out.Routes = append(out.Routes, ar)
 		source(rc.Route.Source)
 	}
 	for _, win := range []struct {

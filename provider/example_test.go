@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"time"
 
@@ -525,4 +526,61 @@ func ExampleSpec() {
 	// ev-1 <nil>
 	// ev-1 acme: header X-Acme-Signature: no matching signature
 	// ev-1 acme: header X-Acme-Timestamp: timestamp outside tolerance (signed 16m40s ago, tolerance 5m0s)
+}
+
+// One route for many tenants: a platform receives Stripe for its merchants
+// on POST /webhooks/stripe/{tenant}, each merchant's endpoint with a secret
+// of its own. The tenant's secret checks each delivery, and the keys are
+// scoped by the tenant: idem:stripe@<tenant>:<event id>.
+func ExampleNewTenants() {
+	presets := map[string]*idemhook.Preset{}
+	for tenant, secret := range map[string]string{"acme": "whsec_acme", "globex": "whsec_globex"} {
+		p, err := provider.New("stripe", provider.Config{Secrets: []string{secret}})
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		presets[tenant] = p
+	}
+	tenants, err := provider.NewTenants("tenant", presets)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	store, _ := memstore.New(memstore.Config{})
+	mw, _ := idemhook.New(store, idemhook.Options{OnDelivery: func(d idemhook.DeliveryInfo) {
+		fmt.Println(strings.TrimSpace("delivery: " + string(d.Outcome) + " " + d.StoreKey))
+	}})
+	route, _ := mw.Route(tenants.Route(idemhook.Route{Source: "stripe"}))
+	mux := http.NewServeMux()
+	mux.Handle("POST /webhooks/stripe/{tenant}", route(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "handled for %s", r.PathValue("tenant"))
+	})))
+
+	deliver := func(tenant, secret string) {
+		body := `{"id":"evt_1NnfJm2eZvKYlo2C","object":"event"}`
+		stamp := strconv.FormatInt(time.Now().Unix(), 10)
+		r := httptest.NewRequest(http.MethodPost, "/webhooks/stripe/"+tenant, strings.NewReader(body))
+		r.Header.Set("Stripe-Signature", "t="+stamp+",v1="+sign(secret, stamp+"."+body))
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, r)
+		fmt.Println(tenant, w.Code, strings.TrimSpace(w.Body.String()))
+	}
+	deliver("acme", "whsec_acme")     // first delivery
+	deliver("acme", "whsec_acme")     // Stripe's retry: replayed
+	deliver("globex", "whsec_acme")   // acme's secret on globex's path: 401
+	deliver("globex", "whsec_globex") // globex's own event
+	deliver("initech", "whsec_acme")  // no such tenant: 401
+	// Output:
+	// delivery: processed idem:stripe@acme:evt_1NnfJm2eZvKYlo2C
+	// acme 200 handled for acme
+	// delivery: replayed idem:stripe@acme:evt_1NnfJm2eZvKYlo2C
+	// acme 200 handled for acme
+	// delivery: signature_invalid
+	// globex 401 {"type":"about:blank","title":"Signature verification failed","status":401,"detail":"stripe: header Stripe-Signature: no matching signature"}
+	// delivery: processed idem:stripe@globex:evt_1NnfJm2eZvKYlo2C
+	// globex 200 handled for globex
+	// delivery: signature_invalid
+	// initech 401 {"type":"about:blank","title":"Signature verification failed","status":401,"detail":"stripe: unknown tenant (the path's {tenant} is \"initech\")"}
 }

@@ -229,6 +229,13 @@ func printSummary(w io.Writer, cfg *config.Config) {
 		if rc.SecretFile != "" {
 			extra += fmt.Sprintf(" secret_file=%s secrets=%d", rc.SecretFile, rc.SecretCount)
 		}
+		for _, t := range rc.Tenants {
+			extra += fmt.Sprintf(" tenant=%s(secrets=%d", t.Name, t.SecretCount)
+			if t.SecretFile != "" {
+				extra += " secret_file=" + t.SecretFile
+			}
+			extra += ")"
+		}
 		if r.Preset != nil && r.Preset.RetryWindow > 0 {
 			extra += " retry_window=" + config.FormatDuration(r.Preset.RetryWindow)
 		}

@@ -84,6 +84,9 @@ type Outcome struct {
 type Route struct {
 	Path   string `json:"path"`
 	Source string `json:"source"`
+	// Tenants are the tenants of a route whose path ends in /{tenant}
+	// (its tenants:), sorted; their deliveries' scope is the tenant.
+	Tenants []string `json:"tenants,omitempty"`
 }
 
 // Stats is GET /admin/stats.

@@ -21,7 +21,10 @@ func (c *checker) build(cfg *Config) {
 	for _, in := range c.routes {
 		rc := &cfg.Routes[in.i]
 		r := &rc.Route
-		if in.preset {
+		switch {
+		case in.preset && len(in.tenants) > 0:
+			r.Preset = c.buildTenants(&in, rc)
+		case in.preset:
 			p, err := in.newPreset(rc.Provider)
 			if err != nil {
 				c.presetError(&in, err)

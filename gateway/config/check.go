@@ -485,6 +485,7 @@ type routeInputs struct {
 	optionKeys map[string]*yaml.Node
 	items      itemsInput     // items:, merged with the preset's by build
 	spec       *provider.Spec // provider: as a mapping (provider_spec.go)
+	tenants    []tenantInput  // tenants: (tenants.go)
 	specNodes  specNodes
 }
 
@@ -703,45 +704,9 @@ func (c *checker) providerSettings(in *routeInputs, rc *Route) {
 		spec.Name = cmp.Or(spec.Name, rc.Route.Source)
 		name, in.spec = spec.Name, spec
 	}
-	var secrets []string
-	secretsOK := true
-	if l := f.SecretEnv; l.Node != nil && l.Kind == yaml.ScalarNode && strings.Contains(l.Value, "$") {
-		// Not expanded: ${NAME} would put the secret itself in the error.
-		c.errorf(l.Node, field("secret_env"), "%s", secretEnvAdvice(l.Value))
-		secretsOK = false
-	} else if v, ok := c.str(f.SecretEnv, field("secret_env")); ok {
-		switch {
-		case !validEnvName(v):
-			c.errorf(f.SecretEnv.Node, field("secret_env"), "invalid environment variable name %q", v)
-			secretsOK = false
-		case c.getenv(v) == "":
-			c.errorf(f.SecretEnv.Node, field("secret_env"), "environment variable %s is not set or empty (export it, or use secrets: [${%s}])", v, v)
-			secretsOK = false
-		default:
-			secrets = append(secrets, c.getenv(v))
-		}
-	}
-	if list, ok := c.strList(f.Secrets, field("secrets")); ok {
-		secrets = append(secrets, list...)
-	} else if f.Secrets.Node != nil {
-		secretsOK = false
-	}
-	if l := f.SecretFile; l.Node != nil && hasProvider { // without a provider, refused below
-		if path, ok := c.str(l, field("secret_file")); !ok {
-			secretsOK = false
-		} else if f.SecretEnv.Node != nil || f.Secrets.Node != nil {
-			c.errorf(c.key(l), field("secret_file"), "give a route's secrets in one place: secret_file, or secret_env and secrets (the file's lines are then every secret the route accepts, so that removing a line and reloading removes that secret)")
-			secretsOK = false
-		} else if list, warns, err := readSecretFile(path); err != nil {
-			c.errorf(l.Node, field("secret_file"), "%v", err)
-			secretsOK = false
-		} else {
-			for _, w := range warns {
-				c.warnf(l.Node, field("secret_file"), "%s", w)
-			}
-			secrets, rc.SecretFile = list, path
-		}
-	}
+	secrets, secretFile, secretsOK := c.secrets(secretFields{f.SecretEnv, f.Secrets, f.SecretFile}, field, hasProvider)
+	rc.SecretFile = secretFile
+	tenantsOK := c.tenants(in, rc, hasProvider)
 	type option struct {
 		key   *yaml.Node
 		value string
@@ -777,7 +742,7 @@ func (c *checker) providerSettings(in *routeInputs, rc *Route) {
 		for _, o := range []struct {
 			name string
 			l    leaf
-		}{{"secret_env", f.SecretEnv}, {"secrets", f.Secrets}, {"secret_file", f.SecretFile}, {"provider_options", f.ProviderOptions}, {"tolerance", f.Tolerance}} {
+		}{{"secret_env", f.SecretEnv}, {"secrets", f.Secrets}, {"secret_file", f.SecretFile}, {"tenants", f.Tenants}, {"provider_options", f.ProviderOptions}, {"tolerance", f.Tolerance}} {
 			if o.l.Node != nil {
 				c.errorf(c.key(o.l), field(o.name), "only used with provider: (the signature check of a preset); set provider or remove %s", o.name)
 			}
@@ -792,14 +757,14 @@ func (c *checker) providerSettings(in *routeInputs, rc *Route) {
 		c.errorf(f.Provider.Node, field("provider"), "unknown provider %q%s (known: %s)", name, didYouMean(name, provider.Names()), strings.Join(provider.Names(), ", "))
 		return
 	}
-	if !secretsOK {
+	if !secretsOK || !tenantsOK {
 		return // the secret's own error was reported
 	}
 	// A preset's key option (sendgrid's public_key, a public verification
 	// key) stands in for its secrets.
 	keyOption := provider.KeyOption(name)
 	hasKeyOption := keyOption != "" && slices.ContainsFunc(opts, func(o option) bool { return o.key.Value == keyOption && o.value != "" })
-	if !hasKeyOption && !slices.ContainsFunc(secrets, func(s string) bool { return s != "" }) {
+	if len(rc.Tenants) == 0 && !hasKeyOption && !slices.ContainsFunc(secrets, func(s string) bool { return s != "" }) {
 		node, name := c.key(f.Provider), "provider"
 		if v := valueOf(in.node, "secrets"); v != nil { // also when null
 			node, name = v, "secrets"
@@ -822,6 +787,59 @@ func (c *checker) providerSettings(in *routeInputs, rc *Route) {
 		}
 	}
 	in.preset = true
+}
+
+// secretFields are the fields that give secrets: a route's, or one of its
+// tenants'.
+type secretFields struct {
+	Env     leaf `yaml:"secret_env"`
+	Secrets leaf `yaml:"secrets"`
+	File    leaf `yaml:"secret_file"`
+}
+
+// secrets reads the secrets of sf, whose fields field names. A secret_file is read only when hasProvider
+// (without a provider, the caller refuses it). good is false when a problem
+// was reported.
+func (c *checker) secrets(sf secretFields, field func(string) string, hasProvider bool) (secrets []string, file string, good bool) {
+	good = true
+	if l := sf.Env; l.Node != nil && l.Kind == yaml.ScalarNode && strings.Contains(l.Value, "$") {
+		// Not expanded: ${NAME} would put the secret itself in the error.
+		c.errorf(l.Node, field("secret_env"), "%s", secretEnvAdvice(l.Value))
+		good = false
+	} else if v, ok := c.str(sf.Env, field("secret_env")); ok {
+		switch {
+		case !validEnvName(v):
+			c.errorf(sf.Env.Node, field("secret_env"), "invalid environment variable name %q", v)
+			good = false
+		case c.getenv(v) == "":
+			c.errorf(sf.Env.Node, field("secret_env"), "environment variable %s is not set or empty (export it, or use secrets: [${%s}])", v, v)
+			good = false
+		default:
+			secrets = append(secrets, c.getenv(v))
+		}
+	}
+	if list, ok := c.strList(sf.Secrets, field("secrets")); ok {
+		secrets = append(secrets, list...)
+	} else if sf.Secrets.Node != nil {
+		good = false
+	}
+	if l := sf.File; l.Node != nil && hasProvider { // without a provider, refused below
+		if path, ok := c.str(l, field("secret_file")); !ok {
+			good = false
+		} else if sf.Env.Node != nil || sf.Secrets.Node != nil {
+			c.errorf(c.key(l), field("secret_file"), "give the secrets in one place: secret_file, or secret_env and secrets (the file's lines are then every secret the route accepts, so that removing a line and reloading removes that secret)")
+			good = false
+		} else if list, warns, err := readSecretFile(path); err != nil {
+			c.errorf(l.Node, field("secret_file"), "%v", err)
+			good = false
+		} else {
+			for _, w := range warns {
+				c.warnf(l.Node, field("secret_file"), "%s", w)
+			}
+			secrets, file = list, path
+		}
+	}
+	return secrets, file, good
 }
 
 // maxSecretFile bounds the size of a secret file: a few keys take a few
@@ -959,8 +977,8 @@ func checkPath(v string) error {
 	if !strings.HasPrefix(v, "/") {
 		return fmt.Errorf("invalid path %q: must start with /", v)
 	}
-	if strings.ContainsAny(v, "{}?# \t\r\n") {
-		return fmt.Errorf("invalid path %q: no spaces, braces, ? or # allowed", v)
+	if strings.ContainsAny(strings.TrimSuffix(v, "/"+tenantWildcard), "{}?# \t\r\n") {
+		return fmt.Errorf("invalid path %q: no spaces, braces, ? or # allowed (the one wildcard a path may have is a last segment /{tenant})", v)
 	}
 	clean := path.Clean(v)
 	if strings.HasSuffix(v, "/") && clean != "/" {

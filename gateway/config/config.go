@@ -158,10 +158,11 @@ type Route struct {
 	UpstreamTimeout time.Duration
 	Route           idemhook.Route // Source, TTL, Header, policies, Preset...
 	Provider        string
-	SecretFile      string // secret_file: the file the secrets were read from, or ""
-	SecretCount     int    // how many secrets the route accepts
-	ShareKeys       bool   // share_keys: other routes may have the same source
-	Field           string // "routes[i]": where the route is, for errors
+	SecretFile      string   // secret_file: the file the secrets were read from, or ""
+	SecretCount     int      // how many secrets the route accepts
+	Tenants         []Tenant // tenants: the tenants of a path ending in /{tenant}, in file order
+	ShareKeys       bool     // share_keys: other routes may have the same source
+	Field           string   // "routes[i]": where the route is, for errors
 
 	// Deliver is DeliverProxy (the backend's answer goes back to the
 	// provider) or DeliverQueue (the event is kept durably, the provider is
@@ -374,6 +375,7 @@ type (
 		SecretEnv       leaf       `yaml:"secret_env"`
 		Secrets         leaf       `yaml:"secrets"`
 		SecretFile      leaf       `yaml:"secret_file"`
+		Tenants         leaf       `yaml:"tenants"`
 		ProviderOptions leaf       `yaml:"provider_options"`
 		Tolerance       leaf       `yaml:"tolerance"`
 		MaxBody         leaf       `yaml:"max_body"`

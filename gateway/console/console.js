@@ -375,7 +375,9 @@
         const sc = document.createElement('span');
         sc.className = 'scope';
         sc.textContent = d.scope;
-        sc.title = `scope ${d.scope}: this delivery's key is stored under it (?scope= of /admin/keys)`;
+        sc.title = (d.route || '').endsWith('/{tenant}')
+          ? `tenant ${d.scope}: this delivery's key is stored under its scope (?scope= of /admin/keys)`
+          : `scope ${d.scope}: this delivery's key is stored under it (?scope= of /admin/keys)`;
         route.append(sc);
       }
       const k = cell(tr, '', 'key');
