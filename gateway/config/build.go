@@ -28,7 +28,7 @@ func (c *checker) build(cfg *Config) {
 			}
 			r.Preset = p
 		}
-		c.buildItems(&in, r)
+		c.buildItems(&in, r, rc.Provider)
 		if err := r.Validate(); err != nil {
 			c.routeError(&in, r, err)
 		}
