@@ -351,11 +351,13 @@ func parseFilter(r *http.Request) (audit.Filter, error) {
 		Route:   trimmed(r, "route"),
 		Cursor:  trimmed(r, "cursor"),
 	}
-	if outcomes := idemhook.Outcomes(); f.Outcome != "" && !slices.Contains(outcomes, idemhook.Outcome(f.Outcome)) {
-		names := make([]string, len(outcomes))
-		for i, o := range outcomes {
-			names[i] = string(o)
+	if outcomes := idemhook.Outcomes(); f.Outcome != "" && !slices.Contains(outcomes, idemhook.Outcome(f.Outcome)) &&
+		f.Outcome != outcomeQueueDeliver && f.Outcome != outcomeQueueDead {
+		names := make([]string, 0, len(outcomes)+2)
+		for _, o := range outcomes {
+			names = append(names, string(o))
 		}
+		names = append(names, outcomeQueueDeliver, outcomeQueueDead) // a queued event's end
 		return f, fmt.Errorf("outcome: unknown %q (known: %s)", f.Outcome, strings.Join(names, ", "))
 	}
 	for _, p := range []struct {
