@@ -46,6 +46,11 @@ func (c *checker) build(cfg *Config) {
 				}
 			}
 			c.queueTTL(&in, rc)
+			if rc.Deliver == DeliverQueue {
+				// A batch of items is answered as one event is: one
+				// route, one accept answer.
+				r.ItemsSuccess = &idemhook.Answer{Status: rc.Accept.Status, Header: rc.Accept.Header, Body: rc.Accept.Body}
+			}
 		}
 		if r.TTL == 0 {
 			r.TTL = r.Preset.DefaultTTL()
