@@ -351,6 +351,22 @@ type Route struct {
 	// per request (see [Items]). Default: the Preset's Items, if any; else
 	// nil, once per request.
 	Items *Items
+
+	// ItemsSuccess, if set, is the answer to a batched delivery whose
+	// items are all done, in place of the Preset's SuccessStatus and
+	// SuccessBody (or an empty 200): a handler that answers every event
+	// alike, as the gateway's queued routes answer their accept answer,
+	// then answers a batch of them alike too. Its Status must be a 2xx; a
+	// batch whose items were all done before has the Preset's
+	// DuplicateStatus, if set, as a replay of one event has. Default: nil.
+	ItemsSuccess *Answer
+}
+
+// Answer is a fixed HTTP answer: a status, its headers and its body.
+type Answer struct {
+	Status int
+	Header http.Header
+	Body   []byte
 }
 
 // A RouteError is a [Route] that [Middleware.Route] refuses. Field names

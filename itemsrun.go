@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -687,8 +688,14 @@ func (run *itemRun) answer() (Outcome, error) {
 		}
 		return OutcomeInFlightRejected, nil
 	}
-	status, body := http.StatusOK, ""
-	if p := ex.h.rt.Preset; p != nil && p.SuccessStatus != 0 {
+	status, body, contentType := http.StatusOK, "", ""
+	if a := ex.h.rt.ItemsSuccess; a != nil {
+		status, body = a.Status, string(a.Body)
+		for name, v := range a.Header {
+			h[name] = slices.Clone(v)
+		}
+		contentType = h.Get("Content-Type")
+	} else if p := ex.h.rt.Preset; p != nil && p.SuccessStatus != 0 {
 		status, body = p.SuccessStatus, p.SuccessBody
 	}
 	outcome := OutcomeProcessed
@@ -702,7 +709,7 @@ func (run *itemRun) answer() (Outcome, error) {
 			status = p.DuplicateStatus
 		}
 	}
-	if body != "" {
+	if body != "" && contentType == "" {
 		h.Set("Content-Type", "text/plain; charset=utf-8")
 	}
 	h.Set("Content-Length", strconv.Itoa(len(body)))

@@ -300,6 +300,9 @@ func (rt *Route) applyDefaults() error {
 	if rt.Preset != nil && !utf8.ValidString(rt.Preset.SuccessBody) {
 		return fail("Preset", 0, "Preset %q: SuccessBody is not valid UTF-8 (it is answered as text/plain; charset=utf-8)", rt.Preset.Name)
 	}
+	if a := rt.ItemsSuccess; a != nil && (a.Status < 200 || a.Status > 299) {
+		return fail("ItemsSuccess", 0, "ItemsSuccess: status %d is not a 2xx status", a.Status)
+	}
 	if rt.Items == nil && rt.Preset != nil {
 		rt.Items = rt.Preset.Items
 	}

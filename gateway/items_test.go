@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhook/idemhook/gateway/config"
 	"github.com/idemhook/idemhook/internal/gatewaytest"
 	"github.com/idemhook/idemhook/provider"
 )
@@ -157,14 +158,21 @@ func TestGatewayItems(t *testing.T) {
 		t.Fatalf("re-batched retry ran %v", runs)
 	}
 
-	// Queued: each message is an event of the queue, delivered once.
-	queued := ids[:12]
-	if r := metaPost(t, url+"/whatsapp-queued", gatewaytest.WhatsAppBatch(queued, 5)); r.Status != http.StatusOK {
-		t.Fatalf("queued: %d %s", r.Status, r.Body)
+	// Queued: each message is an event of the queue, delivered once. A
+	// batch and a body of one message get the same answer: the route's
+	// accept answer.
+	queued := ids[:13]
+	accepted := func(what string, r gatewaytest.Response, replayed bool) {
+		t.Helper()
+		if r.Status != http.StatusAccepted || r.Body != config.DefaultAcceptBody || r.Header.Get("Content-Type") != "application/json" ||
+			(r.Header.Get("Idempotent-Replayed") == "true") != replayed {
+			t.Fatalf("%s: %d %q %v; want the accept answer (202, %q, application/json), replayed %v", what, r.Status, r.Body, r.Header, config.DefaultAcceptBody, replayed)
+		}
 	}
-	if r := metaPost(t, url+"/whatsapp-queued", gatewaytest.WhatsAppBatch(queued, 4)); r.Status != http.StatusOK || r.Header.Get("Idempotent-Replayed") != "true" {
-		t.Fatalf("queued retry: %d replayed %q", r.Status, r.Header.Get("Idempotent-Replayed"))
-	}
+	accepted("queued batch", metaPost(t, url+"/whatsapp-queued", gatewaytest.WhatsAppBatch(queued[:12], 5)), false)
+	accepted("queued retry", metaPost(t, url+"/whatsapp-queued", gatewaytest.WhatsAppBatch(queued[:12], 4)), true)
+	accepted("queued single message", metaPost(t, url+"/whatsapp-queued", gatewaytest.WhatsAppBatch(queued[12:], 1)), false)
+	accepted("queued single message's retry", metaPost(t, url+"/whatsapp-queued", gatewaytest.WhatsAppBatch(queued[12:], 1)), true)
 	got := map[string]int{}
 	gatewaytest.Eventually(t, "every queued message delivered", func() bool {
 		for id, n := range backend.take() {

@@ -67,6 +67,7 @@ type queues struct {
 
 	stop    chan struct{}
 	stopped chan struct{}
+	started time.Time // the history's minutes before it hold nothing
 	// diskDir is the directory of the SQLite file the queue lives in ("":
 	// not on a local file); diskLow is set while it has less than
 	// minFreeDisk free, and new events are refused.
@@ -115,7 +116,7 @@ func newQueues(ctx context.Context, store idemhook.Store, diskDir string, logger
 	if err != nil {
 		return nil, err
 	}
-	q := &queues{engine: eng, logger: logger, diskDir: diskDir, routes: map[string]*queuedRoute{}, stop: make(chan struct{}), stopped: make(chan struct{})}
+	q := &queues{engine: eng, logger: logger, diskDir: diskDir, routes: map[string]*queuedRoute{}, stop: make(chan struct{}), stopped: make(chan struct{}), started: time.Now()}
 	q.checkDisk()
 	q.disp = queue.NewDispatcher(eng, queue.Options{
 		Logger: logger,
@@ -678,6 +679,41 @@ func (h *history) add(t time.Time, f func(*minute)) {
 	}
 	f(m)
 	h.mu.Unlock()
+}
+
+// span returns how many minutes, up to now, go back to the oldest minute
+// that counted something (0 when none did).
+func (h *history) span(now time.Time) int {
+	end := now.Unix() / 60 * 60
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, m := range h.minutes {
+		if m.Start == 0 || m.Start > end || end-m.Start >= historyMinutes*60 {
+			continue // never used, or out of the window
+		}
+		n = max(n, int((end-m.Start)/60)+1)
+	}
+	return n
+}
+
+// minHistoryMinutes is the shortest history GET /admin/queue gives by
+// default, so that a chart of a few minutes still shows what went before.
+const minHistoryMinutes = 15
+
+// historySpan is the number of minutes GET /admin/queue's history covers
+// without ?minutes=: the data's span, from the oldest minute that counted
+// an event on any queued route to now (one length for every route, so
+// their charts share a time axis). It is at least minHistoryMinutes, but
+// never reaches before the queue started, whose minutes could only be
+// zeros that squeeze the data to the chart's right edge.
+func (q *queues) historySpan(now time.Time) int {
+	n := 1
+	for _, qr := range q.list() {
+		n = max(n, qr.history.span(now))
+	}
+	up := int(now.Unix()/60-q.started.Unix()/60) + 1
+	return min(max(n, min(minHistoryMinutes, up)), historyMinutes)
 }
 
 // last returns the minutes up to now, oldest first, with the minutes

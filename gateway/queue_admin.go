@@ -18,7 +18,7 @@ import (
 // The admin API of the delivery queue (deliver: queue routes), served by
 // handleQueueAdmin behind the admin token:
 //
-//	GET  /admin/queue              per queued route: counts, oldest age, next attempt, paused, backend down, per-minute history
+//	GET  /admin/queue              per queued route: counts, oldest age, next attempt, paused, backend down, per-minute history (the data's span)
 //	GET  /admin/queue/events       summaries (?route=&state=&reason=&after=&limit=)
 //	GET  /admin/queue/events/{id}  one event and its attempts
 //	POST /admin/queue/redrive      queue again, due now, the events a selection holds
@@ -82,7 +82,8 @@ func (g *Gateway) serveQueue(w http.ResponseWriter, r *http.Request) {
 	if q == nil {
 		return
 	}
-	minutes := historyMinutes
+	now := time.Now()
+	minutes := q.historySpan(now)
 	if v := trimmed(r, "minutes"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > historyMinutes {
@@ -91,7 +92,6 @@ func (g *Gateway) serveQueue(w http.ResponseWriter, r *http.Request) {
 		}
 		minutes = n
 	}
-	now := time.Now()
 	out := adminapi.Queue{Now: now.UTC(), Minutes: minutes, Routes: []adminapi.QueueRoute{}}
 	for _, qr := range q.list() {
 		// Read the counts now rather than the last second's, so that an

@@ -431,6 +431,20 @@ func TestQueueEndsInTheAuditTrail(t *testing.T) {
 	if _, ok := got["processed good"]; !ok {
 		t.Errorf("entries %v; want the provider's delivery too (processed)", got)
 	}
+	for _, tt := range []struct{ give, want string }{
+		{"queue_dead", "bad"},
+		{"queue_delivered", "good"},
+	} {
+		r := gatewaytest.Do(t, http.MethodGet, admin.URL+"/admin/deliveries?outcome="+tt.give, "")
+		if r.Status != http.StatusOK {
+			t.Errorf("?outcome=%s: %d %s; want 200", tt.give, r.Status, r.Body)
+			continue
+		}
+		page := gatewaytest.DecodeJSON[adminapi.Deliveries](t, r)
+		if len(page.Deliveries) != 1 || page.Deliveries[0].Key != tt.want || page.Deliveries[0].Outcome != tt.give {
+			t.Errorf("?outcome=%s: %+v; want the one entry of key %s", tt.give, page.Deliveries, tt.want)
+		}
+	}
 	st := gatewaytest.DecodeJSON[adminapi.Stats](t, gatewaytest.Do(t, http.MethodGet, admin.URL+"/admin/stats", ""))
 	if s := gatewaytest.SourceStats(t, st, "test"); s.Hour.Total != 2 || s.Hour.Processed != 2 || s.Hour.Other != 0 {
 		t.Errorf("stats %+v; want the 2 provider deliveries only", s.Hour)

@@ -107,7 +107,7 @@ const ConsoleCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img
 // counts and its last minutes.
 type Queue struct {
 	Now     time.Time    `json:"now"`
-	Minutes int          `json:"minutes"` // how many minutes each route's history holds (?minutes=, 360 by default)
+	Minutes int          `json:"minutes"` // how many minutes each route's history holds (?minutes=; by default the span of the data, at least 15 minutes unless the gateway started since, at most 360)
 	Routes  []QueueRoute `json:"routes"`
 }
 

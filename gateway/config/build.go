@@ -31,7 +31,7 @@ func (c *checker) build(cfg *Config) {
 			}
 			r.Preset = p
 		}
-		c.buildItems(&in, r)
+		c.buildItems(&in, r, rc.Provider)
 		if err := r.Validate(); err != nil {
 			c.routeError(&in, r, err)
 		}
@@ -49,6 +49,11 @@ func (c *checker) build(cfg *Config) {
 				}
 			}
 			c.queueTTL(&in, rc)
+			if rc.Deliver == DeliverQueue {
+				// A batch of items is answered as one event is: one
+				// route, one accept answer.
+				r.ItemsSuccess = &idemhook.Answer{Status: rc.Accept.Status, Header: rc.Accept.Header, Body: rc.Accept.Body}
+			}
 		}
 		if r.TTL == 0 {
 			r.TTL = r.Preset.DefaultTTL()

@@ -132,7 +132,7 @@ func (c *checker) itemPaths(in *routeInputs, n *yaml.Node, at string) {
 }
 
 // buildItems sets the route's Items from its items: and its preset's.
-func (c *checker) buildItems(in *routeInputs, r *idemhook.Route) {
+func (c *checker) buildItems(in *routeInputs, r *idemhook.Route, provider string) {
 	it := in.items
 	var preset *idemhook.Items
 	if r.Preset != nil {
@@ -152,6 +152,10 @@ func (c *checker) buildItems(in *routeInputs, r *idemhook.Route) {
 		r.Items = &idemhook.Items{Paths: it.paths, Mode: it.mode}
 	case preset != nil:
 		r.Items = &idemhook.Items{Paths: preset.Paths, Mode: it.mode}
+	case r.Preset == nil && provider != "":
+		// The provider's preset could not be made (its secret is missing,
+		// or the name is unknown): that error was reported, and its items
+		// are unknown, so "no paths" would mislead.
 	default:
 		c.errorf(in.own("items"), join(in.at, "items"), "no paths: give items.paths, or a provider whose bodies hold items (hubspot, instagram, messenger, sendgrid, whatsapp-cloud)")
 	}
