@@ -145,20 +145,32 @@ func BenchmarkQueueSlowBackend(b *testing.B) {
 // BenchmarkQueueAccept (1e9 / its ns/op per second).
 //
 //	go test ./gateway/ -run '^$' -bench BenchmarkQueueDrain -benchtime 5000x
+//
+// With IDEMHOOK_POSTGRES_URL set, it also runs on PostgreSQL (store=postgres),
+// in a table of its own.
 func BenchmarkQueueDrain(b *testing.B) {
 	for _, c := range []int{8, 32} { // the default, and the load's 32 senders
-		b.Run(fmt.Sprintf("concurrency=%d", c), func(b *testing.B) { benchDrain(b, c) })
+		b.Run(fmt.Sprintf("store=sqlite/concurrency=%d", c), func(b *testing.B) {
+			benchDrain(b, c, fmt.Sprintf("driver: sqlite, path: %q", filepath.Join(b.TempDir(), "idemhook.db")))
+		})
+		url := os.Getenv("IDEMHOOK_POSTGRES_URL")
+		if url == "" {
+			continue
+		}
+		b.Run(fmt.Sprintf("store=postgres/concurrency=%d", c), func(b *testing.B) {
+			benchDrain(b, c, fmt.Sprintf("driver: postgres, url: %q, table: %s", url, fmt.Sprintf("bench_drain_%d", time.Now().UnixNano())))
+		})
 	}
 }
 
-func benchDrain(b *testing.B, concurrency int) {
+func benchDrain(b *testing.B, concurrency int, storeLine string) {
 	var got atomic.Int64
 	fast := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		got.Add(1)
 	}))
 	b.Cleanup(fast.Close)
-	url, g, stop := startGateway(b, gatewaytest.QueueConfig(fmt.Sprintf("driver: sqlite, path: %q", filepath.Join(b.TempDir(), "idemhook.db")), fast.URL, fmt.Sprint("concurrency: ", concurrency)))
+	url, g, stop := startGateway(b, gatewaytest.QueueConfig(storeLine, fast.URL, fmt.Sprint("concurrency: ", concurrency)))
 	defer stop()
 	admin := httptest.NewServer(g.AdminHandler())
 	defer admin.Close()
@@ -183,6 +195,9 @@ func benchDrain(b *testing.B, concurrency int) {
 		})
 	}
 	wg.Wait()
+	if b.Failed() {
+		b.FailNow() // an event was not accepted: the drain would wait for it forever
+	}
 	b.ResetTimer()
 	start := time.Now()
 	if r := postJSON(b, client, admin.URL+"/admin/queue/resume", `{"route":"/webhooks/test"}`); r != http.StatusOK {
