@@ -383,11 +383,7 @@ func (sp Spec) compile(cfg Config) (*compiled, error) {
 	// Every section is checked, so that a file's problems are reported at
 	// once.
 	var errs []error
-	add := func(err error) {
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
+	add := func(err error) { errs = append(errs, err) }
 	add(algErr)
 	timed := sig.Timestamp.Header != "" || sig.TimestampKey != "" || sig.Timestamp.JSON != ""
 	s, err := cfg.checkFor(preset{name: sp.Name, timed: timed}, false)
@@ -423,8 +419,8 @@ func (sp Spec) compile(cfg Config) (*compiled, error) {
 			c.s.tolerance = t
 		}
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	if err := joinFlat(errs...); err != nil {
+		return nil, err
 	}
 	c.checkAge = timed && (cfg.Tolerance > 0 || sig.Timestamp.Tolerance != NoTolerance)
 	return c, nil
@@ -450,6 +446,20 @@ func (c *compiled) preset() *idemhook.Preset {
 }
 
 type failFunc func(field, format string, args ...any) error
+
+// joinFlat joins errs as errors.Join does, the errors of a joined one in
+// its place, so that each problem is one of the result's.
+func joinFlat(errs ...error) error {
+	var flat []error
+	for _, err := range errs {
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			flat = append(flat, j.Unwrap()...)
+		} else if err != nil {
+			flat = append(flat, err)
+		}
+	}
+	return errors.Join(flat...)
+}
 
 // checkSignatureSource checks where the signature is, and what a token
 // can't have.
@@ -485,11 +495,20 @@ func (c *compiled) checkSignatureSource(fail failFunc) error {
 	return nil
 }
 
+// compileSignature compiles the signature: its encoding and format, its
+// timestamp and what it signs, and its secrets, each part's first problem
+// reported.
 func (c *compiled) compileSignature(fail failFunc) error {
-	sig := &c.spec.Signature
 	if c.alg == "token" {
 		return nil
 	}
+	return joinFlat(c.compileFormat(fail), c.compileSigned(fail), c.compileSecrets(fail))
+}
+
+// compileFormat compiles the signature's encoding and format.
+func (c *compiled) compileFormat(fail failFunc) error {
+	sig := &c.spec.Signature
+	var encErr error
 	switch sig.Encoding {
 	case "", "hex":
 		c.decode = hex.DecodeString
@@ -498,8 +517,16 @@ func (c *compiled) compileSignature(fail failFunc) error {
 	case "base64url":
 		c.decode = func(v string) ([]byte, error) { return base64.RawURLEncoding.DecodeString(strings.TrimRight(v, "=")) }
 	default:
-		return fail("signature.encoding", "unknown encoding %q%s (known: %s)", sig.Encoding, suggest.DidYouMean(sig.Encoding, SpecEncodings), strings.Join(SpecEncodings, ", "))
+		// The format is checked as for hex.
+		c.decode = hex.DecodeString
+		encErr = fail("signature.encoding", "unknown encoding %q%s (known: %s)", sig.Encoding, suggest.DidYouMean(sig.Encoding, SpecEncodings), strings.Join(SpecEncodings, ", "))
 	}
+	return joinFlat(encErr, c.compileLayout(fail))
+}
+
+// compileLayout compiles the signature's format: a value, or pairs.
+func (c *compiled) compileLayout(fail failFunc) error {
+	sig := &c.spec.Signature
 	switch sig.Format {
 	case "", "value":
 		for _, f := range []struct {
@@ -542,7 +569,12 @@ func (c *compiled) compileSignature(fail failFunc) error {
 	default:
 		return fail("signature.format", "unknown format %q%s (known: %s)", sig.Format, suggest.DidYouMean(sig.Format, SpecFormats), strings.Join(SpecFormats, ", "))
 	}
-	// The timestamp.
+	return nil
+}
+
+// compileSigned compiles the timestamp and what is signed.
+func (c *compiled) compileSigned(fail failFunc) error {
+	sig := &c.spec.Signature
 	ts := sig.Timestamp
 	timed := ts.Header != "" || sig.TimestampKey != "" || ts.JSON != ""
 	if !timed && (ts.Format != "" || ts.Tolerance != 0) {
@@ -624,7 +656,12 @@ func (c *compiled) compileSignature(fail failFunc) error {
 		}
 		c.publicURL = u
 	}
-	// The secrets or public keys.
+	return nil
+}
+
+// compileSecrets reads the secrets or public keys.
+func (c *compiled) compileSecrets(fail failFunc) error {
+	sig := &c.spec.Signature
 	switch sig.SecretEncoding {
 	case "", "raw", "base64", "hex":
 	default:
@@ -722,11 +759,13 @@ func parsePublicKey(alg, text, encoding string) (crypto.PublicKey, error) {
 }
 
 func (c *compiled) compileKey(fail failFunc) error {
+	var errs []error
 	allowed := []string{"method", "header", "query", "form", "json", "raw"}
 	for i, src := range c.spec.Key.Templates {
 		t, err := parseTemplate(src, allowed, false)
 		if err != nil {
-			return fail(fmt.Sprintf("key.templates[%d]", i), "%v", err)
+			errs = append(errs, fail(fmt.Sprintf("key.templates[%d]", i), "%v", err))
+			continue
 		}
 		c.keyTmpls = append(c.keyTmpls, t)
 	}
@@ -734,110 +773,127 @@ func (c *compiled) compileKey(fail failFunc) error {
 		at := fmt.Sprintf("key.single[%d]", i)
 		path, err := parsePath(it.Path)
 		if err != nil {
-			return fail(at+".path", "%v", err)
+			errs = append(errs, fail(at+".path", "%v", err))
+			continue
 		}
 		if !slices.ContainsFunc(path, func(s step) bool { return s.wildcard }) {
-			return fail(at+".path", "%q selects one value: a single path selects items with [*], e.g. data[*]", it.Path)
+			errs = append(errs, fail(at+".path", "%q selects one value: a single path selects items with [*], e.g. data[*]", it.Path))
+			continue
 		}
 		if it.Key == "" {
-			return fail(at+".key", "missing: the item's key, e.g. \"{item:id}\"")
+			errs = append(errs, fail(at+".key", "missing: the item's key, e.g. \"{item:id}\""))
+			continue
 		}
 		t, err := parseTemplate(it.Key, append(slices.Clone(allowed), "item"), false)
 		if err != nil {
-			return fail(at+".key", "%v", err)
+			errs = append(errs, fail(at+".key", "%v", err))
+			continue
 		}
 		c.single = append(c.single, singleItem{path, t})
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func (c *compiled) compileHandshakes(fail failFunc) error {
-	allowed := []string{"method", "header", "query", "form", "json", "raw"}
+	var errs []error
 	for i, h := range c.spec.Handshakes {
-		at := fmt.Sprintf("handshakes[%d]", i)
-		ch := compiledHandshake{h: h, match: map[string][]step{}}
-		m := h.Match
-		if m.Method == "" && len(m.Header) == 0 && len(m.Query) == 0 && len(m.JSON) == 0 {
-			return fail(at+".match", "missing: what tells the handshake from a delivery (method, header, query or json)")
-		}
-		if m.Method != "" && (m.Method != strings.ToUpper(m.Method) || !validHeaderName(m.Method)) {
-			return fail(at+".match.method", "%q is not a method (e.g. GET)", m.Method)
-		}
-		for name := range m.Header {
-			if !validHeaderName(name) {
-				return fail(at+".match.header."+name, "%q is not a header name", name)
-			}
-		}
-		for p := range m.JSON {
-			path, err := parsePath(p)
-			if err == nil && slices.ContainsFunc(path, func(s step) bool { return s.wildcard }) {
-				err = errors.New("[*] selects several values")
-			}
-			if err != nil {
-				return fail(at+".match.json."+p, "%v", err)
-			}
-			ch.match[p] = path
-		}
-		if h.Unsigned && h.VerifyTokenFrom == "" {
-			return fail(at+".unsigned", "an unsigned handshake needs verify_token_from and verify_token: anyone could send it")
-		}
-		if (h.VerifyTokenFrom == "") != (h.VerifyToken == "") {
-			field, missing := at+".verify_token", "verify_token (the token you gave the provider)"
-			if h.VerifyTokenFrom == "" {
-				field, missing = at+".verify_token_from", "verify_token_from (where the request carries it, e.g. \"{query:hub.verify_token}\")"
-			}
-			return fail(field, "missing: %s", missing)
-		}
-		var err error
-		if h.VerifyTokenFrom != "" {
-			if ch.tokenFrom, err = parseTemplate(h.VerifyTokenFrom, allowed, false); err != nil {
-				return fail(at+".verify_token_from", "%v", err)
-			}
-		}
-		for j, r := range h.Require {
-			if r.Value == "" {
-				return fail(fmt.Sprintf("%s.require[%d].value", at, j), "missing: the template that must be non-empty, e.g. \"{json:challenge}\"")
-			}
-			t, err := parseTemplate(r.Value, allowed, false)
-			if err != nil {
-				return fail(fmt.Sprintf("%s.require[%d].value", at, j), "%v", err)
-			}
-			ch.require = append(ch.require, t)
-		}
-		hmacOK := c.newHash != nil && !h.Unsigned
-		if h.Answer.Body != "" && len(h.Answer.JSON) > 0 {
-			return fail(at+".answer.json", "give the answer's body or json, not both")
-		}
-		if ch.answer, err = parseTemplate(h.Answer.Body, allowed, hmacOK); err != nil {
-			return fail(at+".answer.body", "%v", err)
-		}
-		ch.usesHMAC = ch.answer.usesFilter("hmac")
-		if len(h.Answer.JSON) > 0 {
-			if ch.answerJSON, err = compileJSON(map[string]any(h.Answer.JSON), at+".answer.json", func(v string) (*template, error) {
-				t, err := parseTemplate(v, allowed, hmacOK)
-				ch.usesHMAC = ch.usesHMAC || (err == nil && t.usesFilter("hmac"))
-				return t, err
-			}, fail); err != nil {
-				return err
-			}
-		}
-		if ch.refuse, err = parseTemplate(cmp.Or(h.Refuse.Body, c.s.name+": handshake refused"), allowed, false); err != nil {
-			return fail(at+".refuse.body", "%v", err)
-		}
-		if len(h.Refuse.JSON) > 0 {
-			return fail(at+".refuse.json", "a refusal is text: give refuse.body")
-		}
-		for _, a := range []struct {
-			name string
-			st   int
-		}{{"answer", h.Answer.Status}, {"refuse", h.Refuse.Status}} {
-			if a.st != 0 && (a.st < 100 || a.st > 599) {
-				return fail(at+"."+a.name+".status", "%d is not an HTTP status", a.st)
-			}
-		}
+		ch, err := c.compileHandshake(fmt.Sprintf("handshakes[%d]", i), h, fail)
+		errs = append(errs, err)
 		c.handshake = append(c.handshake, ch)
 	}
-	return nil
+	return joinFlat(errs...)
+}
+
+// compileHandshake compiles the handshake h at field at, every problem of
+// it joined in the error.
+func (c *compiled) compileHandshake(at string, h Handshake, fail failFunc) (compiledHandshake, error) {
+	var errs []error
+	add := func(field, format string, args ...any) { errs = append(errs, fail(field, format, args...)) }
+	allowed := []string{"method", "header", "query", "form", "json", "raw"}
+	ch := compiledHandshake{h: h, match: map[string][]step{}}
+	m := h.Match
+	if m.Method == "" && len(m.Header) == 0 && len(m.Query) == 0 && len(m.JSON) == 0 {
+		add(at+".match", "missing: what tells the handshake from a delivery (method, header, query or json)")
+	}
+	if m.Method != "" && (m.Method != strings.ToUpper(m.Method) || !validHeaderName(m.Method)) {
+		add(at+".match.method", "%q is not a method (e.g. GET)", m.Method)
+	}
+	for _, name := range slices.Sorted(maps.Keys(m.Header)) {
+		if !validHeaderName(name) {
+			add(at+".match.header."+name, "%q is not a header name", name)
+		}
+	}
+	for _, p := range slices.Sorted(maps.Keys(m.JSON)) {
+		path, err := parsePath(p)
+		if err == nil && slices.ContainsFunc(path, func(s step) bool { return s.wildcard }) {
+			err = errors.New("[*] selects several values")
+		}
+		if err != nil {
+			add(at+".match.json."+p, "%v", err)
+			continue
+		}
+		ch.match[p] = path
+	}
+	if h.Unsigned && h.VerifyTokenFrom == "" {
+		add(at+".unsigned", "an unsigned handshake needs verify_token_from and verify_token: anyone could send it")
+	} else if (h.VerifyTokenFrom == "") != (h.VerifyToken == "") {
+		field, missing := at+".verify_token", "verify_token (the token you gave the provider)"
+		if h.VerifyTokenFrom == "" {
+			field, missing = at+".verify_token_from", "verify_token_from (where the request carries it, e.g. \"{query:hub.verify_token}\")"
+		}
+		add(field, "missing: %s", missing)
+	}
+	var err error
+	if h.VerifyTokenFrom != "" {
+		if ch.tokenFrom, err = parseTemplate(h.VerifyTokenFrom, allowed, false); err != nil {
+			add(at+".verify_token_from", "%v", err)
+		}
+	}
+	for j, r := range h.Require {
+		if r.Value == "" {
+			add(fmt.Sprintf("%s.require[%d].value", at, j), "missing: the template that must be non-empty, e.g. \"{json:challenge}\"")
+			continue
+		}
+		t, err := parseTemplate(r.Value, allowed, false)
+		if err != nil {
+			add(fmt.Sprintf("%s.require[%d].value", at, j), "%v", err)
+			continue
+		}
+		ch.require = append(ch.require, t)
+	}
+	hmacOK := c.newHash != nil && !h.Unsigned
+	if h.Answer.Body != "" && len(h.Answer.JSON) > 0 {
+		add(at+".answer.json", "give the answer's body or json, not both")
+	}
+	if ch.answer, err = parseTemplate(h.Answer.Body, allowed, hmacOK); err != nil {
+		add(at+".answer.body", "%v", err)
+	} else {
+		ch.usesHMAC = ch.answer.usesFilter("hmac")
+	}
+	if len(h.Answer.JSON) > 0 {
+		if ch.answerJSON, err = compileJSON(map[string]any(h.Answer.JSON), at+".answer.json", func(v string) (*template, error) {
+			t, err := parseTemplate(v, allowed, hmacOK)
+			ch.usesHMAC = ch.usesHMAC || (err == nil && t.usesFilter("hmac"))
+			return t, err
+		}, fail); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if ch.refuse, err = parseTemplate(cmp.Or(h.Refuse.Body, c.s.name+": handshake refused"), allowed, false); err != nil {
+		add(at+".refuse.body", "%v", err)
+	}
+	if len(h.Refuse.JSON) > 0 {
+		add(at+".refuse.json", "a refusal is text: give refuse.body")
+	}
+	for _, a := range []struct {
+		name string
+		st   int
+	}{{"answer", h.Answer.Status}, {"refuse", h.Refuse.Status}} {
+		if a.st != 0 && (a.st < 100 || a.st > 599) {
+			add(at+"."+a.name+".status", "%d is not an HTTP status", a.st)
+		}
+	}
+	return ch, joinFlat(errs...)
 }
 
 // compileJSON returns v, a JSON answer's value at field at, with its
