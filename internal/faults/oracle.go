@@ -124,7 +124,7 @@ type Oracle struct {
 var Oracles = []Oracle{
 	{"lost", func(r Row) error {
 		if r.Lost > 0 {
-			return fmt.Errorf("%d events answered 2xx never ran at the backend", r.Lost)
+			return fmt.Errorf("%d events answered 2xx had not run at the backend by the end of the cell", r.Lost)
 		}
 		return nil
 	}},
