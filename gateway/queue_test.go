@@ -322,8 +322,11 @@ func TestQueueTwoGatewaysOnPostgres(t *testing.T) {
 	}
 }
 
+// hybridConfig's budget is long enough for a backend that answers at once
+// to be answered within it on a loaded machine; TestRespondWithin's slow
+// backends answer only once the provider has had the accept answer.
 func hybridConfig(dir, upstream string) string {
-	return strings.Replace(queueConfig(dir, upstream, "backoff_min: 20ms, backoff_max: 100ms"), "    deliver: queue\n", "    respond_within: 300ms\n", 1)
+	return strings.Replace(queueConfig(dir, upstream, "backoff_min: 20ms, backoff_max: 100ms"), "    deliver: queue\n", "    respond_within: 3s\n", 1)
 }
 
 // respond_within: a backend that answers within the budget is answered as
@@ -333,6 +336,14 @@ func hybridConfig(dir, upstream string) string {
 func TestRespondWithin(t *testing.T) {
 	up := gatewaytest.NewUpstream(t)
 	var attempts sync.Map // key -> []string
+	// The slow backends answer once the test lets them, after the provider
+	// was answered at the budget: past it however fast the machine is.
+	slowOK, slowFail := make(chan struct{}), make(chan struct{})
+	var okOnce, failOnce sync.Once
+	letOK := func() { okOnce.Do(func() { close(slowOK) }) }
+	letFail := func() { failOnce.Do(func() { close(slowFail) }) }
+	t.Cleanup(letOK)
+	t.Cleanup(letFail)
 	up.Handle = func(w http.ResponseWriter, r *http.Request, n int64) {
 		key := r.Header.Get(gateway.HeaderIdempotencyKey)
 		prev, _ := attempts.Load(key)
@@ -344,10 +355,10 @@ func TestRespondWithin(t *testing.T) {
 			w.WriteHeader(http.StatusCreated)
 			fmt.Fprint(w, `{"made":"fast"}`)
 		case strings.HasSuffix(key, "slow-ok"):
-			time.Sleep(time.Second)
+			<-slowOK
 			w.WriteHeader(http.StatusOK)
 		case strings.HasSuffix(key, "slow-fail") && len(list) == 0:
-			time.Sleep(time.Second)
+			<-slowFail
 			http.Error(w, "failed late", http.StatusInternalServerError)
 		default:
 			w.WriteHeader(http.StatusOK)
@@ -375,9 +386,11 @@ func TestRespondWithin(t *testing.T) {
 	if r := post("slow-ok"); r.Status != http.StatusAccepted || r.Header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("re-delivery of the slow one: %d %v; want the accept answer replayed", r.Status, r.Header)
 	}
+	letOK()
 	if r := post("slow-fail"); r.Status != http.StatusAccepted {
 		t.Fatalf("slow failing backend: %d; want the accept answer", r.Status)
 	}
+	letFail()
 	gatewaytest.Eventually(t, "the late failure retried from the queue", func() bool { return seen("slow-fail") == "1,2" })
 	queueDrained(t, g) // the slow success settles; a retry would come before
 	if got := seen("slow-ok"); got != "1" {

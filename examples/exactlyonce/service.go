@@ -32,6 +32,9 @@ type config struct {
 	// hook, when set, is called at the points of a delivery where a crash
 	// matters (see service.at). The crash tests stop the process there.
 	hook func(point string)
+	// onStoreCall, when set, is the middleware's Options.OnStoreCall: the
+	// tests count the claims with it.
+	onStoreCall func(idemhook.StoreCallInfo)
 }
 
 // run serves until ctx ends, printing "listening on ADDR" once it accepts
@@ -102,6 +105,7 @@ func newService(ctx context.Context, pool *pgxpool.Pool, cfg config) (*service, 
 		// store fast, would count that queue as an outage.
 		StoreTimeout: 2 * time.Second,
 		Lease:        cfg.lease,
+		OnStoreCall:  cfg.onStoreCall,
 		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
