@@ -147,7 +147,8 @@ type Options struct {
 	// settle an attempt (ErrSuperseded aside): the store was unreachable,
 	// or refused the write. The settlement is kept and tried again at
 	// every poll until it is stored or superseded (see
-	// [Dispatcher.SettlesPending]).
+	// [Dispatcher.SettlesPending]). It runs on the route's goroutines: it
+	// must not block.
 	SettleFailed func(route string, ev *Event, err error)
 }
 

@@ -117,6 +117,11 @@ func TestSettleFailedIsKeptAndRetried(t *testing.T) {
 	if st, _ := e.Stats(t.Context(), "r"); st.Running != 5 {
 		t.Fatalf("Stats = %+v while the settles fail; want 5 running", st)
 	}
+	// The breaker counts the backend's answers (all 200 here), not the
+	// store's failures to record them.
+	if d.BreakerOpen("r") {
+		t.Error("the breaker opened on settles that failed; want it to count the backend only")
+	}
 	e.refuse.Store(false)
 	eventually(t, "the kept settles stored", func() bool {
 		st, _ := e.Stats(t.Context(), "r")

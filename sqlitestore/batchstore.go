@@ -197,7 +197,7 @@ func (s *fileStore) claimMany(ctx context.Context, items []*item, lease time.Dur
 	if len(absent) == 0 {
 		return nil
 	}
-	_, err := s.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+	_, err := s.w.do(ctx, "claim many", func(ctx context.Context, tx *sql.Tx) (int64, error) {
 		claim, get := tx.StmtContext(ctx, s.claimStmt), tx.StmtContext(ctx, s.getStmt)
 		for _, it := range absent {
 			it.found = nil
@@ -257,13 +257,13 @@ func (s *fileStore) readRaw(ctx context.Context, key string) (value []byte, foun
 
 // execMany runs stmt for each item, with the arguments args makes at the
 // time it runs, in one write of the writer, and sets each item's n.
-func (s *fileStore) execMany(ctx context.Context, items []*item, stmt *sql.Stmt, args func(it *item) []any) error {
-	return s.execManyRaw(ctx, items, stmt, -1, args)
+func (s *fileStore) execMany(ctx context.Context, name string, items []*item, stmt *sql.Stmt, args func(it *item) []any) error {
+	return s.execManyRaw(ctx, name, items, stmt, -1, args)
 }
 
 // execManyRaw is execMany with, when id is not -1, the raw form of stmt
 // (raw.go) for the writer to run instead.
-func (s *fileStore) execManyRaw(ctx context.Context, items []*item, stmt *sql.Stmt, id rawID, args func(it *item) []any) error {
+func (s *fileStore) execManyRaw(ctx context.Context, name string, items []*item, stmt *sql.Stmt, id rawID, args func(it *item) []any) error {
 	if len(items) == 0 {
 		return nil
 	}
@@ -271,7 +271,7 @@ func (s *fileStore) execManyRaw(ctx context.Context, items []*item, stmt *sql.St
 	if id >= 0 {
 		raw = rawExecMany{id: id, items: items, args: args}
 	}
-	_, err := s.w.doRaw(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+	_, err := s.w.doRaw(ctx, name, func(ctx context.Context, tx *sql.Tx) (int64, error) {
 		st := tx.StmtContext(ctx, stmt)
 		for _, it := range items {
 			it.n = 0
@@ -312,19 +312,19 @@ func (m rawExecMany) runRaw(rc *rawConn) (int64, error) {
 }
 
 func (s *fileStore) completeMany(ctx context.Context, items []*item, ttl time.Duration) error {
-	return s.execManyRaw(ctx, items, s.completeStmt, rawComplete, func(it *item) []any {
+	return s.execManyRaw(ctx, "complete many", items, s.completeStmt, rawComplete, func(it *item) []any {
 		return []any{it.key, it.old, it.value, s.expiry(ttl), s.nowMillis()}
 	})
 }
 
 func (s *fileStore) releaseMany(ctx context.Context, items []*item) error {
-	return s.execMany(ctx, items, s.releaseStmt, func(it *item) []any {
+	return s.execMany(ctx, "release many", items, s.releaseStmt, func(it *item) []any {
 		return []any{it.key, it.old, s.nowMillis()}
 	})
 }
 
 func (s *fileStore) extendMany(ctx context.Context, items []*item, lease time.Duration) error {
-	return s.execMany(ctx, items, s.extendStmt, func(it *item) []any {
+	return s.execMany(ctx, "extend many", items, s.extendStmt, func(it *item) []any {
 		return []any{it.key, it.old, s.expiry(lease), s.nowMillis()}
 	})
 }
@@ -349,7 +349,7 @@ func (h *heldStore) completeMany(ctx context.Context, items []*item, ttl time.Du
 		cs[i] = &completion{h: h, sh: h.shard(it.key), key: it.key, old: it.old, value: it.value, ttl: ttl}
 	}
 	b := &completionBatch{cs: cs, items: items}
-	_, err := h.w.doRaw(ctx, b.run, b, func(committed bool) {
+	_, err := h.w.doRaw(ctx, "complete many", b.run, b, func(committed bool) {
 		for _, c := range cs {
 			c.after(committed)
 		}

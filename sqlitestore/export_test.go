@@ -71,7 +71,7 @@ func SetCommitHook(tb testing.TB, f func() error) {
 // due in an hour (so that a benchmark's claims don't take them), for a
 // benchmark of a deep queue.
 func (q *Queue) FillQueue(ctx context.Context, route string, n int) error {
-	_, err := q.f.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+	_, err := q.f.w.do(ctx, "fill queue", func(ctx context.Context, tx *sql.Tx) (int64, error) {
 		now := q.f.nowMillis()
 		res, err := tx.ExecContext(ctx, `WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < ?2)
 			INSERT INTO idem_queue (route, key, state, since, next_at, received_at, request)
@@ -92,7 +92,7 @@ func (s *Store) PutRaw(ctx context.Context, key string, value []byte, life time.
 	if h, ok := s.mode.(*heldStore); ok {
 		h.filter.added(key)
 	}
-	_, err := s.file.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+	_, err := s.file.w.do(ctx, "put raw", func(ctx context.Context, tx *sql.Tx) (int64, error) {
 		_, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO idem_keys (key, value, expires_at) VALUES (?1, ?2, ?3)`, key, value, s.file.expiry(life))
 		return 0, err
 	})

@@ -298,7 +298,7 @@ func (h *heldStore) complete(ctx context.Context, key string, old, value []byte,
 	if also == nil { // also runs in a database/sql transaction
 		raw = c
 	}
-	n, err := h.w.doRaw(ctx, c.run, raw, c.after)
+	n, err := h.w.doRaw(ctx, "complete", c.run, raw, c.after)
 	return casResult("complete", key, n, err)
 }
 
@@ -446,7 +446,7 @@ func (h *heldStore) delete(ctx context.Context, key string) (bool, error) {
 	var expiresAt int64
 	var heldLive bool
 	var restore func() // puts back the claim held in memory, if Delete failed
-	n, err := h.w.doThen(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+	n, err := h.w.doThen(ctx, "delete", func(ctx context.Context, tx *sql.Tx) (int64, error) {
 		if restore == nil { // not on a second run (see writer.run)
 			heldLive, restore = h.unhold(key)
 		}
@@ -528,7 +528,7 @@ func (h *heldStore) heal() {
 			return
 		case <-t.C:
 		}
-		h.w.do(context.Background(), func(ctx context.Context, tx *sql.Tx) (int64, error) { //nolint:errcheck // the writer reports the outcome
+		h.w.do(context.Background(), "write probe", func(ctx context.Context, tx *sql.Tx) (int64, error) { //nolint:errcheck // the writer reports the outcome
 			// A row that is absent to every call (expired), gone again
 			// before the commit: the write touches pages, changes nothing.
 			if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO idem_keys (key, value, expires_at) VALUES ('idemhook:write-probe', x'', 0)`); err != nil {

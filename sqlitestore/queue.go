@@ -185,7 +185,7 @@ var _ queue.Engine = (*Queue)(nil)
 // with the next attempt number.
 func (s *Store) Queue(ctx context.Context) (*Queue, error) {
 	f := s.file
-	if _, err := f.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+	if _, err := f.w.do(ctx, "queue schema", func(ctx context.Context, tx *sql.Tx) (int64, error) {
 		if _, err := tx.ExecContext(ctx, queueSchema); err != nil {
 			return 0, err
 		}
@@ -353,7 +353,7 @@ func (q *Queue) Claim(ctx context.Context, route string, max int, lease time.Dur
 		return nil, nil
 	}
 	var out []*queue.Event
-	_, err := q.f.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+	_, err := q.f.w.do(ctx, "queue claim", func(ctx context.Context, tx *sql.Tx) (int64, error) {
 		out = out[:0]
 		var paused int
 		err := q.queryRow(ctx, tx, writeSQL1, route).Scan(&paused)
@@ -400,7 +400,7 @@ func (q *Queue) Claim(ctx context.Context, route string, max int, lease time.Dur
 
 // Extend implements [queue.Engine].
 func (q *Queue) Extend(ctx context.Context, t queue.Token, lease time.Duration) error {
-	n, err := q.f.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+	n, err := q.f.w.do(ctx, "queue extend", func(ctx context.Context, tx *sql.Tx) (int64, error) {
 		res, err := q.exec(ctx, tx, writeSQL3,
 			t.ID, t.Attempt, q.f.nowMillis()+lease.Milliseconds())
 		if err != nil {
@@ -432,7 +432,7 @@ func (q *Queue) Settle(ctx context.Context, s queue.Settlement) error {
 	if head == nil {
 		head = []byte{}
 	}
-	n, err := q.f.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+	n, err := q.f.w.do(ctx, "queue settle", func(ctx context.Context, tx *sql.Tx) (int64, error) {
 		var res sql.Result
 		var err error
 		switch s.Verdict {
@@ -479,7 +479,7 @@ func (q *Queue) Settle(ctx context.Context, s queue.Settlement) error {
 
 // Hasten implements [queue.Engine].
 func (q *Queue) Hasten(ctx context.Context, route string) (int64, error) {
-	return q.f.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+	return q.f.w.do(ctx, "queue hasten", func(ctx context.Context, tx *sql.Tx) (int64, error) {
 		now := q.f.nowMillis()
 		res, err := q.exec(ctx, tx, writeSQL10, route, now)
 		if err != nil {
@@ -644,7 +644,7 @@ func (q *Queue) Redrive(ctx context.Context, f queue.Filter) (int64, error) {
 		return 0, err
 	}
 	w, args := where(f)
-	return q.f.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+	return q.f.w.do(ctx, "queue redrive", func(ctx context.Context, tx *sql.Tx) (int64, error) {
 		now := q.f.nowMillis()
 		res, err := tx.ExecContext(ctx, `UPDATE idem_queue SET state = 0, next_at = ?, since = ?, base = attempt, reason = NULL`+
 			w+` AND state <> 1`, append([]any{now, now}, args...)...)
@@ -662,7 +662,7 @@ func (q *Queue) Purge(ctx context.Context, f queue.Filter) ([]string, error) {
 	}
 	w, args := where(f)
 	var keys []string
-	_, err := q.f.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+	_, err := q.f.w.do(ctx, "queue purge", func(ctx context.Context, tx *sql.Tx) (int64, error) {
 		keys = keys[:0]
 		rows, err := tx.QueryContext(ctx, `DELETE FROM idem_queue`+w+` AND state <> 1 RETURNING id, key`, args...)
 		if err != nil {
@@ -700,7 +700,7 @@ func (q *Queue) SetPaused(ctx context.Context, route string, paused bool) error 
 	if paused {
 		p = 1
 	}
-	_, err := q.f.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+	_, err := q.f.w.do(ctx, "queue pause", func(ctx context.Context, tx *sql.Tx) (int64, error) {
 		_, err := tx.ExecContext(ctx, `INSERT INTO idem_queue_routes (route, paused) VALUES (?1, ?2)
 			ON CONFLICT (route) DO UPDATE SET paused = excluded.paused`, route, p)
 		return 0, err

@@ -385,7 +385,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	// The one choice of the mode.
 	var mode claimer = s
 	if cfg.Lock == nil {
-		s.w = startWriter(db, rawWrite, ckpt, nil)
+		s.w = startWriter(db, rawWrite, ckpt, nil, cfg.Logger)
 	} else {
 		// The last check that can fail: it takes the lock's one Store.
 		if err := cfg.Lock.covers(ctx, db); err != nil {
@@ -396,7 +396,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 			return nil, err
 		}
 		h := newHeldStore(s, cfg.CacheBytes, cfg.Lock)
-		s.w = startWriter(db, rawWrite, ckpt, h.writeHealth)
+		s.w = startWriter(db, rawWrite, ckpt, h.writeHealth, cfg.Logger)
 		h.startFilter()
 		mode = h
 	}
@@ -510,7 +510,7 @@ func (s *fileStore) sweepFrom(ctx context.Context, after string, steps int) (int
 			return total, after, fmt.Errorf("sqlitestore: sweep: %w", err)
 		}
 		if expired > 0 {
-			n, err := s.exec(ctx, s.sweep, func() []any { return []any{lo.String, hi.String, now} })
+			n, err := s.exec(ctx, "sweep", s.sweep, func() []any { return []any{lo.String, hi.String, now} })
 			total += n
 			if err != nil {
 				return total, after, fmt.Errorf("sqlitestore: sweep: %w", err)
@@ -615,7 +615,7 @@ func (s *fileStore) claim(ctx context.Context, key string, value []byte, lease t
 		// expired row. If another claim got in between, read what it
 		// stored, in the same transaction.
 		c := &claimWrite{s: s, key: key, value: value, lease: lease}
-		n, err := s.w.doRaw(ctx, c.run, c, nil)
+		n, err := s.w.doRaw(ctx, "claim", c.run, c, nil)
 		if err != nil {
 			return nil, fmt.Errorf("sqlitestore: claim %q: %w", key, err)
 		}
@@ -674,8 +674,8 @@ func (c *claimWrite) runRaw(rc *rawConn) (int64, error) {
 // exec runs stmt with args through the writer and returns the rows it
 // affected. The arguments computed from the clock are computed by args, at
 // the time the statement runs.
-func (s *fileStore) exec(ctx context.Context, stmt *sql.Stmt, args func() []any) (int64, error) {
-	return s.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+func (s *fileStore) exec(ctx context.Context, name string, stmt *sql.Stmt, args func() []any) (int64, error) {
+	return s.w.do(ctx, name, func(ctx context.Context, tx *sql.Tx) (int64, error) {
 		res, err := tx.StmtContext(ctx, stmt).ExecContext(ctx, args()...)
 		if err != nil {
 			return 0, err
@@ -712,7 +712,7 @@ func (s *fileStore) complete(ctx context.Context, key string, old, value []byte,
 	if also == nil { // also runs in a database/sql transaction
 		raw = c
 	}
-	n, err := s.w.doRaw(ctx, c.run, raw, nil)
+	n, err := s.w.doRaw(ctx, "complete", c.run, raw, nil)
 	return casResult("complete", key, n, err)
 }
 
@@ -760,7 +760,7 @@ func (s *Store) Release(ctx context.Context, key string, claim *idemhook.Record)
 
 // release is Release with the claims in the file.
 func (s *fileStore) release(ctx context.Context, key string, old []byte) error {
-	n, err := s.exec(ctx, s.releaseStmt, func() []any { return []any{key, old, s.nowMillis()} })
+	n, err := s.exec(ctx, "release", s.releaseStmt, func() []any { return []any{key, old, s.nowMillis()} })
 	return casResult("release", key, n, err)
 }
 
@@ -783,7 +783,7 @@ func (s *Store) Extend(ctx context.Context, key string, claim *idemhook.Record, 
 
 // extend is Extend with the claims in the file.
 func (s *fileStore) extend(ctx context.Context, key string, old []byte, lease time.Duration) error {
-	n, err := s.exec(ctx, s.extendStmt, func() []any { return []any{key, old, s.expiry(lease), s.nowMillis()} })
+	n, err := s.exec(ctx, "extend", s.extendStmt, func() []any { return []any{key, old, s.expiry(lease), s.nowMillis()} })
 	return casResult("extend", key, n, err)
 }
 
@@ -839,7 +839,7 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 // delete is Delete with the claims in the file.
 func (s *fileStore) delete(ctx context.Context, key string) (bool, error) {
 	var expiresAt int64
-	n, err := s.w.do(ctx, func(ctx context.Context, tx *sql.Tx) (int64, error) {
+	n, err := s.w.do(ctx, "delete", func(ctx context.Context, tx *sql.Tx) (int64, error) {
 		return s.deleteRow(ctx, tx, key, &expiresAt)
 	})
 	if err != nil {

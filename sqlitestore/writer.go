@@ -3,12 +3,16 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
+	"log/slog"
 	"runtime"
 	"sync"
 	"sync/atomic"
 
 	"github.com/idemhook/idemhook/internal/gather"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // Group commit. Every write of the store (Claim's insert, Complete,
@@ -40,8 +44,9 @@ const maxBatch = 128
 // is in the file. The writes' after functions run in the order the writes
 // were committed, so what they change in memory follows the file's order.
 type write struct {
-	ctx context.Context
-	run func(ctx context.Context, tx *sql.Tx) (int64, error)
+	ctx  context.Context
+	name string // the operation, for the log: "complete", "queue settle"...
+	run  func(ctx context.Context, tx *sql.Tx) (int64, error)
 	// raw, when set, is the same write on the raw connection (raw.go). A
 	// batch whose writes all have it (or change only memory) runs there.
 	raw   rawWrite
@@ -75,56 +80,60 @@ type writer struct {
 	raw     *rawPool // db's raw statements; nil when db can't take them
 	workers *gather.Workers[*write]
 	// health, when set, is told the outcome of every commit the writer
-	// tries: nil, or the error that failed it.
+	// tries that says something of the file: nil, or the error of the file
+	// or the connection that failed it (see fileFailure). A statement that
+	// fails for a reason of its own is not told: it fails its write alone.
 	health func(err error)
+	log    *slog.Logger // nil: no log
 	// ckpt, when set, runs the checkpoints (checkpoint.go), told of
 	// every batch.
 	ckpt *checkpointer
 }
 
-func startWriter(db *sql.DB, raw *rawPool, ckpt *checkpointer, health func(error)) *writer {
-	w := &writer{db: db, raw: raw, ckpt: ckpt, health: health}
+func startWriter(db *sql.DB, raw *rawPool, ckpt *checkpointer, health func(error), log *slog.Logger) *writer {
+	w := &writer{db: db, raw: raw, ckpt: ckpt, health: health, log: log}
 	w.workers = gather.Start(1, maxBatch, w.run)
 	return w
 }
 
 func (w *writer) close() { w.workers.Close() }
 
-// do runs one write through the writer and returns its result. Once the
+// do runs one write, named name for the log, through the writer and
+// returns its result. Once the
 // writer has taken the write, do waits for its commit even if ctx ends
 // meanwhile (the transaction is short), so that a caller is never told
 // "failed" about a write that was committed.
-func (w *writer) do(ctx context.Context, run func(ctx context.Context, tx *sql.Tx) (int64, error)) (int64, error) {
-	return w.doThen(ctx, run, nil)
+func (w *writer) do(ctx context.Context, name string, run func(ctx context.Context, tx *sql.Tx) (int64, error)) (int64, error) {
+	return w.doThen(ctx, name, run, nil)
 }
 
 // doThen is do with an after function (see write). after is not called when
 // the writer never took the write (do's caller gets ctx's error or
 // errClosed); it is called with false when the write was taken but not
 // committed.
-func (w *writer) doThen(ctx context.Context, run func(ctx context.Context, tx *sql.Tx) (int64, error), after func(committed bool)) (int64, error) {
-	return w.submit(ctx, run, nil, after, false)
+func (w *writer) doThen(ctx context.Context, name string, run func(ctx context.Context, tx *sql.Tx) (int64, error), after func(committed bool)) (int64, error) {
+	return w.submit(ctx, name, run, nil, after, false)
 }
 
 // doRaw is doThen for a write that also has a raw form (raw, which may be
 // nil).
-func (w *writer) doRaw(ctx context.Context, run func(ctx context.Context, tx *sql.Tx) (int64, error), raw rawWrite, after func(committed bool)) (int64, error) {
-	return w.submit(ctx, run, raw, after, false)
+func (w *writer) doRaw(ctx context.Context, name string, run func(ctx context.Context, tx *sql.Tx) (int64, error), raw rawWrite, after func(committed bool)) (int64, error) {
+	return w.submit(ctx, name, run, raw, after, false)
 }
 
 // inOrder runs f on the writer's goroutine, in the order of the writes,
 // without writing to the file.
 func (w *writer) inOrder(ctx context.Context, f func()) error {
-	_, err := w.submit(ctx, func(context.Context, *sql.Tx) (int64, error) {
+	_, err := w.submit(ctx, "in order", func(context.Context, *sql.Tx) (int64, error) {
 		f()
 		return 0, nil
 	}, nil, nil, true)
 	return err
 }
 
-func (w *writer) submit(ctx context.Context, run func(ctx context.Context, tx *sql.Tx) (int64, error), raw rawWrite, after func(committed bool), inMemory bool) (int64, error) {
+func (w *writer) submit(ctx context.Context, name string, run func(ctx context.Context, tx *sql.Tx) (int64, error), raw rawWrite, after func(committed bool), inMemory bool) (int64, error) {
 	op := writePool.Get().(*write)
-	op.ctx, op.run, op.raw, op.after, op.inMemory, op.n, op.err = ctx, run, raw, after, inMemory, 0, nil
+	op.ctx, op.name, op.run, op.raw, op.after, op.inMemory, op.n, op.err = ctx, name, run, raw, after, inMemory, 0, nil
 	select {
 	case w.workers.Queue() <- op:
 	case <-ctx.Done():
@@ -168,12 +177,63 @@ func (w *writer) run(batch []*write) {
 
 // commit runs batch in one transaction and reports whether it committed.
 // When it didn't, every write of batch carries the error.
+//
+// A commit that fails for the file or the connection (fileFailure) is told
+// to health, which then stops claims until a write succeeds. A statement
+// that fails for a reason of its own (a constraint, a bad value) fails its
+// write alone, with an ERROR naming the operation: run commits the batch's
+// other writes without it.
 func (w *writer) commit(batch []*write) bool {
-	ok, err := w.try(batch)
-	if w.health != nil && (ok && writesFile(batch) || err != nil) {
-		w.health(err)
+	ok, err, stmt := w.try(batch)
+	switch {
+	case ok:
+		if w.health != nil && writesFile(batch) {
+			w.health(nil)
+		}
+	case err == nil: // only contexts that ended
+	case fileFailure(err, stmt):
+		if w.health != nil {
+			w.health(err)
+		}
+	case len(batch) == 1 && !busy(err) && w.log != nil: // alone: it is its own failure
+		w.log.Error("sqlitestore: a write failed; other writes and claims go on", "op", batch[0].name, "err", err)
 	}
 	return ok
+}
+
+// fileFailure reports whether err, which failed a commit (stmt: in one of
+// its statements, else in BEGIN or COMMIT), says the file or the
+// connection fails: an I/O error, a full disk, a file that can't be
+// opened, is corrupt or not a database, read-only or not permitted, no
+// memory, a lost connection, or BEGIN or COMMIT failing. SQLITE_BUSY and
+// SQLITE_LOCKED (another process holds the file for a moment) don't.
+func fileFailure(err error, stmt bool) bool {
+	if busy(err) {
+		return false
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff { // the primary code
+		case sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_CORRUPT,
+			sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_NOMEM:
+			return true
+		}
+		return !stmt
+	}
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) || errors.Is(err, errRawClosed) {
+		return true
+	}
+	return !stmt
+}
+
+// busy reports whether err is SQLITE_BUSY or SQLITE_LOCKED.
+func busy(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	c := se.Code() & 0xff
+	return c == sqlite3.SQLITE_BUSY || c == sqlite3.SQLITE_LOCKED
 }
 
 // writesFile reports whether batch holds a write to the file.
@@ -187,8 +247,9 @@ func writesFile(batch []*write) bool {
 }
 
 // try is commit, returning also the error of the database when one failed
-// the batch (nil when only contexts that ended kept it from committing).
-func (w *writer) try(batch []*write) (bool, error) {
+// the batch (nil when only contexts that ended kept it from committing),
+// and whether a write's statement failed it (else BEGIN or COMMIT did).
+func (w *writer) try(batch []*write) (bool, error, bool) {
 	if w.raw != nil && allRaw(batch) {
 		return w.tryRaw(batch)
 	}
@@ -198,7 +259,7 @@ func (w *writer) try(batch []*write) (bool, error) {
 		for _, op := range batch {
 			op.n, op.err = 0, err
 		}
-		return false, err
+		return false, err, false
 	}
 	ok := true
 	var failed error
@@ -223,7 +284,7 @@ func (w *writer) try(batch []*write) (bool, error) {
 		}
 		if err == nil {
 			if err = tx.Commit(); err == nil {
-				return true, nil
+				return true, nil, false
 			}
 		} else {
 			tx.Rollback() //nolint:errcheck // the hook's error is the one to report
@@ -233,10 +294,10 @@ func (w *writer) try(batch []*write) (bool, error) {
 				op.n, op.err = 0, err
 			}
 		}
-		return false, err
+		return false, err, false
 	}
 	tx.Rollback() //nolint:errcheck // the failed write's error is the one to report
-	return false, failed
+	return false, failed, true
 }
 
 // allRaw reports whether every write of batch has a raw form or changes
@@ -254,8 +315,8 @@ func allRaw(batch []*write) bool {
 // the same outcomes, in one Raw call. The statements run without the
 // writes' contexts, as a write's context ending doesn't stop its commit
 // anyway (each write checks its own context first, as in try).
-func (w *writer) tryRaw(batch []*write) (bool, error) {
-	ok := true
+func (w *writer) tryRaw(batch []*write) (bool, error, bool) {
+	ok, stmt := true, false
 	var failed error
 	err := w.raw.with(context.Background(), func(c *rawConn) error {
 		if _, err := c.exec(rawBegin); err != nil {
@@ -281,6 +342,7 @@ func (w *writer) tryRaw(batch []*write) (bool, error) {
 		}
 		if !ok {
 			c.exec(rawRollback) //nolint:errcheck // the failed write's error is the one to report
+			stmt = true
 			return nil
 		}
 		var err error
@@ -308,7 +370,7 @@ func (w *writer) tryRaw(batch []*write) (bool, error) {
 		for _, op := range batch {
 			op.n, op.err = 0, err
 		}
-		return false, err
+		return false, err, false
 	}
-	return ok, failed
+	return ok, failed, stmt
 }
