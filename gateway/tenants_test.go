@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,6 +100,12 @@ routes:
 		return json.Unmarshal(admin("/admin/deliveries").Body.Bytes(), &page) == nil && len(page.Deliveries) == 3 &&
 			page.Deliveries[0].Scope == "globex" && page.Deliveries[2].Scope == "acme"
 	})
+	// A lookup without the tenant says how to give it, and which tenants
+	// hold the key.
+	if rec := admin("/admin/keys/stripe/evt_1"); rec.Code != 404 || !strings.Contains(rec.Body.String(), `whose keys are scoped by the tenant: add ?scope=<tenant>, e.g. /admin/keys/stripe/evt_1?scope=`) ||
+		!strings.Contains(rec.Body.String(), `"scopes":["globex","acme"]`) {
+		t.Fatalf("GET /admin/keys/stripe/evt_1: %d %s", rec.Code, rec.Body)
+	}
 
 	expect("globex evt_2 signed with acme's secret", stripePost(t, base+"globex", "evt_2", "whsec_acme"), 401, false, 2)
 	expect("initech evt_2", stripePost(t, base+"initech", "evt_2", "whsec_acme"), 401, false, 2)
