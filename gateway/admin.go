@@ -16,6 +16,7 @@ import (
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/audit"
 	"github.com/idemhook/idemhook/gateway/adminapi"
+	"github.com/idemhook/idemhook/gateway/config"
 )
 
 // adminHandler serves the admin listener:
@@ -150,16 +151,39 @@ type keyProblem struct {
 // A ?scope= on a source with no prefix route is pointed out too.
 func (g *Gateway) keyNotFound(w http.ResponseWriter, r *http.Request, key string) {
 	source, scope := r.PathValue("source"), r.URL.Query().Get("scope")
-	var prefixes []string
+	var prefixes, tenantPaths []string
+	tenant := "acme" // an example
 	for path, rc := range *g.audit.routes.Load() {
-		if rc.Route.Source == source && strings.HasSuffix(path, "/") {
+		switch {
+		case rc.Route.Source != source:
+		case strings.HasSuffix(path, "/"):
 			prefixes = append(prefixes, path)
+		case config.IsTenantPath(path):
+			tenantPaths = append(tenantPaths, path)
+			if len(rc.Tenants) > 0 {
+				tenant = rc.Tenants[0].Name
+			}
 		}
 	}
 	slices.Sort(prefixes)
+	slices.Sort(tenantPaths)
 	p := keyProblem{Problem: adminapi.Problem{Type: "about:blank", Title: "no such key", Status: http.StatusNotFound,
 		Detail: "nothing stored under " + key}}
 	switch {
+	case len(tenantPaths) > 0 && len(prefixes) == 0:
+		// A route for many tenants: its keys are scoped by the tenant.
+		found, why := g.scopesHolding(r.Context(), source, idemhook.NormalizeKey(r.PathValue("key")), scope)
+		p.Scopes = found
+		if len(found) > 0 {
+			tenant = found[0]
+		}
+		if scope == "" {
+			p.Detail += fmt.Sprintf(". Source %q has the route %s, whose keys are scoped by the tenant: add ?scope=<tenant>, e.g. %s?scope=%s",
+				source, strings.Join(tenantPaths, ", "), r.URL.EscapedPath(), scopeQuery(tenant))
+		} else {
+			p.Detail += fmt.Sprintf(" (tenant %s of %s)", scope, strings.Join(tenantPaths, ", "))
+		}
+		p.Detail += ". " + why
 	case len(prefixes) == 0 && scope == "":
 		p.Detail += " (never stored, expired or deleted)"
 	case len(prefixes) == 0:

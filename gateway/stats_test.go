@@ -135,7 +135,7 @@ func TestAdminStatsWindows(t *testing.T) {
 	}
 
 	s := statsOf(t, g.admin, "")
-	if got := fmt.Sprint(s.Routes); got != "[{/webhooks/test test} {/webhooks/other other}]" {
+	if got := fmt.Sprint(s.Routes); got != "[{/webhooks/test test []} {/webhooks/other other []}]" {
 		t.Errorf("routes = %s", got)
 	}
 	if len(s.Outcomes) != len(deliveryOutcomes()) || s.Outcomes[1] != (adminapi.Outcome{Name: "replayed", Class: "replayed"}) {
@@ -197,7 +197,7 @@ func TestAdminStatsReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := statsOf(t, &statsHandler{g: g}, "")
-	if got := fmt.Sprint(s.Routes); got != "[{/webhooks/test test} {/webhooks/other other} {/t/ tenant}]" {
+	if got := fmt.Sprint(s.Routes); got != "[{/webhooks/test test []} {/webhooks/other other []} {/t/ tenant []}]" {
 		t.Errorf("routes after a reload = %s, want the new one too, in the file's order", got)
 	}
 	gatewaytest.SourceStats(t, s, "tenant")

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,6 +100,12 @@ routes:
 		return json.Unmarshal(admin("/admin/deliveries").Body.Bytes(), &page) == nil && len(page.Deliveries) == 3 &&
 			page.Deliveries[0].Scope == "globex" && page.Deliveries[2].Scope == "acme"
 	})
+	// A lookup without the tenant says how to give it, and which tenants
+	// hold the key.
+	if rec := admin("/admin/keys/stripe/evt_1"); rec.Code != 404 || !strings.Contains(rec.Body.String(), `whose keys are scoped by the tenant: add ?scope=<tenant>, e.g. /admin/keys/stripe/evt_1?scope=`) ||
+		!strings.Contains(rec.Body.String(), `"scopes":["globex","acme"]`) {
+		t.Fatalf("GET /admin/keys/stripe/evt_1: %d %s", rec.Code, rec.Body)
+	}
 
 	expect("globex evt_2 signed with acme's secret", stripePost(t, base+"globex", "evt_2", "whsec_acme"), 401, false, 2)
 	expect("initech evt_2", stripePost(t, base+"initech", "evt_2", "whsec_acme"), 401, false, 2)
@@ -124,4 +131,41 @@ routes:
 	expect("globex evt_3 with the new secret", stripePost(t, base+"globex", "evt_3", "whsec_globex_2"), 200, false, 4)
 	expect("globex evt_2 again, after the reload", stripePost(t, base+"globex", "evt_2", "whsec_globex_2"), 200, true, 4)
 	expect("acme evt_3, unchanged", stripePost(t, base+"acme", "evt_3", "whsec_acme"), 200, false, 5)
+}
+
+// On a queued route for many tenants, each event is accepted at once and
+// then delivered to the upstream's path plus its tenant, once.
+func TestTenantsQueuedRoute(t *testing.T) {
+	up := gatewaytest.NewUpstream(t)
+	text := fmt.Sprintf(`listen: 127.0.0.1:0
+store: {driver: sqlite, path: %q}
+admin: {listen: off}
+audit: {sink: none}
+routes:
+  - path: /webhooks/stripe/{tenant}
+    upstream: %s/stripe
+    source: stripe
+    provider: stripe
+    deliver: queue
+    tenants:
+      acme: {secrets: [whsec_acme]}
+      globex: {secrets: [whsec_globex]}
+`, filepath.Join(t.TempDir(), "idemhook.db"), up.Srv.URL)
+	url, _, _ := startGateway(t, text)
+	for _, d := range []struct{ tenant, secret string }{{"acme", "whsec_acme"}, {"globex", "whsec_globex"}, {"acme", "whsec_acme"}} {
+		if r := stripePost(t, url+"/webhooks/stripe/"+d.tenant, "evt_q", d.secret); r.Status/100 != 2 {
+			t.Fatalf("%s: %d %q, want accepted", d.tenant, r.Status, r.Body)
+		}
+	}
+	if r := stripePost(t, url+"/webhooks/stripe/globex", "evt_r", "whsec_acme"); r.Status != http.StatusUnauthorized {
+		t.Fatalf("globex signed with acme's secret: %d, want 401", r.Status)
+	}
+	gatewaytest.Eventually(t, "two queued events delivered", func() bool { return up.Calls.Load() >= 2 })
+	paths := map[string]bool{}
+	for _, r := range up.Received() {
+		paths[r.Path] = true
+	}
+	if up.Calls.Load() != 2 || !paths["/stripe/acme"] || !paths["/stripe/globex"] {
+		t.Fatalf("the backend got %d calls on %v, want one on /stripe/acme and one on /stripe/globex", up.Calls.Load(), paths)
+	}
 }

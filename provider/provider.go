@@ -22,6 +22,10 @@
 // "idem:<source>:<key>" after [idemhook.NormalizeKey]. An empty key means
 // "fall back to the body hash".
 //
+// One route for many tenants of a provider, each with its own secret
+// (/webhooks/stripe/{tenant}), takes a [Tenants]: the tenant's preset
+// checks each delivery, and the keys are "idem:<source>@<tenant>:<key>".
+//
 // Verify errors are [*VerifyError] values that wrap one of the Err* sentinels
 // below. Their text names the header and the reason (missing, malformed,
 // timestamp outside tolerance, no matching signature). It never contains a

@@ -704,7 +704,7 @@ func (c *checker) providerSettings(in *routeInputs, rc *Route) {
 		spec.Name = cmp.Or(spec.Name, rc.Route.Source)
 		name, in.spec = spec.Name, spec
 	}
-	secrets, secretFile, secretsOK := c.secrets(secretFields{f.SecretEnv, f.Secrets, f.SecretFile}, field, hasProvider)
+	secrets, secretFile, secretsOK := c.secrets(secretFields{f.SecretEnv, f.Secrets, f.SecretFile}, "route", field, hasProvider)
 	rc.SecretFile = secretFile
 	tenantsOK := c.tenants(in, rc, hasProvider)
 	type option struct {
@@ -797,10 +797,11 @@ type secretFields struct {
 	File    leaf `yaml:"secret_file"`
 }
 
-// secrets reads the secrets of sf, whose fields field names. A secret_file is read only when hasProvider
+// secrets reads the secrets of sf, the secret fields of a route or a
+// tenant (owner), whose fields field names. A secret_file is read only when hasProvider
 // (without a provider, the caller refuses it). good is false when a problem
 // was reported.
-func (c *checker) secrets(sf secretFields, field func(string) string, hasProvider bool) (secrets []string, file string, good bool) {
+func (c *checker) secrets(sf secretFields, owner string, field func(string) string, hasProvider bool) (secrets []string, file string, good bool) {
 	good = true
 	if l := sf.Env; l.Node != nil && l.Kind == yaml.ScalarNode && strings.Contains(l.Value, "$") {
 		// Not expanded: ${NAME} would put the secret itself in the error.
@@ -827,7 +828,7 @@ func (c *checker) secrets(sf secretFields, field func(string) string, hasProvide
 		if path, ok := c.str(l, field("secret_file")); !ok {
 			good = false
 		} else if sf.Env.Node != nil || sf.Secrets.Node != nil {
-			c.errorf(c.key(l), field("secret_file"), "give the secrets in one place: secret_file, or secret_env and secrets (the file's lines are then every secret the route accepts, so that removing a line and reloading removes that secret)")
+			c.errorf(c.key(l), field("secret_file"), "give %[1]s secrets in one place: secret_file, or secret_env and secrets (the file's lines are then every secret the %[2]s accepts, so that removing a line and reloading removes that secret)", "a "+owner+"'s", owner)
 			good = false
 		} else if list, warns, err := readSecretFile(path); err != nil {
 			c.errorf(l.Node, field("secret_file"), "%v", err)

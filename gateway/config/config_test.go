@@ -586,6 +586,7 @@ func FuzzConfig(f *testing.F) {
 	f.Add([]byte(minimal))
 	f.Add([]byte("listen: ${X:-127.0.0.1:1}\nstore: {driver: redis, addrs: [a:1]}\nroutes: [{path: /a, upstream: 'http://h', source: s, provider: stripe, secrets: [x], provider_options: {a: b}}]\n"))
 	f.Add([]byte("store: {driver: postgres, url: 'postgres://u:p@h:5432/d?sslmode=disable', table: s.t}\naudit: {sink: postgres}\nroutes: [{path: /a, upstream: 'http://h', source: s}]\n"))
+	f.Add([]byte("routes: [{path: /s/{tenant}, upstream: 'http://h', source: s, provider: stripe, tenants: {a: {secret_env: X}, b.c: {secrets: [y, z]}, d: {secret_file: /nonexistent}}}]\n"))
 	f.Add([]byte("a: &x [*x]\nroutes: *x\n"))
 	f.Add([]byte("routes:\n  - &r {path: /a, upstream: 'http://h', source: s}\n  - *r\n"))
 	if data, err := os.ReadFile("../../examples/idemhook.yaml"); err == nil {

@@ -110,7 +110,7 @@ func (c *checker) tenants(in *routeInputs, rc *Route, hasProvider bool) bool {
 			continue
 		}
 		sf, good := c.tenantSecretFields(v, at)
-		secrets, file, read := c.secrets(sf, func(name string) string { return join(at, name) }, true)
+		secrets, file, read := c.secrets(sf, "tenant", func(name string) string { return join(at, name) }, true)
 		switch {
 		case !good || !read:
 			ok = false

@@ -90,7 +90,7 @@ func TestConfigTenantsErrors(t *testing.T) {
 			`idemhook.yaml:10: routes[0].tenants.umbrella: tenant umbrella has no secret: give secret_env: NAME, secret_file: FILE (one secret per line, read again on every reload) or secrets: [...]`,
 			`idemhook.yaml:11: routes[0].tenants.hooli: expected the tenant's secrets as a mapping: {secret_env: NAME}, {secret_file: FILE} or {secrets: [...]}, got "whsec_inline"`,
 			`idemhook.yaml:12: routes[0].tenants.wayne.secret_file: secret file ` + missing + ` does not exist`,
-			`idemhook.yaml:13: routes[0].tenants.stark.secret_file: give the secrets in one place: secret_file, or secret_env and secrets (the file's lines are then every secret the route accepts, so that removing a line and reloading removes that secret)`,
+			`idemhook.yaml:13: routes[0].tenants.stark.secret_file: give a tenant's secrets in one place: secret_file, or secret_env and secrets (the file's lines are then every secret the tenant accepts, so that removing a line and reloading removes that secret)`,
 		}},
 	}
 	for _, tt := range tests {
