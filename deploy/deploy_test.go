@@ -368,7 +368,8 @@ func checkRules(t *testing.T, names map[string]bool) {
 	}
 	// The conditions an operator must hear about.
 	for _, want := range []string{"IdemhookBreakerOpen", "IdemhookStoreErrors", "IdemhookAuditEntriesLost", "IdemhookReplayRatioHigh", "IdemhookUpstreamFailing",
-		"IdemhookQueueOldestEventOld", "IdemhookQueueDeadEvents", "IdemhookQueueAttemptsSuperseded", "IdemhookQueueBackendDown", "IdemhookQueuePaused", "IdemhookOverloaded"} {
+		"IdemhookQueueOldestEventOld", "IdemhookQueueDeadEvents", "IdemhookQueueAttemptsSuperseded", "IdemhookQueueBackendDown", "IdemhookQueuePaused", "IdemhookOverloaded",
+		"IdemhookConfigReloadFailed"} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("prometheus/alerts.yml has no alert %s", want)
 		}

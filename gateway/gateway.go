@@ -17,6 +17,7 @@ package gateway
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -232,8 +233,24 @@ func (g *Gateway) Ready(ctx context.Context) error {
 // the routes they started with). Settings only a restart can change (listen,
 // store, admin.listen, audit, log, tls on or off, limits) are logged and kept. On
 // error (a cfg that config.Config.Validate refuses, say) the running
-// configuration keeps serving.
+// configuration keeps serving. Either way the reload is counted in the
+// metrics (idemhook_config_reloads_total{result}).
 func (g *Gateway) Reload(cfg *config.Config) error {
+	err := g.reload(cfg)
+	g.metrics.reload.loaded(time.Now(), true, err)
+	return err
+}
+
+// ReloadRefused counts a reload refused before it reached [Gateway.Reload]:
+// a configuration file that could not be read or is invalid
+// (config.Load's error). The running configuration keeps serving; the
+// metrics idemhook_config_reloads_total{result="failure"} and
+// idemhook_config_last_reload_successful say so.
+func (g *Gateway) ReloadRefused() {
+	g.metrics.reload.loaded(time.Now(), true, errors.New("refused"))
+}
+
+func (g *Gateway) reload(cfg *config.Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}

@@ -19,6 +19,58 @@ type metrics struct {
 	hooks    *promhook.Metrics
 	upstream *prometheus.HistogramVec
 	queue    *queueMetrics
+	reload   reloadMetrics
+}
+
+// reloadMetrics count the configuration's reloads, so that a refused one
+// (SIGHUP with a bad file) is more than a log line: the running
+// configuration keeps serving, but the file on disk no longer starts.
+type reloadMetrics struct {
+	total       *prometheus.CounterVec
+	successful  prometheus.Gauge
+	lastSuccess prometheus.Gauge
+}
+
+// Values of idemhook_config_reloads_total's result label.
+const (
+	reloadSuccess = "success"
+	reloadFailure = "failure"
+)
+
+func newReloadMetrics(reg prometheus.Registerer) reloadMetrics {
+	m := reloadMetrics{
+		total: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idemhook_config_reloads_total",
+			Help: "Reloads of the configuration (SIGHUP), by result: success, or failure (the file was refused and the running configuration kept serving).",
+		}, []string{"result"}),
+		successful: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idemhook_config_last_reload_successful",
+			Help: "1 when the last load of the configuration (the start, or the last reload) succeeded, 0 when the last reload was refused.",
+		}),
+		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "idemhook_config_last_reload_success_timestamp_seconds",
+			Help: "Unix time of the last successful load of the configuration: the start, or the last reload that succeeded.",
+		}),
+	}
+	m.total.WithLabelValues(reloadSuccess) // both series exist from the start, at 0
+	m.total.WithLabelValues(reloadFailure)
+	reg.MustRegister(m.total, m.successful, m.lastSuccess)
+	return m
+}
+
+// loaded records a load of the configuration: at the start (reload
+// false, nothing counted) or a reload.
+func (m reloadMetrics) loaded(now time.Time, reload bool, err error) {
+	if err != nil {
+		m.total.WithLabelValues(reloadFailure).Inc()
+		m.successful.Set(0)
+		return
+	}
+	if reload {
+		m.total.WithLabelValues(reloadSuccess).Inc()
+	}
+	m.successful.Set(1)
+	m.lastSuccess.Set(float64(now.UnixNano()) / 1e9)
 }
 
 func newMetrics(version string) *metrics {
@@ -37,6 +89,8 @@ func newMetrics(version string) *metrics {
 		}, []string{"route"}),
 	}
 	m.queue = newQueueMetrics(reg)
+	m.reload = newReloadMetrics(reg)
+	m.reload.loaded(time.Now(), false, nil)
 	m.reg.MustRegister(m.upstream,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

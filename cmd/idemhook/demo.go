@@ -127,7 +127,7 @@ func demo(ctx context.Context, e env) error {
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	defer os.RemoveAll(dir)
+	defer os.RemoveAll(dir) // on an error; removed before the output's end otherwise
 
 	backend := &demoBackend{failed: map[string]bool{}, delivered: map[string]int{}}
 	bln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -200,9 +200,25 @@ func demo(ctx context.Context, e env) error {
 	if err := <-done; err != nil {
 		return fmt.Errorf("demo: gateway: %w", err)
 	}
-	printDemo(e.stdout, gw.Listen, bln.Addr().String(), dbPath, steps, time.Since(start))
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	printDemo(e.stdout, gw.Listen, bln.Addr().String(), dbPath, steps)
 	printQueueDemo(e.stdout, q)
+	printDemoEnd(e.stdout, time.Since(start))
 	return nil
+}
+
+// demoNext is what the demo's reader runs next: from the checkout the demo
+// ran in (go run ./cmd/idemhook demo), so with go run, which needs nothing
+// installed.
+const demoNext = "go run ./cmd/idemhook check --config idemhook.yaml && go run ./cmd/idemhook serve --config idemhook.yaml"
+
+// printDemoEnd ends the demo's output, once its files are gone.
+func printDemoEnd(w io.Writer, took time.Duration) {
+	fmt.Fprintf(w, "\nDone in %s; the temporary directory was removed.\n\n", took.Round(time.Millisecond))
+	fmt.Fprintf(w, "Next: copy examples/idemhook.yaml to idemhook.yaml, point upstream: at your backend, then\n")
+	fmt.Fprintf(w, "  %s\n", demoNext)
 }
 
 // queueDemo is what the queued route's part of the demo saw.
@@ -309,7 +325,7 @@ func demoPost(ctx context.Context, client *http.Client, url, body string) demoRe
 	}
 }
 
-func printDemo(w io.Writer, gateway, backend, db string, steps []*demoStep, took time.Duration) {
+func printDemo(w io.Writer, gateway, backend, db string, steps []*demoStep) {
 	fmt.Fprintf(w, "idemhook demo: a gateway on %s (SQLite store %s)\n", gateway, db)
 	fmt.Fprintf(w, "in front of a demo backend on %s; every step POSTs to /webhooks/orders.\n", backend)
 	fmt.Fprintf(w, "The key is the SHA-256 of the JSON body (no idempotency-key header is sent).\n\n")
@@ -357,7 +373,5 @@ func printDemo(w io.Writer, gateway, backend, db string, steps []*demoStep, took
 	fmt.Fprintf(w, "\n%d deliveries of %d events were sent; the backend ran %d times.\n", sent, len(events), calls)
 	fmt.Fprintf(w, "%d duplicates were answered by the gateway with the first response (Idempotent-Replayed: true),\n", replayed)
 	fmt.Fprintf(w, "the backend never saw them. The failed delivery was not stored: its retry reached the backend again.\n")
-	fmt.Fprintf(w, "Done in %s; the temporary directory was removed.\n\n", took.Round(time.Millisecond))
-	fmt.Fprintf(w, "Next: copy examples/idemhook.yaml, point upstream: at your backend, then\n")
-	fmt.Fprintf(w, "  idemhook check --config idemhook.yaml && idemhook serve --config idemhook.yaml\n")
+	fmt.Fprintf(w, "\n")
 }

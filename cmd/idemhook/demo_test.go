@@ -2,8 +2,12 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -27,6 +31,31 @@ func TestDemo(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}
+	}
+	// The end comes last, once the files are gone, and its next step runs
+	// from a checkout with nothing installed.
+	queue, end := strings.Index(out, "Then /webhooks/payments"), strings.Index(out, "Done in ")
+	if queue < 0 || end < queue || !strings.Contains(out[end:], "the temporary directory was removed.") {
+		t.Errorf("demo output: want the queue's part, then \"Done in ...; the temporary directory was removed.\":\n%s", out)
+	}
+	if m := regexp.MustCompile(`SQLite store (\S+)\)`).FindStringSubmatch(out); m == nil {
+		t.Errorf("demo output names no store file:\n%s", out)
+	} else if _, err := os.Stat(filepath.Dir(m[1])); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the demo's directory %s: %v; want it removed", filepath.Dir(m[1]), err)
+	}
+	_, next, ok := strings.Cut(out, "Next: ")
+	lines := strings.Split(strings.TrimSpace(next), "\n")
+	if !ok || len(lines) != 2 {
+		t.Fatalf("demo output: want a Next: line and its command last:\n%s", out)
+	}
+	for _, cmd := range strings.Split(lines[1], "&&") {
+		f := strings.Fields(cmd)
+		if len(f) < 4 || f[0] != "go" || f[1] != "run" || f[2] != "./cmd/idemhook" || !slices.Contains([]string{"check", "serve"}, f[3]) {
+			t.Errorf("Next: runs %q; want go run ./cmd/idemhook check|serve ...", strings.TrimSpace(cmd))
+		}
+	}
+	if _, err := os.Stat(filepath.Join("..", "..", "cmd", "idemhook", "main.go")); err != nil {
+		t.Errorf("Next: runs ./cmd/idemhook from the checkout's root: %v", err)
 	}
 	// Rows: # | step | key | status | replayed | calls so far | answer.
 	rows := regexp.MustCompile(`(?m)^(\d)\s+.*?(sha256:[0-9a-f]{12}…)\s+(\d{3}(?: x\d+)?)\s+(yes|no|\d+ of \d+)\s+(\d+)\s`).FindAllStringSubmatch(out, -1)

@@ -389,6 +389,7 @@ func reload(g *gateway.Gateway, file string, getenv func(string) string, logger 
 	cfg, err := config.Load(file, getenv)
 	if err != nil {
 		logRefusal(logger, file, err)
+		g.ReloadRefused()
 		return
 	}
 	for _, w := range cfg.Warnings {

@@ -17,9 +17,11 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -1193,6 +1195,58 @@ routes:
 		t.Errorf("%d correctly signed deliveries got 401 and %d failed across the rotation: %v", n, failed, tr.errs[:min(len(tr.errs), 5)])
 	}
 	t.Logf("%d deliveries across the rotation, %d upstream calls", answered.Load(), up.Calls.Load())
+}
+
+// Reloads are counted in the metrics: a refused file (invalid, or one
+// Gateway.Reload refuses) as a failure that sets
+// idemhook_config_last_reload_successful to 0, a good one as a success
+// that sets it back and moves the time of the last success.
+func TestReloadMetrics(t *testing.T) {
+	dir := t.TempDir()
+	good := routeConfig("http://127.0.0.1:1")
+	path := writeConfig(t, dir, good)
+	cfg, err := config.Load(path, envOf())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := gateway.New(t.Context(), cfg, gateway.Options{Logger: slog.New(slog.DiscardHandler), Now: time.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close(context.Background()) })
+	admin := httptest.NewServer(g.AdminHandler())
+	defer admin.Close()
+	metrics := admin.URL + "/metrics"
+	check := func(when string, success, failure, successful float64) float64 {
+		t.Helper()
+		for _, m := range []struct {
+			name string
+			want float64
+		}{
+			{`idemhook_config_reloads_total{result="success"}`, success},
+			{`idemhook_config_reloads_total{result="failure"}`, failure},
+			{`idemhook_config_last_reload_successful`, successful},
+		} {
+			if got := metricValue(t, metrics, m.name); got != m.want {
+				t.Errorf("%s: %s = %v, want %v", when, m.name, got, m.want)
+			}
+		}
+		return metricValue(t, metrics, "idemhook_config_last_reload_success_timestamp_seconds")
+	}
+	start := check("at the start", 0, 0, 1)
+	if now := float64(time.Now().Unix()); start <= 0 || start > now+1 {
+		t.Errorf("last success at the start: %v, want the start's time (now %v)", start, now)
+	}
+	writeConfig(t, dir, good+"    ttl: soon\n")
+	reload(g, path, envOf(), slog.New(slog.DiscardHandler))
+	if ts := check("after an invalid file", 0, 1, 0); ts != start {
+		t.Errorf("last success moved to %v on a refused reload (was %v)", ts, start)
+	}
+	writeConfig(t, dir, good)
+	reload(g, path, envOf(), slog.New(slog.DiscardHandler))
+	if ts := check("after a good file", 1, 1, 1); ts < start {
+		t.Errorf("last success %v after a good reload, before the start's %v", ts, start)
+	}
 }
 
 // A refused reload logs a record saying so, then one record per error of

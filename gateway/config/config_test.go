@@ -950,3 +950,32 @@ func TestConfigAdyenSecretFile(t *testing.T) {
 		t.Fatalf("Parse: %v, want %q", err, want)
 	}
 }
+
+// docs/gateway.md's table of routes[] lists every field a route may hold,
+// and no other.
+func TestGatewayDocListsEveryRouteField(t *testing.T) {
+	data, err := os.ReadFile("../../docs/gateway.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "### `routes[]`\n")
+	if !ok {
+		t.Fatal("docs/gateway.md has no ### `routes[]`")
+	}
+	section, _, _ = strings.Cut(section, "\n#")
+	row := regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\|")
+	var documented []string
+	for _, m := range row.FindAllStringSubmatch(section, -1) {
+		documented = append(documented, m[1])
+	}
+	for _, f := range RouteFields() {
+		if !slices.Contains(documented, f) {
+			t.Errorf("docs/gateway.md's routes[] table has no row for %s", f)
+		}
+	}
+	for _, f := range documented {
+		if !slices.Contains(RouteFields(), f) {
+			t.Errorf("docs/gateway.md's routes[] table has a row for %s, which a route does not hold", f)
+		}
+	}
+}
