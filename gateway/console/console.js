@@ -423,6 +423,17 @@
 
   const pad = (n, w = 2) => String(n).padStart(w, '0');
 
+  // zoneName is the browser's time zone, which the console's times are
+  // shown in: its name (Europe/Lisbon), else its offset from UTC.
+  function zoneName() {
+    try {
+      const name = Intl.DateTimeFormat().resolvedOptions().timeZone;
+      if (name) return name;
+    } catch (e) { /* the offset below */ }
+    const off = -new Date().getTimezoneOffset();
+    return `UTC${off < 0 ? '-' : '+'}${pad(Math.floor(Math.abs(off) / 60))}:${pad(Math.abs(off) % 60)}`;
+  }
+
   function formatTime(iso) {
     const t = new Date(iso);
     return `${t.getFullYear()}-${pad(t.getMonth() + 1)}-${pad(t.getDate())} ` +
@@ -612,9 +623,10 @@
     el.table = document.createElement('table');
     el.table.className = 'grid rows queue-dead';
     const thead = el.table.createTHead().insertRow();
-    for (const [label, cls] of [['Event', 'num'], ['Received', ''], ['Key', ''], ['Attempts', 'num'], ['Last status', 'num'], ['Reason', ''], ['', '']]) {
+    for (const [label, cls] of [['Event', 'num'], [`Received (${zoneName()})`, 'received'], ['Key', ''], ['Attempts', 'num'], ['Last status', 'num'], ['Reason', ''], ['', '']]) {
       const th = document.createElement('th');
       th.textContent = label;
+      if (cls === 'received') th.title = 'In the browser\'s time zone; hover a time for it in UTC';
       if (cls) th.className = cls;
       thead.append(th);
     }
@@ -692,12 +704,17 @@
     add('text', { class: 'tick', x: left - 4, y: y(peak) + 4, 'text-anchor': 'end' }, String(peak));
     add('text', { class: 'tick', x: left - 4, y: y(0) + 4, 'text-anchor': 'end' }, '0');
     if (history.length) {
-      add('text', { class: 'tick', x: left, y: h - 4, 'text-anchor': 'start' }, clock(history[0].start));
+      add('text', { class: 'tick', x: left, y: h - 4, 'text-anchor': 'start' }, clock(history[0].start) + ' ' + zoneName());
       add('text', { class: 'tick', x: w - right, y: h - 4, 'text-anchor': 'end' }, 'now');
     }
     for (const [s] of SERIES) {
       const points = history.map((m, i) => `${x(i).toFixed(1)},${y(m[s]).toFixed(1)}`).join(' ');
       add('polyline', { class: 'series series-' + s, points });
+      // A dot on each minute that counted some, so that a history of one
+      // minute (a line of one point draws nothing) still shows.
+      history.forEach((m, i) => {
+        if (m[s] > 0) add('circle', { class: 'series series-' + s, cx: x(i).toFixed(1), cy: y(m[s]).toFixed(1), r: 3 });
+      });
     }
     const col = (w - left - right) / n;
     history.forEach((m, i) => {
@@ -857,7 +874,7 @@
     if (ev.order_key) dd('Order key', ev.order_key);
     dd('State', ev.state, 'event-state');
     dd('Attempts', ev.attempt);
-    dd('Received', formatTime(ev.received_at) + '  (' + ev.received_at + ')');
+    dd('Received', formatTime(ev.received_at) + ' ' + zoneName() + '  (' + ev.received_at + ')');
     if (ev.next_at) dd(ev.state === 'running' ? 'Lease ends' : 'Next attempt', formatTime(ev.next_at));
     if (ev.reason) dd('Reason', ev.reason);
     $('event-note').textContent = ev.attempts.length < ev.attempt ? `The first and the latest ${ev.attempts.length} of ${ev.attempt} attempts are kept.` : '';

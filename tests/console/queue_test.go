@@ -94,6 +94,15 @@ func TestConsoleQueueInBrowser(t *testing.T) {
 	if n := eval[int](b, route+`.querySelectorAll('svg.queue-chart polyline').length`); n != 4 {
 		t.Errorf("%d lines in the chart; want 4 (accepted, delivered, retried, dead)", n)
 	}
+	// The chart spans the data (a gateway started moments ago: a minute or
+	// two), not the 360 minutes the history can hold.
+	if n := eval[int](b, route+`.querySelector('svg.queue-chart polyline').getAttribute('points').trim().split(' ').length`); n < 1 || n > 15 {
+		t.Errorf("%d minutes in the chart; want the data's span, not 360", n)
+	}
+	zone := eval[string](b, `Intl.DateTimeFormat().resolvedOptions().timeZone`)
+	if th := eval[string](b, route+`.querySelector('.queue-dead th.received').textContent`); th != "Received ("+zone+")" {
+		t.Errorf("dead events' time column %q; want it to name the time zone, Received (%s)", th, zone)
+	}
 	if title := eval[string](b, route+`.querySelector('svg.queue-chart > title').textContent`); !strings.Contains(title, "accepted 2") || !strings.Contains(title, "dead 2") {
 		t.Errorf("chart title %q; want accepted 2 and dead 2", title)
 	}
