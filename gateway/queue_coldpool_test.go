@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -109,4 +110,43 @@ func TestQueueColdPostgresPoolAnswersWhatHappened(t *testing.T) {
 			t.Errorf("%s delivered %d times; want once", key, n)
 		}
 	}
+}
+
+// A fresh gateway on PostgreSQL opens its pool's connections before any
+// delivery arrives (pgx's default size, max(4, cores), when the URL sets
+// no pool_min_conns), so that a first burst doesn't dial them inside the
+// store's deadline.
+func TestPostgresPoolOpenedBeforeTheFirstDelivery(t *testing.T) {
+	pgURL := os.Getenv("IDEMHOOK_POSTGRES_URL")
+	if pgURL == "" {
+		t.Skip("IDEMHOOK_POSTGRES_URL not set")
+	}
+	sep := "?"
+	if strings.Contains(pgURL, "?") {
+		sep = "&"
+	}
+	app := fmt.Sprintf("prewarm_%d", time.Now().UnixNano())
+	table := "q_" + app
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(context.Background(), pgURL)
+		if err == nil {
+			conn.Exec(context.Background(), `DROP TABLE IF EXISTS `+table+`_queue_attempts, `+table+`_queue, `+table+`_queue_routes, `+table)
+			conn.Close(context.Background())
+		}
+	})
+	b := newBackend(t)
+	startGateway(t, gatewaytest.QueueConfig(fmt.Sprintf("driver: postgres, url: %q, table: %s", pgURL+sep+"application_name="+app, table), b.up.Srv.URL, ""))
+	conn, err := pgx.Connect(t.Context(), pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	want := max(4, runtime.NumCPU())
+	gatewaytest.Eventually(t, fmt.Sprintf("%d connections open", want), func() bool {
+		var n int
+		if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n >= want
+	})
 }
