@@ -59,6 +59,13 @@ import (
 //     Retry-After. The provider's retry replays the committed response, or,
 //     once the lease has lapsed, runs afresh. Outcome store_error_closed.
 //
+// A store author whose write commits its own transaction inside
+// [Delivery.CompleteWith] (the gateway's queue does: the event and the key's
+// completion in one transaction) knows the outcome when that returns: it
+// calls [Delivery.Committed], and the middleware sends the committed record
+// without reading the key back, so that a busy store cannot turn an event
+// already recorded into a 503.
+//
 // A handler that doesn't complete its Delivery is handled as usual: the
 // middleware stores its response after it returns.
 //
@@ -86,6 +93,9 @@ type Delivery struct {
 	mu       sync.Mutex
 	finished bool
 	written  []txCompletion // completions written in a transaction, oldest first
+	// committed is set by Committed: the last of written committed, so
+	// settle needs no read-back.
+	committed bool
 }
 
 // txCompletion is one completion written inside a caller's transaction: the
@@ -95,6 +105,7 @@ type txCompletion struct {
 	status  int
 	header  http.Header // the record's header
 	body    []byte      // the body, whole even where the record leaves it out
+	omitted bool        // the record leaves the body out (over MaxStoredBodyBytes)
 }
 
 type deliveryContextKey struct{}
@@ -222,7 +233,33 @@ func (x *Delivery) CompleteWith(status int, header http.Header, body []byte, wri
 	// The row is now locked by the caller's transaction: a renewal would
 	// wait for it to end, and then find the claim gone.
 	ex.renew.stop()
-	x.written = append(x.written, txCompletion{encoded: encoded, status: status, header: done.Header, body: bytes.Clone(body)})
+	x.written = append(x.written, txCompletion{encoded: encoded, status: status, header: done.Header, body: bytes.Clone(body), omitted: done.BodyOmitted})
+	return nil
+}
+
+// Committed tells the middleware that the transaction that wrote the last
+// completion (the last [Delivery.CompleteWith] that returned nil) committed:
+// the transaction that wrote the completion committed; settle needs no
+// read-back. The middleware then sends that completion's record once the
+// handler returns, as it would after reading the key back and finding it,
+// and makes no store call to learn it. It is for a store author whose write
+// function commits its own transaction, so that CompleteWith returning nil
+// means committed; a handler that commits later, in a transaction of its
+// own (pgstore.Store.CompleteTx), does not call it, and the middleware
+// reads the key back.
+//
+// It fails when no completion has been written, or after the handler
+// returned.
+func (x *Delivery) Committed() error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.finished {
+		return errors.New("idemhook: Delivery.Committed: the handler has returned: a Delivery is only valid while its handler runs")
+	}
+	if len(x.written) == 0 {
+		return errors.New("idemhook: Delivery.Committed: no completion has been written (Delivery.CompleteWith)")
+	}
+	x.committed = true
 	return nil
 }
 
@@ -292,6 +329,14 @@ func (x *Delivery) settle(pending *Record) (outcome Outcome, settled bool, err e
 	x.close()
 	if len(x.written) == 0 {
 		return "", false, nil
+	}
+	if x.committed {
+		c := x.written[len(x.written)-1]
+		x.sendCommitted(c)
+		if c.omitted {
+			x.ex.omittedBody()
+		}
+		return OutcomeProcessed, true, nil
 	}
 	outcome, err = x.settleTx(pending)
 	return outcome, true, err

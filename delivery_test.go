@@ -240,6 +240,52 @@ func TestDeliveryCommitUnknown(t *testing.T) {
 	}
 }
 
+// A writer whose transaction committed says so (Committed): the middleware
+// answers the committed record without reading the key back, so a store
+// whose reads fail still answers what happened. Committed fails before a
+// completion is written and after the handler returned.
+func TestDeliveryCommittedNeedsNoReadBack(t *testing.T) {
+	clk := newClock()
+	ms, err := memstore.New(memstore.Config{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &failingGets{Store: ms}
+	e := newEnv(t, st, clk, idemhook.Options{})
+	var kept *idemhook.Delivery
+	h := txRoute(t, e, func(w http.ResponseWriter, r *http.Request) {
+		d, _ := idemhook.DeliveryFromContext(r.Context())
+		kept = d
+		if err := d.Committed(); err == nil || !strings.Contains(err.Error(), "no completion has been written") {
+			t.Errorf("Committed before CompleteWith: %v", err)
+		}
+		err := d.CompleteWith(http.StatusOK, nil, []byte("committed"), func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
+			return ms.Complete(context.Background(), key, claim, done, ttl)
+		})
+		if err != nil {
+			t.Errorf("CompleteWith: %v", err)
+		}
+		if err := d.Committed(); err != nil {
+			t.Errorf("Committed: %v", err)
+		}
+		st.fail.Store(true)
+	})
+	first := post(h, `{"id":"evt_c"}`)
+	if first.Code != http.StatusOK || first.Body.String() != "committed" {
+		t.Fatalf("committed, reads failing: %d %q; want 200 with the committed answer", first.Code, first.Body)
+	}
+	if got := e.lastOutcome(); got.Outcome != idemhook.OutcomeProcessed || got.Err != nil {
+		t.Fatalf("outcome %+v; want processed", got)
+	}
+	if err := kept.Committed(); err == nil || !strings.Contains(err.Error(), "handler has returned") {
+		t.Fatalf("Committed after the handler returned: %v", err)
+	}
+	st.fail.Store(false)
+	if again := post(h, `{"id":"evt_c"}`); again.Code != http.StatusOK || again.Body.String() != "committed" || again.Header().Get(idemhook.ReplayedHeader) != "true" {
+		t.Fatalf("retry: %d %q; want the committed response replayed", again.Code, again.Body)
+	}
+}
+
 func TestDeliveryCompleteWithErrors(t *testing.T) {
 	e := newMemEnv(t, idemhook.Options{})
 	var kept *idemhook.Delivery

@@ -487,6 +487,12 @@ func (q *queues) keep(r *http.Request, rc config.Route, qr *queuedRoute, d *idem
 		return err
 	}
 	qr.bound.commit()
+	// The engine's transaction committed: the middleware answers the
+	// completion without reading the key back (a busy pool would fail
+	// that read and answer 503 for an event that is queued). It cannot
+	// fail here, the handler running and the completion just written;
+	// if it did, the middleware would read the key back as before.
+	_ = d.Committed()
 	qr.history.add(ev.ReceivedAt, func(m *minute) { m.Accepted++ })
 	return nil
 }

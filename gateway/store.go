@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/idemhook/idemhook"
@@ -55,12 +56,25 @@ type connections struct {
 }
 
 // pgPool returns the pool for url, made on first use. It connects lazily:
-// a server that is down fails the first statement, not this call.
+// a server that is down fails the first statement, not this call. Unless
+// the URL sets pool_min_conns, the pool opens all its connections at once,
+// in the background.
 func (f *connections) pgPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	if p, ok := f.pools[url]; ok {
 		return p, nil
 	}
-	p, err := pgxpool.New(ctx, url)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	if !strings.Contains(url, "pool_min_conns") {
+		// Pre-opened (in the background, so a server down still fails the
+		// first statement, not the start): the first burst of deliveries
+		// then finds its connections open rather than each dialing within
+		// the store's 250 ms deadline (docs/stores.md, "PostgreSQL pool").
+		cfg.MinConns = cfg.MaxConns
+	}
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
