@@ -204,12 +204,20 @@ func (w *Workers[T]) run() {
 		tick = t.C
 	}
 	// stalled fires when a batch runs for longer than the stall period:
-	// it starts another goroutine for the items waiting meanwhile.
+	// it starts another goroutine for the items waiting meanwhile. With
+	// none waiting yet it fires again a stall period later, for as long as
+	// the batch runs: an item that comes after the first stall period
+	// waits at most one more, not until the stalled batch ends.
 	var stalled *time.Timer
+	var inBatch atomic.Bool
 	if w.stall > 0 {
 		stalled = time.AfterFunc(time.Hour, func() {
-			if w.waiting.Load() > 0 {
+			switch {
+			case !inBatch.Load():
+			case w.waiting.Load() > 0:
 				w.grow()
+			default:
+				stalled.Reset(w.stall)
 			}
 		})
 		stalled.Stop()
@@ -222,10 +230,12 @@ func (w *Workers[T]) run() {
 		case v := <-w.queue:
 			batch = more(append(batch[:0], v), w.queue, w.max)
 			if stalled != nil {
+				inBatch.Store(true)
 				stalled.Reset(w.stall)
 			}
 			w.exec(batch)
 			if stalled != nil {
+				inBatch.Store(false)
 				stalled.Stop()
 			}
 			clear(batch)

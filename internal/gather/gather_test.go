@@ -246,6 +246,47 @@ func TestIdleWorkersGather(t *testing.T) {
 // TestIdleWorkersStall checks that a batch that runs longer than the stall
 // period does not hold up the items that arrive meanwhile: another
 // goroutine starts and runs them while the first is still stalled.
+// TestIdleWorkersStallLatePut: an item put after the batch has already
+// run for longer than the stall period, with nothing waiting when that
+// period ended, still starts another goroutine instead of waiting for the
+// stalled batch to end. (On a loaded machine TestIdleWorkersStall's Put can
+// come that late too.)
+func TestIdleWorkersStallLatePut(t *testing.T) {
+	noWorkers(t)
+	stalled, release := make(chan struct{}), make(chan struct{})
+	second := make(chan int, 1)
+	w := gather.StartIdle(2, 4, time.Hour, time.Millisecond, func(batch []int) {
+		if batch[0] == 1 {
+			close(stalled)
+			<-release
+			return
+		}
+		second <- batch[0]
+	})
+	defer w.Close()
+	defer close(release)
+	if err := w.Put(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	<-stalled
+	// Let the first stall period end with nothing waiting: 50 times the
+	// period. (Sleeping sets the scene; nothing below waits for a time.)
+	time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := w.Put(ctx, 2); err != nil {
+		t.Fatalf("Put after the stall period, behind a stalled batch: %v", err)
+	}
+	select {
+	case v := <-second:
+		if v != 2 {
+			t.Fatalf("second batch starts with %d, want 2", v)
+		}
+	case <-ctx.Done():
+		t.Fatal("the item behind a stalled batch did not run")
+	}
+}
+
 func TestIdleWorkersStall(t *testing.T) {
 	noWorkers(t)
 	stalled, release := make(chan struct{}), make(chan struct{})
