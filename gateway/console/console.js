@@ -573,6 +573,9 @@
     el.down.className = 'badge refused queue-down';
     el.down.textContent = 'backend down';
     el.down.title = "The route's breaker takes its backend for down: attempts wait until it answers again";
+    el.settles = document.createElement('span');
+    el.settles.className = 'badge failed queue-settles';
+    el.settles.title = "Attempts whose outcome the store has not recorded yet: each is kept and written again at every poll, and its event is not sent again meanwhile";
     const buttons = document.createElement('span');
     buttons.className = 'queue-actions';
     el.pause = button('Pause', 'quiet queue-pause', () => queueAction(el, togglePause));
@@ -581,7 +584,7 @@
     el.purge = button('Purge dead…', 'danger queue-purge', () => queueAction(el, purgeDead));
     el.purge.title = 'Delete every dead event of this route, undelivered';
     buttons.append(el.pause, el.redriveAll, el.purge);
-    head.append(h, el.state, el.down, buttons);
+    head.append(h, el.state, el.down, el.settles, buttons);
 
     el.counts = {};
     const counts = document.createElement('dl');
@@ -655,6 +658,9 @@
     el.state.className = 'badge queue-state ' + (r.paused ? 'failed' : 'processed');
     el.state.title = r.paused ? 'Deliveries are paused: events are still accepted and queued' : 'Events are delivered as they are due';
     el.down.hidden = !r.backend_down;
+    const pending = r.settles_pending || 0;
+    el.settles.hidden = pending === 0;
+    el.settles.textContent = pending === 1 ? '1 outcome not recorded' : pending + ' outcomes not recorded';
     el.pause.textContent = r.paused ? 'Resume' : 'Pause';
     el.pause.title = r.paused ? 'Deliver this route\'s events again' : 'Stop delivering this route\'s events (they are still accepted)';
     for (const name of ['queued', 'retrying', 'running', 'dead']) {

@@ -1,8 +1,10 @@
 package console
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -14,6 +16,7 @@ import (
 	"github.com/idemhook/idemhook/gateway/adminapi"
 	"github.com/idemhook/idemhook/internal/gatewaytest"
 	"github.com/idemhook/idemhook/tests/internal/testgw"
+	"github.com/jackc/pgx/v5"
 )
 
 // queueConsoleConfig is a gateway with one queued route, retrying fast.
@@ -167,6 +170,107 @@ func TestConsoleQueueInBrowser(t *testing.T) {
 	for _, u := range b.requests {
 		if !strings.HasPrefix(u, origin) && !strings.HasPrefix(u, "data:") {
 			t.Errorf("the page requested %s, outside %s", u, origin)
+		}
+	}
+	for _, p := range b.problems {
+		t.Errorf("page problem: %s", p)
+	}
+}
+
+// TestConsoleQueueSettlesPending drives the console against a queued route
+// on PostgreSQL whose store refuses to record the outcome of delivered
+// attempts (a trigger refuses the event's delete): the route shows a badge
+// counting the outcomes not recorded, as GET /admin/queue's settles_pending
+// does, and the badge goes once the store takes them. Each event reaches
+// the backend once.
+func TestConsoleQueueSettlesPending(t *testing.T) {
+	pgURL := os.Getenv("IDEMHOOK_POSTGRES_URL")
+	if pgURL == "" {
+		t.Skip("IDEMHOOK_POSTGRES_URL not set")
+	}
+	b := newBrowser(t)
+	up := gatewaytest.NewUpstream(t)
+	var mu sync.Mutex
+	delivered := map[string]int{}
+	up.Handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+		mu.Lock()
+		delivered[r.Header.Get("Idempotency-Key")]++
+		mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}
+	table := fmt.Sprintf("console_settle_%d", time.Now().UnixNano())
+	conn, err := pgx.Connect(t.Context(), pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		conn.Exec(ctx, `DROP TABLE IF EXISTS `+table+`_queue_attempts, `+table+`_queue, `+table+`_queue_routes, `+table)
+		conn.Exec(ctx, `DROP FUNCTION IF EXISTS `+table+`_refuse`)
+		conn.Close(ctx)
+	})
+	dir := t.TempDir()
+	cfg := fmt.Sprintf(`listen: 127.0.0.1:0
+store: {driver: postgres, url: %q, table: %s}
+admin: {listen: 127.0.0.1:0, token: "${TOKEN}"}
+log: {level: error}
+routes:
+  - path: /webhooks/orders
+    upstream: %s/orders
+    source: shop
+    header: X-Event-Id
+    deliver: queue
+    queue: {backoff_min: 20ms, backoff_max: 50ms}
+`, pgURL, table, up.Srv.URL)
+	g := testgw.Start(t, gatewaytest.WriteConfig(t, dir, cfg), gatewaytest.EnvOf("TOKEN", "s3cret"))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("gateway log:\n%s", g.Log)
+		}
+	})
+	// The gateway has made its tables; refuse the delete that records a
+	// delivered event.
+	for _, stmt := range []string{
+		`CREATE FUNCTION ` + table + `_refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused by the test'; END $$`,
+		`CREATE TRIGGER refuse BEFORE DELETE ON ` + table + `_queue FOR EACH ROW EXECUTE FUNCTION ` + table + `_refuse()`,
+	} {
+		if _, err := conn.Exec(t.Context(), stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	b.do("open the console", chromedp.Navigate(g.AdminURL("/admin/")), chromedp.WaitVisible(chromedp.ID("login")))
+	b.do("sign in", chromedp.SendKeys(chromedp.ID("token"), "s3cret"), chromedp.Click(chromedp.ID("signin")))
+	route := `document.querySelector('.queue-route[data-route="/webhooks/orders"]')`
+	b.waitJS("the Queue section", `!document.getElementById('queue').hidden && `+route+` !== null`)
+	if hidden := eval[bool](b, route+`.querySelector('.queue-settles').hidden`); !hidden {
+		t.Errorf("the outcomes badge is shown with no settle pending")
+	}
+	for _, id := range []string{"o1", "o2"} {
+		if r := gatewaytest.Post(t, g.URL("/webhooks/orders"), `{"order":"`+id+`"}`, "X-Event-Id", id); r.Status != http.StatusAccepted {
+			t.Fatalf("event %s: %d %s; want 202", id, r.Status, r.Body)
+		}
+	}
+	badge := route + `.querySelector('.queue-settles')`
+	b.waitJS("the badge counting two outcomes not recorded", `!`+badge+`.hidden && `+badge+`.textContent === '2 outcomes not recorded'`)
+	if n := gatewaytest.DecodeJSON[adminapi.Queue](t, adminDo(t, g, "GET", "/admin/queue")).Routes[0].SettlesPending; n != 2 {
+		t.Errorf("GET /admin/queue settles_pending = %d; want the 2 the console shows", n)
+	}
+	b.shotOf("console-queue-settles", "queue")
+
+	if _, err := conn.Exec(t.Context(), `DROP TRIGGER refuse ON `+table+`_queue`); err != nil {
+		t.Fatal(err)
+	}
+	b.waitJS("the badge gone once the store took the outcomes", badge+`.hidden`)
+	gatewaytest.Eventually(t, "nothing pending nor running", func() bool {
+		r := gatewaytest.DecodeJSON[adminapi.Queue](t, adminDo(t, g, "GET", "/admin/queue")).Routes[0]
+		return r.SettlesPending == 0 && r.Running == 0 && r.Queued == 0 && r.Retrying == 0
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range []string{"o1", "o2"} {
+		if n := delivered["idem:shop:"+id]; n != 1 {
+			t.Errorf("%s delivered %d times; want once", id, n)
 		}
 	}
 	for _, p := range b.problems {
