@@ -524,9 +524,11 @@ func (c *compiled) compileFormat(fail failFunc) error {
 	return joinFlat(encErr, c.compileLayout(fail))
 }
 
-// compileLayout compiles the signature's format: a value, or pairs.
+// compileLayout compiles the signature's format: a value, or pairs. It
+// reports every problem of the format's settings, not the first.
 func (c *compiled) compileLayout(fail failFunc) error {
 	sig := &c.spec.Signature
+	var errs []error
 	switch sig.Format {
 	case "", "value":
 		for _, f := range []struct {
@@ -534,28 +536,30 @@ func (c *compiled) compileLayout(fail failFunc) error {
 			set  bool
 		}{{"separator", sig.Separator != ""}, {"assign", sig.Assign != ""}, {"signature_key", sig.SignatureKey != ""}, {"timestamp_key", sig.TimestampKey != ""}, {"trim_spaces", sig.TrimSpaces}} {
 			if f.set {
-				return fail("signature."+f.name, "is a setting of format: pairs; set format: pairs or remove it")
+				errs = append(errs, fail("signature."+f.name, "is a setting of format: pairs; set format: pairs or remove it"))
 			}
 		}
 	case "pairs":
 		if len(sig.JSON) > 0 {
-			return fail("signature.format", "pairs are read from a header: with json, each field holds one signature")
+			errs = append(errs, fail("signature.format", "pairs are read from a header: with json, each field holds one signature"))
 		}
 		if sig.Prefix != "" {
-			return fail("signature.prefix", "has no effect with format: pairs (name the signatures' key with signature_key)")
+			errs = append(errs, fail("signature.prefix", "has no effect with format: pairs (name the signatures' key with signature_key)"))
 		}
 		if sig.SignatureKey == "" {
-			return fail("signature.signature_key", "missing: the key of the signatures among the pairs, e.g. v1 for \"t=...,v1=...\"")
+			errs = append(errs, fail("signature.signature_key", "missing: the key of the signatures among the pairs, e.g. v1 for \"t=...,v1=...\""))
 		}
 		sep, assign := cmp.Or(sig.Separator, ","), cmp.Or(sig.Assign, "=")
-		if sep == assign {
-			return fail("signature.assign", "is the separator %q too", sep)
-		}
 		if len(sep) != 1 || len(assign) != 1 {
-			return fail("signature.separator", "separator and assign are one character each, e.g. \",\" and \"=\"")
+			errs = append(errs, fail("signature.separator", "separator and assign are one character each, e.g. \",\" and \"=\""))
+		} else if sep == assign {
+			errs = append(errs, fail("signature.assign", "is the separator %q too", sep))
 		}
 		if sig.TimestampKey != "" && sig.Timestamp.Header != "" {
-			return fail("signature.timestamp.header", "the timestamp is read from the pairs (timestamp_key %s): remove timestamp.header", sig.TimestampKey)
+			errs = append(errs, fail("signature.timestamp.header", "the timestamp is read from the pairs (timestamp_key %s): remove timestamp.header", sig.TimestampKey))
+		}
+		if len(errs) > 0 {
+			break
 		}
 		c.pairs = timestampedHeader{
 			sep: sep, assign: assign, tsKey: sig.TimestampKey, sigKey: sig.SignatureKey,
@@ -567,9 +571,9 @@ func (c *compiled) compileLayout(fail failFunc) error {
 			c.pairs.format = fmt.Sprintf(`want %q items`, sig.SignatureKey+assign+"<signature>")
 		}
 	default:
-		return fail("signature.format", "unknown format %q%s (known: %s)", sig.Format, suggest.DidYouMean(sig.Format, SpecFormats), strings.Join(SpecFormats, ", "))
+		errs = append(errs, fail("signature.format", "unknown format %q%s (known: %s)", sig.Format, suggest.DidYouMean(sig.Format, SpecFormats), strings.Join(SpecFormats, ", ")))
 	}
-	return nil
+	return joinFlat(errs...)
 }
 
 // compileSigned compiles the timestamp and what is signed.

@@ -47,3 +47,46 @@ func TestSpecEveryProblem(t *testing.T) {
 		t.Errorf("problems:\n%s\nwant (each a prefix):\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestSpecEveryFormatProblem: the signature's format reports each of its
+// settings' problems, not the first: pairs settings on a value format, and
+// a pairs format with several mistakes.
+func TestSpecEveryFormatProblem(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sig  provider.Signature
+		want []string
+	}{
+		{"value with pairs settings", provider.Signature{Algorithm: "hmac-sha256", Header: "X-Sig", Signed: "{body}", Separator: ";", Assign: ":", TrimSpaces: true}, []string{
+			"signature.separator: is a setting of format: pairs",
+			"signature.assign: is a setting of format: pairs",
+			"signature.trim_spaces: is a setting of format: pairs",
+		}},
+		{"pairs with several mistakes", provider.Signature{Algorithm: "hmac-sha256", Header: "X-Sig", Format: "pairs", Prefix: "v1=", Separator: "=", Signed: "{timestamp}.{body}",
+			TimestampKey: "t", Timestamp: provider.Timestamp{Header: "X-Ts"}}, []string{
+			"signature.prefix: has no effect with format: pairs",
+			"signature.signature_key: missing",
+			`signature.assign: is the separator "=" too`,
+			"signature.timestamp.header: the timestamp is read from the pairs",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := provider.Spec{Signature: tc.sig, Key: provider.KeySpec{Templates: []string{"{header:X-Id}"}}}
+			_, err := spec.Preset(provider.Config{Secrets: []string{"s"}})
+			var got []string
+			if j, ok := err.(interface{ Unwrap() []error }); ok {
+				for _, e := range j.Unwrap() {
+					var se *provider.SpecError
+					if errors.As(e, &se) {
+						got = append(got, se.Field+": "+se.Reason)
+					}
+				}
+			} else if err != nil {
+				got = append(got, err.Error())
+			}
+			if len(got) != len(tc.want) || !slices.EqualFunc(got, tc.want, strings.HasPrefix) {
+				t.Errorf("problems:\n%s\nwant (each a prefix):\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}
