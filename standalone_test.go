@@ -31,6 +31,11 @@ var (
 	goParentPath = regexp.MustCompile(`"((?:\.\./)+[A-Za-z0-9_][^"\s]*)"`)
 	// mdLink is the target of a Markdown link or image.
 	mdLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	// theSeed is how the description idemhook was first written from is
+	// called beside the repository; a reader of the clone has no such
+	// thing, so the docs name what they mean (the NestJS guard). A fuzz
+	// test's seed corpus is another thing.
+	theSeed = regexp.MustCompile(`(?i)\bthe ` + `seed\b( corpus)?`)
 )
 
 // TestNoReferenceOutsideRepository reads every file of the checkout: no
@@ -68,6 +73,11 @@ func TestNoReferenceOutsideRepository(t *testing.T) {
 			for _, bad := range outsideNames {
 				if strings.Contains(line, bad) {
 					t.Errorf("%s:%d names %q, a file outside the repository: %s", name, i+1, bad, strings.TrimSpace(line))
+				}
+			}
+			for _, m := range theSeed.FindAllStringSubmatch(line, -1) {
+				if m[1] == "" {
+					t.Errorf("%s:%d says %q, which a reader of the repository has not got (say what it is, e.g. the NestJS guard): %s", name, i+1, m[0], strings.TrimSpace(line))
 				}
 			}
 		}
