@@ -23,6 +23,7 @@ import (
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/audit"
+	"github.com/idemhook/idemhook/internal/hookchain"
 )
 
 // Recorder takes the entries: an *audit.Recorder. Record must not block.
@@ -73,13 +74,7 @@ func New(cfg Config) (*Hook, error) {
 // Instrument returns opts with the hook added to its OnDelivery (an
 // OnDelivery already set still runs, first).
 func (h *Hook) Instrument(opts idemhook.Options) idemhook.Options {
-	prev := opts.OnDelivery
-	opts.OnDelivery = func(d idemhook.DeliveryInfo) {
-		if prev != nil {
-			prev(d)
-		}
-		h.OnDelivery(d)
-	}
+	opts.OnDelivery = hookchain.Then(opts.OnDelivery, h.OnDelivery)
 	return opts
 }
 

@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/hookchain"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -132,21 +133,9 @@ func New(cfg Config) (*Hooks, error) {
 // Instrument returns opts with the hooks set to feed h. Hooks already set
 // in opts are kept and called first.
 func (h *Hooks) Instrument(opts idemhook.Options) idemhook.Options {
-	if prev := opts.OnDelivery; prev != nil {
-		opts.OnDelivery = func(d idemhook.DeliveryInfo) { prev(d); h.OnDelivery(d) }
-	} else {
-		opts.OnDelivery = h.OnDelivery
-	}
-	if prev := opts.OnStoreCall; prev != nil {
-		opts.OnStoreCall = func(c idemhook.StoreCallInfo) { prev(c); h.OnStoreCall(c) }
-	} else {
-		opts.OnStoreCall = h.OnStoreCall
-	}
-	if prev := opts.OnBreakerChange; prev != nil {
-		opts.OnBreakerChange = func(open bool) { prev(open); h.OnBreakerChange(open) }
-	} else {
-		opts.OnBreakerChange = h.OnBreakerChange
-	}
+	opts.OnDelivery = hookchain.Then(opts.OnDelivery, h.OnDelivery)
+	opts.OnStoreCall = hookchain.Then(opts.OnStoreCall, h.OnStoreCall)
+	opts.OnBreakerChange = hookchain.Then(opts.OnBreakerChange, h.OnBreakerChange)
 	return opts
 }
 

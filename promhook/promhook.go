@@ -34,6 +34,7 @@ import (
 	"sync"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/hookchain"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -174,21 +175,9 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 // Instrument returns opts with the hooks set to feed m. Hooks already set
 // in opts are kept and called first.
 func (m *Metrics) Instrument(opts idemhook.Options) idemhook.Options {
-	if prev := opts.OnDelivery; prev != nil {
-		opts.OnDelivery = func(d idemhook.DeliveryInfo) { prev(d); m.OnDelivery(d) }
-	} else {
-		opts.OnDelivery = m.OnDelivery
-	}
-	if prev := opts.OnStoreCall; prev != nil {
-		opts.OnStoreCall = func(c idemhook.StoreCallInfo) { prev(c); m.OnStoreCall(c) }
-	} else {
-		opts.OnStoreCall = m.OnStoreCall
-	}
-	if prev := opts.OnBreakerChange; prev != nil {
-		opts.OnBreakerChange = func(open bool) { prev(open); m.OnBreakerChange(open) }
-	} else {
-		opts.OnBreakerChange = m.OnBreakerChange
-	}
+	opts.OnDelivery = hookchain.Then(opts.OnDelivery, m.OnDelivery)
+	opts.OnStoreCall = hookchain.Then(opts.OnStoreCall, m.OnStoreCall)
+	opts.OnBreakerChange = hookchain.Then(opts.OnBreakerChange, m.OnBreakerChange)
 	return opts
 }
 
