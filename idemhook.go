@@ -362,6 +362,14 @@ type Route struct {
 	ItemsSuccess *Answer
 }
 
+// Stores reports whether a handler's answer with status is stored and
+// replayed on this route: every 2xx, and the statuses StoreStatuses lists.
+// Any other answer releases the claim. The gateway's queue tells a
+// delivered attempt by the same rule.
+func (rt Route) Stores(status int) bool {
+	return status >= 200 && status <= 299 || slices.Contains(rt.StoreStatuses, status)
+}
+
 // Answer is a fixed HTTP answer: a status, its headers and its body.
 type Answer struct {
 	Status int

@@ -348,9 +348,7 @@ type routeConfig struct {
 
 // stores reports whether a response with status is stored and replayed;
 // any other releases the claim.
-func (h *routeConfig) stores(status int) bool {
-	return status >= 200 && status <= 299 || slices.Contains(h.rt.StoreStatuses, status)
-}
+func (h *routeConfig) stores(status int) bool { return h.rt.Stores(status) }
 
 type handler struct {
 	*routeConfig

@@ -276,9 +276,6 @@ func (qr *queuedRoute) observe(o queue.Observation) {
 // dispatchRoute is the dispatcher's view of a queued route: how its events
 // are sent, through rt, and which answers succeed or are retried.
 func dispatchRoute(rc config.Route, rt http.RoundTripper) queue.Route {
-	succeeded := func(status int) bool {
-		return status >= 200 && status < 300 || slices.Contains(rc.Route.StoreStatuses, status)
-	}
 	retried := func(status int) bool {
 		return queue.DefaultRetried(status) || slices.Contains(rc.Queue.RetryStatuses, status)
 	}
@@ -291,7 +288,7 @@ func dispatchRoute(rc config.Route, rt http.RoundTripper) queue.Route {
 		MaxAge:         rc.Queue.MaxAge,
 		BackoffMin:     rc.Queue.BackoffMin,
 		BackoffMax:     rc.Queue.BackoffMax,
-		Succeeded:      succeeded,
+		Succeeded:      rc.Route.Stores,
 		Retried:        retried,
 		Send:           sender(rc, rt, queue.MaxBodyHead),
 	}
