@@ -8,7 +8,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +24,7 @@ import (
 	"github.com/idemhook/idemhook/internal/breaker"
 	"github.com/idemhook/idemhook/internal/canonjson"
 	"github.com/idemhook/idemhook/internal/fence"
+	"github.com/idemhook/idemhook/internal/problem"
 )
 
 // Defaults of Options and Route.
@@ -1168,22 +1168,9 @@ func (ex *exchange) replay(rec *Record) {
 
 // writeProblem answers with an RFC 9457 problem+json body.
 func (ex *exchange) writeProblem(status int, title, detail string) {
-	ex.out.w.Header().Set("Content-Type", "application/problem+json")
+	ex.out.w.Header().Set("Content-Type", problem.ContentType)
 	ex.out.WriteHeader(status)
-	ex.out.Write(problemJSON(status, title, detail)) //nolint:errcheck // the client may be gone
-}
-
-// problemJSON is an RFC 9457 problem document. encoding/json escapes what
-// a detail may carry (a control byte in an error's text, invalid UTF-8),
-// so the body is always valid JSON.
-func problemJSON(status int, title, detail string) []byte {
-	b, _ := json.Marshal(struct {
-		Type   string `json:"type"`
-		Title  string `json:"title"`
-		Status int    `json:"status"`
-		Detail string `json:"detail"`
-	}{"about:blank", title, status, detail}) // cannot fail: strings and an int
-	return append(b, '\n')
+	ex.out.Write(problem.JSON(status, title, detail)) //nolint:errcheck // the client may be gone
 }
 
 // report calls Options.OnDelivery with the delivery's outcome and the status

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/idemhook/idemhook/gateway/adminapi"
+	"github.com/idemhook/idemhook/internal/problem"
 )
 
 // The helpers the files of the gateway share: the answers both listeners
@@ -17,10 +17,10 @@ import (
 
 // writeProblem answers an RFC 9457 problem (adminapi.Problem).
 func writeProblem(w http.ResponseWriter, status int, title, detail string) {
-	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Content-Type", problem.ContentType)
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(adminapi.Problem{Type: "about:blank", Title: title, Status: status, Detail: detail})
+	w.Write(problem.JSON(status, title, detail)) //nolint:errcheck // the client may be gone
 }
 
 // errText is err's message for the sender: without the URL net/http wraps
