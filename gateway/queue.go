@@ -21,9 +21,7 @@ import (
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/gateway/config"
-	"github.com/idemhook/idemhook/memstore"
 	"github.com/idemhook/idemhook/queue"
-	"github.com/idemhook/idemhook/sqlitestore"
 )
 
 // Headers the backend gets with every attempt of a queued event.
@@ -92,14 +90,8 @@ type queuedRoute struct {
 
 // openEngine returns the queue of store.
 func openEngine(ctx context.Context, store idemhook.Store) (queue.Engine, error) {
-	switch s := store.(type) {
-	case *sqlitestore.Store:
-		return s.Queue(ctx)
-	case *memstore.Store:
-		return queue.NewMemory(s), nil
-	}
-	if q, ok := pgQueue(ctx, store); ok {
-		return q()
+	if s, ok := store.(queue.EngineStore); ok {
+		return s.QueueEngine(ctx)
 	}
 	return nil, fmt.Errorf("deliver: queue needs the sqlite, postgres or memory store, not %T", store)
 }
