@@ -21,9 +21,7 @@ import (
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/gateway/config"
-	"github.com/idemhook/idemhook/memstore"
 	"github.com/idemhook/idemhook/queue"
-	"github.com/idemhook/idemhook/sqlitestore"
 )
 
 // Headers the backend gets with every attempt of a queued event.
@@ -70,9 +68,11 @@ type queues struct {
 	started time.Time // the history's minutes before it hold nothing
 	// diskDir is the directory of the SQLite file the queue lives in ("":
 	// not on a local file); diskLow is set while it has less than
-	// minFreeDisk free, and new events are refused.
-	diskDir string
-	diskLow atomic.Bool
+	// minFreeDisk free (defaultMinFreeDisk; the tests set their own), and
+	// new events are refused.
+	diskDir     string
+	minFreeDisk atomic.Uint64
+	diskLow     atomic.Bool
 	// hybrids counts the first attempts of respond_within routes still
 	// running: close waits for them, within its bound, before the store
 	// closes.
@@ -92,24 +92,16 @@ type queuedRoute struct {
 
 // openEngine returns the queue of store.
 func openEngine(ctx context.Context, store idemhook.Store) (queue.Engine, error) {
-	switch s := store.(type) {
-	case *sqlitestore.Store:
-		return s.Queue(ctx)
-	case *memstore.Store:
-		return queue.NewMemory(s), nil
-	}
-	if q, ok := pgQueue(ctx, store); ok {
-		return q()
+	if s, ok := store.(queue.EngineStore); ok {
+		return s.QueueEngine(ctx)
 	}
 	return nil, fmt.Errorf("deliver: queue needs the sqlite, postgres or memory store, not %T", store)
 }
 
-// minFreeDisk is the free space under which a queue in a SQLite file
+// defaultMinFreeDisk is the free space under which a queue in a SQLite file
 // refuses new events: past it, a commit may fail for want of space, and
 // the provider is better off keeping the event.
-var minFreeDisk atomic.Uint64
-
-func init() { minFreeDisk.Store(256 << 20) }
+const defaultMinFreeDisk = 256 << 20
 
 func newQueues(ctx context.Context, store idemhook.Store, diskDir string, logger *slog.Logger, observe func(queue.Observation)) (*queues, error) {
 	eng, err := openEngine(ctx, store)
@@ -117,6 +109,7 @@ func newQueues(ctx context.Context, store idemhook.Store, diskDir string, logger
 		return nil, err
 	}
 	q := &queues{engine: eng, logger: logger, diskDir: diskDir, routes: map[string]*queuedRoute{}, stop: make(chan struct{}), stopped: make(chan struct{}), started: time.Now()}
+	q.minFreeDisk.Store(defaultMinFreeDisk)
 	q.checkDisk()
 	q.disp = queue.NewDispatcher(eng, queue.Options{
 		Logger: logger,
@@ -221,7 +214,7 @@ func (q *queues) checkDisk() {
 	if !ok {
 		return
 	}
-	floor := minFreeDisk.Load()
+	floor := q.minFreeDisk.Load()
 	low := free < floor
 	if q.diskLow.Swap(low) != low {
 		if low {

@@ -35,14 +35,12 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := minFreeDisk.Load()
-	t.Cleanup(func() { minFreeDisk.Store(old) })
-	minFreeDisk.Store(1 << 62)
 	g, err := New(t.Context(), cfg, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer g.Close(t.Context())
+	setMinFreeDisk(g, 1<<62)
 	srv := httptest.NewServer(g.Handler())
 	defer srv.Close()
 	r := gatewaytest.Post(t, srv.URL+"/hook", "{}", "X-Event-Id", "a")
@@ -52,7 +50,7 @@ routes:
 	if rec, err := g.store.Get(t.Context(), "idem:test:a"); err != nil || rec != nil {
 		t.Fatalf("the refused event's key holds %+v, %v; want nothing claimed", rec, err)
 	}
-	minFreeDisk.Store(0)
+	setMinFreeDisk(g, 0)
 	gatewaytest.Eventually(t, "accepted once space is back", func() bool {
 		return gatewaytest.Post(t, srv.URL+"/hook", "{}", "X-Event-Id", "a").Status == http.StatusAccepted
 	})
@@ -88,21 +86,19 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := minFreeDisk.Load()
-	t.Cleanup(func() { minFreeDisk.Store(old) })
-	minFreeDisk.Store(0)
 	g, err := New(t.Context(), cfg, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer g.Close(t.Context())
+	setMinFreeDisk(g, 0)
 	defer close(release)
 	srv := httptest.NewServer(g.Handler())
 	defer srv.Close()
 	if r := gatewaytest.Post(t, srv.URL+"/hook", "{}", "X-Event-Id", "a"); r.Status != http.StatusAccepted {
 		t.Fatalf("event a with space: %d", r.Status)
 	}
-	minFreeDisk.Store(1 << 62)
+	setMinFreeDisk(g, 1<<62)
 	gatewaytest.Eventually(t, "the disk taken for almost full", func() bool { return g.queues.Load().diskLow.Load() })
 	for range 2 {
 		r := gatewaytest.Post(t, srv.URL+"/hook", "{}", "X-Event-Id", "a")
@@ -121,4 +117,12 @@ routes:
 	if n := up.Calls.Load(); n != 1 {
 		t.Fatalf("%d attempts; want event a's one", n)
 	}
+}
+
+// setMinFreeDisk sets the free-space floor of g's queue and checks the disk
+// against it at once, as the queue's next tick would.
+func setMinFreeDisk(g *Gateway, floor uint64) {
+	q := g.queues.Load()
+	q.minFreeDisk.Store(floor)
+	q.checkDisk()
 }

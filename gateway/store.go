@@ -41,14 +41,13 @@ func (rs *resources) close() error {
 // connections are the gateway's connections to its store and audit sink,
 // shared between the two: one *sql.DB per SQLite file, one PostgreSQL pool
 // per URL and the Redis store's client. A SQLite file is used by
-// one gateway process at a time. open takes its lock (sqlitestore.Lock),
-// so that claims found pending at start belong to a process that died and
-// can be freed at once.
+// one gateway process at a time. open, and sqlitestore.OpenFile for the
+// store's file, take its lock (sqlitestore.Lock), so that claims found
+// pending at start belong to a process that died and can be freed at once.
 type connections struct {
 	rs     *resources
 	logger *slog.Logger
 	dbs    map[string]*sql.DB
-	locks  map[string]*sqlitestore.FileLock // files this process holds exclusively
 	pools  map[string]*pgxpool.Pool
 	// redis is the redis store's client, which the audit sink redis
 	// shares. It is nil with another store.
@@ -86,6 +85,17 @@ func (f *connections) pgPool(ctx context.Context, url string) (*pgxpool.Pool, er
 	return p, nil
 }
 
+// share records db, the writer of the SQLite file at path, for the audit
+// sink when it writes to the same file.
+func (f *connections) share(path string, db *sql.DB) {
+	if f.dbs == nil {
+		f.dbs = map[string]*sql.DB{}
+	}
+	f.dbs[path] = db
+}
+
+// open returns the writer of the SQLite file at path: the store's when it
+// is the same file, else opened here under the file's lock.
 func (f *connections) open(path string) (*sql.DB, error) {
 	if db, ok := f.dbs[path]; ok {
 		return db, nil
@@ -98,10 +108,6 @@ func (f *connections) open(path string) (*sql.DB, error) {
 		return nil, fmt.Errorf("%w; one gateway process per SQLite file: stop the other one, or give this one another path", err)
 	default:
 		f.rs.add(lock.Unlock)
-		if f.locks == nil {
-			f.locks = map[string]*sqlitestore.FileLock{}
-		}
-		f.locks[path] = lock
 	}
 	db, err := sqlitestore.Open(path)
 	if err != nil {
@@ -137,42 +143,19 @@ func openStore(ctx context.Context, sc config.Store, files *connections, now fun
 		files.rs.add(s.Close)
 		return s, nil
 	case "sqlite":
-		db, err := files.open(sc.Path)
-		if err != nil {
-			return nil, err
-		}
 		// Holding the file alone, the store keeps pending claims in memory
-		// (nil when file locks are not supported here).
-		lock := files.locks[sc.Path]
-		// Reads (a claim's first look, a replay) run beside the writer's
-		// commits on a pool of their own.
-		reader, err := sqlitestore.OpenReader(sc.Path)
+		// and recent records in a cache, and frees the claims a dead
+		// process left (sqlitestore.OpenFile says how).
+		f, err := sqlitestore.OpenFile(ctx, sc.Path, sqlitestore.FileConfig{
+			Config: sqlitestore.Config{Now: now, Logger: files.logger, CacheBytes: sqliteCacheBytes},
+			Lease:  lease,
+		})
 		if err != nil {
 			return nil, err
 		}
-		files.rs.add(reader.Close)
-		cfg := sqlitestore.Config{Now: now, Logger: files.logger, Lock: lock, Reader: reader}
-		if lock != nil {
-			cfg.CacheBytes = sqliteCacheBytes
-		}
-		s, err := sqlitestore.New(db, cfg)
-		if err != nil {
-			return nil, fmt.Errorf("sqlite store %s: %w", sc.Path, err)
-		}
-		files.rs.add(s.Close)
-		if lock != nil {
-			// The lock says no other process uses the file, so a pending
-			// claim is a delivery of a process that died mid-delivery. Freeing it
-			// lets the provider's retry be processed now rather than be
-			// refused until the dead claim's lease lapses.
-			n, err := s.FreePendingClaims(ctx, lease)
-			if err != nil {
-				return nil, fmt.Errorf("sqlite store %s: %w", sc.Path, err)
-			}
-			files.logger.Info("idemhook sqlite store: this process holds the file alone",
-				"path", sc.Path, "lock", sc.Path+".lock", "freed_pending_claims", n)
-		}
-		return s, nil
+		files.rs.add(f.Close)
+		files.share(sc.Path, f.DB)
+		return f.Store, nil
 	case "redis":
 		opts := &redis.UniversalOptions{
 			Addrs:      sc.Addrs,

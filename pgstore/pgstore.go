@@ -87,10 +87,11 @@ import (
 	"github.com/idemhook/idemhook/internal/pgschema"
 	"github.com/idemhook/idemhook/internal/recordio"
 	"github.com/idemhook/idemhook/internal/sqlbatch"
+	"github.com/idemhook/idemhook/internal/storeconf"
 )
 
 // DefaultTable is the table a [Store] keeps its records in by default.
-const DefaultTable = "idemhook_keys"
+const DefaultTable = storeconf.PostgresTable
 
 // DefaultSweepBatch is the default of [Config.SweepBatch].
 const DefaultSweepBatch = 1000

@@ -224,6 +224,17 @@ func queueDDL(ev, at, rt pgx.Identifier) []string {
 	}
 }
 
+var _ queue.EngineStore = (*Store)(nil)
+
+// QueueEngine is [Store.Queue] as a [queue.Engine], for [queue.EngineStore].
+func (s *Store) QueueEngine(ctx context.Context) (queue.Engine, error) {
+	q, err := s.Queue(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
 // Queue returns the store's delivery queue, creating its tables if they are
 // missing (under the advisory lock the store's own table is created under),
 // or, when Config.SkipCreate is set, checking that they exist. Each call

@@ -243,6 +243,17 @@ type Filter struct {
 	Limit   int
 }
 
+// An EngineStore is a store that can keep the queue beside its keys, so
+// that Accept completes the key's claim and appends the event in one step:
+// sqlitestore.Store and pgstore.Store in their database, memstore.Store in
+// memory ([NewMemory]). A program holding an idemhook.Store of any kind gets
+// its queue through it, without knowing the store's type.
+type EngineStore interface {
+	// QueueEngine returns the store's queue, creating its tables if they
+	// are missing (see the store's Queue method).
+	QueueEngine(ctx context.Context) (Engine, error)
+}
+
 // Engine keeps a queue's events. Every method is safe for concurrent use,
 // and, on an engine shared by several processes (pgstore), across them.
 type Engine interface {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idemhook/idemhook/internal/storeconf"
 )
 
 // Waiting for replicas ([Config.WaitReplicas], [Config.WaitTimeout],
@@ -46,7 +48,7 @@ var ErrReplicasShort = errors.New("fewer replicas acknowledged the write than Co
 
 // DefaultWaitTimeout is the bound of each WAIT when [Config.WaitReplicas]
 // or [Config.WaitAOF] is set and [Config.WaitTimeout] is not.
-const DefaultWaitTimeout = 100 * time.Millisecond
+const DefaultWaitTimeout = storeconf.RedisWaitTimeout
 
 // waiting is what Config.WaitReplicas, WaitTimeout and WaitAOF ask of a
 // write. A nil *waiting asks nothing.

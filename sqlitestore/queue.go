@@ -178,6 +178,17 @@ func (q *Queue) queryRow(ctx context.Context, tx *sql.Tx, query string, args ...
 
 var _ queue.Engine = (*Queue)(nil)
 
+var _ queue.EngineStore = (*Store)(nil)
+
+// QueueEngine is [Store.Queue] as a [queue.Engine], for [queue.EngineStore].
+func (s *Store) QueueEngine(ctx context.Context) (queue.Engine, error) {
+	q, err := s.Queue(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
 // Queue returns the store's delivery queue, creating its tables in the
 // file if they are missing. When the store holds its file alone
 // (Config.Lock), the attempts that were running when the last process

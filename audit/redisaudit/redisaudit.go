@@ -18,12 +18,13 @@ import (
 
 	"github.com/idemhook/idemhook/audit"
 	"github.com/idemhook/idemhook/internal/auditpage"
+	"github.com/idemhook/idemhook/internal/storeconf"
 	"github.com/redis/go-redis/v9"
 )
 
 // Defaults of [Config].
 const (
-	DefaultKey    = "idemhook:audit"
+	DefaultKey    = storeconf.RedisAuditKey
 	DefaultMaxLen = 100000
 )
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemhook/idemhook/gateway"
 	"github.com/idemhook/idemhook/gateway/config"
+	"github.com/idemhook/idemhook/gateway/storeurl"
 )
 
 const usage = `idemhook: a webhook idempotency gateway. It forwards each webhook event to
@@ -85,7 +86,7 @@ func runEnv(ctx context.Context, e env) error {
 		if err != nil {
 			return ignoreHelp(err)
 		}
-		cfg, err := config.Load(file, e.getenv)
+		cfg, err := config.Load(file, e.getenv, config.WithURLChecker(storeurl.Checker{}))
 		if err != nil {
 			return err
 		}
@@ -95,7 +96,7 @@ func runEnv(ctx context.Context, e env) error {
 		if err != nil {
 			return ignoreHelp(err)
 		}
-		cfg, err := config.Load(file, e.getenv)
+		cfg, err := config.Load(file, e.getenv, config.WithURLChecker(storeurl.Checker{}))
 		if err != nil {
 			return err
 		}
@@ -386,7 +387,7 @@ wait:
 // running configuration keeps serving. Settings only a restart can change
 // are logged and kept.
 func reload(g *gateway.Gateway, file string, getenv func(string) string, logger *slog.Logger) {
-	cfg, err := config.Load(file, getenv)
+	cfg, err := config.Load(file, getenv, config.WithURLChecker(storeurl.Checker{}))
 	if err != nil {
 		logRefusal(logger, file, err)
 		g.ReloadRefused()

@@ -5,7 +5,7 @@ import (
 	"os"
 
 	"github.com/idemhook/idemhook/audit"
-	"github.com/idemhook/idemhook/audit/redisaudit"
+	"github.com/idemhook/idemhook/internal/storeconf"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -36,7 +36,7 @@ func (c *checker) audit(a *auditFile, n *yaml.Node, sc Store) (ac Audit) {
 	}
 	defer func() {
 		if ac.Sink == "redis" && ac.Key == "" {
-			ac.Key = sc.Prefix + redisaudit.DefaultKey
+			ac.Key = sc.Prefix + storeconf.RedisAuditKey
 		}
 	}()
 	if n == nil {

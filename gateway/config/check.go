@@ -19,11 +19,8 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
-	"github.com/idemhook/idemhook/pgstore"
+	"github.com/idemhook/idemhook/internal/storeconf"
 	"github.com/idemhook/idemhook/provider"
-	"github.com/idemhook/idemhook/redisstore"
-	"github.com/jackc/pgx/v5"
-	"github.com/redis/go-redis/v9"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -266,7 +263,7 @@ func (c *checker) store(s *storeFile, n *yaml.Node) Store {
 		case hasURL && hasAddrs:
 			c.errorf(s.Addrs.Node, "store.addrs", "give either url or addrs, not both")
 		case hasURL:
-			if _, err := redis.ParseURL(u); err != nil {
+			if err := c.checkRedisURL(u); err != nil {
 				c.errorf(s.URL.Node, "store.url", "invalid Redis URL %q: %v (want redis://[user:password@]host:port/db)", RedactURL(u), unwrapURLError(err))
 			}
 			sc.URL = u
@@ -299,14 +296,14 @@ func (c *checker) store(s *storeFile, n *yaml.Node) Store {
 		case !hasURL:
 			c.errorf(needs, "store.url", "driver postgres needs url (postgres://user:password@host:5432/db)")
 		default:
-			if err := checkPostgresURL(u); err != nil {
+			if err := c.checkPostgresURL(u); err != nil {
 				c.errorf(s.URL.Node, "store.url", "invalid PostgreSQL URL %q: %v (want postgres://user:password@host:5432/db)", RedactURL(u), err)
 			}
 			sc.URL = u
 		}
-		sc.Table = pgstore.DefaultTable
+		sc.Table = storeconf.PostgresTable
 		if v, ok := c.str(s.Table, "store.table"); ok {
-			if err := pgstore.ValidateTable(v); err != nil {
+			if err := storeconf.CheckTable(v); err != nil {
 				c.errorf(s.Table.Node, "store.table", "%v", err)
 			}
 			sc.Table = v
@@ -369,7 +366,7 @@ func (c *checker) storeWait(s *storeFile, sc *Store) {
 	case waits && len(sc.Addrs) > 1 && sc.MasterName == "":
 		c.errorf(on, onField, "not available on a Redis Cluster (several addrs and no master_name): WAIT has no key, so the cluster client can't send it after the write it counts; use a standalone server or Sentinel, or leave it off")
 	case waits:
-		sc.WaitTimeout = cmp.Or(sc.WaitTimeout, redisstore.DefaultWaitTimeout)
+		sc.WaitTimeout = cmp.Or(sc.WaitTimeout, storeconf.RedisWaitTimeout)
 		wait, store := sc.WaitTimeout, cmp.Or(sc.Timeout, idemhook.DefaultStoreTimeout)
 		if wait < store {
 			break
@@ -382,22 +379,26 @@ func (c *checker) storeWait(s *storeFile, sc *Store) {
 	}
 }
 
+// checkRedisURL checks a Redis URL the way go-redis will read it, with the
+// [URLChecker] if there is one.
+func (c *checker) checkRedisURL(u string) error {
+	if c.urls == nil {
+		return nil
+	}
+	return c.urls.CheckRedisURL(u)
+}
+
 // checkPostgresURL checks a PostgreSQL URL the way pgx will read it, without
-// connecting. The error never holds the URL (nor its password).
-func checkPostgresURL(u string) error {
+// connecting: its scheme here, the rest with the [URLChecker] if there is
+// one. The error never holds the URL (nor its password).
+func (c *checker) checkPostgresURL(u string) error {
 	if !strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
 		return errors.New("the scheme must be postgres:// or postgresql://")
 	}
-	if _, err := pgx.ParseConfig(u); err != nil {
-		// pgx's message quotes the URL (password hidden) before the reason.
-		// Keep the reason only: the caller shows the URL.
-		msg := err.Error()
-		if _, reason, ok := strings.Cut(msg, "`: "); ok {
-			msg = reason
-		}
-		return errors.New(msg)
+	if c.urls == nil {
+		return nil
 	}
-	return nil
+	return c.urls.CheckPostgresURL(u)
 }
 
 // admin checks the admin: section, n, against the main listener's address.

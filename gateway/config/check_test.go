@@ -226,7 +226,7 @@ func TestConfigPostgresStore(t *testing.T) {
 		{"unknown driver", "store:\n  driver: mysql\n", "f.yaml:2: store.driver: "},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse("f.yaml", []byte(tt.store+routes), envOf())
+			_, err := Parse("f.yaml", []byte(tt.store+routes), envOf(), clients)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("got %v\nwant an error containing %q", err, tt.want)
 			}

@@ -231,7 +231,7 @@ func (es Errors) Error() string {
 // Load reads and checks the configuration file name, with getenv reading
 // the ${VAR} references of the file (os.Getenv in a process). A file that
 // can't be read is a plain error; a file that is invalid is an [Errors].
-func Load(name string, getenv func(string) string) (*Config, error) {
+func Load(name string, getenv func(string) string, opts ...Option) (*Config, error) {
 	data, err := os.ReadFile(name)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -239,7 +239,27 @@ func Load(name string, getenv func(string) string) (*Config, error) {
 		}
 		return nil, fmt.Errorf("read config: %w", err)
 	}
-	return Parse(name, data, getenv)
+	return Parse(name, data, getenv, opts...)
+}
+
+// A URLChecker checks the URL of a Redis or a PostgreSQL store the way the
+// store's client will read it, without connecting; the errors say why it is
+// refused, without the URL. Package config links no database client, so
+// that reading a configuration needs none: the idemhook command gives
+// Load and Parse the clients' checks (package gateway/storeurl) with
+// [WithURLChecker]. Without one, store.url is checked only for its scheme
+// (postgres).
+type URLChecker interface {
+	CheckRedisURL(url string) error
+	CheckPostgresURL(url string) error
+}
+
+// An Option changes how Load and Parse check a file.
+type Option func(*checker)
+
+// WithURLChecker checks store.url with u.
+func WithURLChecker(u URLChecker) Option {
+	return func(c *checker) { c.urls = u }
 }
 
 // Parse reads data, the text of the file name, in three phases. It
@@ -248,8 +268,11 @@ func Load(name string, getenv func(string) string) (*Config, error) {
 // builds the providers' presets and runs the library's own checks of each
 // route. Every phase reports all it finds, so the error holds every problem
 // of the file at once, in line order.
-func Parse(name string, data []byte, getenv func(string) string) (*Config, error) {
+func Parse(name string, data []byte, getenv func(string) string, opts ...Option) (*Config, error) {
 	c := &checker{file: name, getenv: getenv, keys: map[*yaml.Node]*yaml.Node{}, wrong: map[*yaml.Node]bool{}}
+	for _, o := range opts {
+		o(c)
+	}
 	var cfg *Config
 	if f := c.decode(data); f != nil {
 		cfg = c.check(f)
@@ -275,6 +298,7 @@ func byLine(a, b Error) int {
 type checker struct {
 	file   string
 	getenv func(string) string
+	urls   URLChecker                // nil: no client's check of store.url
 	keys   map[*yaml.Node]*yaml.Node // a value's node -> its key's node
 	wrong  map[*yaml.Node]bool       // what shape put in place of values of the wrong kind
 	shaped int                       // nodes shape visited, up to maxShaped

@@ -427,7 +427,7 @@ func TestConfigErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse("idemhook.yaml", []byte(tt.give), envOf(tt.env...))
+			_, err := Parse("idemhook.yaml", []byte(tt.give), envOf(tt.env...), clients)
 			var errs Errors
 			if !errors.As(err, &errs) {
 				t.Fatalf("err = %v, want Errors", err)
@@ -774,7 +774,7 @@ func TestConfigErrorsHideURLPasswords(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse("f.yaml", []byte(tt.yaml), envOf("PW", pw))
+			_, err := Parse("f.yaml", []byte(tt.yaml), envOf("PW", pw), clients)
 			if err == nil {
 				t.Fatal("Parse accepted the file")
 			}

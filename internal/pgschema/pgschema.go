@@ -11,9 +11,9 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
-	"regexp"
 	"strings"
 
+	"github.com/idemhook/idemhook/internal/storeconf"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -21,18 +21,13 @@ import (
 // maxIdent is PostgreSQL's limit on an identifier, in bytes.
 const maxIdent = 63
 
-var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
-
 // Check reports whether name is accepted as a table name: letters, digits
 // and underscores, starting with a letter or an underscore, optionally
 // schema-qualified, each part at most 63 characters. Such a name needs no
-// quoting to be read, and can't smuggle SQL.
-func Check(name string) error {
-	if !tableName.MatchString(name) {
-		return fmt.Errorf("table %q: want letters, digits and underscores, starting with a letter or an underscore, optionally schema.table, each part at most 63 characters", name)
-	}
-	return nil
-}
+// quoting to be read, and can't smuggle SQL. The rule is
+// [storeconf.CheckTable], which the gateway's configuration applies too
+// without linking pgx.
+func Check(name string) error { return storeconf.CheckTable(name) }
 
 // Table checks name (see [Check]) and returns it as an identifier: the
 // table, or the schema and the table.

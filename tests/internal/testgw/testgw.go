@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemhook/idemhook/gateway"
 	"github.com/idemhook/idemhook/gateway/config"
+	"github.com/idemhook/idemhook/gateway/storeurl"
 	"github.com/idemhook/idemhook/internal/syncbuf"
 )
 
@@ -33,7 +34,7 @@ func Start(t *testing.T, configPath string, getenv func(string) string) *Gateway
 	if getenv == nil {
 		getenv = func(string) string { return "" }
 	}
-	cfg, err := config.Load(configPath, getenv)
+	cfg, err := config.Load(configPath, getenv, config.WithURLChecker(storeurl.Checker{}))
 	if err != nil {
 		t.Fatal(err)
 	}
