@@ -9,7 +9,7 @@ import (
 // builtin is a preset written as a [Spec]: the same data a route's
 // provider: mapping gives the gateway, built by the same code
 // ([Spec.Preset]'s), so that a preset and a provider described in YAML are
-// the same thing by construction. Most presets are one (stripe.go,
+// the same thing by construction. Nine presets are one (stripe.go,
 // github.go, ...). Those that are not keep Go code, each for a reason its
 // file gives: a scheme a spec can't describe (adyen, stone, sendgrid,
 // twilio, hubspot) or a behaviour a spec does not have (the presets whose

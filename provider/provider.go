@@ -15,7 +15,7 @@
 // expects, its handshakes) builds an [idemhook.Preset] with [Spec.Preset],
 // through the same signature parsers and checks as the presets. The
 // gateway reads one from a route's provider: mapping (docs/gateway.md, "Any
-// provider from YAML"). Most presets are specs themselves (asaas, github,
+// provider from YAML"). Nine presets are specs themselves (asaas, github,
 // ifood, mercadopago, paddle, shopify, standardwebhooks, stripe, svix),
 // built by that same code, so that such a preset and a provider described
 // in YAML are the same thing by construction; the others keep Go code

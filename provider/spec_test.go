@@ -8,7 +8,7 @@ package provider_test
 // requests: both must accept and refuse the same ones, for the same
 // reason and header, give the same key and answer handshakes alike.
 //
-// Most presets are specs themselves (provider.BuiltinSpecs): they and
+// Nine presets are specs themselves (provider.BuiltinSpecs): they and
 // their YAML are the same thing by construction, which
 // TestBuiltinSpecsAreTheYAML checks, so the differential test compares
 // only the presets still written in Go.
