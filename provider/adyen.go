@@ -19,6 +19,9 @@ import (
 // success: its Customer Area's test webhook fails without it.
 const AdyenSuccessBody = "[accepted]"
 
+// Go, not a spec: the HMAC is inside the body, one per notification item, over eight of
+// the item's fields; a spec's signature is one per request.
+
 // Adyen returns the preset for Adyen's Standard webhooks (the JSON payments
 // webhooks: {"live": ..., "notificationItems": [{"NotificationRequestItem":
 // {...}}]}).

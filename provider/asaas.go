@@ -10,6 +10,17 @@ import (
 // AsaasTokenHeader is the header Asaas sends the configured authToken in.
 const AsaasTokenHeader = "asaas-access-token"
 
+// asaasPreset is the asaas preset, a spec.
+var asaasPreset = builtin{
+	spec: Spec{
+		Name:        "asaas",
+		Signature:   Signature{Algorithm: "token", Header: AsaasTokenHeader},
+		Key:         KeySpec{Templates: []string{"{json:id}"}},
+		Success:     Success{Status: http.StatusOK},
+		RetryWindow: asaasRetryWindow,
+	},
+}
+
 // Asaas returns the preset for Asaas webhooks.
 //
 // Key: the event's "id" (evt_...), which Asaas recommends for idempotency.
@@ -24,20 +35,7 @@ const AsaasTokenHeader = "asaas-access-token"
 // 2xx would make it retry and, after 15 failures, pause the queue). No
 // options.
 func Asaas(cfg Config) (*idemhook.Preset, error) {
-	s, err := cfg.check("asaas")
-	if err != nil {
-		return nil, err
-	}
-	return &idemhook.Preset{
-		Name:        "asaas",
-		RetryWindow: asaasRetryWindow,
-		Verify:      s.verifyToken(AsaasTokenHeader, ""),
-		Key: func(r *http.Request, body []byte) (string, error) {
-			return topLevelID(body, "id"), nil
-		},
-		DuplicateStatus: http.StatusOK,
-		SuccessStatus:   http.StatusOK,
-	}, nil
+	return asaasPreset.build(cfg)
 }
 
 // verifyToken returns a Verify that compares a static token header with the

@@ -8,6 +8,10 @@ import (
 	"github.com/idemhook/idemhook"
 )
 
+// Go, not a spec: the key decodes the body into a Go struct: field names match
+// in any case and a number is refused where a string is expected
+// (TestSpecKnownKeyDifferences); the header option also changes the scheme.
+
 // Evolution returns the preset for Evolution API (self-hosted WhatsApp)
 // webhooks (the NestJS guard's "whatsapp" source).
 //

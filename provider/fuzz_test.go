@@ -82,6 +82,27 @@ func fuzzTimestamped(t *testing.T, h timestampedHeader, preset string, cfg Confi
 	return ts, err, verr
 }
 
+// The signature headers of the presets written as specs, as the fuzz
+// tests' oracles: a spec's pairs are read by the same parser, and its
+// single values by parseMAC.
+var (
+	stripeSignature      = timestampedHeader{name: StripeSignatureHeader, sep: ",", tsKey: "t", sigKey: "v1"}
+	paddleSignature      = timestampedHeader{name: PaddleSignatureHeader, sep: ";", tsKey: "ts", sigKey: "h1"}
+	mercadoPagoSignature = timestampedHeader{name: MercadoPagoSignatureHeader, sep: ",", tsKey: "ts", sigKey: "v1", spaced: true}
+	standardSignature    = timestampedHeader{sep: " ", assign: ",", sigKey: "v1", decode: base64.StdEncoding.DecodeString}
+)
+
+// parseStandardSignature decodes the v1 entries of a webhook-signature value.
+func parseStandardSignature(v string) ([][]byte, error) {
+	_, sigs, err := standardSignature.parse(v)
+	return sigs, err
+}
+
+// parseShopifySignature decodes X-Shopify-Hmac-Sha256 (standard base64).
+func parseShopifySignature(v string) ([]byte, error) {
+	return parseMAC(v, "", base64.StdEncoding.DecodeString, sha256.Size)
+}
+
 func FuzzStripeSignature(f *testing.F) {
 	f.Add("t=1780000000,v1=" + strings.Repeat("ab", 32))
 	f.Add("t=1780000000,v1=00,v1=11,v0=22")

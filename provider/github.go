@@ -2,13 +2,33 @@ package provider
 
 import (
 	"net/http"
-	"strings"
 
 	"github.com/idemhook/idemhook"
 )
 
 // HubSignatureHeader is the header GitHub and Meta put their body HMAC in.
 const HubSignatureHeader = "X-Hub-Signature-256"
+
+// githubPreset is the github preset, a spec.
+var githubPreset = builtin{
+	spec: Spec{
+		Name: "github",
+		Signature: Signature{
+			Algorithm: "hmac-sha256",
+			Header:    HubSignatureHeader,
+			Prefix:    "sha256=",
+			Encoding:  "hex",
+			Signed:    "{body}",
+		},
+		Key: KeySpec{Templates: []string{
+			"{header:X-GitHub-Hook-ID}:{header:X-GitHub-Delivery}",
+			"{header:X-GitHub-Delivery}",
+		}},
+		RetryWindow:     githubRetryWindow,
+		ResponseTimeout: githubResponseTimeout,
+	},
+	malformed: `want "sha256=<hex>"`,
+}
 
 // GitHub returns the preset for GitHub webhooks (repository, organization and
 // App hooks).
@@ -28,26 +48,7 @@ const HubSignatureHeader = "X-Hub-Signature-256"
 // Duplicates: the stored status. No options. GitHub never retries on its
 // own. Redeliveries are manual.
 func GitHub(cfg Config) (*idemhook.Preset, error) {
-	s, err := cfg.check("github")
-	if err != nil {
-		return nil, err
-	}
-	return &idemhook.Preset{
-		Name:            "github",
-		RetryWindow:     githubRetryWindow,
-		ResponseTimeout: githubResponseTimeout,
-		Verify:          s.verifyHubSignature,
-		Key: func(r *http.Request, body []byte) (string, error) {
-			delivery := strings.TrimSpace(r.Header.Get("X-GitHub-Delivery"))
-			if delivery == "" {
-				return "", nil
-			}
-			if hook := strings.TrimSpace(r.Header.Get("X-GitHub-Hook-ID")); hook != "" {
-				return hook + ":" + delivery, nil
-			}
-			return delivery, nil
-		},
-	}, nil
+	return githubPreset.build(cfg)
 }
 
 // verifyHubSignature checks X-Hub-Signature-256 against the raw body.

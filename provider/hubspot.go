@@ -34,6 +34,9 @@ type HubSpotOptions struct {
 	PublicURL string
 }
 
+// Go, not a spec: the URL is also tried with the percent-escapes HubSpot decodes
+// before signing, which a spec's {url} does not do (spec_test.go, partly).
+
 // HubSpot returns the preset for HubSpot's webhooks (the Webhooks API of
 // an app: a JSON array of up to 100 CRM events, each with its eventId).
 //

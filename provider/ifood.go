@@ -9,6 +9,19 @@ import (
 // IFoodSignatureHeader is the header iFood puts its body HMAC in.
 const IFoodSignatureHeader = "X-IFood-Signature"
 
+// ifoodPreset is the ifood preset, a spec.
+var ifoodPreset = builtin{
+	spec: Spec{
+		Name:            "ifood",
+		Signature:       Signature{Algorithm: "hmac-sha256", Header: IFoodSignatureHeader},
+		Key:             KeySpec{Templates: []string{"{json:id}"}},
+		Success:         Success{Status: http.StatusAccepted},
+		RetryWindow:     ifoodRetryWindow,
+		ResponseTimeout: ifoodResponseTimeout,
+	},
+	malformed: "want the hex of a 32-byte HMAC-SHA256",
+}
+
 // IFood returns the preset for the iFood Merchant API webhook (the NestJS
 // guard's "marketplace" source).
 //
@@ -22,29 +35,5 @@ const IFoodSignatureHeader = "X-IFood-Signature"
 //
 // Duplicates: 202 Accepted, the answer iFood expects. No options.
 func IFood(cfg Config) (*idemhook.Preset, error) {
-	s, err := cfg.check("ifood")
-	if err != nil {
-		return nil, err
-	}
-	keys := s.secretBytes()
-	return &idemhook.Preset{
-		Name:            "ifood",
-		RetryWindow:     ifoodRetryWindow,
-		ResponseTimeout: ifoodResponseTimeout,
-		Verify: func(r *http.Request, body []byte) error {
-			sig, err := parseHexMAC(r.Header.Get(IFoodSignatureHeader), "")
-			if err != nil {
-				return s.fail(IFoodSignatureHeader, err, headerDetail(err, "want the hex of a 32-byte HMAC-SHA256"))
-			}
-			if !anyMAC(keys, [][]byte{sig}, func(k []byte) []byte { return hmacSHA256(k, body) }) {
-				return s.fail(IFoodSignatureHeader, ErrNoMatchingSignature, "")
-			}
-			return nil
-		},
-		Key: func(r *http.Request, body []byte) (string, error) {
-			return topLevelID(body, "id"), nil
-		},
-		DuplicateStatus: http.StatusAccepted,
-		SuccessStatus:   http.StatusAccepted,
-	}, nil
+	return ifoodPreset.build(cfg)
 }

@@ -11,6 +11,8 @@ type InstagramOptions struct {
 	VerifyToken string
 }
 
+// Go, not a spec: as messenger's (TestSpecKnownKeyDifferences).
+
 // Instagram returns the preset for Instagram's webhooks (Meta Graph
 // webhooks of object "instagram": messaging events in entry[].messaging[]
 // and entry[].standby[], and the changes of comments, mentions,

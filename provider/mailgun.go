@@ -13,6 +13,9 @@ import (
 // retry is signed again with a new timestamp.
 const mailgunTolerance = 9 * time.Hour
 
+// Go, not a spec: the body is decoded into a Go struct, and its errors name what
+// is wrong in Mailgun's words (no "signature" object, ...), not a spec's.
+
 // Mailgun returns the preset for Mailgun's webhooks (the JSON ones, with
 // "signature" and "event-data").
 //

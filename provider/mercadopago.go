@@ -1,13 +1,6 @@
 package provider
 
-import (
-	"net/http"
-	"strconv"
-	"strings"
-	"time"
-
-	"github.com/idemhook/idemhook"
-)
+import "github.com/idemhook/idemhook"
 
 // The headers of Mercado Pago's webhook signature.
 const (
@@ -15,15 +8,26 @@ const (
 	MercadoPagoRequestIDHeader = "x-request-id"
 )
 
-// mercadoPagoSignature is the shape of x-signature, which Mercado Pago
-// sends with spaces around its parts at times.
-var mercadoPagoSignature = timestampedHeader{
-	name:   MercadoPagoSignatureHeader,
-	format: `want "ts=<timestamp>,v1=<hex>"`,
-	sep:    ",",
-	tsKey:  "ts",
-	sigKey: "v1",
-	spaced: true,
+// mercadoPagoPreset is the mercadopago preset, a spec. The manifest
+// leaves out its absent parts: [ ... ] is optional.
+var mercadoPagoPreset = builtin{
+	spec: Spec{
+		Name: "mercadopago",
+		Signature: Signature{
+			Algorithm:    "hmac-sha256",
+			Header:       MercadoPagoSignatureHeader,
+			Format:       "pairs",
+			TimestampKey: "ts",
+			SignatureKey: "v1",
+			TrimSpaces:   true,
+			Signed:       "[id:{query:data.id|lower};][request-id:{header:" + MercadoPagoRequestIDHeader + "};]ts:{timestamp};",
+			Timestamp:    Timestamp{Format: "unix_s_or_ms", Tolerance: NoTolerance},
+		},
+		Key:             KeySpec{Templates: []string{"{json:id}"}},
+		RetryWindow:     mercadoPagoRetryWindow,
+		ResponseTimeout: mercadoPagoResponseTimeout,
+	},
+	malformed: `want "ts=<timestamp>,v1=<hex>"`,
 }
 
 // MercadoPago returns the preset for Mercado Pago webhooks ("Webhooks"
@@ -49,52 +53,5 @@ var mercadoPagoSignature = timestampedHeader{
 // Duplicates: the stored status (Mercado Pago accepts 200 or 201). No
 // options.
 func MercadoPago(cfg Config) (*idemhook.Preset, error) {
-	s, err := cfg.check("mercadopago")
-	if err != nil {
-		return nil, err
-	}
-	checkAge := cfg.Tolerance > 0
-	keys := s.secretBytes()
-	return &idemhook.Preset{
-		Name:            "mercadopago",
-		RetryWindow:     mercadoPagoRetryWindow,
-		ResponseTimeout: mercadoPagoResponseTimeout,
-		Verify: func(r *http.Request, body []byte) error {
-			ts, sigs, err := mercadoPagoSignature.parse(r.Header.Get(MercadoPagoSignatureHeader))
-			if err != nil {
-				return s.fail(MercadoPagoSignatureHeader, err, headerDetail(err, mercadoPagoSignature.format))
-			}
-			if checkAge {
-				n, _ := strconv.ParseInt(ts, 10, 64)
-				signed := time.Unix(n, 0)
-				if n > 1e11 {
-					signed = time.UnixMilli(n)
-				}
-				if err := s.checkAge(MercadoPagoSignatureHeader, signed); err != nil {
-					return err
-				}
-			}
-			manifest := mercadoPagoManifest(r.URL.Query().Get("data.id"), r.Header.Get(MercadoPagoRequestIDHeader), ts)
-			if !anyMAC(keys, sigs, func(k []byte) []byte { return hmacSHA256(k, []byte(manifest)) }) {
-				return s.fail(MercadoPagoSignatureHeader, ErrNoMatchingSignature, "")
-			}
-			return nil
-		},
-		Key: func(r *http.Request, body []byte) (string, error) {
-			return topLevelID(body, "id"), nil
-		},
-	}, nil
-}
-
-// mercadoPagoManifest builds the signed string, leaving out absent parts.
-func mercadoPagoManifest(dataID, requestID, ts string) string {
-	var b strings.Builder
-	if dataID != "" {
-		b.WriteString("id:" + strings.ToLower(dataID) + ";")
-	}
-	if requestID != "" {
-		b.WriteString("request-id:" + requestID + ";")
-	}
-	b.WriteString("ts:" + ts + ";")
-	return b.String()
+	return mercadoPagoPreset.build(cfg)
 }

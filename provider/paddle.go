@@ -9,13 +9,26 @@ import (
 // PaddleSignatureHeader is the header Paddle Billing signs deliveries in.
 const PaddleSignatureHeader = "Paddle-Signature"
 
-// paddleSignature is the shape of Paddle-Signature.
-var paddleSignature = timestampedHeader{
-	name:   PaddleSignatureHeader,
-	format: `want "ts=<unix seconds>;h1=<hex>"`,
-	sep:    ";",
-	tsKey:  "ts",
-	sigKey: "h1",
+// paddlePreset is the paddle preset, a spec.
+var paddlePreset = builtin{
+	spec: Spec{
+		Name: "paddle",
+		Signature: Signature{
+			Algorithm:    "hmac-sha256",
+			Header:       PaddleSignatureHeader,
+			Format:       "pairs",
+			Separator:    ";",
+			TimestampKey: "ts",
+			SignatureKey: "h1",
+			Signed:       "{timestamp}:{body}",
+			Timestamp:    Timestamp{Tolerance: defaultTolerance},
+		},
+		Key:             KeySpec{Templates: []string{"{json:event_id}"}},
+		Success:         Success{Status: http.StatusOK},
+		RetryWindow:     paddleRetryWindow,
+		ResponseTimeout: paddleResponseTimeout,
+	},
+	malformed: `want "ts=<unix seconds>;h1=<hex>"`,
 }
 
 // Paddle returns the preset for Paddle Billing webhooks.
@@ -34,22 +47,5 @@ var paddleSignature = timestampedHeader{
 //
 // Duplicates: 200, the only answer Paddle documents as success. No options.
 func Paddle(cfg Config) (*idemhook.Preset, error) {
-	s, err := cfg.check("paddle")
-	if err != nil {
-		return nil, err
-	}
-	keys := s.secretBytes()
-	return &idemhook.Preset{
-		Name:            "paddle",
-		RetryWindow:     paddleRetryWindow,
-		ResponseTimeout: paddleResponseTimeout,
-		Verify: func(r *http.Request, body []byte) error {
-			return s.verifyBodyHMAC(paddleSignature, keys, ":", r, body)
-		},
-		Key: func(r *http.Request, body []byte) (string, error) {
-			return topLevelID(body, "event_id"), nil
-		},
-		DuplicateStatus: http.StatusOK,
-		SuccessStatus:   http.StatusOK,
-	}, nil
+	return paddlePreset.build(cfg)
 }

@@ -15,8 +15,12 @@
 // expects, its handshakes) builds an [idemhook.Preset] with [Spec.Preset],
 // through the same signature parsers and checks as the presets. The
 // gateway reads one from a route's provider: mapping (docs/gateway.md, "Any
-// provider from YAML"); testdata/specs has sixteen of the presets written
-// as specs, which a differential test holds to the Go presets' behaviour.
+// provider from YAML"). Nine presets are specs themselves (asaas, github,
+// ifood, mercadopago, paddle, shopify, standardwebhooks, stripe, svix),
+// built by that same code, so that such a preset and a provider described
+// in YAML are the same thing by construction; the others keep Go code
+// where a spec can't describe their scheme or their behaviour, each file
+// saying why (docs/providers.md has the list).
 //
 // Keys are the key part only. The middleware stores them under
 // "idem:<source>:<key>" after [idemhook.NormalizeKey]. An empty key means

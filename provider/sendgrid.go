@@ -40,6 +40,10 @@ type SendGridOptions struct {
 	PublicKey string
 }
 
+// Go, not a spec: its keys are ECDSA P-256 only, refused in its own words, and
+// may come from the public_key option; it takes ASN.1 signatures only, where
+// a spec's ecdsa-sha256 also takes r||s; and it has Items.
+
 // SendGrid returns the preset for SendGrid's signed Event Webhook (the
 // JSON array of delivery and engagement events: processed, delivered,
 // open, click, bounce...).

@@ -12,6 +12,9 @@ const (
 	SlackTimestampHeader = "X-Slack-Request-Timestamp"
 )
 
+// Go, not a spec: the key decodes the body into a Go struct: field names match
+// in any case, which a spec's {json:...} does not (TestSpecKnownKeyDifferences).
+
 // Slack returns the preset for the Slack Events API.
 //
 // Key: "<api_app_id>:<event_id>" of the event_callback envelope (event_id

@@ -315,6 +315,9 @@ type compiled struct {
 	keyTmpls  []*template
 	single    []singleItem
 	handshake []compiledHandshake
+	// malformed, when set, replaces the detail of a malformed signature
+	// header: a preset's own words (see builtin).
+	malformed string
 }
 
 type singleItem struct {
@@ -1073,7 +1076,7 @@ func (c *compiled) signer(r *http.Request, body []byte) (int, error) {
 		var pts string
 		pts, sigs, err = c.pairs.parse(get(sig.Header))
 		if err != nil {
-			return -1, c.s.fail(sigHeader, err, headerDetail(err, c.pairs.format))
+			return -1, c.s.fail(sigHeader, err, headerDetail(err, cmp.Or(c.malformed, c.pairs.format)))
 		}
 		if sig.TimestampKey != "" {
 			ts = pts
@@ -1081,7 +1084,11 @@ func (c *compiled) signer(r *http.Request, body []byte) (int, error) {
 	default:
 		one, err := parseMAC(get(sig.Header), sig.Prefix, c.decode, c.size)
 		if err != nil {
-			return -1, c.s.fail(sigHeader, err, headerDetail(err, fmt.Sprintf("want \"%s<%s of a %s signature>\"", sig.Prefix, cmp.Or(sig.Encoding, "hex"), c.alg)))
+			detail := c.malformed
+			if detail == "" {
+				detail = fmt.Sprintf("want \"%s<%s of a %s signature>\"", sig.Prefix, cmp.Or(sig.Encoding, "hex"), c.alg)
+			}
+			return -1, c.s.fail(sigHeader, err, headerDetail(err, detail))
 		}
 		sigs = [][]byte{one}
 	}

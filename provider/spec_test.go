@@ -7,6 +7,11 @@ package provider_test
 // Go preset on the same signed, forged, stale, tampered and handshake
 // requests: both must accept and refuse the same ones, for the same
 // reason and header, give the same key and answer handshakes alike.
+//
+// Nine presets are specs themselves (provider.BuiltinSpecs): they and
+// their YAML are the same thing by construction, which
+// TestBuiltinSpecsAreTheYAML checks, so the differential test compares
+// only the presets still written in Go.
 
 import (
 	"bytes"
@@ -24,6 +29,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -277,6 +283,9 @@ func TestSpecsMatchPresets(t *testing.T) {
 				t.Skipf("not expressible as a spec: %s", why)
 			}
 			specified++
+			if _, ok := provider.BuiltinSpecs()[f.name]; ok {
+				t.Skip("a spec itself: the same as its YAML by construction (TestBuiltinSpecsAreTheYAML)")
+			}
 			spec := loadSpec(t, f.name)
 			goP := newPreset(t, f.name, f.cfg, baseTime)
 			specP := specPreset(t, spec, f.cfg, baseTime)
@@ -324,6 +333,27 @@ func TestSpecsMatchPresets(t *testing.T) {
 	}
 	if want := len(provider.Names()) - len(notExpressible); specified != want {
 		t.Errorf("%d presets compared, want %d", specified, want)
+	}
+}
+
+// TestBuiltinSpecsAreTheYAML: each preset written as a spec compiles, and
+// its YAML in testdata/specs, read as the gateway reads a route's
+// provider: mapping, is the same spec.
+func TestBuiltinSpecsAreTheYAML(t *testing.T) {
+	builtins := provider.BuiltinSpecs()
+	if len(builtins) == 0 {
+		t.Fatal("no preset is a spec")
+	}
+	for name, spec := range builtins {
+		if _, err := spec.Preset(provider.Config{Secrets: []string{"eA=="}}); err != nil {
+			t.Errorf("%s: the spec does not compile: %v", name, err)
+		}
+		if _, err := provider.New(name, provider.Config{Secrets: []string{"eA=="}}); err != nil {
+			t.Errorf("%s: New: %v", name, err)
+		}
+		if got := loadSpec(t, name); !reflect.DeepEqual(got, spec) {
+			t.Errorf("%s: testdata/specs/%s.yaml is\n%+v\nthe preset's spec is\n%+v", name, name, got, spec)
+		}
 	}
 }
 

@@ -3,7 +3,6 @@ package provider
 import (
 	"encoding/base64"
 	"fmt"
-	"net/http"
 	"strings"
 
 	"github.com/idemhook/idemhook"
@@ -32,92 +31,47 @@ const (
 //
 // Duplicates: the stored status. No options.
 func StandardWebhooks(cfg Config) (*idemhook.Preset, error) {
-	return standardWebhooks(cfg, "standardwebhooks", WebhookIDHeader, WebhookTimestampHeader, WebhookSignatureHeader)
+	return standardWebhooksPreset.build(cfg)
 }
 
-// swHeaders names the three headers of one Standard Webhooks flavour.
-type swHeaders struct{ id, timestamp, signature string }
+// standardWebhooksPreset is the standardwebhooks preset, a spec.
+var standardWebhooksPreset = builtin{
+	spec: Spec{
+		Name: "standardwebhooks",
+		Signature: Signature{
+			Algorithm:      "hmac-sha256",
+			Header:         WebhookSignatureHeader,
+			Format:         "pairs",
+			Separator:      " ",
+			Assign:         ",",
+			SignatureKey:   "v1",
+			Encoding:       "base64",
+			SecretPrefix:   "whsec_",
+			SecretEncoding: "base64",
+			Signed:         "{header:" + WebhookIDHeader + "}.{timestamp}.{body}",
+			Timestamp:      Timestamp{Header: WebhookTimestampHeader},
+		},
+		Key:             KeySpec{Templates: []string{"{header:" + WebhookIDHeader + "}"}},
+		RetryWindow:     standardWebhooksRetryWindow,
+		ResponseTimeout: standardWebhooksResponseTimeout,
+	},
+	malformed: standardWebhooksMalformed,
+	secrets:   whsecSecrets,
+}
 
-// standardWebhooks builds a Standard Webhooks preset reading the given
-// headers. Svix falls back from svix-* to webhook-* (see Svix).
-func standardWebhooks(cfg Config, name string, headerSets ...string) (*idemhook.Preset, error) {
-	s, err := cfg.check(name)
-	if err != nil {
-		return nil, err
-	}
-	keys := make([][]byte, len(s.secrets))
+// standardWebhooksMalformed is the detail of a malformed signature header
+// of standardwebhooks and svix.
+const standardWebhooksMalformed = `want space-separated "v1,<base64>" entries`
+
+// whsecSecrets refuses a secret that is not "whsec_<base64>" (the prefix
+// is optional) in the words of standardwebhooks and svix: a plain error
+// that counts the non-empty secrets only.
+func whsecSecrets(s settings) error {
 	for i, sec := range s.secrets {
 		k, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(sec, "whsec_"))
 		if err != nil || len(k) == 0 {
-			return nil, fmt.Errorf("provider %s: secret #%d is not \"whsec_<base64>\" (the base64 part does not decode)", name, i+1)
+			return fmt.Errorf("provider %s: secret #%d is not \"whsec_<base64>\" (the base64 part does not decode)", s.name, i+1)
 		}
-		keys[i] = k
 	}
-	var sets []swHeaders
-	for i := 0; i+2 < len(headerSets); i += 3 {
-		sets = append(sets, swHeaders{headerSets[i], headerSets[i+1], headerSets[i+2]})
-	}
-	// pick returns the first header set whose id header the request carries,
-	// or the first set, so that errors name the primary headers.
-	pick := func(r *http.Request) swHeaders {
-		for _, h := range sets {
-			if r.Header.Get(h.id) != "" {
-				return h
-			}
-		}
-		return sets[0]
-	}
-	return &idemhook.Preset{
-		Name:            name,
-		RetryWindow:     standardWebhooksRetryWindow,
-		ResponseTimeout: standardWebhooksResponseTimeout,
-		Verify: func(r *http.Request, body []byte) error {
-			h := pick(r)
-			id := r.Header.Get(h.id)
-			if id == "" {
-				return s.fail(h.id, ErrMissingHeader, "")
-			}
-			ts := r.Header.Get(h.timestamp)
-			if ts == "" {
-				return s.fail(h.timestamp, ErrMissingHeader, "")
-			}
-			signed, ok := parseUnix(ts)
-			if !ok {
-				return s.fail(h.timestamp, ErrMalformedHeader, "want unix seconds")
-			}
-			sigs, err := parseStandardSignature(r.Header.Get(h.signature))
-			if err != nil {
-				return s.fail(h.signature, err, headerDetail(err, `want space-separated "v1,<base64>" entries`))
-			}
-			if err := s.checkAge(h.timestamp, signed); err != nil {
-				return err
-			}
-			if !anyMAC(keys, sigs, func(k []byte) []byte {
-				return hmacSHA256(k, []byte(id), []byte("."), []byte(ts), []byte("."), body)
-			}) {
-				return s.fail(h.signature, ErrNoMatchingSignature, "")
-			}
-			return nil
-		},
-		Key: func(r *http.Request, body []byte) (string, error) {
-			return r.Header.Get(pick(r).id), nil
-		},
-	}, nil
-}
-
-// standardSignature is the shape of webhook-signature: space-separated
-// "<version>,<base64>" entries, of which the v1 ones are read.
-var standardSignature = timestampedHeader{
-	sep:    " ",
-	assign: ",",
-	sigKey: "v1",
-	decode: base64.StdEncoding.DecodeString,
-}
-
-// parseStandardSignature decodes the v1 entries of a webhook-signature value.
-// Entries of other versions are skipped. A value without any v1 entry is
-// malformed.
-func parseStandardSignature(v string) ([][]byte, error) {
-	_, sigs, err := standardSignature.parse(v)
-	return sigs, err
+	return nil
 }

@@ -24,6 +24,10 @@ import (
 // StoneEventIDHeader is the header Stone Openbank sends the event id in.
 const StoneEventIDHeader = "x-stone-webhook-event-id"
 
+// Go, not a spec: the body is a JWE (RSA-OAEP-256, A256GCM) to decrypt with the
+// application's private key, wrapping an RS256 JWS checked against Stone's JWKS;
+// a spec signs nothing of the kind.
+
 // Stone returns the preset for Stone Openbank (Stone Conta API) webhooks.
 //
 // What Stone signs: no header. The body is {"encrypted_body": "<JWE>"}. The

@@ -1,22 +1,26 @@
 package provider
 
-import (
-	"net/http"
-
-	"github.com/idemhook/idemhook"
-)
+import "github.com/idemhook/idemhook"
 
 // StripeSignatureHeader is the header Stripe signs every delivery attempt in.
 const StripeSignatureHeader = "Stripe-Signature"
 
-// stripeSignature is the shape of Stripe-Signature. A value with no t, a
-// non-numeric t, or no valid v1 is malformed.
-var stripeSignature = timestampedHeader{
-	name:   StripeSignatureHeader,
-	format: `want "t=<unix seconds>,v1=<hex>"`,
-	sep:    ",",
-	tsKey:  "t",
-	sigKey: "v1",
+// stripePreset is the stripe preset, a spec.
+var stripePreset = builtin{
+	spec: Spec{
+		Name: "stripe",
+		Signature: Signature{
+			Algorithm:    "hmac-sha256",
+			Header:       StripeSignatureHeader,
+			Format:       "pairs",
+			TimestampKey: "t",
+			SignatureKey: "v1",
+			Signed:       "{timestamp}.{body}",
+		},
+		Key:         KeySpec{Templates: []string{"{json:id}"}},
+		RetryWindow: stripeRetryWindow,
+	},
+	malformed: `want "t=<unix seconds>,v1=<hex>"`,
 }
 
 // Stripe returns the preset for Stripe webhooks.
@@ -34,19 +38,5 @@ var stripeSignature = timestampedHeader{
 //
 // Duplicates: the stored status (any 2xx satisfies Stripe). No options.
 func Stripe(cfg Config) (*idemhook.Preset, error) {
-	s, err := cfg.check("stripe")
-	if err != nil {
-		return nil, err
-	}
-	keys := s.secretBytes()
-	return &idemhook.Preset{
-		Name:        "stripe",
-		RetryWindow: stripeRetryWindow,
-		Verify: func(r *http.Request, body []byte) error {
-			return s.verifyBodyHMAC(stripeSignature, keys, ".", r, body)
-		},
-		Key: func(r *http.Request, body []byte) (string, error) {
-			return topLevelID(body, "id"), nil
-		},
-	}, nil
+	return stripePreset.build(cfg)
 }

@@ -19,7 +19,39 @@ const (
 // cfg.Tolerance (default 5 minutes, both directions). Duplicates: the stored
 // status. No options.
 func Svix(cfg Config) (*idemhook.Preset, error) {
-	return standardWebhooks(cfg, "svix",
-		SvixIDHeader, SvixTimestampHeader, SvixSignatureHeader,
-		WebhookIDHeader, WebhookTimestampHeader, WebhookSignatureHeader)
+	return svixPreset.build(cfg)
+}
+
+// svixPreset is the svix preset, a spec: standardwebhooks' under svix-*
+// headers, or the webhook-* ones when a request has no svix-id.
+var svixPreset = builtin{
+	spec: Spec{
+		Name: "svix",
+		Signature: Signature{
+			Algorithm:      "hmac-sha256",
+			Header:         SvixSignatureHeader,
+			Format:         "pairs",
+			Separator:      " ",
+			Assign:         ",",
+			SignatureKey:   "v1",
+			Encoding:       "base64",
+			SecretPrefix:   "whsec_",
+			SecretEncoding: "base64",
+			Signed:         "{header:" + SvixIDHeader + "}.{timestamp}.{body}",
+			Timestamp:      Timestamp{Header: SvixTimestampHeader},
+		},
+		Key: KeySpec{Templates: []string{"{header:" + SvixIDHeader + "}"}},
+		AlternateHeaders: AlternateHeaders{
+			WhenMissing: SvixIDHeader,
+			Headers: map[string]string{
+				SvixIDHeader:        WebhookIDHeader,
+				SvixTimestampHeader: WebhookTimestampHeader,
+				SvixSignatureHeader: WebhookSignatureHeader,
+			},
+		},
+		RetryWindow:     standardWebhooksRetryWindow,
+		ResponseTimeout: standardWebhooksResponseTimeout,
+	},
+	malformed: standardWebhooksMalformed,
+	secrets:   whsecSecrets,
 }

@@ -2,7 +2,6 @@ package provider
 
 import (
 	"encoding/hex"
-	"net/http"
 	"strings"
 )
 
@@ -84,22 +83,4 @@ func (h timestampedHeader) parse(v string) (ts string, sigs [][]byte, err error)
 		return "", nil, ErrMalformedHeader
 	}
 	return ts, sigs, nil
-}
-
-// verifyBodyHMAC is the check of Stripe and Paddle: the header h of r must
-// carry a timestamp within the tolerance and a signature equal to
-// HMAC-SHA256(one of keys, "<timestamp><sep><raw body>").
-func (s settings) verifyBodyHMAC(h timestampedHeader, keys [][]byte, sep string, r *http.Request, body []byte) error {
-	ts, sigs, err := h.parse(r.Header.Get(h.name))
-	if err != nil {
-		return s.fail(h.name, err, headerDetail(err, h.format))
-	}
-	signed, _ := parseUnix(ts)
-	if err := s.checkAge(h.name, signed); err != nil {
-		return err
-	}
-	if !anyMAC(keys, sigs, func(k []byte) []byte { return hmacSHA256(k, []byte(ts), []byte(sep), body) }) {
-		return s.fail(h.name, ErrNoMatchingSignature, "")
-	}
-	return nil
 }

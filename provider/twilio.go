@@ -35,6 +35,10 @@ type TwilioOptions struct {
 	PublicURL string
 }
 
+// Go, not a spec: HMAC-SHA256 chosen by X-Twilio-Webhooks-Signature-Settings,
+// JSON bodies signed through the bodySHA256 query parameter and the key's
+// exclusion of Conversations forms are beyond a spec (spec_test.go, partly).
+
 // Twilio returns the preset for Twilio's webhooks (Programmable Messaging
 // and Voice callbacks, and Event Streams' webhook sinks).
 //

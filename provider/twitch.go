@@ -21,6 +21,10 @@ const (
 // minutes".
 const twitchTolerance = 10 * time.Minute
 
+// Go, not a spec: the challenge is decoded into a Go struct: its name matches in
+// any case and a number is refused, where a spec's {json:challenge} reads
+// a number too.
+
 // Twitch returns the preset for Twitch EventSub's webhook transport.
 //
 // Key: the Twitch-Eventsub-Message-Id header. Twitch sends each message at

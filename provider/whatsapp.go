@@ -6,6 +6,10 @@ import (
 	"github.com/idemhook/idemhook"
 )
 
+// Go, not a spec: an unsigned HEAD carrying hub.mode passes Verify (and is
+// forwarded), where a spec's unsigned handshake lets through only the GET it
+// matches (TestSpecHeadChallenge).
+
 // WhatsAppCloud returns the preset for the WhatsApp Cloud API (Meta Graph
 // webhooks).
 //

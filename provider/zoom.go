@@ -25,6 +25,9 @@ const (
 // store (the default TTL is 2 days), one after it by the tolerance.
 const zoomTolerance = 2 * time.Hour
 
+// Go, not a spec: the key decodes the body into a Go struct: field names match in
+// any case (TestSpecKnownKeyDifferences).
+
 // Zoom returns the preset for Zoom webhooks (event subscriptions of a
 // Marketplace app).
 //
