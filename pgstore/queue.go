@@ -94,8 +94,7 @@ type Queue struct {
 	// groupLock is the SQL expression of the advisory lock of the ordered
 	// group of the row e, whose order_key is not NULL.
 	groupLock string
-	// acceptSQL is an unordered accept in one statement, for the batcher
-	// (queue_batch.go).
+	// acceptSQL is an accept in one statement (queue_batch.go).
 	acceptSQL string
 }
 
@@ -286,14 +285,13 @@ func (q *Queue) errorf(op string, err error) error {
 	return fmt.Errorf("pgstore: queue %s (%s): %w", op, q.name, err)
 }
 
-// lockGroup takes the advisory lock of the ordered group (route,
-// orderKey) until tx ends. Accept, Settle (delivered) and Purge take it, so
-// that a group's head flag moves in step with its members: an accept sees
-// every member deleted before it, and a delete promotes every member
-// accepted before it.
-func (q *Queue) lockGroup(ctx context.Context, tx pgx.Tx, route string, orderKey []byte) error {
-	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(`+q.groupLock+`) FROM (SELECT $1::text AS route, $2::bytea AS order_key) e`, route, orderKey)
-	return err
+// lockGroupSQL takes the advisory lock of the ordered group ($1 the route,
+// $2 the order key) until the transaction ends. Accept, Settle (delivered)
+// and Purge take it, so that a group's head flag moves in step with its
+// members: an accept sees every member deleted before it, and a delete
+// promotes every member accepted before it.
+func (q *Queue) lockGroupSQL() string {
+	return `SELECT pg_advisory_xact_lock(` + q.groupLock + `) FROM (SELECT $1::text AS route, $2::bytea AS order_key) e`
 }
 
 // promote makes the oldest remaining event of each group (routes[i],
@@ -316,32 +314,38 @@ func nullBytes(s string) []byte {
 }
 
 // Accept implements [queue.Engine]: the compare-and-set of [Store.Complete]
-// and the event's INSERT, both or neither. On a store with [Config.Batch]
-// an unordered event goes in one statement of a shared batch; otherwise,
-// and for an ordered event, in a transaction of its own.
+// and the event's INSERT, both or neither, in one statement (acceptSQL)
+// and one round trip. On a store with [Config.Batch] an unordered event's
+// statement goes in a shared batch; otherwise, and for an ordered event,
+// in a batch of its own, an ordered event's preceded by its group's lock.
 func (q *Queue) Accept(ctx context.Context, c queue.Completion, ev *queue.Event) error {
 	if err := queue.ValidateAccept(ev); err != nil {
 		return err
 	}
-	request := queue.EncodeRequest(nil, ev)
-	since := ev.Since
-	if since.IsZero() {
-		since = ev.ReceivedAt
+	args, err := acceptArgs(c, ev)
+	if err != nil {
+		return err
+	}
+	var value []byte
+	if q.s.batcher != nil && ev.OrderKey == "" {
+		o := &op{ctx: ctx, key: []byte(c.Key), sql: q.acceptSQL, query: true, args: args}
+		q.s.batcher.do(o)
+		value, err = o.value, o.err
+	} else {
+		value, err = q.acceptAlone(ctx, args)
 	}
 	var (
-		id  int64
-		err error
+		id int64
+		ok bool
 	)
-	if q.s.batcher != nil && ev.OrderKey == "" {
-		id, err = q.acceptBatched(ctx, c, ev, request, since)
-	} else {
-		id, err = q.acceptTx(ctx, c, ev, request, since)
+	if err == nil {
+		id, ok, err = acceptID(value)
 	}
 	switch {
-	case errors.Is(err, idemhook.ErrNotOwner):
-		return fmt.Errorf("pgstore: queue accept %q: the claim is no longer held, so nothing was queued: %w", c.Key, err)
 	case err != nil:
 		return q.errorf("accept", err)
+	case !ok:
+		return fmt.Errorf("pgstore: queue accept %q: the claim is no longer held, so nothing was queued: %w", c.Key, idemhook.ErrNotOwner)
 	}
 	ev.ID = id
 	if ev.Lease > 0 {
@@ -350,68 +354,43 @@ func (q *Queue) Accept(ctx context.Context, c queue.Completion, ev *queue.Event)
 	return nil
 }
 
-// acceptBatched runs an unordered accept as acceptSQL in one of the
-// batcher's batches. It returns the event's id, or an error wrapping
-// [idemhook.ErrNotOwner] when the claim is no longer held (nothing was
-// inserted).
-func (q *Queue) acceptBatched(ctx context.Context, c queue.Completion, ev *queue.Event, request []byte, since time.Time) (int64, error) {
+// acceptArgs are acceptSQL's arguments for the completion c and the event
+// ev.
+func acceptArgs(c queue.Completion, ev *queue.Event) ([]any, error) {
 	us, err := micros("queue accept", c.TTL)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	old, err := encode("queue accept", c.Claim)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	value, err := encode("queue accept", c.Done)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	o := &op{ctx: ctx, key: []byte(c.Key), sql: q.acceptSQL, query: true}
-	o.args = []any{o.key, old, value, us, ev.Route, ev.ReceivedAt, since, request, ev.Lease.Microseconds(), nullText(ev.Worker), []byte(ev.Key), fenceArg(ev.Fence)}
-	q.s.batcher.do(o)
-	if o.err != nil {
-		return 0, o.err
+	since := ev.Since
+	if since.IsZero() {
+		since = ev.ReceivedAt
 	}
-	id, ok, err := acceptID(o.value)
-	switch {
-	case err != nil:
-		return 0, err
-	case !ok:
-		return 0, idemhook.ErrNotOwner
-	}
-	return id, nil
+	return []any{[]byte(c.Key), old, value, us, ev.Route, ev.ReceivedAt, since, queue.EncodeRequest(nil, ev),
+		ev.Lease.Microseconds(), nullText(ev.Worker), []byte(ev.Key), fenceArg(ev.Fence), nullBytes(ev.OrderKey)}, nil
 }
 
-// acceptTx runs an accept in a transaction of its own: the group's lock
-// when the event is ordered, the keys' compare-and-set, the INSERT.
-func (q *Queue) acceptTx(ctx context.Context, c queue.Completion, ev *queue.Event, request []byte, since time.Time) (int64, error) {
-	var id int64
-	err := pgx.BeginFunc(ctx, q.s.pool, func(tx pgx.Tx) error {
-		order := nullBytes(ev.OrderKey)
-		if order != nil {
-			if err := q.lockGroup(ctx, tx, ev.Route, order); err != nil {
-				return err
-			}
-		}
-		if err := q.s.complete(ctx, pgxTx{tx}, c.Key, c.Claim, c.Done, c.TTL); err != nil {
-			return err
-		}
-		// An unordered event is its own head; an ordered one is its
-		// group's head when the group has no other event.
-		// With a lease, the event is running its first attempt (see
-		// queue.Event.Lease).
-		return tx.QueryRow(ctx, `INSERT INTO `+q.events+` (route, store_key, order_key, head, next_at, received_at, since, request,
-				state, attempt, lease_until, lease_by, fence)
-			SELECT $1, $2, $3::bytea, $3::bytea IS NULL OR NOT EXISTS (
-				SELECT 1 FROM `+q.events+` g WHERE g.route = $1 AND g.order_key = $3::bytea),
-				now(), $4, $5, $6,
-				CASE WHEN $7::bigint > 0 THEN 1 ELSE 0 END, CASE WHEN $7::bigint > 0 THEN 1 ELSE 0 END,
-				CASE WHEN $7::bigint > 0 THEN now() + $7::bigint * interval '1 microsecond' END, $8::text, $9::bigint
-			RETURNING id`,
-			ev.Route, []byte(ev.Key), order, ev.ReceivedAt, since, request, ev.Lease.Microseconds(), nullText(ev.Worker), fenceArg(ev.Fence)).Scan(&id)
-	})
-	return id, err
+// acceptAlone runs acceptSQL with args in a batch of its own: one round
+// trip and one implicit transaction, which for an ordered event ($13 not
+// NULL) takes the group's lock first, so that the INSERT's head flag sees
+// every accept of the group that committed before it. It returns
+// acceptSQL's value.
+func (q *Queue) acceptAlone(ctx context.Context, args []any) ([]byte, error) {
+	b := &pgx.Batch{}
+	order := args[len(args)-1]
+	if order != nil {
+		b.Queue(q.lockGroupSQL(), args[4], order)
+	}
+	var value []byte
+	b.Queue(q.acceptSQL, args...).QueryRow(func(row pgx.Row) error { return row.Scan(&value) })
+	return value, q.s.pool.SendBatch(ctx, b).Close()
 }
 
 // fenceArg is a fence as the bigint column holds it. Fences are

@@ -5,14 +5,14 @@ import (
 	"fmt"
 )
 
-// Accepts in batches ([Config.Batch]). Without it an accept is a
-// transaction of its own: BEGIN, the keys' compare-and-set, the INSERT of
-// the event, COMMIT, so one flush to disk per accept. With it, an
-// unordered accept is one statement (acceptSQL) that makes both writes,
-// and it goes to the store's batcher (batch.go) like a Claim or a
-// Complete. The batcher sends the statements waiting at that moment as one
-// pgx.Batch: one round trip, one implicit transaction, one commit and one
-// flush for all of them.
+// An accept is one statement (acceptSQL) that makes both writes: the
+// keys' compare-and-set and the INSERT of the event. Without [Config.Batch]
+// it goes to PostgreSQL alone, as a pgx.Batch of its own: one round trip,
+// one implicit transaction, one flush. With it, an unordered accept goes
+// to the store's batcher (batch.go) like a Claim or a Complete. The
+// batcher sends the statements waiting at that moment as one pgx.Batch:
+// one round trip, one implicit transaction, one commit and one flush for
+// all of them.
 //
 // Each accept stays atomic on its own, because it is one statement: the
 // INSERT takes its row from the UPDATE's RETURNING, so the event is
@@ -22,10 +22,11 @@ import (
 // the others. When the server rejects a statement (the batch is then
 // rolled back), the batcher runs each statement again on its own.
 //
-// Ordered accepts keep their transaction (Queue.acceptTx): their head flag
-// needs the group's advisory lock before the INSERT, and in a shared batch
-// that lock would be held until the whole batch commits, holding back
-// every other accept and delete of the group meanwhile.
+// Ordered accepts keep a batch of their own (Queue.acceptAlone): their head
+// flag needs the group's advisory lock before the INSERT, taken by the
+// batch's first statement, and in a shared batch that lock would be held
+// until the whole batch commits, holding back every other accept and
+// delete of the group meanwhile.
 //
 // Within one batch the statements run in the keys' order (batch.go), so
 // the ids of a batch's events follow their keys rather than their
@@ -36,10 +37,13 @@ import (
 // microseconds (those four are completeSQL's, in its order), $5 the route,
 // $6 the received time, $7 since, $8 the encoded request, $9 the lease in
 // microseconds (0: queued), $10 the worker holding it (NULL without a
-// lease), $11 the event's store key, $12 its fence (the claim's). The
-// UPDATE is completeSQL's compare-and-set; the INSERT is acceptTx's, for an
-// unordered event (its own head). The statement yields one row: the event's id as 8 big-endian
-// bytes (int8send), or NULL when the claim is no longer held.
+// lease), $11 the event's store key, $12 its fence (the claim's), $13 its
+// order key (NULL: unordered). The UPDATE is completeSQL's compare-and-set.
+// The INSERT makes an unordered event its own head, and an ordered one its
+// group's head when the group has no other event; with a lease, the event
+// is running its first attempt (see queue.Event.Lease). The statement
+// yields one row: the event's id as 8 big-endian bytes (int8send), or NULL
+// when the claim is no longer held.
 func (q *Queue) prepareAcceptSQL() {
 	keys := q.s.ident
 	q.acceptSQL = `WITH c AS (
@@ -49,7 +53,9 @@ func (q *Queue) prepareAcceptSQL() {
 	), ins AS (
 		INSERT INTO ` + q.events + ` (route, store_key, order_key, head, next_at, received_at, since, request,
 			state, attempt, lease_until, lease_by, fence)
-		SELECT $5::text, $11::bytea, NULL, true, now(), $6::timestamptz, $7::timestamptz, $8::bytea,
+		SELECT $5::text, $11::bytea, $13::bytea, $13::bytea IS NULL OR NOT EXISTS (
+			SELECT 1 FROM ` + q.events + ` g WHERE g.route = $5::text AND g.order_key = $13::bytea),
+			now(), $6::timestamptz, $7::timestamptz, $8::bytea,
 			CASE WHEN $9::bigint > 0 THEN 1 ELSE 0 END, CASE WHEN $9::bigint > 0 THEN 1 ELSE 0 END,
 			CASE WHEN $9::bigint > 0 THEN now() + $9::bigint * interval '1 microsecond' END, $10::text, $12::bigint
 		FROM c

@@ -563,3 +563,37 @@ func TestQueueBatchAcceptsStayApart(t *testing.T) {
 	}
 	t.Logf("%d accepts committed in %d transactions", len(list), distinct)
 }
+
+// TestQueuedAcceptIsOneRoundTrip counts, on the wire, what a queued accept
+// sends to PostgreSQL beyond its claim, once the connection's statements
+// are prepared: one round trip, ordered or not, with or without
+// Config.Batch. The middleware reads nothing back after it (the gateway
+// tells it the engine committed), so this is the whole accept.
+func TestQueuedAcceptIsOneRoundTrip(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		for _, order := range []string{"", "customer-1"} {
+			t.Run(fmt.Sprintf("batch=%t/ordered=%t", batch, order != ""), func(t *testing.T) {
+				pool, c := countedPool(t)
+				s, q := newQueue(t, pool, pgstore.Config{Batch: batch})
+				accept(t, s, q, "/rt", order) // prepares the statements
+				key := "idem:pgqueue:" + rand.Text()
+				claim := &idemhook.Record{State: idemhook.StatePending, Token: rand.Text(), CreatedAt: time.Now()}
+				if got, err := s.Claim(t.Context(), key, claim, time.Minute); err != nil || got != nil {
+					t.Fatalf("Claim(%s) = %v, %v; want a new claim", key, got, err)
+				}
+				done := &idemhook.Record{State: idemhook.StateCompleted, CreatedAt: time.Now(), Status: http.StatusAccepted}
+				ev := &queue.Event{Route: "/rt", Key: key, OrderKey: order, Method: http.MethodPost, Target: "/hook",
+					Body: []byte(key), ReceivedAt: time.Now()}
+				c.reset()
+				if err := q.Accept(t.Context(), queue.Completion{Key: key, Claim: claim, Done: done, TTL: time.Hour}, ev); err != nil {
+					t.Fatalf("Accept: %v", err)
+				}
+				if got := c.writes.Load(); got != 1 {
+					c.mu.Lock()
+					t.Errorf("accept: %d round trips (statements %v), want 1", got, c.sql)
+					c.mu.Unlock()
+				}
+			})
+		}
+	}
+}
