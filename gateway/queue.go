@@ -511,24 +511,18 @@ func (q *queues) hybrid(rc config.Route, qr *queuedRoute, trusted []netip.Prefix
 		ev := newEvent(rc, d, r, trusted)
 		first := *ev // what the attempt reads; ev is the queue's
 		first.Attempt = 1
-		start := time.Now()
-		done := make(chan queue.Result, 1)
 		q.hybrids.Add(1)
-		go func() {
-			ctx, cancel := context.WithTimeout(q.disp.Attempts(), rc.Queue.AttemptTimeout)
-			defer cancel()
-			done <- send(ctx, &first)
-		}()
+		attempt := q.disp.Handoff(rc.Path, rc.Queue.AttemptTimeout, func(ctx context.Context) queue.Result { return send(ctx, &first) })
 		budget := time.NewTimer(rc.RespondWithin)
 		defer budget.Stop()
 		select {
-		case res := <-done:
+		case res := <-attempt.Done():
 			q.hybrids.Done()
 			writeResult(w, res, rc, q.logger)
 			return
 		case <-budget.C:
 		}
-		ev.Lease, ev.Worker = q.disp.Lease(rc.Path), q.disp.Worker()
+		attempt.Running(ev)
 		err := errQueueFull
 		if _, ok := qr.bound.reserve(int64(rc.Queue.MaxQueued)); ok {
 			err = q.keep(r, rc, qr, d, ev)
@@ -537,14 +531,14 @@ func (q *queues) hybrid(rc config.Route, qr *queuedRoute, trusted []netip.Prefix
 			// Not kept: the provider waits for the backend's answer, as on
 			// a proxy route.
 			q.logger.Warn("idemhook queue: past respond_within the event could not be kept; waiting for the backend's answer", "route", rc.Path, "key", d.StoreKey(), "err", err)
-			res := <-done
+			res := <-attempt.Done()
 			q.hybrids.Done()
 			writeResult(w, res, rc, q.logger)
 			return
 		}
 		go func() {
 			defer q.hybrids.Done()
-			if !q.disp.Settle(rc.Path, ev, <-done, start) {
+			if !attempt.Settle(ev, <-attempt.Done()) {
 				q.logger.Warn("idemhook queue: the route is gone; its attempt's lease lapses and the event is sent again", "route", rc.Path, "event", ev.ID)
 			}
 		}()

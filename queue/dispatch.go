@@ -610,38 +610,61 @@ func (d *Dispatcher) runnerOf(route string) *runner {
 	return d.runners[route]
 }
 
-// Lease returns the lease an attempt of route holds: its attempt timeout
+// lease returns the lease an attempt of route holds: its attempt timeout
 // plus a margin, as Claim gives the dispatcher's own attempts. 0 when the
 // dispatcher has no such route.
-func (d *Dispatcher) Lease(route string) time.Duration {
-	d.mu.Lock()
-	r := d.runners[route]
-	d.mu.Unlock()
+func (d *Dispatcher) lease(route string) time.Duration {
+	r := d.runnerOf(route)
 	if r == nil {
 		return 0
 	}
 	return r.cfg.Load().AttemptTimeout + leaseMargin
 }
 
-// Attempts returns the context an attempt made outside the dispatcher runs
-// under (a respond_within route's first attempt): Close cuts it short as it
-// cuts the dispatcher's own, once its bound has passed.
-func (d *Dispatcher) Attempts() context.Context { return d.attempts }
+// Handoff is the first attempt of an event of a route, made outside the
+// dispatcher (a respond_within route's), which the dispatcher takes over
+// once the event is kept running it.
+type Handoff struct {
+	d     *Dispatcher
+	route string
+	start time.Time
+	done  chan Result
+}
 
-// Settle settles an attempt of an event of route made outside the
-// dispatcher, started at start, which got res (the first attempt of an event
-// accepted running: Event.Lease). It judges, records and observes the
-// attempt as the dispatcher's own, and counts it towards the route's
-// breaker. It reports false when the dispatcher has no such route; the
-// event's lease then lapses and a later Claim makes the next attempt.
-func (d *Dispatcher) Settle(route string, ev *Event, res Result, start time.Time) bool {
-	d.mu.Lock()
-	r := d.runners[route]
-	d.mu.Unlock()
+// Handoff starts attempt, the first attempt of an event of route, within
+// timeout and under the dispatcher's attempts: Close cuts it short as it
+// cuts the dispatcher's own, once its bound has passed.
+func (d *Dispatcher) Handoff(route string, timeout time.Duration, attempt func(context.Context) Result) *Handoff {
+	h := &Handoff{d: d, route: route, start: time.Now(), done: make(chan Result, 1)}
+	go func() {
+		ctx, cancel := context.WithTimeout(d.attempts, timeout)
+		defer cancel()
+		h.done <- attempt(ctx)
+	}()
+	return h
+}
+
+// Done yields the attempt's result, once.
+func (h *Handoff) Done() <-chan Result { return h.done }
+
+// Running makes ev an event accepted running this attempt: its lease
+// (Event.Lease) is the route's attempt timeout plus a margin, held by this
+// dispatcher's worker.
+func (h *Handoff) Running(ev *Event) {
+	ev.Lease, ev.Worker = h.d.lease(h.route), h.d.Worker()
+}
+
+// Settle settles ev, kept running this attempt (Running), with the
+// attempt's result res: it judges, records and observes the attempt as the
+// dispatcher's own, and counts it towards the route's breaker. It reports
+// false when the dispatcher has no such route; the event's lease then
+// lapses and a later Claim makes the next attempt.
+func (h *Handoff) Settle(ev *Event, res Result) bool {
+	r := h.d.runnerOf(h.route)
 	if r == nil {
 		return false
 	}
-	r.finish(r.cfg.Load(), ev, res, start)
+	r.finish(r.cfg.Load(), ev, res, h.start)
 	r.poke()
 	return true
 }
