@@ -3,16 +3,44 @@ package config
 import (
 	"net/url"
 	"os"
+	"time"
 
 	"github.com/idemhook/idemhook/audit"
 	"github.com/idemhook/idemhook/internal/storeconf"
 	"go.yaml.in/yaml/v3"
 )
 
+// Audit is the audit: section.
+type Audit struct {
+	Sink      string // sqlite | postgres | redis | memory | log | none
+	Path      string // sqlite, when the store is not sqlite
+	URL       string // postgres
+	Table     string // postgres
+	Retention time.Duration
+	Size      int    // memory: ring entries; redis: stream length (0: the sink's default)
+	Key       string // redis: the stream's key
+	Buffer    int    // entries waiting for the sink at most
+	Instance  string // names this gateway in the entries
+}
+
 // defaultAuditBuffer is audit.buffer by default: how many entries wait for
 // a slow or unreachable sink before new ones are dropped (about 3 MB), the
 // recorder's own default.
 const defaultAuditBuffer = audit.DefaultQueueSize
+
+// auditFile is the audit: section as decoded: each field a leaf that the
+// checker below reads.
+type auditFile struct {
+	Sink      leaf `yaml:"sink"`
+	Path      leaf `yaml:"path"`
+	URL       leaf `yaml:"url"`
+	Table     leaf `yaml:"table"`
+	Retention leaf `yaml:"retention"`
+	Size      leaf `yaml:"size"`
+	Key       leaf `yaml:"key"`
+	Buffer    leaf `yaml:"buffer"`
+	Instance  leaf `yaml:"instance"`
+}
 
 // defaultInstance is audit.instance by default: the host name (a pod's name
 // under Kubernetes), or "idemhook" when it can't be read.

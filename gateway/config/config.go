@@ -15,10 +15,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/netip"
-	"net/url"
 	"os"
 	"reflect"
 	"slices"
@@ -34,10 +31,7 @@ import (
 // Defaults of the configuration file (docs/gateway.md lists them all).
 const (
 	defaultListen          = "127.0.0.1:8080"
-	defaultAdminListen     = "127.0.0.1:9090"
-	defaultSQLitePath      = "idemhook.db"
 	defaultShutdownTimeout = 10 * time.Second
-	defaultUpstreamTimeout = 30 * time.Second
 )
 
 // Config is a checked configuration file, with every default applied: what
@@ -64,134 +58,6 @@ type Config struct {
 	// logs them.
 	Warnings []Error
 }
-
-// Store is the store: section.
-type Store struct {
-	Driver     string        // sqlite | redis | postgres | memory
-	Timeout    time.Duration // bound of every call to the store; 0: the middleware's default for the store
-	Path       string        // sqlite
-	URL        string        // redis, postgres
-	Table      string        // postgres
-	Addrs      []string
-	MasterName string
-	Username   string
-	Password   string
-	Prefix     string
-	Compact    bool // redis: compact_keys
-	// redis: wait_replicas, wait_timeout, wait_aof (redisstore.Config's
-	// WaitReplicas, WaitTimeout, WaitAOF). Parse sets WaitTimeout to the
-	// store's default when waiting and none is given.
-	WaitReplicas int
-	WaitTimeout  time.Duration
-	WaitAOF      bool
-}
-
-// Limits is the limits: section: bounds on what the gateway holds at once,
-// so that a flood of deliveries is answered 503 instead of taking the
-// process past its memory or its open files. A zero field means the default
-// the gateway derives when it starts (see the fields), not "no bound".
-type Limits struct {
-	// BodyMemory bounds the request-body bytes held at once, across the
-	// routes (idemhook.Options.MaxHeldBodyBytes). 0: a quarter of the
-	// process's memory limit (GOMEMLIMIT, which idemhook serve sets from
-	// the container's cgroup limit when it is not set) when there is one,
-	// else 256MiB; raised to twice the largest route max_body if that is
-	// more. Set here, it must be above every route's max_body.
-	BodyMemory int64
-	// MaxConnections bounds the open connections of the public listener;
-	// beyond it a connection is answered 503 and closed. 0: half the
-	// open-file limit less 128 (each delivery takes a connection to the
-	// upstream too), at most 8192.
-	MaxConnections int
-	// MaxDeliveries bounds the requests inside the routes at once; beyond
-	// it a request is answered 503 with Retry-After. 0: MaxConnections.
-	MaxDeliveries int
-}
-
-// Admin is the admin: section.
-type Admin struct {
-	Listen string // "" when disabled (listen: off)
-	Token  string
-}
-
-// Audit is the audit: section.
-type Audit struct {
-	Sink      string // sqlite | postgres | redis | memory | log | none
-	Path      string // sqlite, when the store is not sqlite
-	URL       string // postgres
-	Table     string // postgres
-	Retention time.Duration
-	Size      int    // memory: ring entries; redis: stream length (0: the sink's default)
-	Key       string // redis: the stream's key
-	Buffer    int    // entries waiting for the sink at most
-	Instance  string // names this gateway in the entries
-}
-
-// Log is the log: section.
-type Log struct {
-	Format string // text | json
-	Level  string // debug | info | warn | error
-}
-
-// NewLogger returns the logger the section configures, writing to w.
-func (lc Log) NewLogger(w io.Writer) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(lc.Level)) // checked by Parse; an unknown level is info
-	opts := &slog.HandlerOptions{Level: level}
-	if lc.Format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
-	}
-	return slog.New(slog.NewTextHandler(w, opts))
-}
-
-// TLS is the tls: section. The listener serves HTTPS with this
-// certificate and key, and reads them again on SIGHUP.
-type TLS struct {
-	Cert, Key string // PEM files; both or neither
-}
-
-// Route is one entry of routes:.
-type Route struct {
-	Line            int // line of the entry in the file
-	Path            string
-	Upstream        *url.URL
-	UpstreamTimeout time.Duration
-	Route           idemhook.Route // Source, TTL, Header, policies, Preset...
-	Provider        string
-	SecretFile      string   // secret_file: the file the secrets were read from, or ""
-	SecretCount     int      // how many secrets the route accepts
-	Tenants         []Tenant // tenants: the tenants of a path ending in /{tenant}, in file order
-	ShareKeys       bool     // share_keys: other routes may have the same source
-	Field           string   // "routes[i]": where the route is, for errors
-
-	// Deliver is DeliverProxy (the backend's answer goes back to the
-	// provider) or DeliverQueue (the event is kept durably, the provider is
-	// answered Accept, and the gateway delivers it with retries).
-	Deliver string
-	// RespondWithin, on a proxy route, is the budget of the backend's
-	// answer: past it the provider gets Accept and the event is delivered
-	// from the queue (the attempt under way goes on and counts as the
-	// first). 0: none.
-	RespondWithin time.Duration
-	Accept        Accept // the answer of an accepted event (deliver: queue, respond_within)
-	// ForwardKey, when not nil, signs what the gateway sends the backend by
-	// the Standard Webhooks scheme (webhook-id, webhook-timestamp,
-	// webhook-signature), so that the backend can check the request came
-	// through the gateway: the key decoded from forward_secret
-	// ("whsec_<base64>").
-	ForwardKey []byte
-	Queue      Queue // how queued events are delivered (deliver: queue, respond_within)
-}
-
-// Queued reports whether the route keeps events in the queue: deliver:
-// queue, or a proxy route with respond_within.
-func (r *Route) Queued() bool { return r.Deliver == DeliverQueue || r.RespondWithin > 0 }
-
-// Values of Route.Deliver.
-const (
-	DeliverProxy = "proxy"
-	DeliverQueue = "queue"
-)
 
 // Error is one problem of a configuration file, at a line and a field.
 type Error struct {
@@ -322,127 +188,27 @@ func (c *checker) warnf(n *yaml.Node, field, format string, args ...any) {
 	c.warns = append(c.warns, Error{File: c.file, Line: n.Line, Field: field, Msg: fmt.Sprintf(format, args...), column: n.Column})
 }
 
-// The file as decoded. Its structure is checked (known fields, each given
-// once, mappings and lists where they belong) but none of its values: each
-// value is a leaf, checked by the next phase. The fields are listed in the
-// order of the docs, which is the order an unknown field's error lists them
-// in.
-type (
-	configFile struct {
-		Listen          leaf        `yaml:"listen"`
-		Store           storeFile   `yaml:"store"`
-		Admin           adminFile   `yaml:"admin"`
-		Audit           auditFile   `yaml:"audit"`
-		Log             logFile     `yaml:"log"`
-		ShutdownTimeout leaf        `yaml:"shutdown_timeout"`
-		Routes          []routeFile `yaml:"routes"`
-		TLS             tlsFile     `yaml:"tls"`
-		TrustedProxies  leaf        `yaml:"trusted_proxies"`
-		Limits          limitsFile  `yaml:"limits"`
+// configFile is the file as decoded. Its structure is checked (known
+// fields, each given once, mappings and lists where they belong) but none
+// of its values: each value is a leaf, checked by the next phase. The
+// fields are listed in the order of the docs, which is the order an unknown
+// field's error lists them in. Each section's own struct (storeFile,
+// routeFile...) is in the file of its section, beside its public struct,
+// its defaults and its checker.
+type configFile struct {
+	Listen          leaf        `yaml:"listen"`
+	Store           storeFile   `yaml:"store"`
+	Admin           adminFile   `yaml:"admin"`
+	Audit           auditFile   `yaml:"audit"`
+	Log             logFile     `yaml:"log"`
+	ShutdownTimeout leaf        `yaml:"shutdown_timeout"`
+	Routes          []routeFile `yaml:"routes"`
+	TLS             tlsFile     `yaml:"tls"`
+	TrustedProxies  leaf        `yaml:"trusted_proxies"`
+	Limits          limitsFile  `yaml:"limits"`
 
-		root *yaml.Node // the document's mapping, as decoded
-	}
-	storeFile struct {
-		Driver       leaf `yaml:"driver"`
-		Path         leaf `yaml:"path"`
-		URL          leaf `yaml:"url"`
-		Addrs        leaf `yaml:"addrs"`
-		MasterName   leaf `yaml:"master_name"`
-		Username     leaf `yaml:"username"`
-		Password     leaf `yaml:"password"`
-		Prefix       leaf `yaml:"prefix"`
-		Compact      leaf `yaml:"compact_keys"`
-		Table        leaf `yaml:"table"`
-		Timeout      leaf `yaml:"timeout"`
-		WaitReplicas leaf `yaml:"wait_replicas"`
-		WaitTimeout  leaf `yaml:"wait_timeout"`
-		WaitAOF      leaf `yaml:"wait_aof"`
-	}
-	limitsFile struct {
-		BodyMemory     leaf `yaml:"body_memory"`
-		MaxConnections leaf `yaml:"max_connections"`
-		MaxDeliveries  leaf `yaml:"max_deliveries"`
-	}
-	adminFile struct {
-		Listen leaf `yaml:"listen"`
-		Token  leaf `yaml:"token"`
-	}
-	auditFile struct {
-		Sink      leaf `yaml:"sink"`
-		Path      leaf `yaml:"path"`
-		URL       leaf `yaml:"url"`
-		Table     leaf `yaml:"table"`
-		Retention leaf `yaml:"retention"`
-		Size      leaf `yaml:"size"`
-		Key       leaf `yaml:"key"`
-		Buffer    leaf `yaml:"buffer"`
-		Instance  leaf `yaml:"instance"`
-	}
-	logFile struct {
-		Format leaf `yaml:"format"`
-		Level  leaf `yaml:"level"`
-	}
-	tlsFile struct {
-		Cert leaf `yaml:"cert"`
-		Key  leaf `yaml:"key"`
-	}
-	routeFile struct {
-		Path            leaf       `yaml:"path"`
-		Upstream        leaf       `yaml:"upstream"`
-		Source          leaf       `yaml:"source"`
-		TTL             leaf       `yaml:"ttl"`
-		Header          leaf       `yaml:"header"`
-		InFlight        leaf       `yaml:"in_flight"`
-		WaitTimeout     leaf       `yaml:"wait_timeout"`
-		OnStoreError    leaf       `yaml:"on_store_error"`
-		Provider        leaf       `yaml:"provider"`
-		SecretEnv       leaf       `yaml:"secret_env"`
-		Secrets         leaf       `yaml:"secrets"`
-		SecretFile      leaf       `yaml:"secret_file"`
-		Tenants         leaf       `yaml:"tenants"`
-		ProviderOptions leaf       `yaml:"provider_options"`
-		Tolerance       leaf       `yaml:"tolerance"`
-		MaxBody         leaf       `yaml:"max_body"`
-		UpstreamTimeout leaf       `yaml:"upstream_timeout"`
-		ReplayHeaders   leaf       `yaml:"replay_headers"`
-		StoreStatuses   leaf       `yaml:"store_statuses"`
-		RequireKey      leaf       `yaml:"require_key"`
-		ShareKeys       leaf       `yaml:"share_keys"`
-		Lease           leaf       `yaml:"lease"`
-		MaxStoredBody   leaf       `yaml:"max_stored_body"`
-		RetryAfter      leaf       `yaml:"retry_after"`
-		Deliver         leaf       `yaml:"deliver"`
-		RespondWithin   leaf       `yaml:"respond_within"`
-		ForwardSecret   leaf       `yaml:"forward_secret"`
-		Items           leaf       `yaml:"items"`
-		Accept          acceptFile `yaml:"accept"`
-		Queue           queueFile  `yaml:"queue"`
-	}
-	acceptFile struct {
-		Status  leaf `yaml:"status"`
-		Body    leaf `yaml:"body"`
-		Headers leaf `yaml:"headers"`
-	}
-	queueFile struct {
-		Concurrency    leaf `yaml:"concurrency"`
-		Rate           leaf `yaml:"rate"`
-		AttemptTimeout leaf `yaml:"attempt_timeout"`
-		MaxAttempts    leaf `yaml:"max_attempts"`
-		MaxAge         leaf `yaml:"max_age"`
-		BackoffMin     leaf `yaml:"backoff_min"`
-		BackoffMax     leaf `yaml:"backoff_max"`
-		RetryStatuses  leaf `yaml:"retry_statuses"`
-		OrderBy        leaf `yaml:"order_by"`
-		MaxQueued      leaf `yaml:"max_queued"`
-	}
-)
-
-// routeFields are the fields of a routes: entry.
-var routeFields = fieldNames(reflect.TypeFor[routeFile]())
-
-// RouteFields returns the fields a routes: entry may hold, as the file
-// spells them, in the order the error of an unknown field lists them.
-func RouteFields() []string { return slices.Clone(routeFields) }
+	root *yaml.Node // the document's mapping, as decoded
+}
 
 // A leaf is one value of the file: its YAML node, kept for the checks that
 // read it and for the line their errors name. It is nil when the field is

@@ -51,6 +51,29 @@ const (
 // DefaultAcceptBody is the body of the default accept answer.
 const DefaultAcceptBody = `{"status":"accepted"}` + "\n"
 
+// acceptFile is the accept: section as decoded: each field a leaf that the
+// checker below reads.
+type acceptFile struct {
+	Status  leaf `yaml:"status"`
+	Body    leaf `yaml:"body"`
+	Headers leaf `yaml:"headers"`
+}
+
+// queueFile is the queue: section as decoded: each field a leaf that the
+// checker below reads.
+type queueFile struct {
+	Concurrency    leaf `yaml:"concurrency"`
+	Rate           leaf `yaml:"rate"`
+	AttemptTimeout leaf `yaml:"attempt_timeout"`
+	MaxAttempts    leaf `yaml:"max_attempts"`
+	MaxAge         leaf `yaml:"max_age"`
+	BackoffMin     leaf `yaml:"backoff_min"`
+	BackoffMax     leaf `yaml:"backoff_max"`
+	RetryStatuses  leaf `yaml:"retry_statuses"`
+	OrderBy        leaf `yaml:"order_by"`
+	MaxQueued      leaf `yaml:"max_queued"`
+}
+
 // delivery checks deliver, accept and queue.
 func (c *checker) delivery(in *routeInputs, rc *Route) {
 	f, at := in.f, in.at
