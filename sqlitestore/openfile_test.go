@@ -1,7 +1,6 @@
 package sqlitestore_test
 
 import (
-	"bytes"
 	"errors"
 	"log/slog"
 	"path/filepath"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/internal/syncbuf"
 	"github.com/idemhook/idemhook/sqlitestore"
 )
 
@@ -34,7 +34,7 @@ func TestOpenFile(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var logs bytes.Buffer
+	var logs syncbuf.Buffer // the key filter's build logs from its own goroutine
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	f, err := sqlitestore.OpenFile(ctx, path, sqlitestore.FileConfig{Config: sqlitestore.Config{Logger: logger, CacheBytes: 1 << 20}, Lease: lease})
 	if err != nil {
