@@ -11,7 +11,8 @@ import (
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/gateway/adminapi"
-	"github.com/idemhook/idemhook/internal/gatewaytest"
+	"github.com/idemhook/idemhook/internal/testutil"
+	"github.com/idemhook/idemhook/internal/testutil/gatewaytest"
 	"github.com/idemhook/idemhook/sqlitestore"
 )
 
@@ -81,7 +82,7 @@ routes:
 	}
 	mu.Unlock()
 	var ready gatewaytest.Response
-	gatewaytest.Eventually(t, "/readyz naming the audit sink down", func() bool {
+	testutil.Eventually(t, "/readyz naming the audit sink down", func() bool {
 		ready = gatewaytest.Do(t, http.MethodGet, admin.URL+"/readyz", "")
 		return strings.Contains(ready.Body, "audit (sqlite "+path+"): down")
 	})
@@ -94,7 +95,7 @@ routes:
 			t.Fatal(err)
 		}
 	}
-	gatewaytest.Eventually(t, "every delivery in the trail once it takes writes", func() bool {
+	testutil.Eventually(t, "every delivery in the trail once it takes writes", func() bool {
 		st := gatewaytest.DecodeJSON[adminapi.Stats](t, gatewaytest.Do(t, http.MethodGet, admin.URL+"/admin/stats", ""))
 		return gatewaytest.SourceStats(t, st, "test").Hour.Total == 2*events
 	})

@@ -21,7 +21,8 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook/gateway/config"
-	"github.com/idemhook/idemhook/internal/gatewaytest"
+	"github.com/idemhook/idemhook/internal/testutil"
+	"github.com/idemhook/idemhook/internal/testutil/gatewaytest"
 	"github.com/idemhook/idemhook/provider"
 )
 
@@ -174,7 +175,7 @@ func TestGatewayItems(t *testing.T) {
 	accepted("queued single message", metaPost(t, url+"/whatsapp-queued", gatewaytest.WhatsAppBatch(queued[12:], 1)), false)
 	accepted("queued single message's retry", metaPost(t, url+"/whatsapp-queued", gatewaytest.WhatsAppBatch(queued[12:], 1)), true)
 	got := map[string]int{}
-	gatewaytest.Eventually(t, "every queued message delivered", func() bool {
+	testutil.Eventually(t, "every queued message delivered", func() bool {
 		for id, n := range backend.take() {
 			got[id] += n
 		}

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/idemhook/idemhook/internal/gatewaytest"
+	"github.com/idemhook/idemhook/internal/testutil/gatewaytest"
 )
 
 // TestGatewayMessengerInstagramItems: the messenger and instagram presets

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhook/idemhook/internal/gatewaytest"
+	"github.com/idemhook/idemhook/internal/testutil/gatewaytest"
 )
 
 // TestProviderSpecRoute: a route whose provider: is a spec, served over

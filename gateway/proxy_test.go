@@ -21,7 +21,7 @@ import (
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/gateway/config"
-	"github.com/idemhook/idemhook/internal/gatewaytest"
+	"github.com/idemhook/idemhook/internal/testutil/gatewaytest"
 	"github.com/idemhook/idemhook/provider"
 )
 

@@ -14,7 +14,8 @@ import (
 
 	"github.com/idemhook/idemhook/gateway"
 	"github.com/idemhook/idemhook/gateway/adminapi"
-	"github.com/idemhook/idemhook/internal/gatewaytest"
+	"github.com/idemhook/idemhook/internal/testutil"
+	"github.com/idemhook/idemhook/internal/testutil/gatewaytest"
 )
 
 // refusingBackend answers 400 (not retried: the event is dead at once)
@@ -119,7 +120,7 @@ func TestQueueAdmin(t *testing.T) {
 	for _, id := range []string{"e1", "e2", "e3"} {
 		post(id)
 	}
-	gatewaytest.Eventually(t, "three dead events", func() bool { return queueRoute(t, admin).Dead == 3 })
+	testutil.Eventually(t, "three dead events", func() bool { return queueRoute(t, admin).Dead == 3 })
 	dead := deadEvents(t, admin)
 	if len(dead) != 3 {
 		t.Fatalf("dead events %+v; want 3", dead)
@@ -158,7 +159,7 @@ func TestQueueAdmin(t *testing.T) {
 	if got := gatewaytest.DecodeJSON[adminapi.QueueRedriven](t, r); r.Status != 200 || got.Redriven != 1 {
 		t.Fatalf("redrive one: %d %s; want redriven 1", r.Status, r.Body)
 	}
-	gatewaytest.Eventually(t, "e1 delivered", func() bool { return b.deliveries("idem:test:e1") == 1 })
+	testutil.Eventually(t, "e1 delivered", func() bool { return b.deliveries("idem:test:e1") == 1 })
 	if n := len(deadEvents(t, admin)); n != 2 {
 		t.Fatalf("%d dead after redriving one; want 2", n)
 	}
@@ -166,7 +167,7 @@ func TestQueueAdmin(t *testing.T) {
 	if got := gatewaytest.DecodeJSON[adminapi.QueueRedriven](t, r); r.Status != 200 || got.Redriven != 2 {
 		t.Fatalf("redrive by filter: %d %s; want redriven 2", r.Status, r.Body)
 	}
-	gatewaytest.Eventually(t, "e2 and e3 delivered", func() bool {
+	testutil.Eventually(t, "e2 and e3 delivered", func() bool {
 		return b.deliveries("idem:test:e2") == 1 && b.deliveries("idem:test:e3") == 1
 	})
 
@@ -184,13 +185,13 @@ func TestQueueAdmin(t *testing.T) {
 	if r.Status != 200 || queueRoute(t, admin).Paused {
 		t.Fatalf("resume: %d %s; want the route not paused", r.Status, r.Body)
 	}
-	gatewaytest.Eventually(t, "e4 delivered after the resume", func() bool { return b.deliveries("idem:test:e4") == 1 })
+	testutil.Eventually(t, "e4 delivered after the resume", func() bool { return b.deliveries("idem:test:e4") == 1 })
 
 	// Purge: 409 with the count until confirmed with it.
 	b.refuse.Store(true)
 	post("e5")
 	post("e6")
-	gatewaytest.Eventually(t, "two dead events", func() bool { return queueRoute(t, admin).Dead == 2 })
+	testutil.Eventually(t, "two dead events", func() bool { return queueRoute(t, admin).Dead == 2 })
 	r = adminCall(t, "POST", admin+"/admin/queue/purge", `{"route":"/webhooks/test","state":"dead"}`)
 	if p := gatewaytest.DecodeJSON[adminapi.QueuePurgeConfirm](t, r); r.Status != 409 || p.Count != 2 || !strings.Contains(p.Detail, `"confirm": 2`) {
 		t.Fatalf("purge without confirm: %d %s; want 409 with count 2 and how to confirm", r.Status, r.Body)

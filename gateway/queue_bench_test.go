@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhook/idemhook/internal/gatewaytest"
+	"github.com/idemhook/idemhook/internal/testutil/gatewaytest"
 )
 
 // BenchmarkQueueAccept compares, on SQLite (and on PostgreSQL when

@@ -12,7 +12,8 @@ import (
 	"testing"
 
 	"github.com/idemhook/idemhook/gateway/adminapi"
-	"github.com/idemhook/idemhook/internal/gatewaytest"
+	"github.com/idemhook/idemhook/internal/testutil"
+	"github.com/idemhook/idemhook/internal/testutil/gatewaytest"
 )
 
 // queuePending reads, through the admin API (which reads the engine
@@ -92,7 +93,7 @@ func TestQueueMaxQueuedIsABoundUnderConcurrency(t *testing.T) {
 	// A count of the store's that overlapped accepts may count some twice
 	// until the next one (the bound errs on the side of refusing): send
 	// the refused events again until the queue holds max_queued.
-	gatewaytest.Eventually(t, "the queue holds max_queued events", func() bool {
+	testutil.Eventually(t, "the queue holds max_queued events", func() bool {
 		if accepted.Load() < maxQueued {
 			refused = sendAll(t, url+"/webhooks/test", refused, senders, &accepted)
 		}
@@ -134,11 +135,11 @@ func TestQueueReplaysAcceptedEventsWhenTheQueueIsFull(t *testing.T) {
 		}
 	}
 	b.down.Store(false)
-	gatewaytest.Eventually(t, "both events delivered", func() bool { k, _ := b.count(); return k == 2 })
-	gatewaytest.Eventually(t, "room again for the refused event", func() bool {
+	testutil.Eventually(t, "both events delivered", func() bool { k, _ := b.count(); return k == 2 })
+	testutil.Eventually(t, "room again for the refused event", func() bool {
 		return gatewaytest.Post(t, hook, "{}", "X-Event-Id", "c").Status == http.StatusAccepted
 	})
-	gatewaytest.Eventually(t, "the refused event delivered", func() bool { k, _ := b.count(); return k == 3 })
+	testutil.Eventually(t, "the refused event delivered", func() bool { k, _ := b.count(); return k == 3 })
 	if _, n := b.count(); n != 3 {
 		t.Fatalf("%d deliveries of 3 events; want each once", n)
 	}
@@ -176,7 +177,7 @@ routes:
 		t.Fatalf("second event over max_queued 1: %d; want 503", r.Status)
 	}
 	var list adminapi.Deliveries
-	gatewaytest.Eventually(t, "the refusal in the trail", func() bool {
+	testutil.Eventually(t, "the refusal in the trail", func() bool {
 		list = gatewaytest.DecodeJSON[adminapi.Deliveries](t, gatewaytest.Do(t, http.MethodGet, admin.URL+"/admin/deliveries?outcome=not_queued", ""))
 		return len(list.Deliveries) > 0
 	})

@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhook/idemhook/internal/gatewaytest"
+	"github.com/idemhook/idemhook/internal/testutil"
+	"github.com/idemhook/idemhook/internal/testutil/gatewaytest"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -142,7 +143,7 @@ func TestPostgresPoolOpenedBeforeTheFirstDelivery(t *testing.T) {
 	}
 	defer conn.Close(context.Background())
 	want := max(4, runtime.NumCPU())
-	gatewaytest.Eventually(t, fmt.Sprintf("%d connections open", want), func() bool {
+	testutil.Eventually(t, fmt.Sprintf("%d connections open", want), func() bool {
 		var n int
 		if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&n); err != nil {
 			t.Fatal(err)

@@ -8,7 +8,8 @@ import (
 	"testing"
 
 	"github.com/idemhook/idemhook/gateway/config"
-	"github.com/idemhook/idemhook/internal/gatewaytest"
+	"github.com/idemhook/idemhook/internal/testutil"
+	"github.com/idemhook/idemhook/internal/testutil/gatewaytest"
 )
 
 // A queue whose disk falls under the free-space floor answers new events
@@ -51,10 +52,10 @@ routes:
 		t.Fatalf("the refused event's key holds %+v, %v; want nothing claimed", rec, err)
 	}
 	setMinFreeDisk(g, 0)
-	gatewaytest.Eventually(t, "accepted once space is back", func() bool {
+	testutil.Eventually(t, "accepted once space is back", func() bool {
 		return gatewaytest.Post(t, srv.URL+"/hook", "{}", "X-Event-Id", "a").Status == http.StatusAccepted
 	})
-	gatewaytest.Eventually(t, "delivered", func() bool { return up.Calls.Load() == 1 })
+	testutil.Eventually(t, "delivered", func() bool { return up.Calls.Load() == 1 })
 }
 
 // A re-delivery of an event the queue accepted is answered its stored
@@ -99,7 +100,7 @@ routes:
 		t.Fatalf("event a with space: %d", r.Status)
 	}
 	setMinFreeDisk(g, 1<<62)
-	gatewaytest.Eventually(t, "the disk taken for almost full", func() bool { return g.queues.Load().diskLow.Load() })
+	testutil.Eventually(t, "the disk taken for almost full", func() bool { return g.queues.Load().diskLow.Load() })
 	for range 2 {
 		r := gatewaytest.Post(t, srv.URL+"/hook", "{}", "X-Event-Id", "a")
 		if r.Status != http.StatusAccepted || r.Header.Get("Idempotent-Replayed") != "true" {
@@ -113,7 +114,7 @@ routes:
 		t.Fatalf("the refused event's key holds %+v, %v; want its claim released", rec, err)
 	}
 	release <- struct{}{}
-	gatewaytest.Eventually(t, "event a delivered", func() bool { return up.Calls.Load() == 1 })
+	testutil.Eventually(t, "event a delivered", func() bool { return up.Calls.Load() == 1 })
 	if n := up.Calls.Load(); n != 1 {
 		t.Fatalf("%d attempts; want event a's one", n)
 	}

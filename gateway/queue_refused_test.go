@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhook/idemhook/internal/gatewaytest"
+	"github.com/idemhook/idemhook/internal/testutil/gatewaytest"
 )
 
 // runCounter is a backend that counts the runs of each X-Event-Id.

@@ -13,8 +13,9 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook/gateway/adminapi"
-	"github.com/idemhook/idemhook/internal/gatewaytest"
-	"github.com/idemhook/idemhook/internal/pgtest"
+	"github.com/idemhook/idemhook/internal/testutil"
+	"github.com/idemhook/idemhook/internal/testutil/gatewaytest"
+	"github.com/idemhook/idemhook/internal/testutil/pgtest"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -99,10 +100,10 @@ func TestQueueSettleKeptOverAPostgresRestart(t *testing.T) {
 			t.Fatalf("event %d: %d %s", i, r.Status, r.Body)
 		}
 	}
-	gatewaytest.Eventually(t, "4 attempts at the backend", func() bool { return waiting.Load() == 4 })
+	testutil.Eventually(t, "4 attempts at the backend", func() bool { return waiting.Load() == 4 })
 	srv.Stop()
 	close(release) // the backend answers while the store is down
-	gatewaytest.Eventually(t, "4 settles pending", func() bool { return metricValue(t, admin.URL, pendingSeries) == 4 })
+	testutil.Eventually(t, "4 settles pending", func() bool { return metricValue(t, admin.URL, pendingSeries) == 4 })
 	if f := metricValue(t, admin.URL, failuresSeries); f < 4 {
 		t.Errorf("%s = %v; want at least 4", failuresSeries, f)
 	}
@@ -113,7 +114,7 @@ func TestQueueSettleKeptOverAPostgresRestart(t *testing.T) {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	gatewaytest.Eventually(t, "every event delivered", func() bool { k, _ := b.count(); return k == events })
+	testutil.Eventually(t, "every event delivered", func() bool { k, _ := b.count(); return k == events })
 	queueDrained(t, g)
 	if rt := adminQueueRoute(t, admin.URL); rt.Running != 0 || rt.SettlesPending != 0 {
 		t.Errorf("GET /admin/queue after the drain: %+v; want nothing running nor pending", rt)
@@ -167,8 +168,8 @@ func TestQueueSettlesPendingShown(t *testing.T) {
 			t.Fatalf("event %d: %d %s", i, r.Status, r.Body)
 		}
 	}
-	gatewaytest.Eventually(t, "3 settles pending in GET /admin/queue", func() bool { return adminQueueRoute(t, admin.URL).SettlesPending == events })
-	gatewaytest.Eventually(t, "the kept settles retried", func() bool { return metricValue(t, admin.URL, failuresSeries) >= 2*events })
+	testutil.Eventually(t, "3 settles pending in GET /admin/queue", func() bool { return adminQueueRoute(t, admin.URL).SettlesPending == events })
+	testutil.Eventually(t, "the kept settles retried", func() bool { return metricValue(t, admin.URL, failuresSeries) >= 2*events })
 	if p := metricValue(t, admin.URL, pendingSeries); p != events {
 		t.Errorf("%s = %v; want %d", pendingSeries, p, events)
 	}

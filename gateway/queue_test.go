@@ -19,8 +19,9 @@ import (
 	"github.com/idemhook/idemhook/gateway"
 	"github.com/idemhook/idemhook/gateway/adminapi"
 	"github.com/idemhook/idemhook/gateway/config"
-	"github.com/idemhook/idemhook/internal/gatewaytest"
-	"github.com/idemhook/idemhook/internal/pgtest"
+	"github.com/idemhook/idemhook/internal/testutil"
+	"github.com/idemhook/idemhook/internal/testutil/gatewaytest"
+	"github.com/idemhook/idemhook/internal/testutil/pgtest"
 )
 
 // startGateway serves a gateway built from the configuration text and
@@ -139,9 +140,9 @@ func TestQueueDeliversOnceAfterAnOutage(t *testing.T) {
 			t.Fatalf("re-delivery %d: %d %q %v; want the accept answer replayed", i, r.Status, r.Body, r.Header)
 		}
 	}
-	gatewaytest.Eventually(t, "attempts while the backend is down", func() bool { return b.up.Calls.Load() >= 3 })
+	testutil.Eventually(t, "attempts while the backend is down", func() bool { return b.up.Calls.Load() >= 3 })
 	b.down.Store(false)
-	gatewaytest.Eventually(t, "every event delivered", func() bool { k, _ := b.count(); return k == events })
+	testutil.Eventually(t, "every event delivered", func() bool { k, _ := b.count(); return k == events })
 	queueDrained(t, g) // a second delivery would come before
 	keys, deliveries := b.count()
 	if keys != events || deliveries != events {
@@ -189,11 +190,11 @@ func TestQueueFullAnswers503(t *testing.T) {
 		t.Fatalf("over max_queued: %d %v; want 503 with Retry-After", r.Status, r.Header)
 	}
 	b.down.Store(false)
-	gatewaytest.Eventually(t, "the queue drained", func() bool { k, _ := b.count(); return k == 3 })
-	gatewaytest.Eventually(t, "room again", func() bool {
+	testutil.Eventually(t, "the queue drained", func() bool { k, _ := b.count(); return k == 3 })
+	testutil.Eventually(t, "room again", func() bool {
 		return gatewaytest.Post(t, url+"/webhooks/test", "{}", "X-Event-Id", "e3").Status == http.StatusAccepted
 	})
-	gatewaytest.Eventually(t, "the refused event delivered", func() bool { k, _ := b.count(); return k == 4 })
+	testutil.Eventually(t, "the refused event delivered", func() bool { k, _ := b.count(); return k == 4 })
 	if _, n := b.count(); n != 4 {
 		t.Fatalf("%d deliveries; want 4", n)
 	}
@@ -212,11 +213,11 @@ func TestQueueSurvivesARestart(t *testing.T) {
 			t.Fatalf("event %d: %d", i, r.Status)
 		}
 	}
-	gatewaytest.Eventually(t, "first attempts", func() bool { return b.up.Calls.Load() >= 5 })
+	testutil.Eventually(t, "first attempts", func() bool { return b.up.Calls.Load() >= 5 })
 	stop()
 	b.down.Store(false)
 	_, g, _ := startGateway(t, queueConfig(dir, b.up.Srv.URL, settings))
-	gatewaytest.Eventually(t, "delivered after the restart", func() bool { k, _ := b.count(); return k == 5 })
+	testutil.Eventually(t, "delivered after the restart", func() bool { k, _ := b.count(); return k == 5 })
 	queueDrained(t, g)
 	if _, n := b.count(); n != 5 {
 		t.Fatalf("%d deliveries; want 5", n)
@@ -256,7 +257,7 @@ func TestQueueShutdownCutsAndRequeues(t *testing.T) {
 	if r := gatewaytest.Post(t, srv.URL+"/webhooks/test", "{}", "X-Event-Id", "slow"); r.Status != http.StatusAccepted {
 		t.Fatalf("accept: %d", r.Status)
 	}
-	gatewaytest.Eventually(t, "the first attempt running", func() bool { return b.up.Calls.Load() == 1 })
+	testutil.Eventually(t, "the first attempt running", func() bool { return b.up.Calls.Load() == 1 })
 	srv.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
@@ -264,7 +265,7 @@ func TestQueueShutdownCutsAndRequeues(t *testing.T) {
 
 	hold.Store(false)
 	startGateway(t, queueConfig(dir, b.up.Srv.URL, `attempt_timeout: 1m`))
-	gatewaytest.Eventually(t, "delivered after the restart", func() bool { k, _ := b.count(); return k == 1 })
+	testutil.Eventually(t, "delivered after the restart", func() bool { k, _ := b.count(); return k == 1 })
 	var got []string
 	for _, r := range b.up.Received() {
 		if r.Header.Get(gateway.HeaderIdempotencyKey) != "idem:test:slow" {
@@ -315,7 +316,7 @@ func TestQueueTwoGatewaysOnPostgres(t *testing.T) {
 			t.Fatalf("retry of event %d on the other gateway: %d %v", i, r.Status, r.Header)
 		}
 	}
-	gatewaytest.Eventually(t, "every event delivered", func() bool { k, _ := b.count(); return k == events })
+	testutil.Eventually(t, "every event delivered", func() bool { k, _ := b.count(); return k == events })
 	queueDrained(t, g1) // the queue both share
 	if k, n := b.count(); k != events || n != events {
 		t.Fatalf("%d events in %d deliveries; want %d once each", k, n, events)
@@ -391,7 +392,7 @@ func TestRespondWithin(t *testing.T) {
 		t.Fatalf("slow failing backend: %d; want the accept answer", r.Status)
 	}
 	letFail()
-	gatewaytest.Eventually(t, "the late failure retried from the queue", func() bool { return seen("slow-fail") == "1,2" })
+	testutil.Eventually(t, "the late failure retried from the queue", func() bool { return seen("slow-fail") == "1,2" })
 	queueDrained(t, g) // the slow success settles; a retry would come before
 	if got := seen("slow-ok"); got != "1" {
 		t.Fatalf("slow-ok attempts %q; want 1 only: its late 200 delivered it", got)
@@ -427,7 +428,7 @@ func TestQueueEndsInTheAuditTrail(t *testing.T) {
 		}
 	}
 	var got map[string]adminapi.Delivery
-	gatewaytest.Eventually(t, "both ends in the trail", func() bool {
+	testutil.Eventually(t, "both ends in the trail", func() bool {
 		page := gatewaytest.DecodeJSON[adminapi.Deliveries](t, gatewaytest.Do(t, http.MethodGet, admin.URL+"/admin/deliveries", ""))
 		got = map[string]adminapi.Delivery{}
 		for _, d := range page.Deliveries {
@@ -481,7 +482,7 @@ func TestQueueKeptAcrossReloads(t *testing.T) {
 			t.Fatalf("event %d: %d", i, r.Status)
 		}
 	}
-	gatewaytest.Eventually(t, "retries while the backend is down", func() bool { return b.up.Calls.Load() >= 6 })
+	testutil.Eventually(t, "retries while the backend is down", func() bool { return b.up.Calls.Load() >= 6 })
 	reload := func(text string) {
 		t.Helper()
 		cfg, err := config.Parse("idemhook.yaml", []byte(text), gatewaytest.EnvOf())
@@ -525,7 +526,7 @@ func TestQueueKeptAcrossReloads(t *testing.T) {
 	b.down.Store(true)
 	reload(queueConfig(dir, b.up.Srv.URL, `backoff_min: 1h, backoff_max: 1h`))
 	var q adminapi.Queue
-	gatewaytest.Eventually(t, "the 3 kept events retrying", func() bool {
+	testutil.Eventually(t, "the 3 kept events retrying", func() bool {
 		q = gatewaytest.DecodeJSON[adminapi.Queue](t, gatewaytest.Do(t, http.MethodGet, admin.URL+"/admin/queue", ""))
 		return len(q.Routes) == 1 && q.Routes[0].Retrying == 3
 	})
@@ -538,7 +539,7 @@ func TestQueueKeptAcrossReloads(t *testing.T) {
 	if r := gatewaytest.Post(t, admin.URL+"/admin/queue/pause", `{"route":"/webhooks/test"}`); r.Status != http.StatusOK {
 		t.Fatalf("pause: %d %s", r.Status, r.Body)
 	}
-	gatewaytest.Eventually(t, "no attempt running", func() bool {
+	testutil.Eventually(t, "no attempt running", func() bool {
 		q = gatewaytest.DecodeJSON[adminapi.Queue](t, gatewaytest.Do(t, http.MethodGet, admin.URL+"/admin/queue", ""))
 		return len(q.Routes) == 1 && q.Routes[0].Running == 0 && q.Routes[0].Retrying == 3
 	})
@@ -549,7 +550,7 @@ func TestQueueKeptAcrossReloads(t *testing.T) {
 	if r := gatewaytest.Post(t, admin.URL+"/admin/queue/resume", `{"route":"/webhooks/test"}`); r.Status != http.StatusOK {
 		t.Fatalf("resume: %d %s", r.Status, r.Body)
 	}
-	gatewaytest.Eventually(t, "the 3 kept events delivered", func() bool { k, _ := b.count(); return k == 3 })
+	testutil.Eventually(t, "the 3 kept events delivered", func() bool { k, _ := b.count(); return k == 3 })
 	queueDrained(t, g)
 	if k, n := b.count(); k != 3 || n != 3 {
 		t.Fatalf("%d events in %d deliveries; want 3 once each", k, n)
@@ -563,7 +564,7 @@ func queueDrained(t *testing.T, g *gateway.Gateway) {
 	t.Helper()
 	admin := httptest.NewServer(g.AdminHandler())
 	defer admin.Close()
-	gatewaytest.Eventually(t, "the queue drained", func() bool {
+	testutil.Eventually(t, "the queue drained", func() bool {
 		q := gatewaytest.DecodeJSON[adminapi.Queue](t, gatewaytest.Do(t, http.MethodGet, admin.URL+"/admin/queue", ""))
 		for _, r := range q.Routes {
 			if r.Queued+r.Retrying+r.Running != 0 {
@@ -696,7 +697,7 @@ func TestFenceHeader(t *testing.T) {
 				defer mu.Unlock()
 				return len(attempts["hybrid"]) == 2 && len(attempts["queued"]) == 2
 			}
-			gatewaytest.Eventually(t, "the queue's retries", done)
+			testutil.Eventually(t, "the queue's retries", done)
 			queueDrained(t, g) // a further attempt would come before
 			mu.Lock()
 			defer mu.Unlock()

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/idemhook/idemhook/gateway/config"
-	"github.com/idemhook/idemhook/internal/gatewaytest"
+	"github.com/idemhook/idemhook/internal/testutil/gatewaytest"
 )
 
 // TestReady: Ready is what GET /readyz checks, a claim and a release on

@@ -14,7 +14,7 @@ import (
 	"github.com/idemhook/idemhook/audit"
 	"github.com/idemhook/idemhook/gateway/adminapi"
 	"github.com/idemhook/idemhook/gateway/config"
-	"github.com/idemhook/idemhook/internal/gatewaytest"
+	"github.com/idemhook/idemhook/internal/testutil/gatewaytest"
 )
 
 // TestOutcomeClasses: every outcome this build knows is in exactly one

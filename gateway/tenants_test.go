@@ -17,7 +17,8 @@ import (
 
 	"github.com/idemhook/idemhook/gateway/adminapi"
 	"github.com/idemhook/idemhook/gateway/config"
-	"github.com/idemhook/idemhook/internal/gatewaytest"
+	"github.com/idemhook/idemhook/internal/testutil"
+	"github.com/idemhook/idemhook/internal/testutil/gatewaytest"
 )
 
 // stripePost sends a Stripe event to url, signed now with secret.
@@ -95,7 +96,7 @@ routes:
 	if err := json.Unmarshal(admin("/admin/stats").Body.Bytes(), &stats); err != nil || len(stats.Routes) != 1 || fmt.Sprint(stats.Routes[0].Tenants) != "[acme globex]" {
 		t.Fatalf("/admin/stats routes %+v (%v), want the tenants acme and globex", stats.Routes, err)
 	}
-	gatewaytest.Eventually(t, "three deliveries in the audit trail", func() bool {
+	testutil.Eventually(t, "three deliveries in the audit trail", func() bool {
 		var page adminapi.Deliveries
 		return json.Unmarshal(admin("/admin/deliveries").Body.Bytes(), &page) == nil && len(page.Deliveries) == 3 &&
 			page.Deliveries[0].Scope == "globex" && page.Deliveries[2].Scope == "acme"
@@ -160,7 +161,7 @@ routes:
 	if r := stripePost(t, url+"/webhooks/stripe/globex", "evt_r", "whsec_acme"); r.Status != http.StatusUnauthorized {
 		t.Fatalf("globex signed with acme's secret: %d, want 401", r.Status)
 	}
-	gatewaytest.Eventually(t, "two queued events delivered", func() bool { return up.Calls.Load() >= 2 })
+	testutil.Eventually(t, "two queued events delivered", func() bool { return up.Calls.Load() >= 2 })
 	paths := map[string]bool{}
 	for _, r := range up.Received() {
 		paths[r.Path] = true

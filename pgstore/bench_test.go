@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemhook/idemhook"
-	"github.com/idemhook/idemhook/internal/pgtest"
+	"github.com/idemhook/idemhook/internal/testutil/pgtest"
 	"github.com/idemhook/idemhook/pgstore"
 	"github.com/idemhook/idemhook/storetest"
 )

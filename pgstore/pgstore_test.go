@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemhook/idemhook"
-	"github.com/idemhook/idemhook/internal/pgtest"
+	"github.com/idemhook/idemhook/internal/testutil/pgtest"
 	"github.com/idemhook/idemhook/pgstore"
 	"github.com/idemhook/idemhook/storetest"
 )

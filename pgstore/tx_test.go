@@ -20,7 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idemhook/idemhook"
-	"github.com/idemhook/idemhook/internal/pgtest"
+	"github.com/idemhook/idemhook/internal/testutil/pgtest"
 	"github.com/idemhook/idemhook/memstore"
 	"github.com/idemhook/idemhook/pgstore"
 )

@@ -13,7 +13,7 @@ import (
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/internal/gather"
-	"github.com/idemhook/idemhook/internal/redistest"
+	"github.com/idemhook/idemhook/internal/testutil/redistest"
 	"github.com/idemhook/idemhook/redisstore"
 	"github.com/idemhook/idemhook/storetest"
 )

@@ -17,7 +17,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/idemhook/idemhook"
-	"github.com/idemhook/idemhook/internal/redistest"
+	"github.com/idemhook/idemhook/internal/testutil/redistest"
 	"github.com/idemhook/idemhook/redisstore"
 	"github.com/idemhook/idemhook/storetest"
 )

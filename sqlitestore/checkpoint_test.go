@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/idemhook/idemhook/internal/gatewaytest"
+	"github.com/idemhook/idemhook/internal/testutil"
 	"github.com/idemhook/idemhook/sqlitestore"
 	"github.com/idemhook/idemhook/storetest"
 )
@@ -54,7 +54,7 @@ func TestBackgroundCheckpoint(t *testing.T) {
 	}
 	writeRecords(t, h.store, n)
 	// More than a key and its record's bytes for each write.
-	gatewaytest.Eventually(t, fmt.Sprintf("the database file (%d bytes before) holding %d more records", before, n), func() bool {
+	testutil.Eventually(t, fmt.Sprintf("the database file (%d bytes before) holding %d more records", before, n), func() bool {
 		return fileSize(t, path) >= before+int64(n)*64
 	})
 	h.store.Close()

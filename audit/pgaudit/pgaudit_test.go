@@ -11,7 +11,7 @@ import (
 	"github.com/idemhook/idemhook/audit"
 	"github.com/idemhook/idemhook/audit/audittest"
 	"github.com/idemhook/idemhook/audit/pgaudit"
-	"github.com/idemhook/idemhook/internal/pgtest"
+	"github.com/idemhook/idemhook/internal/testutil/pgtest"
 )
 
 // newSink returns a sink on a table of its own, on the server of

@@ -8,7 +8,7 @@ import (
 
 	"github.com/idemhook/idemhook/audit/audittest"
 	"github.com/idemhook/idemhook/audit/redisaudit"
-	"github.com/idemhook/idemhook/internal/redistest"
+	"github.com/idemhook/idemhook/internal/testutil/redistest"
 )
 
 // newSink returns a sink on the Redis of IDEMHOOK_REDIS_URL (the test skips

@@ -18,8 +18,8 @@ import (
 
 	"github.com/idemhook/idemhook/gateway/adminapi"
 	"github.com/idemhook/idemhook/internal/faults"
-	"github.com/idemhook/idemhook/internal/pgtest"
-	"github.com/idemhook/idemhook/internal/redistest"
+	"github.com/idemhook/idemhook/internal/testutil/pgtest"
+	"github.com/idemhook/idemhook/internal/testutil/redistest"
 )
 
 // The fault matrix: every failing behaviour of a backend (internal/faults

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook/internal/faults"
-	"github.com/idemhook/idemhook/internal/gatewaytest"
+	"github.com/idemhook/idemhook/internal/testutil/gatewaytest"
 	"github.com/idemhook/idemhook/redisstore"
 )
 

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook/gateway"
-	"github.com/idemhook/idemhook/internal/pgtest"
+	"github.com/idemhook/idemhook/internal/testutil/pgtest"
 )
 
 // A gateway frozen past its lease (SIGSTOP, then SIGCONT) loses its claim

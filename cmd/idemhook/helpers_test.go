@@ -11,8 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhook/idemhook/internal/gatewaytest"
 	"github.com/idemhook/idemhook/internal/syncbuf"
+	"github.com/idemhook/idemhook/internal/testutil"
+	"github.com/idemhook/idemhook/internal/testutil/gatewaytest"
 )
 
 // fakeClock is a settable clock, safe for concurrent use.
@@ -126,7 +127,7 @@ func claims(t *testing.T, adminURL string) int {
 	return n
 }
 
-// The helpers shared with the other gateway tests (internal/gatewaytest).
+// The helpers shared with the other gateway tests (internal/testutil/gatewaytest).
 const minimal = gatewaytest.Minimal
 
 type (
@@ -140,7 +141,7 @@ var (
 	sha          = gatewaytest.SHA
 	post         = gatewaytest.Post
 	do           = gatewaytest.Do
-	eventually   = gatewaytest.Eventually
+	eventually   = testutil.Eventually
 	envOf        = gatewaytest.EnvOf
 	writeConfig  = gatewaytest.WriteConfig
 	routeConfig  = gatewaytest.RouteConfig

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook/gateway"
-	"github.com/idemhook/idemhook/internal/gatewaytest"
+	"github.com/idemhook/idemhook/internal/testutil/gatewaytest"
 	"github.com/idemhook/idemhook/sqlitestore"
 )
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhook/idemhook/internal/redistest"
+	"github.com/idemhook/idemhook/internal/testutil/redistest"
 	"github.com/idemhook/idemhook/sqlitestore"
 )
 

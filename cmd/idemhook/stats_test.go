@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/idemhook/idemhook/gateway/adminapi"
-	"github.com/idemhook/idemhook/internal/pgtest"
+	"github.com/idemhook/idemhook/internal/testutil/pgtest"
 )
 
 // TestAdminStats runs real deliveries through a gateway and reads them

@@ -19,9 +19,9 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
-	"github.com/idemhook/idemhook/internal/gatewaytest"
-	"github.com/idemhook/idemhook/internal/pgtest"
-	"github.com/idemhook/idemhook/internal/redistest"
+	"github.com/idemhook/idemhook/internal/testutil/gatewaytest"
+	"github.com/idemhook/idemhook/internal/testutil/pgtest"
+	"github.com/idemhook/idemhook/internal/testutil/redistest"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 )

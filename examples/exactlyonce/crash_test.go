@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhook/idemhook/internal/pgtest"
+	"github.com/idemhook/idemhook/internal/testutil/pgtest"
 )
 
 // The crash tests run the service in a child process (this test binary,

@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
-	"github.com/idemhook/idemhook/internal/gatewaytest"
 	"github.com/idemhook/idemhook/internal/suggest"
+	"github.com/idemhook/idemhook/internal/testutil/gatewaytest"
 )
 
-// The helpers shared with the other gateway tests (internal/gatewaytest).
+// The helpers shared with the other gateway tests (internal/testutil/gatewaytest).
 const minimal = gatewaytest.Minimal
 
 var envOf = gatewaytest.EnvOf

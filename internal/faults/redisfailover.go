@@ -20,7 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemhook/idemhook"
-	"github.com/idemhook/idemhook/internal/redistest"
+	"github.com/idemhook/idemhook/internal/testutil/redistest"
 	"github.com/idemhook/idemhook/redisstore"
 )
 

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
-	"github.com/idemhook/idemhook/internal/pgtest"
-	"github.com/idemhook/idemhook/internal/redistest"
+	"github.com/idemhook/idemhook/internal/testutil/pgtest"
+	"github.com/idemhook/idemhook/internal/testutil/redistest"
 	"github.com/idemhook/idemhook/memstore"
 	"github.com/idemhook/idemhook/pgstore"
 	"github.com/idemhook/idemhook/sqlitestore"

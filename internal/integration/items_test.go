@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
-	"github.com/idemhook/idemhook/internal/gatewaytest"
+	"github.com/idemhook/idemhook/internal/testutil/gatewaytest"
 )
 
 // whatsAppItems are the item paths of Meta's batched WhatsApp Cloud body:

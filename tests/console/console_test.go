@@ -23,7 +23,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/gateway/adminapi"
-	"github.com/idemhook/idemhook/internal/gatewaytest"
+	"github.com/idemhook/idemhook/internal/testutil"
+	"github.com/idemhook/idemhook/internal/testutil/gatewaytest"
 	"github.com/idemhook/idemhook/tests/internal/testgw"
 )
 
@@ -365,7 +366,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	const total = 15 + 8 + 4 + 3
 	var trail []adminapi.Delivery
-	gatewaytest.Eventually(t, "the audit trail to hold every delivery", func() bool {
+	testutil.Eventually(t, "the audit trail to hold every delivery", func() bool {
 		r := adminDo(t, g, "GET", "/admin/deliveries?limit=1000")
 		trail = gatewaytest.DecodeJSON[adminapi.Deliveries](t, r).Deliveries
 		return r.Status == 200 && len(trail) == total

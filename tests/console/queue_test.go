@@ -14,7 +14,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/idemhook/idemhook/gateway/adminapi"
-	"github.com/idemhook/idemhook/internal/gatewaytest"
+	"github.com/idemhook/idemhook/internal/testutil"
+	"github.com/idemhook/idemhook/internal/testutil/gatewaytest"
 	"github.com/idemhook/idemhook/tests/internal/testgw"
 	"github.com/jackc/pgx/v5"
 )
@@ -78,7 +79,7 @@ func TestConsoleQueueInBrowser(t *testing.T) {
 	post("o1")
 	post("o2")
 	var dead []adminapi.QueueEvent
-	gatewaytest.Eventually(t, "two dead events", func() bool {
+	testutil.Eventually(t, "two dead events", func() bool {
 		dead = gatewaytest.DecodeJSON[adminapi.QueueEvents](t, adminDo(t, g, "GET", "/admin/queue/events?state=dead")).Events
 		return len(dead) == 2
 	})
@@ -132,7 +133,7 @@ func TestConsoleQueueInBrowser(t *testing.T) {
 	// Redrive one: it is delivered once and leaves the dead table.
 	refuse.Store(false)
 	b.do("redrive o1", chromedp.Click(chromedp.CSS(sel(dead[0].ID, ".event-redrive"))))
-	gatewaytest.Eventually(t, "o1 delivered", func() bool { return count("o1") == 1 })
+	testutil.Eventually(t, "o1 delivered", func() bool { return count("o1") == 1 })
 	b.waitJS("o1 out of the dead table", deadRows+`.length === 1 && !`+row(dead[0].ID))
 	if count("o2") != 0 {
 		t.Errorf("o2 delivered %d times; only o1 was redriven", count("o2"))
@@ -150,12 +151,12 @@ func TestConsoleQueueInBrowser(t *testing.T) {
 	b.shotOf("console-queue", "queue")
 	b.do("resume", chromedp.Click(chromedp.CSS(`.queue-route[data-route="/webhooks/orders"] .queue-pause`)))
 	b.waitJS("the route shown delivering", route+`.querySelector('.queue-state').textContent === 'delivering' && `+route+`.querySelector('.queue-pause').textContent === 'Pause'`)
-	gatewaytest.Eventually(t, "o3 delivered after the resume", func() bool { return count("o3") == 1 })
+	testutil.Eventually(t, "o3 delivered after the resume", func() bool { return count("o3") == 1 })
 	b.waitJS("o3 no longer shown queued", route+`.querySelector('.q-queued').textContent === '0'`)
 
 	// Redrive all dead: o2 too.
 	b.do("redrive all dead", chromedp.Click(chromedp.CSS(`.queue-route[data-route="/webhooks/orders"] .queue-redrive-all`)))
-	gatewaytest.Eventually(t, "o2 delivered", func() bool { return count("o2") == 1 })
+	testutil.Eventually(t, "o2 delivered", func() bool { return count("o2") == 1 })
 	b.waitJS("no dead events shown", deadRows+`.length === 0 && `+route+`.querySelector('.q-dead').textContent === '0'`)
 	time.Sleep(300 * time.Millisecond) // a second delivery would come now
 	for _, id := range []string{"o1", "o2", "o3"} {
@@ -262,7 +263,7 @@ routes:
 		t.Fatal(err)
 	}
 	b.waitJS("the badge gone once the store took the outcomes", badge+`.hidden`)
-	gatewaytest.Eventually(t, "nothing pending nor running", func() bool {
+	testutil.Eventually(t, "nothing pending nor running", func() bool {
 		r := gatewaytest.DecodeJSON[adminapi.Queue](t, adminDo(t, g, "GET", "/admin/queue")).Routes[0]
 		return r.SettlesPending == 0 && r.Running == 0 && r.Queued == 0 && r.Retrying == 0
 	})

@@ -17,7 +17,7 @@ import (
 	fiberredis "github.com/gofiber/storage/redis/v3"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idemhook/idemhook/internal/redistest"
+	"github.com/idemhook/idemhook/internal/testutil/redistest"
 )
 
 // The peer rows of the library comparison: Fiber's idempotency middleware

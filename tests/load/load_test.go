@@ -26,10 +26,10 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/idemhook/idemhook"
-	"github.com/idemhook/idemhook/internal/gatewaytest"
-	"github.com/idemhook/idemhook/internal/pgtest"
 	"github.com/idemhook/idemhook/internal/proccpu"
-	"github.com/idemhook/idemhook/internal/redistest"
+	"github.com/idemhook/idemhook/internal/testutil/gatewaytest"
+	"github.com/idemhook/idemhook/internal/testutil/pgtest"
+	"github.com/idemhook/idemhook/internal/testutil/redistest"
 	"github.com/idemhook/idemhook/memstore"
 	"github.com/idemhook/idemhook/redisstore"
 	"github.com/idemhook/idemhook/tests/internal/testgw"

@@ -18,7 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemhook/idemhook"
-	"github.com/idemhook/idemhook/internal/pgtest"
+	"github.com/idemhook/idemhook/internal/testutil/pgtest"
 )
 
 // The test runs the program as it is, main included: this test binary,

@@ -19,7 +19,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/idemhook/idemhook/gateway/adminapi"
 )
@@ -233,19 +232,6 @@ func Do(t *testing.T, method, url, body string, header ...string) Response {
 		t.Fatal(err)
 	}
 	return Response{resp.StatusCode, resp.Header, string(b)}
-}
-
-// Eventually polls cond until it holds. The deadline only guards against a
-// hang and asserts nothing about speed.
-func Eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 30s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // DecodeJSON decodes the body of r into a T; the test fails if it can't.
