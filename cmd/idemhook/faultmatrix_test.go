@@ -17,15 +17,14 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook/gateway/adminapi"
-	"github.com/idemhook/idemhook/internal/faults"
 	"github.com/idemhook/idemhook/internal/testutil/pgtest"
 	"github.com/idemhook/idemhook/internal/testutil/redistest"
 )
 
-// The fault matrix: every failing behaviour of a backend (internal/faults
+// The fault matrix: every failing behaviour of a backend (faultbackend_test.go
 // Backend) × every delivery mode × every store the mode allows, each cell a
 // gateway with the failing route and a healthy route beside it on the same
-// store, each judged by the oracles of internal/faults (nothing answered
+// store, each judged by the oracles of faultoracle_test.go (nothing answered
 // 2xx is lost, nothing runs twice, the healthy route runs each event once,
 // no 503 of the gateway's own but for a documented reason, the route
 // drained promptly once the backend is back). Behind -faults, as the fault
@@ -93,7 +92,7 @@ var matrixStores = []matrixStore{
 // matrixCell is one cell: a behaviour of the failing route's backend, a
 // mode, a store, and the traffic.
 type matrixCell struct {
-	behaviour faults.Behaviour
+	behaviour Behaviour
 	mode      matrixMode
 	store     matrixStore
 	faultFor  time.Duration // how long the backend fails
@@ -113,7 +112,7 @@ func (c matrixCell) name() string {
 // lose an accepted event).
 func matrixCells() []matrixCell {
 	var cells []matrixCell
-	for _, b := range faults.Behaviours {
+	for _, b := range Behaviours {
 		for _, m := range matrixModes {
 			for _, s := range matrixStores {
 				if m.queued && s.name == "redis" {
@@ -133,7 +132,7 @@ func matrixCells() []matrixCell {
 func sampleCells(all []matrixCell) []matrixCell {
 	var combos []matrixCell // the mode × store pairs, of the first behaviour
 	for _, c := range all {
-		if c.behaviour == faults.Behaviours[0] {
+		if c.behaviour == Behaviours[0] {
 			combos = append(combos, c)
 		}
 	}
@@ -146,11 +145,11 @@ func sampleCells(all []matrixCell) []matrixCell {
 		}
 	}
 	for _, c := range all {
-		if c.behaviour == faults.Refused && c.mode.name == "queue" && c.store.name == "sqlite" {
+		if c.behaviour == Refused && c.mode.name == "queue" && c.store.name == "sqlite" {
 			add(c)
 		}
 	}
-	for i, b := range faults.Behaviours {
+	for i, b := range Behaviours {
 		for _, k := range []int{2 * i, 2*i + 1} {
 			c := combos[k%len(combos)]
 			c.behaviour = b
@@ -179,7 +178,7 @@ func selectCells(t *testing.T, spec string) []matrixCell {
 		}
 	}
 	if len(out) == 0 {
-		t.Fatalf("-faults.cells %q selects no cell (e.g. refused/queue/sqlite; behaviours %v)", spec, faults.Behaviours)
+		t.Fatalf("-faults.cells %q selects no cell (e.g. refused/queue/sqlite; behaviours %v)", spec, Behaviours)
 	}
 	return out
 }
@@ -189,13 +188,13 @@ func TestFaultMatrix(t *testing.T) {
 		t.Skip("the fault matrix runs with -faults (go test ./cmd/idemhook -run 'TestFaultMatrix$' -v -faults -faults.cells sample)")
 	}
 	start := time.Now()
-	var rows []faults.Row
+	var rows []Row
 	for _, c := range selectCells(t, *faultsCells) {
 		if time.Since(start) > *faultsBudget {
-			rows = append(rows, faults.Row{Cell: c.name(), Note: "not run: past -faults.budget"})
+			rows = append(rows, Row{Cell: c.name(), Note: "not run: past -faults.budget"})
 			continue
 		}
-		var row faults.Row
+		var row Row
 		t.Run(strings.ReplaceAll(c.name(), "/", "_"), func(t *testing.T) {
 			row = runCell(t, c, cellChecks{})
 			for _, err := range row.Check() {
@@ -203,11 +202,11 @@ func TestFaultMatrix(t *testing.T) {
 			}
 		})
 		if row.Cell == "" {
-			row = faults.Row{Cell: c.name(), Note: "skipped or failed before its tally: see above"}
+			row = Row{Cell: c.name(), Note: "skipped or failed before its tally: see above"}
 		}
 		rows = append(rows, row)
 	}
-	table := faults.Table(rows)
+	table := Table(rows)
 	t.Log("\n" + table)
 	fmt.Println(table)
 }
@@ -220,7 +219,7 @@ type cellChecks struct {
 	healthyRunTwice string        // the healthy route's backend counts this event's run twice
 	fake503         string        // the provider records a made-up 503 of the gateway's for this event
 	runDelay        time.Duration // each run of the failing route's backend takes this long
-	drainBound      time.Duration // 0: faults.DrainBound (and the cell waits 5s past it to measure)
+	drainBound      time.Duration // 0: DrainBound (and the cell waits 5s past it to measure)
 }
 
 // matrixConfig is a cell's gateway: the failing route /f in front of
@@ -258,9 +257,9 @@ routes:
 // send every delivery again while it is not answered 2xx. The cell ends
 // once every event has run and the queue is empty, or DrainBound plus 5s
 // after the return.
-func runCell(t *testing.T, c matrixCell, br cellChecks) faults.Row {
+func runCell(t *testing.T, c matrixCell, br cellChecks) Row {
 	storeLine := c.store.line(t)
-	fb, hb := faults.NewBackend(t), faults.NewBackend(t)
+	fb, hb := NewBackend(t), NewBackend(t)
 	if br.backendRunTwice != "" {
 		fb.RunTwice.Store(&br.backendRunTwice)
 	}
@@ -272,11 +271,11 @@ func runCell(t *testing.T, c matrixCell, br cellChecks) faults.Row {
 	}
 	fb.RunDelay.Store(int64(br.runDelay))
 	dir := t.TempDir()
-	cfgText := func(b faults.Behaviour) string {
+	cfgText := func(b Behaviour) string {
 		if c.config != nil {
-			return c.config(storeLine, fb.URL(b), hb.URL(faults.Healthy))
+			return c.config(storeLine, fb.URL(b), hb.URL(Healthy))
 		}
-		return matrixConfig(storeLine, c.mode, fb.URL(b), hb.URL(faults.Healthy))
+		return matrixConfig(storeLine, c.mode, fb.URL(b), hb.URL(Healthy))
 	}
 	path := writeConfig(t, dir, cfgText(c.behaviour))
 	reload := make(chan os.Signal, 1)
@@ -288,26 +287,26 @@ func runCell(t *testing.T, c matrixCell, br cellChecks) faults.Row {
 	}
 
 	n := c.rate * int(c.faultFor/time.Second)
-	bound, slack := faults.DrainBound, 5*time.Second
+	bound, slack := DrainBound, 5*time.Second
 	if br.drainBound > 0 {
 		bound, slack = br.drainBound, 0
 	}
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}
 	t.Cleanup(tr.CloseIdleConnections)
-	p := &faults.Provider{
+	p := &Provider{
 		Client:   &http.Client{Transport: tr, Timeout: 5 * time.Second},
 		Deadline: time.Now().Add(c.faultFor + bound + slack),
 		Fake503:  br.fake503,
 	}
-	o := faults.Observed{Cell: c.name()}
+	o := Observed{Cell: c.name()}
 	var senders sync.WaitGroup
 	began := time.Now()
 	for k := range n {
 		id := fmt.Sprintf("f-%d", k)
 		events, body := []string{id}, fmt.Sprintf(`{"id":%q}`, id)
 		if c.mode.items {
-			events = faults.Events(id, c.items)
-			body = faults.Batch(events)
+			events = Events(id, c.items)
+			body = Batch(events)
 		}
 		o.Failing = append(o.Failing, events...)
 		hid := fmt.Sprintf("h-%d", k)
@@ -325,12 +324,12 @@ func runCell(t *testing.T, c matrixCell, br cellChecks) faults.Row {
 
 	// The backend is back.
 	if c.behaviour.InAddress() {
-		if err := os.WriteFile(path, []byte(cfgText(faults.Healthy)), 0o600); err != nil {
+		if err := os.WriteFile(path, []byte(cfgText(Healthy)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		reload <- syscall.SIGHUP
 		eventually(t, "the reload of the fixed upstream", func() bool { return strings.Contains(g.stderr.String(), "configuration reloaded") })
-	} else if err := fb.Set(faults.Healthy); err != nil {
+	} else if err := fb.Set(Healthy); err != nil {
 		t.Fatal(err)
 	}
 	o.Recovered = time.Now()
@@ -365,7 +364,7 @@ func runCell(t *testing.T, c matrixCell, br cellChecks) faults.Row {
 		t.Errorf("gateway run returned %v", err)
 	}
 	o.Answers, o.Runs, o.FirstRuns, o.HealthyRuns = p.Answers(), fb.Runs(), fb.FirstRuns(), hb.Runs()
-	row := faults.Tally(o)
+	row := Tally(o)
 	row.DrainBoundOverride = br.drainBound
 	if o.Redriven > 0 {
 		row.Note = fmt.Sprintf("%d dead events redriven", o.Redriven)
@@ -441,7 +440,7 @@ func redrive(t *testing.T, g *gw, route string) int {
 // to a healthy proxy route beside it. The healthy route runs each event
 // exactly once (each is sent twice); every event to the queued route is
 // accepted at its first send (no answer but 2xx); each reaches the backend
-// within faults.DrainBound of its return. The routes are the issue's: no
+// within DrainBound of its return. The routes are the issue's: no
 // queue settings (attempt_timeout is upstream_timeout, 30s; backoff up to
 // 10m), the key the body's hash.
 func TestFaultQueueOutage(t *testing.T) {
@@ -449,7 +448,7 @@ func TestFaultQueueOutage(t *testing.T) {
 		t.Skip("runs with -faults (go test ./cmd/idemhook -run TestFaultQueueOutage -v -faults -faults.outage 1m)")
 	}
 	c := matrixCell{
-		behaviour: faults.Refused, mode: matrixMode{name: "queue (issue 32)", queued: true}, store: matrixStores[0],
+		behaviour: Refused, mode: matrixMode{name: "queue (issue 32)", queued: true}, store: matrixStores[0],
 		faultFor: *faultsOutage, rate: 20,
 		config: func(storeLine, failing, healthy string) string {
 			return fmt.Sprintf(`listen: 127.0.0.1:0
@@ -464,7 +463,7 @@ routes:
 	}
 	row := runCell(t, c, cellChecks{})
 	row.Note = fmt.Sprintf("outage %v, %d answers to the queued route, %d not 2xx", *faultsOutage, row.FirstAnswers, row.RefusedAnswers)
-	table := faults.Table([]faults.Row{row})
+	table := Table([]Row{row})
 	t.Log("\n" + table)
 	fmt.Println(table)
 	for _, err := range row.Check() {
@@ -484,7 +483,7 @@ routes:
 // gateway's own for no documented reason, and a backend too slow to drain
 // within the bound. Part of the ordinary run (a few seconds).
 func TestFaultMatrixOraclesCanFail(t *testing.T) {
-	cell := matrixCell{behaviour: faults.Status5xx, mode: matrixModes[2], store: matrixStores[2], faultFor: time.Second, rate: 5}
+	cell := matrixCell{behaviour: Status5xx, mode: matrixModes[2], store: matrixStores[2], faultFor: time.Second, rate: 5}
 	t.Run("unbroken", func(t *testing.T) {
 		row := runCell(t, cell, cellChecks{})
 		for _, err := range row.Check() {
@@ -503,8 +502,8 @@ func TestFaultMatrixOraclesCanFail(t *testing.T) {
 	} {
 		t.Run(tc.oracle, func(t *testing.T) {
 			row := runCell(t, cell, tc.checks)
-			var oracle faults.Oracle
-			for _, o := range faults.Oracles {
+			var oracle Oracle
+			for _, o := range Oracles {
 				if o.Name == tc.oracle {
 					oracle = o
 				}

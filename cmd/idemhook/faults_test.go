@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemhook/idemhook/internal/faults"
 	"github.com/idemhook/idemhook/internal/testutil/gatewaytest"
 	"github.com/idemhook/idemhook/redisstore"
 )
@@ -256,12 +255,12 @@ func faultStall(t *testing.T) faultRow {
 // faultFailover: a burst of events completed on a Redis master whose
 // replica gets the replication stream 30ms late; the master is killed
 // right after the burst, Sentinel promotes the replica, and every event is
-// delivered again (internal/faults.RedisFailover). With wait_replicas the
+// delivered again (RedisFailover, redisfailover_test.go). With wait_replicas the
 // completions waited for the replica: none is lost, none runs twice.
 // Without, the completions of the last 30ms are lost with the master, and
 // those events run again.
 func faultFailover(t *testing.T, waitReplicas int) faultRow {
-	sc := faults.RedisFailover{Lag: 30 * time.Millisecond, Store: redisstore.Config{WaitReplicas: waitReplicas}}
+	sc := RedisFailover{Lag: 30 * time.Millisecond, Store: redisstore.Config{WaitReplicas: waitReplicas}}
 	if waitReplicas > 0 {
 		sc.Store.WaitTimeout = time.Second
 	}
