@@ -125,6 +125,21 @@ func OpenPlain(tb testing.TB, path string) *sql.DB {
 	return db
 }
 
+// OpenPlainReader is OpenReader's pool on the file at path, as a pool
+// OpenReader didn't make: a store reading through it runs its reads
+// through database/sql, none raw.
+func OpenPlainReader(tb testing.TB, path string) *sql.DB {
+	tb.Helper()
+	db, err := sql.Open("sqlite", readerDSN(path))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	db.SetMaxOpenConns(maxReaders)
+	db.SetMaxIdleConns(maxReaders)
+	tb.Cleanup(func() { db.Close() })
+	return db
+}
+
 // RawStatements reports whether the store's writer and its reads run
 // raw statements (raw.go).
 func (s *Store) RawStatements() (writes, reads bool) {
