@@ -33,27 +33,40 @@ import (
 // in memory, the key filter), a read pool (Config.Reader), and 32 MiB of
 // cached records for replay-cache (none for first and replay-file, so that
 // the file answers). "shared" keeps its claims in the file, with a read
-// pool.
+// pool. "locked-sql" and "shared-sql" are the same two on pools that Open
+// and OpenReader didn't make, with the same settings: every statement runs
+// through database/sql, none raw (raw.go), which is what the raw path
+// saves.
 func BenchmarkStoreCPU(b *testing.B) {
 	type kind struct {
 		name  string
 		open  func(b *testing.B, cacheBytes int) *sqlitestore.Store
 		cache bool
 	}
-	kinds := []kind{
-		{"locked", func(b *testing.B, cacheBytes int) *sqlitestore.Store {
+	locked := func(sqlPath bool) func(b *testing.B, cacheBytes int) *sqlitestore.Store {
+		return func(b *testing.B, cacheBytes int) *sqlitestore.Store {
 			path := filepath.Join(b.TempDir(), "idemhook.db")
 			lock := lockFile(b, path)
-			db := openDB(b, path)
-			s := newStore(b, db, sqlitestore.Config{Lock: lock, Reader: openReader(b, path), CacheBytes: cacheBytes})
+			db, reader := benchPools(b, path, sqlPath)
+			s := newStore(b, db, sqlitestore.Config{Lock: lock, Reader: reader, CacheBytes: cacheBytes})
+			wantStatements(b, s, sqlPath)
 			s.WaitKeyFilter()
 			return s
-		}, true},
-		{"shared", func(b *testing.B, _ int) *sqlitestore.Store {
-			path := filepath.Join(b.TempDir(), "idemhook.db")
-			db := openDB(b, path)
-			return newStore(b, db, sqlitestore.Config{Reader: openReader(b, path)})
-		}, false},
+		}
+	}
+	shared := func(sqlPath bool) func(b *testing.B, cacheBytes int) *sqlitestore.Store {
+		return func(b *testing.B, _ int) *sqlitestore.Store {
+			db, reader := benchPools(b, filepath.Join(b.TempDir(), "idemhook.db"), sqlPath)
+			s := newStore(b, db, sqlitestore.Config{Reader: reader})
+			wantStatements(b, s, sqlPath)
+			return s
+		}
+	}
+	kinds := []kind{
+		{"locked", locked(false), true},
+		{"shared", shared(false), false},
+		{"locked-sql", locked(true), false},
+		{"shared-sql", shared(true), false},
 	}
 	run := func(b *testing.B, body func(pb *testing.PB)) {
 		b.ReportAllocs()

@@ -54,6 +54,18 @@ func (s *Store) KeyFilterOff() {
 	h.filter.current.Store(nil)
 }
 
+// WithoutKeyFilter returns cfg for a store that, holding the file alone,
+// keeps no key filter: its Claims read the file for every key not in
+// memory.
+func WithoutKeyFilter(cfg Config) Config {
+	cfg.noKeyFilter = true
+	return cfg
+}
+
+// RunSweeper runs the background sweeper once: the held mode's, which may
+// build the key filter again, or the file's.
+func (s *Store) RunSweeper(ctx context.Context) error { return s.mode.sweepRun(ctx) }
+
 // RebuildKeyFilter builds the key filter again, as the sweeper does.
 func (s *Store) RebuildKeyFilter(ctx context.Context) error { return s.held().buildFilter(ctx) }
 
@@ -109,6 +121,21 @@ func OpenPlain(tb testing.TB, path string) *sql.DB {
 		tb.Fatal(err)
 	}
 	db.SetMaxOpenConns(1)
+	tb.Cleanup(func() { db.Close() })
+	return db
+}
+
+// OpenPlainReader is OpenReader's pool on the file at path, as a pool
+// OpenReader didn't make: a store reading through it runs its reads
+// through database/sql, none raw.
+func OpenPlainReader(tb testing.TB, path string) *sql.DB {
+	tb.Helper()
+	db, err := sql.Open("sqlite", readerDSN(path))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	db.SetMaxOpenConns(maxReaders)
+	db.SetMaxIdleConns(maxReaders)
 	tb.Cleanup(func() { db.Close() })
 	return db
 }

@@ -123,6 +123,9 @@ func (f *keyFilter) added(key string) {
 // filterStale reports whether the filter should be built again: it has
 // taken more keys than it was sized for, or its initial build failed.
 func (h *heldStore) filterStale() bool {
+	if h.building == nil {
+		return false // the store keeps no filter (Config.noKeyFilter)
+	}
 	select {
 	case <-h.building:
 	default:

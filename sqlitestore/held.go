@@ -64,7 +64,9 @@ type heldStore struct {
 	writeErr atomic.Pointer[error]
 	healing  atomic.Bool
 
-	building chan struct{}      // closed when the key filter's initial build ends
+	// building is closed when the key filter's initial build ends; nil
+	// when the store keeps no filter (Config.noKeyFilter).
+	building chan struct{}
 	stop     context.CancelFunc // of the initial build
 	lock     *FileLock          // Config.Lock
 
@@ -133,8 +135,10 @@ func (h *heldStore) startFilter() {
 // close stops the key filter's build, then the file store, and frees the
 // lock for another Store.
 func (h *heldStore) close() {
-	h.stop()
-	<-h.building
+	if h.building != nil {
+		h.stop()
+		<-h.building
+	}
 	h.fileStore.close()
 	h.lock.store.Store(false)
 }

@@ -484,6 +484,48 @@ func TestKeyFilterKnowsTheFilesKeys(t *testing.T) {
 	}
 }
 
+// A store that keeps no key filter (the conformance suite's held-claims,
+// held-cache and held-reader) reads the file in every Claim of a new key,
+// after a run of its sweeper too, which doesn't build the filter for it.
+// The same store with the filter reads it in none.
+func TestWithoutKeyFilterClaimsReadTheFile(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		filter bool
+		reads  int32
+	}{
+		{"without", false, 2},
+		{"with", true, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := sqlitestore.Config{SweepInterval: -1}
+			if !tt.filter {
+				cfg = sqlitestore.WithoutKeyFilter(cfg)
+			}
+			s := lockedStore(t, cfg, false)
+			if tt.filter {
+				s.WaitKeyFilter()
+			}
+			var reads atomic.Int32
+			s.SetClaimReadHook(t, func(string) { reads.Add(1) })
+			claimNew := func(key string) {
+				t.Helper()
+				if existing, err := s.Claim(t.Context(), key, pending(key), time.Minute); err != nil || existing != nil {
+					t.Fatalf("Claim(%s) of a new key: %+v, %v", key, existing, err)
+				}
+			}
+			claimNew("idem:test:a")
+			if err := s.RunSweeper(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			claimNew("idem:test:b")
+			if n := reads.Load(); n != tt.reads {
+				t.Errorf("two Claims of new keys read the file %d times, want %d", n, tt.reads)
+			}
+		})
+	}
+}
+
 // A key completed while the filter is rebuilt is in the new filter: the
 // rebuild puts the new filter in place on the writer's goroutine before it
 // scans the file, so a record is either in the scan or added to the new

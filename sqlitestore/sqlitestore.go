@@ -130,6 +130,12 @@ type Config struct {
 	// of CacheBytes are not kept. The gateway uses 32 MiB. Default 0: no
 	// cache.
 	CacheBytes int
+
+	// noKeyFilter, with Lock, keeps the store from building the key filter
+	// (filter.go): every Claim of a key not in memory then reads the file.
+	// Only the tests set it (export_test.go), to run the conformance suite
+	// on the held mode's parts one at a time.
+	noKeyFilter bool
 }
 
 // Store is an [idemhook.Store] backed by SQLite. It is safe for concurrent
@@ -397,7 +403,9 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 		}
 		h := newHeldStore(s, cfg.CacheBytes, cfg.Lock)
 		s.w = startWriter(db, rawWrite, ckpt, h.writeHealth, cfg.Logger)
-		h.startFilter()
+		if !cfg.noKeyFilter {
+			h.startFilter()
+		}
 		mode = h
 	}
 	s.sweeping = periodic.Start(interval, mode.sweepRun, s.log, "sqlitestore: sweeping expired keys failed")

@@ -69,6 +69,42 @@ var storeKinds = []struct {
 		s, _ := heldStore(tb, cfg)
 		return s
 	}},
+	// The held mode's parts, one at a time, so that a fault of one fails
+	// its own run rather than hide behind another (the cache answers
+	// before the key filter is asked, for one). Claims in memory alone: no
+	// key filter, no cache, no read pool.
+	{"held-claims", func(tb testing.TB, cfg sqlitestore.Config) idemhook.Store {
+		return lockedStore(tb, sqlitestore.WithoutKeyFilter(cfg), false)
+	}},
+	// With the key filter only, built before the suite's first call.
+	{"held-filter", func(tb testing.TB, cfg sqlitestore.Config) idemhook.Store {
+		s := lockedStore(tb, cfg, false)
+		s.WaitKeyFilter()
+		return s
+	}},
+	// With the cache of completed records only.
+	{"held-cache", func(tb testing.TB, cfg sqlitestore.Config) idemhook.Store {
+		cfg.CacheBytes = 1 << 20
+		return lockedStore(tb, sqlitestore.WithoutKeyFilter(cfg), false)
+	}},
+	// With the read pool only, and so the background checkpointer.
+	{"held-reader", func(tb testing.TB, cfg sqlitestore.Config) idemhook.Store {
+		return lockedStore(tb, sqlitestore.WithoutKeyFilter(cfg), true)
+	}},
+}
+
+// lockedStore opens a store on a new file that it holds alone (cfg.Lock),
+// with a read pool of its own when reader is set, and no other setting
+// but cfg's.
+func lockedStore(tb testing.TB, cfg sqlitestore.Config, reader bool) *sqlitestore.Store {
+	tb.Helper()
+	path := filepath.Join(tb.TempDir(), "idemhook.db")
+	cfg.Lock = lockFile(tb, path)
+	db := openDB(tb, path)
+	if reader {
+		cfg.Reader = openReader(tb, path)
+	}
+	return newStore(tb, db, cfg)
 }
 
 func TestConformance(t *testing.T) {
