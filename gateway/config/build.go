@@ -37,10 +37,10 @@ func (c *checker) build(cfg *Config) {
 		}
 		if rc.Queued() {
 			c.respondWithinTimeout(&in, rc)
-			if r.Preset != nil && r.Preset.DuplicateStatus != 0 && in.f.Accept.Status.Node == nil {
+			if r.Preset != nil && r.Preset.DuplicateStatus != 0 && in.f.Accept["status"].Node == nil {
 				rc.Accept.Status = r.Preset.DuplicateStatus // what the provider counts as success
 			}
-			if r.Preset != nil && r.Preset.SuccessBody != "" && in.f.Accept.Body.Node == nil {
+			if r.Preset != nil && r.Preset.SuccessBody != "" && in.f.Accept["body"].Node == nil {
 				// The body the provider expects with a success (Adyen's
 				// "[accepted]"), as the gateway answers it on the proxy path.
 				rc.Accept.Body = []byte(r.Preset.SuccessBody)
@@ -122,7 +122,7 @@ func (c *checker) routeError(in *routeInputs, r *idemhook.Route, err error) {
 // acceptHeaderSet reports whether the route's accept.headers names the
 // header name.
 func acceptHeaderSet(in *routeInputs, name string) bool {
-	n := in.f.Accept.Headers.Node
+	n := in.f.Accept["headers"].Node
 	if n != nil {
 		n = resolve(n)
 	}

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,28 +25,47 @@ import (
 // much memory each.
 const maxBodyWarn = 64 << 20
 
-// check is the second phase of Parse: it checks every value of f
-// and returns the configuration with the defaults applied.
-func (c *checker) check(f *configFile) *Config {
-	cfg := &Config{File: c.file, Listen: defaultListen}
-	if v, ok := c.str(f.Listen, "listen"); ok {
-		if err := checkListen(v); err != nil {
-			c.errorf(f.Listen.Node, "listen", "%v", err)
-		}
-		cfg.Listen = v
+// configSchema is the table of the file's top level; each section has its
+// own, in the file of its section.
+var configSchema = table[Config]{fields: []field[Config]{
+	{name: "listen", to: func(c *Config) any { return &c.Listen }, def: defaultListen, check: checkListen},
+	{name: "store", sub: storeSchema.layout()},
+	{name: "admin", sub: adminSchema.layout()},
+	{name: "audit", sub: structLayout(reflect.TypeFor[auditFile](), nil)},
+	{name: "log", sub: logSchema.layout()},
+	{name: "shutdown_timeout", to: func(c *Config) any { return &c.ShutdownTimeout }, def: defaultShutdownTimeout},
+	{name: "routes", list: routeLayout},
+	{name: "tls", sub: tlsSchema.layout()},
+	{name: "trusted_proxies"}, // a list of addresses: trustedProxies
+	{name: "limits", sub: limitsSchema.layout()},
+}}
+
+// configLayout is the structure of the file.
+var configLayout = configSchema.layout()
+
+// check is the second phase of Parse: it checks every value of root, the
+// file's mapping, and returns the configuration with the defaults applied.
+func (c *checker) check(root *yaml.Node) *Config {
+	cfg := &Config{File: c.file}
+	vals := valuesOf(root)
+	configSchema.read(c, vals, "", cfg)
+	// A section merged into the top level (<<: *defaults) is not read for
+	// store, admin, audit and tls: only the file's own.
+	cfg.Store = c.store(valuesOf(section(root, "store")), section(root, "store"))
+	cfg.Admin = c.admin(valuesOf(section(root, "admin")), section(root, "admin"), cfg.Listen)
+	var audit auditFile
+	if n := section(root, "audit"); n != nil {
+		_ = n.Decode(&audit) // shape leaves nothing that fails to decode
 	}
-	cfg.ShutdownTimeout = c.duration(f.ShutdownTimeout, "shutdown_timeout", defaultShutdownTimeout)
-	cfg.Store = c.store(&f.Store, section(f.root, "store"))
-	cfg.Admin = c.admin(&f.Admin, section(f.root, "admin"), cfg.Listen)
-	cfg.Audit = c.audit(&f.Audit, section(f.root, "audit"), cfg.Store)
-	cfg.Log = c.log(&f.Log)
-	cfg.Routes = c.checkRoutes(f)
+	cfg.Audit = c.audit(&audit, section(root, "audit"), cfg.Store)
+	cfg.Log = c.log(valuesOf(vals["log"].Node))
+	cfg.Routes = c.checkRoutes(root)
 	c.queueStore(cfg)
-	if n := section(f.root, "tls"); n != nil {
-		cfg.TLS = c.tls(&f.TLS, n)
+	if n := section(root, "tls"); n != nil {
+		cfg.TLS = c.tls(valuesOf(n), n)
 	}
-	cfg.TrustedProxies = c.trustedProxies(f.TrustedProxies)
-	cfg.Limits = c.limits(&f.Limits, cfg.Routes)
+	cfg.TrustedProxies = c.trustedProxies(vals["trusted_proxies"])
+	cfg.Limits = c.limits(valuesOf(vals["limits"].Node), cfg.Routes)
 	return cfg
 }
 
@@ -125,30 +145,43 @@ func (c *checker) duration(l leaf, at string, def time.Duration) time.Duration {
 	if !ok {
 		return def
 	}
+	if d, ok := c.parseDuration(l, at, v); ok {
+		return d
+	}
+	return def
+}
+
+// parseDuration parses v, the value of l, a positive duration.
+func (c *checker) parseDuration(l leaf, at, v string) (time.Duration, bool) {
 	d, err := parseDuration(v)
 	if err != nil {
 		c.errorf(l.Node, at, "%v", err)
-		return def
+		return 0, false
 	}
 	if d <= 0 {
 		c.errorf(l.Node, at, "must be positive, got %q", v)
-		return def
+		return 0, false
 	}
-	return d
+	return d, true
 }
 
 // oneOf returns the value of l, which must be one of allowed, or def when
 // absent.
 func (c *checker) oneOf(l leaf, at, def string, allowed ...string) string {
 	v, ok := c.str(l, at)
-	if !ok {
-		return def
-	}
-	if !slices.Contains(allowed, v) {
-		c.errorf(l.Node, at, "invalid %s %q%s (want %s)", lastName(at), v, didYouMean(v, allowed), orList(allowed))
+	if !ok || !c.isOneOf(l, at, v, allowed) {
 		return def
 	}
 	return v
+}
+
+// isOneOf reports whether v, the value of l, is one of allowed.
+func (c *checker) isOneOf(l leaf, at, v string, allowed []string) bool {
+	if !slices.Contains(allowed, v) {
+		c.errorf(l.Node, at, "invalid %s %q%s (want %s)", lastName(at), v, didYouMean(v, allowed), orList(allowed))
+		return false
+	}
+	return true
 }
 
 // boolean returns the true/false value of l; false when absent.
@@ -157,14 +190,20 @@ func (c *checker) boolean(l leaf, at string) bool {
 	if !ok {
 		return false
 	}
+	b, _ := c.parseBool(l, at, v)
+	return b
+}
+
+// parseBool parses v, the value of l, true or false.
+func (c *checker) parseBool(l leaf, at, v string) (b, ok bool) {
 	switch v {
 	case "true":
-		return true
+		return true, true
 	case "false":
-		return false
+		return false, true
 	}
 	c.errorf(l.Node, at, "invalid %s %q (want true or false)", lastName(at), v)
-	return false
+	return false, false
 }
 
 // count returns the value of l, a positive whole number, or def when
@@ -174,13 +213,16 @@ func (c *checker) count(l leaf, at string, def int) int {
 	if !ok {
 		return def
 	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 || n > 100_000_000 {
-		c.errorf(l.Node, at, "want a whole number from 1 to 100000000, got %q", v)
+	n, good := countField.number(v)
+	if !good {
+		c.errorf(l.Node, at, countField.badFormat(), v)
 		return def
 	}
 	return n
 }
+
+// countField is the row of a count: a whole number from 1 to maxCount.
+var countField = field[struct{}]{min: 1, max: maxCount}
 
 // lastName returns the last name of a field's path: "ttl" for
 // "routes[0].ttl".

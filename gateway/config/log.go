@@ -22,17 +22,14 @@ func (lc Log) NewLogger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-// logFile is the log: section as decoded: each field a leaf that the
-// checker below reads.
-type logFile struct {
-	Format leaf `yaml:"format"`
-	Level  leaf `yaml:"level"`
-}
+// logSchema is the log: section.
+var logSchema = table[Log]{fields: []field[Log]{
+	{name: "format", to: func(l *Log) any { return &l.Format }, def: "text", enum: []string{"text", "json"}},
+	{name: "level", to: func(l *Log) any { return &l.Level }, def: "info", enum: []string{"debug", "info", "warn", "error"}},
+}}
 
 // log checks the log: section.
-func (c *checker) log(l *logFile) Log {
-	return Log{
-		Format: c.oneOf(l.Format, "log.format", "text", "text", "json"),
-		Level:  c.oneOf(l.Level, "log.level", "info", "debug", "info", "warn", "error"),
-	}
+func (c *checker) log(vals values) (l Log) {
+	logSchema.read(c, vals, "log", &l)
+	return l
 }

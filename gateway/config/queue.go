@@ -2,9 +2,9 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -51,28 +51,30 @@ const (
 // DefaultAcceptBody is the body of the default accept answer.
 const DefaultAcceptBody = `{"status":"accepted"}` + "\n"
 
-// acceptFile is the accept: section as decoded: each field a leaf that the
-// checker below reads.
-type acceptFile struct {
-	Status  leaf `yaml:"status"`
-	Body    leaf `yaml:"body"`
-	Headers leaf `yaml:"headers"`
-}
+// acceptSchema is the accept: section of a route.
+var acceptSchema = table[Accept]{fields: []field[Accept]{
+	{name: "status", to: func(a *Accept) any { return &a.Status }, def: defaultAcceptStatus, min: 200, max: 299,
+		bad: "invalid status %q: the accept answer must be a 2xx, or the provider sends the event again"},
+	{name: "body"},    // read by delivery, with its Content-Type
+	{name: "headers"}, // read by delivery: header names to values
+}}
 
-// queueFile is the queue: section as decoded: each field a leaf that the
-// checker below reads.
-type queueFile struct {
-	Concurrency    leaf `yaml:"concurrency"`
-	Rate           leaf `yaml:"rate"`
-	AttemptTimeout leaf `yaml:"attempt_timeout"`
-	MaxAttempts    leaf `yaml:"max_attempts"`
-	MaxAge         leaf `yaml:"max_age"`
-	BackoffMin     leaf `yaml:"backoff_min"`
-	BackoffMax     leaf `yaml:"backoff_max"`
-	RetryStatuses  leaf `yaml:"retry_statuses"`
-	OrderBy        leaf `yaml:"order_by"`
-	MaxQueued      leaf `yaml:"max_queued"`
-}
+// queueSchema is the queue: section of a route. attempt_timeout's default
+// is the route's upstream_timeout.
+var queueSchema = table[Queue]{fields: []field[Queue]{
+	{name: "concurrency", to: func(q *Queue) any { return &q.Concurrency }, def: DefaultQueueConcurrency, min: 1, max: maxCount},
+	{name: "rate", to: func(q *Queue) any { return &q.Rate }, min: math.SmallestNonzeroFloat64, max: 1e6, // 0: no bound
+		bad: "invalid rate %q: attempts per second, a positive number such as 50 or 0.5"},
+	{name: "attempt_timeout", to: func(q *Queue) any { return &q.AttemptTimeout }},
+	{name: "max_attempts", to: func(q *Queue) any { return &q.MaxAttempts }, min: 1, max: maxCount}, // 0: bounded by max_age only
+	{name: "max_age", to: func(q *Queue) any { return &q.MaxAge }, def: DefaultQueueMaxAge},
+	{name: "backoff_min", to: func(q *Queue) any { return &q.BackoffMin }, def: DefaultQueueBackoffMin},
+	{name: "backoff_max", to: func(q *Queue) any { return &q.BackoffMax }, def: DefaultQueueBackoffMax},
+	{name: "retry_statuses", to: func(q *Queue) any { return &q.RetryStatuses }, min: 400, max: 499,
+		bad: "invalid status %q: want a 4xx to retry (5xx, 408 and 429 always are)"},
+	{name: "order_by"}, // read by delivery: refused with respond_within
+	{name: "max_queued", to: func(q *Queue) any { return &q.MaxQueued }, def: DefaultQueueMaxQueued, min: 1, max: maxCount},
+}}
 
 // delivery checks deliver, accept and queue.
 func (c *checker) delivery(in *routeInputs, rc *Route) {
@@ -93,25 +95,18 @@ func (c *checker) delivery(in *routeInputs, rc *Route) {
 		return
 	}
 	a := &rc.Accept
-	a.Status = defaultAcceptStatus
-	if v, ok := c.str(f.Accept.Status, field("accept.status")); ok {
-		st, err := strconv.Atoi(v)
-		if err != nil || st < 200 || st > 299 {
-			c.errorf(f.Accept.Status.Node, field("accept.status"), "invalid status %q: the accept answer must be a 2xx, or the provider sends the event again", v)
-		} else {
-			a.Status = st
-		}
-	}
+	acc := f.Accept
+	acceptSchema.read(c, acc, field("accept"), a)
 	a.Body = []byte(DefaultAcceptBody)
 	a.Header = http.Header{"Content-Type": {"application/json"}}
-	if v, ok := c.str(f.Accept.Body, field("accept.body")); ok {
+	if v, ok := c.str(acc["body"], field("accept.body")); ok {
 		a.Body = []byte(v)
 		a.Header = http.Header{"Content-Type": {"text/plain; charset=utf-8"}}
 		if strings.HasPrefix(strings.TrimSpace(v), "{") || strings.HasPrefix(strings.TrimSpace(v), "[") {
 			a.Header.Set("Content-Type", "application/json")
 		}
 	}
-	if n := f.Accept.Headers.Node; n != nil {
+	if n := acc["headers"].Node; n != nil {
 		if n.Kind != yaml.MappingNode {
 			c.errorf(n, field("accept.headers"), "expected a mapping of header names to values, got %s", describe(n))
 		}
@@ -135,48 +130,22 @@ func (c *checker) delivery(in *routeInputs, rc *Route) {
 	}
 
 	q := &rc.Queue
-	qf := &f.Queue
+	qf := f.Queue
 	qfield := func(name string) string { return field("queue." + name) }
-	q.Concurrency = c.count(qf.Concurrency, qfield("concurrency"), DefaultQueueConcurrency)
-	if v, ok := c.str(qf.Rate, qfield("rate")); ok {
-		r, err := strconv.ParseFloat(v, 64)
-		if err != nil || r <= 0 || r > 1e6 {
-			c.errorf(qf.Rate.Node, qfield("rate"), "invalid rate %q: attempts per second, a positive number such as 50 or 0.5", v)
-		} else {
-			q.Rate = r
-		}
-	}
-	q.AttemptTimeout = c.duration(qf.AttemptTimeout, qfield("attempt_timeout"), rc.UpstreamTimeout)
-	if qf.MaxAttempts.Node != nil {
-		q.MaxAttempts = c.count(qf.MaxAttempts, qfield("max_attempts"), 0)
-	}
-	q.MaxAge = c.duration(qf.MaxAge, qfield("max_age"), DefaultQueueMaxAge)
-	q.BackoffMin = c.duration(qf.BackoffMin, qfield("backoff_min"), DefaultQueueBackoffMin)
-	q.BackoffMax = c.duration(qf.BackoffMax, qfield("backoff_max"), DefaultQueueBackoffMax)
+	q.AttemptTimeout = rc.UpstreamTimeout
+	queueSchema.read(c, qf, field("queue"), q)
 	if q.BackoffMax < q.BackoffMin {
-		c.errorf(c.key(qf.BackoffMax), qfield("backoff_max"), "%s is below backoff_min %s", FormatDuration(q.BackoffMax), FormatDuration(q.BackoffMin))
+		c.errorf(c.key(qf["backoff_max"]), qfield("backoff_max"), "%s is below backoff_min %s", FormatDuration(q.BackoffMax), FormatDuration(q.BackoffMin))
 	}
-	if vs, ok := c.strList(qf.RetryStatuses, qfield("retry_statuses")); ok {
-		for i, v := range vs {
-			st, err := strconv.Atoi(v)
-			if err != nil || st < 400 || st > 499 {
-				c.errorf(qf.RetryStatuses.Content[i], fmt.Sprintf("%s[%d]", qfield("retry_statuses"), i),
-					"invalid status %q: want a 4xx to retry (5xx, 408 and 429 always are)", v)
-				continue
-			}
-			q.RetryStatuses = append(q.RetryStatuses, st)
-		}
-	}
-	if v, ok := c.str(qf.OrderBy, qfield("order_by")); ok {
+	if v, ok := c.str(qf["order_by"], qfield("order_by")); ok {
 		if rc.RespondWithin > 0 {
-			c.errorf(qf.OrderBy.Node, qfield("order_by"), "can't be kept with respond_within: the proxy sends each delivery at once, out of any group's order; use deliver: queue to deliver in order")
+			c.errorf(qf["order_by"].Node, qfield("order_by"), "can't be kept with respond_within: the proxy sends each delivery at once, out of any group's order; use deliver: queue to deliver in order")
 		} else if err := checkOrderBy(v); err != nil {
-			c.errorf(qf.OrderBy.Node, qfield("order_by"), "%v", err)
+			c.errorf(qf["order_by"].Node, qfield("order_by"), "%v", err)
 		} else {
 			q.OrderBy = v
 		}
 	}
-	q.MaxQueued = c.count(qf.MaxQueued, qfield("max_queued"), DefaultQueueMaxQueued)
 	if rc.RespondWithin > 0 && rc.RespondWithin >= q.AttemptTimeout {
 		c.warnf(c.key(f.RespondWithin), field("respond_within"), "%s is not below the attempt's timeout (%s: queue.attempt_timeout, default upstream_timeout): the backend's attempt ends first, so the budget never runs out",
 			FormatDuration(rc.RespondWithin), FormatDuration(q.AttemptTimeout))

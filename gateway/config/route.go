@@ -65,42 +65,46 @@ func RouteFields() []string { return slices.Clone(routeFields) }
 const defaultUpstreamTimeout = 30 * time.Second
 
 // routeFile is one entry of routes: as decoded: each field a leaf that the
-// checker below reads, but accept: and queue:, mappings of their own.
+// checker below reads, but accept: and queue:, sections with tables of
+// their own (queue.go).
 type routeFile struct {
-	Path            leaf       `yaml:"path"`
-	Upstream        leaf       `yaml:"upstream"`
-	Source          leaf       `yaml:"source"`
-	TTL             leaf       `yaml:"ttl"`
-	Header          leaf       `yaml:"header"`
-	InFlight        leaf       `yaml:"in_flight"`
-	WaitTimeout     leaf       `yaml:"wait_timeout"`
-	OnStoreError    leaf       `yaml:"on_store_error"`
-	Provider        leaf       `yaml:"provider"`
-	SecretEnv       leaf       `yaml:"secret_env"`
-	Secrets         leaf       `yaml:"secrets"`
-	SecretFile      leaf       `yaml:"secret_file"`
-	Tenants         leaf       `yaml:"tenants"`
-	ProviderOptions leaf       `yaml:"provider_options"`
-	Tolerance       leaf       `yaml:"tolerance"`
-	MaxBody         leaf       `yaml:"max_body"`
-	UpstreamTimeout leaf       `yaml:"upstream_timeout"`
-	ReplayHeaders   leaf       `yaml:"replay_headers"`
-	StoreStatuses   leaf       `yaml:"store_statuses"`
-	RequireKey      leaf       `yaml:"require_key"`
-	ShareKeys       leaf       `yaml:"share_keys"`
-	Lease           leaf       `yaml:"lease"`
-	MaxStoredBody   leaf       `yaml:"max_stored_body"`
-	RetryAfter      leaf       `yaml:"retry_after"`
-	Deliver         leaf       `yaml:"deliver"`
-	RespondWithin   leaf       `yaml:"respond_within"`
-	ForwardSecret   leaf       `yaml:"forward_secret"`
-	Items           leaf       `yaml:"items"`
-	Accept          acceptFile `yaml:"accept"`
-	Queue           queueFile  `yaml:"queue"`
+	Path            leaf   `yaml:"path"`
+	Upstream        leaf   `yaml:"upstream"`
+	Source          leaf   `yaml:"source"`
+	TTL             leaf   `yaml:"ttl"`
+	Header          leaf   `yaml:"header"`
+	InFlight        leaf   `yaml:"in_flight"`
+	WaitTimeout     leaf   `yaml:"wait_timeout"`
+	OnStoreError    leaf   `yaml:"on_store_error"`
+	Provider        leaf   `yaml:"provider"`
+	SecretEnv       leaf   `yaml:"secret_env"`
+	Secrets         leaf   `yaml:"secrets"`
+	SecretFile      leaf   `yaml:"secret_file"`
+	Tenants         leaf   `yaml:"tenants"`
+	ProviderOptions leaf   `yaml:"provider_options"`
+	Tolerance       leaf   `yaml:"tolerance"`
+	MaxBody         leaf   `yaml:"max_body"`
+	UpstreamTimeout leaf   `yaml:"upstream_timeout"`
+	ReplayHeaders   leaf   `yaml:"replay_headers"`
+	StoreStatuses   leaf   `yaml:"store_statuses"`
+	RequireKey      leaf   `yaml:"require_key"`
+	ShareKeys       leaf   `yaml:"share_keys"`
+	Lease           leaf   `yaml:"lease"`
+	MaxStoredBody   leaf   `yaml:"max_stored_body"`
+	RetryAfter      leaf   `yaml:"retry_after"`
+	Deliver         leaf   `yaml:"deliver"`
+	RespondWithin   leaf   `yaml:"respond_within"`
+	ForwardSecret   leaf   `yaml:"forward_secret"`
+	Items           leaf   `yaml:"items"`
+	Accept          values `yaml:"accept"`
+	Queue           values `yaml:"queue"`
 }
 
-// routeFields are the fields of a routes: entry.
-var routeFields = fieldNames(reflect.TypeFor[routeFile]())
+// routeLayout is the structure of a routes: entry; routeFields its fields.
+var (
+	routeLayout = structLayout(reflect.TypeFor[routeFile](), map[string]*layout{"accept": acceptSchema.layout(), "queue": queueSchema.layout()})
+	routeFields = routeLayout.names
+)
 
 // routeInputs is what the build phase needs of a route the check phase
 // read: its entry, and its preset's settings once they are checked.
@@ -129,15 +133,15 @@ func (in *routeInputs) own(name string) *yaml.Node {
 	return in.node
 }
 
-// checkRoutes checks the routes: list, each entry and what entries must
-// not share.
-func (c *checker) checkRoutes(f *configFile) []Route {
-	seq := section(f.root, "routes")
+// checkRoutes checks the routes: list of root, the file's mapping, each
+// entry and what entries must not share.
+func (c *checker) checkRoutes(root *yaml.Node) []Route {
+	seq := section(root, "routes")
 	switch {
-	case seq == nil && c.wrong[valueOf(f.root, "routes")]:
+	case seq == nil && c.wrong[valueOf(root, "routes")]:
 		return nil // reported by shape
 	case seq == nil:
-		c.errorf(f.root, "routes", "missing: the gateway needs at least one route (path, upstream, source)")
+		c.errorf(root, "routes", "missing: the gateway needs at least one route (path, upstream, source)")
 		return nil
 	case seq.Kind != yaml.SequenceNode:
 		return nil // reported by shape
@@ -158,7 +162,8 @@ func (c *checker) checkRoutes(f *configFile) []Route {
 		if c.wrong[n] {
 			continue // reported by shape
 		}
-		in := routeInputs{f: &f.Routes[i], at: fmt.Sprintf("routes[%d]", i), node: n, i: len(out)}
+		in := routeInputs{f: &routeFile{}, at: fmt.Sprintf("routes[%d]", i), node: n, i: len(out)}
+		_ = n.Decode(in.f) // shape leaves nothing that fails to decode
 		rc := c.route(&in)
 		if rc.Path != "" {
 			if prev, dup := seen[rc.Path]; dup {
