@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"os"
 	"path"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,7 +30,7 @@ var configSchema = table[Config]{fields: []field[Config]{
 	{name: "listen", to: func(c *Config) any { return &c.Listen }, def: defaultListen, check: checkListen},
 	{name: "store", sub: storeSchema.layout()},
 	{name: "admin", sub: adminSchema.layout()},
-	{name: "audit", sub: structLayout(reflect.TypeFor[auditFile](), nil)},
+	{name: "audit", sub: auditSchema.layout()},
 	{name: "log", sub: logSchema.layout()},
 	{name: "shutdown_timeout", to: func(c *Config) any { return &c.ShutdownTimeout }, def: defaultShutdownTimeout},
 	{name: "routes", list: routeLayout},
@@ -53,11 +52,7 @@ func (c *checker) check(root *yaml.Node) *Config {
 	// store, admin, audit and tls: only the file's own.
 	cfg.Store = c.store(valuesOf(section(root, "store")), section(root, "store"))
 	cfg.Admin = c.admin(valuesOf(section(root, "admin")), section(root, "admin"), cfg.Listen)
-	var audit auditFile
-	if n := section(root, "audit"); n != nil {
-		_ = n.Decode(&audit) // shape leaves nothing that fails to decode
-	}
-	cfg.Audit = c.audit(&audit, section(root, "audit"), cfg.Store)
+	cfg.Audit = c.audit(valuesOf(section(root, "audit")), section(root, "audit"), cfg.Store)
 	cfg.Log = c.log(valuesOf(vals["log"].Node))
 	cfg.Routes = c.checkRoutes(root)
 	c.queueStore(cfg)
