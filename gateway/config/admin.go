@@ -28,11 +28,11 @@ func checkAdminListen(v string) error {
 	return checkListen(v)
 }
 
-// admin checks the admin: section, n, of values vals, against the main
-// listener's address.
-func (c *checker) admin(vals values, n *yaml.Node, listen string) Admin {
+// admin checks the admin: section, n, against the main listener's address.
+func (c *checker) admin(n *yaml.Node, listen string) Admin {
 	var ac Admin
-	got := adminSchema.read(c, vals, "admin", &ac)
+	vals := valuesOf(n)
+	got := adminSchema.read(c, vals, n, "admin", &ac)
 	if n == nil {
 		return ac
 	}

@@ -54,7 +54,7 @@ func defaultInstance() string {
 // audit checks the audit: section, n. By default the trail goes where the
 // store is: a table in the SQLite file or the PostgreSQL database, a
 // stream on the Redis, a ring in memory.
-func (c *checker) audit(vals values, n *yaml.Node, sc Store) (ac Audit) {
+func (c *checker) audit(n *yaml.Node, sc Store) (ac Audit) {
 	ac = Audit{Sink: sc.Driver, Instance: defaultInstance()}
 	switch sc.Driver {
 	case "sqlite":
@@ -67,7 +67,8 @@ func (c *checker) audit(vals values, n *yaml.Node, sc Store) (ac Audit) {
 			ac.Key = sc.Prefix + storeconf.RedisAuditKey
 		}
 	}()
-	auditSchema.read(c, vals, "audit", &ac)
+	vals := valuesOf(n)
+	auditSchema.read(c, vals, n, "audit", &ac)
 	if n == nil {
 		return ac
 	}

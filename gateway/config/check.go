@@ -47,20 +47,20 @@ var configLayout = configSchema.layout()
 func (c *checker) check(root *yaml.Node) *Config {
 	cfg := &Config{File: c.file}
 	vals := valuesOf(root)
-	configSchema.read(c, vals, "", cfg)
+	configSchema.read(c, vals, root, "", cfg)
 	// A section merged into the top level (<<: *defaults) is not read for
 	// store, admin, audit and tls: only the file's own.
-	cfg.Store = c.store(valuesOf(section(root, "store")), section(root, "store"))
-	cfg.Admin = c.admin(valuesOf(section(root, "admin")), section(root, "admin"), cfg.Listen)
-	cfg.Audit = c.audit(valuesOf(section(root, "audit")), section(root, "audit"), cfg.Store)
-	cfg.Log = c.log(valuesOf(vals["log"].Node))
+	cfg.Store = c.store(section(root, "store"))
+	cfg.Admin = c.admin(section(root, "admin"), cfg.Listen)
+	cfg.Audit = c.audit(section(root, "audit"), cfg.Store)
+	cfg.Log = c.log(vals["log"].Node)
 	cfg.Routes = c.checkRoutes(root)
 	c.queueStore(cfg)
 	if n := section(root, "tls"); n != nil {
-		cfg.TLS = c.tls(valuesOf(n), n)
+		cfg.TLS = c.tls(n)
 	}
 	cfg.TrustedProxies = c.trustedProxies(vals["trusted_proxies"])
-	cfg.Limits = c.limits(valuesOf(vals["limits"].Node), cfg.Routes)
+	cfg.Limits = c.limits(vals["limits"].Node, cfg.Routes)
 	return cfg
 }
 

@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -198,8 +197,6 @@ func (l *leaf) UnmarshalYAML(n *yaml.Node) error {
 	l.Node = n
 	return nil
 }
-
-var leafType = reflect.TypeFor[leaf]()
 
 // decode parses data and checks its structure against the schema. It
 // returns the document's mapping, shaped, or nil, with the problem recorded,

@@ -1,5 +1,7 @@
 package config
 
+import "go.yaml.in/yaml/v3"
+
 // Limits is the limits: section: bounds on what the gateway holds at once,
 // so that a flood of deliveries is answered 503 instead of taking the
 // process past its memory or its open files. A zero field means the default
@@ -30,12 +32,13 @@ var limitsSchema = table[Limits]{fields: []field[Limits]{
 	{name: "max_deliveries", to: func(l *Limits) any { return &l.MaxDeliveries }, min: 1, max: maxCount},
 }}
 
-// limits checks the limits: section, of values vals. A route whose
+// limits checks the limits: section, n. A route whose
 // max_body is not under an explicit body_memory is refused at its max_body:
 // its bodies could never be held.
-func (c *checker) limits(vals values, routes []Route) Limits {
+func (c *checker) limits(n *yaml.Node, routes []Route) Limits {
 	var lim Limits
-	got := limitsSchema.read(c, vals, "limits", &lim)
+	vals := valuesOf(n)
+	got := limitsSchema.read(c, vals, n, "limits", &lim)
 	if v, ok := got["body_memory"]; ok {
 		for _, rc := range routes {
 			if rc.Route.MaxBodyBytes >= lim.BodyMemory {

@@ -3,6 +3,8 @@ package config
 import (
 	"io"
 	"log/slog"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // Log is the log: section.
@@ -28,8 +30,8 @@ var logSchema = table[Log]{fields: []field[Log]{
 	{name: "level", to: func(l *Log) any { return &l.Level }, def: "info", enum: []string{"debug", "info", "warn", "error"}},
 }}
 
-// log checks the log: section.
-func (c *checker) log(vals values) (l Log) {
-	logSchema.read(c, vals, "log", &l)
+// log checks the log: section, n.
+func (c *checker) log(n *yaml.Node) (l Log) {
+	logSchema.read(c, valuesOf(n), n, "log", &l)
 	return l
 }

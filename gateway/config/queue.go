@@ -76,14 +76,13 @@ var queueSchema = table[Queue]{fields: []field[Queue]{
 	{name: "max_queued", to: func(q *Queue) any { return &q.MaxQueued }, def: DefaultQueueMaxQueued, min: 1, max: maxCount},
 }}
 
-// delivery checks deliver, accept and queue.
+// delivery checks what deliver and respond_within ask of the route, and
+// accept and queue.
 func (c *checker) delivery(in *routeInputs, rc *Route) {
 	f, at := in.f, in.at
 	field := func(name string) string { return join(at, name) }
-	rc.Deliver = c.oneOf(f.Deliver, field("deliver"), DeliverProxy, DeliverProxy, DeliverQueue)
-	rc.RespondWithin = c.duration(f.RespondWithin, field("respond_within"), 0)
 	if rc.RespondWithin > 0 && rc.Deliver == DeliverQueue {
-		c.warnf(c.key(f.RespondWithin), field("respond_within"), "does nothing with deliver: queue, which answers at once (respond_within is for deliver: proxy)")
+		c.warnf(c.key(f["respond_within"]), field("respond_within"), "does nothing with deliver: queue, which answers at once (respond_within is for deliver: proxy)")
 		rc.RespondWithin = 0
 	}
 	if !rc.Queued() {
@@ -95,8 +94,8 @@ func (c *checker) delivery(in *routeInputs, rc *Route) {
 		return
 	}
 	a := &rc.Accept
-	acc := f.Accept
-	acceptSchema.read(c, acc, field("accept"), a)
+	acc := in.accept()
+	acceptSchema.read(c, acc, f["accept"].Node, field("accept"), a)
 	a.Body = []byte(DefaultAcceptBody)
 	a.Header = http.Header{"Content-Type": {"application/json"}}
 	if v, ok := c.str(acc["body"], field("accept.body")); ok {
@@ -130,10 +129,10 @@ func (c *checker) delivery(in *routeInputs, rc *Route) {
 	}
 
 	q := &rc.Queue
-	qf := f.Queue
+	qf := valuesOf(f["queue"].Node)
 	qfield := func(name string) string { return field("queue." + name) }
 	q.AttemptTimeout = rc.UpstreamTimeout
-	queueSchema.read(c, qf, field("queue"), q)
+	queueSchema.read(c, qf, f["queue"].Node, field("queue"), q)
 	if q.BackoffMax < q.BackoffMin {
 		c.errorf(c.key(qf["backoff_max"]), qfield("backoff_max"), "%s is below backoff_min %s", FormatDuration(q.BackoffMax), FormatDuration(q.BackoffMin))
 	}
@@ -147,7 +146,7 @@ func (c *checker) delivery(in *routeInputs, rc *Route) {
 		}
 	}
 	if rc.RespondWithin > 0 && rc.RespondWithin >= q.AttemptTimeout {
-		c.warnf(c.key(f.RespondWithin), field("respond_within"), "%s is not below the attempt's timeout (%s: queue.attempt_timeout, default upstream_timeout): the backend's attempt ends first, so the budget never runs out",
+		c.warnf(c.key(f["respond_within"]), field("respond_within"), "%s is not below the attempt's timeout (%s: queue.attempt_timeout, default upstream_timeout): the backend's attempt ends first, so the budget never runs out",
 			FormatDuration(rc.RespondWithin), FormatDuration(q.AttemptTimeout))
 	}
 }
@@ -159,7 +158,7 @@ func (c *checker) respondWithinTimeout(in *routeInputs, rc *Route) {
 	if rc.RespondWithin == 0 || p == nil || p.ResponseTimeout == 0 || rc.RespondWithin < p.ResponseTimeout {
 		return
 	}
-	c.warnf(c.key(in.f.RespondWithin), join(in.at, "respond_within"), "%s is not below %s's response timeout (%s): the provider counts the delivery as failed before the gateway answers; set it a second or more below, e.g. %s",
+	c.warnf(c.key(in.f["respond_within"]), join(in.at, "respond_within"), "%s is not below %s's response timeout (%s): the provider counts the delivery as failed before the gateway answers; set it a second or more below, e.g. %s",
 		FormatDuration(rc.RespondWithin), p.Name, FormatDuration(p.ResponseTimeout), FormatDuration(max(p.ResponseTimeout-time.Second, p.ResponseTimeout/2)))
 }
 

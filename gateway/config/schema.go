@@ -35,7 +35,9 @@ type field[T any] struct {
 	def any // the default, of the type to points at; nil: what the section set before reading
 
 	enum  []string           // a string: the values allowed
-	check func(string) error // a string: refuses a value (which is kept all the same)
+	check func(string) error // a string, or each of a list: refuses a value (which is kept all the same)
+
+	missing string // when set, the field is required: the error of its absence, at the mapping
 
 	// A number (for a list of numbers, each one) is refused below min or
 	// above max with bad, a format given the value as written; an int's
@@ -80,11 +82,11 @@ func valuesOf(n *yaml.Node) values {
 // file writes it, ${VAR} expanded.
 type given map[string]string
 
-// read reads vals, the mapping at (its path in the file), into dst, in the
-// table's order: each field's default, then its value when the file gives a
-// usable one; a value that is not is reported at its line. It returns the
-// fields read.
-func (s *table[T]) read(c *checker, vals values, at string, dst *T) given {
+// read reads vals, the mapping n at at (its path in the file), into dst, in
+// the table's order: each field's default, then its value when the file
+// gives a usable one; a value that is not is reported at its line, a
+// required field that is absent at n's. It returns the fields read.
+func (s *table[T]) read(c *checker, vals values, n *yaml.Node, at string, dst *T) given {
 	got := given{}
 	selected := ""
 	for _, f := range s.fields {
@@ -96,6 +98,9 @@ func (s *table[T]) read(c *checker, vals values, at string, dst *T) given {
 			if !f.checkedAnyway {
 				continue
 			}
+		}
+		if f.missing != "" && l.Node == nil {
+			c.errorf(n, fat, "missing: %s", f.missing)
 		}
 		if f.to == nil {
 			continue
@@ -119,10 +124,16 @@ func (s *table[T]) read(c *checker, vals values, at string, dst *T) given {
 func (f *field[T]) readValue(c *checker, l leaf, at string, p any) (string, bool) {
 	if p, ok := p.(*[]string); ok {
 		list, ok := c.strList(l, at)
-		if ok {
-			*p = list
+		if !ok {
+			return "", false
 		}
-		return "", ok
+		for i, v := range list {
+			if err := f.checkValue(v); err != nil {
+				c.errorf(l.Content[i], fmt.Sprintf("%s[%d]", at, i), "%v", err)
+			}
+		}
+		*p = list
+		return "", true
 	}
 	if p, ok := p.(*[]int); ok {
 		list, ok := c.strList(l, at)
@@ -147,10 +158,8 @@ func (f *field[T]) readValue(c *checker, l leaf, at string, p any) (string, bool
 		if f.enum != nil && !c.isOneOf(l, at, v, f.enum) {
 			return "", false
 		}
-		if f.check != nil {
-			if err := f.check(v); err != nil {
-				c.errorf(l.Node, at, "%v", err)
-			}
+		if err := f.checkValue(v); err != nil {
+			c.errorf(l.Node, at, "%v", err)
 		}
 		*p = v
 	case *bool:
@@ -194,6 +203,14 @@ func (f *field[T]) readValue(c *checker, l leaf, at string, p any) (string, bool
 		panic(fmt.Sprintf("config: field %s sets a %T", f.name, p))
 	}
 	return v, true
+}
+
+// checkValue checks v, a string, with f.check if there is one.
+func (f *field[T]) checkValue(v string) error {
+	if f.check == nil {
+		return nil
+	}
+	return f.check(v)
 }
 
 // number parses v, a whole number, and reports whether it is within f's
@@ -261,30 +278,6 @@ type layout struct {
 	names  []string
 	fields map[string]*layout
 	lists  map[string]bool
-}
-
-// structLayout is the layout of a struct that a mapping of the file decodes
-// into (routeFile): its fields tagged yaml, where a leaf is a value of any
-// kind, a struct a mapping, a slice a list of mappings, and the fields in
-// subs mappings of those layouts.
-func structLayout(t reflect.Type, subs map[string]*layout) *layout {
-	lay := &layout{fields: map[string]*layout{}, lists: map[string]bool{}}
-	for f := range t.Fields() {
-		name, ok := f.Tag.Lookup("yaml")
-		if !ok {
-			continue
-		}
-		lay.names = append(lay.names, name)
-		switch {
-		case subs[name] != nil:
-			lay.fields[name] = subs[name]
-		case f.Type.Kind() == reflect.Struct && f.Type != leafType:
-			lay.fields[name] = structLayout(f.Type, nil)
-		case f.Type.Kind() == reflect.Slice:
-			lay.fields[name], lay.lists[name] = structLayout(f.Type.Elem(), nil), true
-		}
-	}
-	return lay
 }
 
 // nonEmpty returns the check of a string that may not be empty, refused

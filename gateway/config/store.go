@@ -59,10 +59,11 @@ var storeSchema = table[Store]{selector: "driver", fields: []field[Store]{
 // The drivers of store fields.
 var sqlite, redis = []string{"sqlite"}, []string{"redis"}
 
-// store checks the store: section, n, of values vals.
-func (c *checker) store(vals values, n *yaml.Node) Store {
+// store checks the store: section, n.
+func (c *checker) store(n *yaml.Node) Store {
 	var sc Store
-	storeSchema.read(c, vals, "store", &sc)
+	vals := valuesOf(n)
+	storeSchema.read(c, vals, n, "store", &sc)
 	if n == nil {
 		return sc
 	}

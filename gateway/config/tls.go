@@ -18,10 +18,11 @@ var tlsSchema = table[TLS]{fields: []field[TLS]{
 	{name: "key", to: func(t *TLS) any { return &t.Key }},
 }}
 
-// tls checks the tls: section, n, of values vals.
-func (c *checker) tls(vals values, n *yaml.Node) TLS {
+// tls checks the tls: section, n.
+func (c *checker) tls(n *yaml.Node) TLS {
 	var t TLS
-	got := tlsSchema.read(c, vals, "tls", &t)
+	vals := valuesOf(n)
+	got := tlsSchema.read(c, vals, n, "tls", &t)
 	_, hasCert := got["cert"]
 	_, hasKey := got["key"]
 	switch {
