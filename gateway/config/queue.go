@@ -186,14 +186,25 @@ func (c *checker) queueStore(cfg *Config) {
 		}
 		field := fieldOf(rc)
 		n := in.own(field)
-		switch cfg.Store.Driver {
-		case "redis":
+		switch {
+		case refusesQueue(cfg.Store.Driver):
 			c.errorf(n, join(in.at, field), "deliver: queue and respond_within are refused on the redis store: Redis replicates asynchronously, so a failover can lose an event the provider was told was accepted. Use store driver sqlite (one gateway) or postgres (several gateways share one queue)")
-		case "memory":
+		case cfg.Store.Driver == "memory":
 			c.warnf(n, join(in.at, field), "the memory store queues in memory: a restart loses every event not yet delivered; use store driver sqlite or postgres to keep them")
 		}
 	}
 }
+
+// refusesQueue reports whether the store driver refuses queued routes:
+// Redis replicates asynchronously, so a failover can lose an event the
+// provider was told was accepted. Parse and Validate refuse them by it.
+func refusesQueue(driver string) bool { return driver == "redis" }
+
+// keyOutlivesQueue reports whether a key that lives ttl outlives a queued
+// event, which may stay queued maxAge and be sent again by the provider
+// for its retry window: a re-send after the key expired would be accepted
+// and delivered again. Parse and Validate refuse a ttl that does not.
+func keyOutlivesQueue(ttl, maxAge, window time.Duration) bool { return ttl >= maxAge+window }
 
 // queueTTL makes a queued route's key outlive its event: a provider's
 // re-send after the key expired would be accepted and delivered again.
@@ -208,7 +219,7 @@ func (c *checker) queueTTL(in *routeInputs, rc *Route) {
 	case r.TTL == 0:
 		const day = 24 * time.Hour
 		r.TTL = max(r.Preset.DefaultTTL(), (need+day+day-1)/day*day)
-	case r.TTL < need:
+	case !keyOutlivesQueue(r.TTL, rc.Queue.MaxAge, window):
 		c.errorf(in.own("ttl"), join(in.at, "ttl"), "%s is shorter than queue.max_age (%s)%s: an event may stay queued longer than its key, and a re-send after the key expired would be delivered again; set ttl to at least %s or lower queue.max_age",
 			FormatDuration(r.TTL), FormatDuration(rc.Queue.MaxAge), windowText(r.Preset), FormatDuration(need))
 	}

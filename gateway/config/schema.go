@@ -79,7 +79,7 @@ func valuesOf(n *yaml.Node) values {
 }
 
 // given are the fields that read found usable: by name, the value as the
-// file writes it, ${VAR} expanded.
+// file writes it, ${VAR} expanded ("" for a list).
 type given map[string]string
 
 // read reads vals, the mapping n at at (its path in the file), into dst, in
