@@ -3,8 +3,11 @@ package config
 import (
 	"maps"
 	"math"
+	"os"
 	"reflect"
+	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -214,5 +217,45 @@ func TestSchemaMerges(t *testing.T) {
 	}
 	if s.Mode != "b" || s.N != 4 || s.Rate != 1 || s.Wait != 3*time.Second {
 		t.Errorf("read %+v; want mode b, n 4, rate 1, wait 3s", s)
+	}
+}
+
+// firstCell is the first cell of a reference row: the fields it documents.
+var firstCell = regexp.MustCompile("(?m)^\\| (`[a-z_]+`(?:, `[a-z_]+`)*) \\|")
+
+// docs/gateway.md's reference has a row for each field of the sections it
+// gives a table, and no other: the tables are the schema's.
+func TestGatewayDocListsEverySchemaField(t *testing.T) {
+	data, err := os.ReadFile("../../docs/gateway.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := func(lay *layout) []string { return lay.names }
+	for heading, fields := range map[string][]string{
+		"### Top level":  names(configLayout),
+		"### `limits`":   names(limitsSchema.layout()),
+		"### `store`":    names(storeSchema.layout()),
+		"### `admin`":    names(adminSchema.layout()),
+		"### `audit`":    names(auditSchema.layout()),
+		"### `log`":      names(logSchema.layout()),
+		"### `routes[]`": names(routeLayout),
+	} {
+		_, section, ok := strings.Cut(string(data), heading+"\n")
+		if !ok {
+			t.Errorf("docs/gateway.md has no %s", heading)
+			continue
+		}
+		section, _, _ = strings.Cut(section, "\n#")
+		var documented []string
+		for _, m := range firstCell.FindAllStringSubmatch(section, -1) { // | `a` | or | `a`, `b` |
+			for _, name := range strings.Split(m[1], ", ") {
+				documented = append(documented, strings.Trim(name, "`"))
+			}
+		}
+		slices.Sort(documented)
+		want := slices.Sorted(slices.Values(fields))
+		if !slices.Equal(documented, want) {
+			t.Errorf("docs/gateway.md's %s table has rows for\n%q\nits schema has the fields\n%q", heading, documented, want)
+		}
 	}
 }
