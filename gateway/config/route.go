@@ -69,7 +69,7 @@ const defaultUpstreamTimeout = 30 * time.Second
 var routeSchema = table[Route]{fields: []field[Route]{
 	{name: "path", to: func(r *Route) any { return &r.Path }, check: checkPath,
 		missing: "the path this route receives, e.g. /webhooks/stone"},
-	{name: "upstream", missing: "the URL deliveries are forwarded to, e.g. http://127.0.0.1:3000/webhook"},
+	{name: "upstream", to: func(r *Route) any { return &r.Upstream }, missing: "the URL deliveries are forwarded to, e.g. http://127.0.0.1:3000/webhook"},
 	{name: "source", to: func(r *Route) any { return &r.Route.Source }, check: checkSource,
 		missing: "the provider's label, e.g. source: stone (it names the keys: idem:<source>:<key>)"},
 	{name: "ttl", to: func(r *Route) any { return &r.Route.TTL }}, // 0: the preset's default, set by build
@@ -228,13 +228,6 @@ func (c *checker) route(in *routeInputs) Route {
 	rc := Route{Line: in.node.Line, Field: at}
 	routeSchema.read(c, f, in.node, at, &rc)
 	r := &rc.Route
-	if v, ok := c.str(f["upstream"], field("upstream")); ok {
-		u, err := checkUpstream(v)
-		if err != nil {
-			c.errorf(f["upstream"].Node, field("upstream"), "%v", err)
-		}
-		rc.Upstream = u
-	}
 	if vs, ok := c.strList(f["store_statuses"], field("store_statuses")); ok {
 		for i, v := range vs {
 			st, err := strconv.Atoi(v)

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"reflect"
 	"slices"
 	"strconv"
@@ -28,9 +29,9 @@ import (
 type field[T any] struct {
 	name string // as the file spells it
 	// to returns the field of the public struct that the value sets: a
-	// *string, *bool, *int, *[]int, *int64 (a byte size), *float64 or
-	// *time.Duration (which must be positive). nil: the section's own
-	// code reads the value.
+	// *string, *[]string, *bool, *int, *[]int, *int64 (a byte size),
+	// *float64, *time.Duration (which must be positive) or **url.URL (an
+	// http or https URL). nil: the section's own code reads the value.
 	to  func(*T) any
 	def any // the default, of the type to points at; nil: what the section set before reading
 
@@ -188,6 +189,12 @@ func (f *field[T]) readValue(c *checker, l leaf, at string, p any) (string, bool
 			return "", false
 		}
 		*p = r
+	case **url.URL:
+		u, err := checkUpstream(v)
+		if err != nil {
+			c.errorf(l.Node, at, "%v", err)
+		}
+		*p = u
 	case *int64:
 		size, err := parseSize(v)
 		switch {
