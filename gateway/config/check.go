@@ -179,16 +179,6 @@ func (c *checker) isOneOf(l leaf, at, v string, allowed []string) bool {
 	return true
 }
 
-// boolean returns the true/false value of l; false when absent.
-func (c *checker) boolean(l leaf, at string) bool {
-	v, ok := c.str(l, at)
-	if !ok {
-		return false
-	}
-	b, _ := c.parseBool(l, at, v)
-	return b
-}
-
 // parseBool parses v, the value of l, true or false.
 func (c *checker) parseBool(l leaf, at, v string) (b, ok bool) {
 	switch v {
@@ -200,24 +190,6 @@ func (c *checker) parseBool(l leaf, at, v string) (b, ok bool) {
 	c.errorf(l.Node, at, "invalid %s %q (want true or false)", lastName(at), v)
 	return false, false
 }
-
-// count returns the value of l, a positive whole number, or def when
-// absent.
-func (c *checker) count(l leaf, at string, def int) int {
-	v, ok := c.str(l, at)
-	if !ok {
-		return def
-	}
-	n, good := countField.number(v)
-	if !good {
-		c.errorf(l.Node, at, countField.badFormat(), v)
-		return def
-	}
-	return n
-}
-
-// countField is the row of a count: a whole number from 1 to maxCount.
-var countField = field[struct{}]{min: 1, max: maxCount}
 
 // lastName returns the last name of a field's path: "ttl" for
 // "routes[0].ttl".

@@ -138,17 +138,17 @@ func (f *field[T]) readValue(c *checker, l leaf, at string, p any) (string, bool
 	}
 	if p, ok := p.(*[]int); ok {
 		list, ok := c.strList(l, at)
+		if !ok {
+			return "", false
+		}
 		for i, v := range list {
-			if !ok {
-				break
-			}
 			if n, good := f.number(v); good {
 				*p = append(*p, n)
 			} else {
 				c.errorf(l.Content[i], fmt.Sprintf("%s[%d]", at, i), f.badFormat(), v)
 			}
 		}
-		return "", ok
+		return "", true
 	}
 	v, ok := c.str(l, at)
 	if !ok {
@@ -165,10 +165,10 @@ func (f *field[T]) readValue(c *checker, l leaf, at string, p any) (string, bool
 		*p = v
 	case *bool:
 		b, good := c.parseBool(l, at, v)
-		*p = b
 		if !good {
 			return "", false
 		}
+		*p = b
 	case *time.Duration:
 		d, good := c.parseDuration(l, at, v)
 		if !good {

@@ -40,24 +40,24 @@ const defaultSQLitePath = "idemhook.db"
 // another driver's are refused.
 var storeSchema = table[Store]{selector: "driver", fields: []field[Store]{
 	{name: "driver", to: func(s *Store) any { return &s.Driver }, def: "sqlite", enum: []string{"sqlite", "redis", "postgres", "memory"}},
-	{name: "path", to: func(s *Store) any { return &s.Path }, def: defaultSQLitePath, check: nonEmpty("empty path"), only: sqlite},
+	{name: "path", to: func(s *Store) any { return &s.Path }, def: defaultSQLitePath, check: nonEmpty("empty path"), only: onlySQLite},
 	{name: "url", only: []string{"redis", "postgres"}}, // read by store below
-	{name: "addrs", only: redis},                       // read by store below
-	{name: "master_name", to: func(s *Store) any { return &s.MasterName }, only: redis},
-	{name: "username", to: func(s *Store) any { return &s.Username }, only: redis},
-	{name: "password", to: func(s *Store) any { return &s.Password }, only: redis},
-	{name: "prefix", to: func(s *Store) any { return &s.Prefix }, only: redis, checkedAnyway: true},
-	{name: "compact_keys", to: func(s *Store) any { return &s.Compact }, only: redis, checkedAnyway: true},
+	{name: "addrs", only: onlyRedis},                   // read by store below
+	{name: "master_name", to: func(s *Store) any { return &s.MasterName }, only: onlyRedis},
+	{name: "username", to: func(s *Store) any { return &s.Username }, only: onlyRedis},
+	{name: "password", to: func(s *Store) any { return &s.Password }, only: onlyRedis},
+	{name: "prefix", to: func(s *Store) any { return &s.Prefix }, only: onlyRedis, checkedAnyway: true},
+	{name: "compact_keys", to: func(s *Store) any { return &s.Compact }, only: onlyRedis, checkedAnyway: true},
 	{name: "table", to: func(s *Store) any { return &s.Table }, def: storeconf.PostgresTable, check: storeconf.CheckTable, only: []string{"postgres"}},
 	{name: "timeout", to: func(s *Store) any { return &s.Timeout }}, // 0: the library's default
 	{name: "wait_replicas", to: func(s *Store) any { return &s.WaitReplicas }, min: 0, max: maxWaitReplicas,
-		bad: fmt.Sprintf("want a whole number from 0 (no waiting) to %d, got %%q", maxWaitReplicas), only: redis, checkedAnyway: true},
-	{name: "wait_timeout", to: func(s *Store) any { return &s.WaitTimeout }, only: redis, checkedAnyway: true},
-	{name: "wait_aof", to: func(s *Store) any { return &s.WaitAOF }, only: redis, checkedAnyway: true},
+		bad: fmt.Sprintf("want a whole number from 0 (no waiting) to %d, got %%q", maxWaitReplicas), only: onlyRedis, checkedAnyway: true},
+	{name: "wait_timeout", to: func(s *Store) any { return &s.WaitTimeout }, only: onlyRedis, checkedAnyway: true},
+	{name: "wait_aof", to: func(s *Store) any { return &s.WaitAOF }, only: onlyRedis, checkedAnyway: true},
 }}
 
 // The drivers of store fields.
-var sqlite, redis = []string{"sqlite"}, []string{"redis"}
+var onlySQLite, onlyRedis = []string{"sqlite"}, []string{"redis"}
 
 // store checks the store: section, n.
 func (c *checker) store(n *yaml.Node) Store {
