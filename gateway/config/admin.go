@@ -14,39 +14,39 @@ type Admin struct {
 
 const defaultAdminListen = "127.0.0.1:9090"
 
-// adminFile is the admin: section as decoded: each field a leaf that the
-// checker below reads.
-type adminFile struct {
-	Listen leaf `yaml:"listen"`
-	Token  leaf `yaml:"token"`
+// adminSchema is the admin: section.
+var adminSchema = table[Admin]{fields: []field[Admin]{
+	{name: "listen", to: func(a *Admin) any { return &a.Listen }, def: defaultAdminListen, check: checkAdminListen},
+	{name: "token", to: func(a *Admin) any { return &a.Token }, check: nonEmpty("empty token")},
+}}
+
+// checkAdminListen checks admin.listen: an address, or off.
+func checkAdminListen(v string) error {
+	if v == "off" {
+		return nil
+	}
+	return checkListen(v)
 }
 
 // admin checks the admin: section, n, against the main listener's address.
-func (c *checker) admin(a *adminFile, n *yaml.Node, listen string) Admin {
-	ac := Admin{Listen: defaultAdminListen}
+func (c *checker) admin(n *yaml.Node, listen string) Admin {
+	var ac Admin
+	vals := valuesOf(n)
+	got := adminSchema.read(c, vals, n, "admin", &ac)
 	if n == nil {
 		return ac
 	}
-	if v, ok := c.str(a.Listen, "admin.listen"); ok {
-		ac.Listen = v
-		switch {
-		case v == "off":
-			ac.Listen = ""
-		case checkListen(v) != nil:
-			c.errorf(a.Listen.Node, "admin.listen", "%v", checkListen(v))
-		case v == listen && !strings.HasSuffix(v, ":0"):
-			c.errorf(a.Listen.Node, "admin.listen", "same address as listen (%s): give the admin listener its own port", v)
-		}
+	_, hasTok := got["token"]
+	switch v, ok := got["listen"]; {
+	case v == "off":
+		ac.Listen = ""
+	case ok && checkListen(v) == nil && v == listen && !strings.HasSuffix(v, ":0"):
+		c.errorf(vals["listen"].Node, "admin.listen", "same address as listen (%s): give the admin listener its own port", v)
 	}
-	tok, hasTok := c.str(a.Token, "admin.token")
-	if hasTok && tok == "" {
-		c.errorf(a.Token.Node, "admin.token", "empty token")
-	}
-	ac.Token = tok
 	if ac.Listen != "" && !hasTok && !isLoopback(ac.Listen) {
 		at := n
-		if a.Listen.Node != nil {
-			at = a.Listen.Node
+		if l := vals["listen"]; l.Node != nil {
+			at = l.Node
 		}
 		c.errorf(at, "admin.token", "required when admin.listen (%s) is not a loopback address: the admin API can delete keys (use token: ${IDEMHOOK_ADMIN_TOKEN})", ac.Listen)
 	}

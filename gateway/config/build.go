@@ -37,10 +37,10 @@ func (c *checker) build(cfg *Config) {
 		}
 		if rc.Queued() {
 			c.respondWithinTimeout(&in, rc)
-			if r.Preset != nil && r.Preset.DuplicateStatus != 0 && in.f.Accept.Status.Node == nil {
+			if r.Preset != nil && r.Preset.DuplicateStatus != 0 && in.accept()["status"].Node == nil {
 				rc.Accept.Status = r.Preset.DuplicateStatus // what the provider counts as success
 			}
-			if r.Preset != nil && r.Preset.SuccessBody != "" && in.f.Accept.Body.Node == nil {
+			if r.Preset != nil && r.Preset.SuccessBody != "" && in.accept()["body"].Node == nil {
 				// The body the provider expects with a success (Adyen's
 				// "[accepted]"), as the gateway answers it on the proxy path.
 				rc.Accept.Body = []byte(r.Preset.SuccessBody)
@@ -66,7 +66,7 @@ func (c *checker) build(cfg *Config) {
 
 // presetError reports an error of provider.New at the setting it names.
 func (c *checker) presetError(in *routeInputs, err error) {
-	node, field := in.f.Provider.Node, join(in.at, "provider")
+	node, field := in.f["provider"].Node, join(in.at, "provider")
 	var oe *provider.OptionError
 	var te *provider.ToleranceError
 	var se *provider.SecretError
@@ -78,10 +78,10 @@ func (c *checker) presetError(in *routeInputs, err error) {
 		node, field = in.secretAt(se.Index, node, field)
 	case errors.As(err, &oe) && in.optionKeys[oe.Option] != nil:
 		node, field = in.optionKeys[oe.Option], join(join(in.at, "provider_options"), oe.Option)
-	case errors.As(err, &oe) && in.f.ProviderOptions.Node != nil:
-		node, field = in.f.ProviderOptions.Node, join(in.at, "provider_options")
-	case errors.As(err, &te) && in.f.Tolerance.Node != nil:
-		node, field = in.f.Tolerance.Node, join(in.at, "tolerance")
+	case errors.As(err, &oe) && in.f["provider_options"].Node != nil:
+		node, field = in.f["provider_options"].Node, join(in.at, "provider_options")
+	case errors.As(err, &te) && in.f["tolerance"].Node != nil:
+		node, field = in.f["tolerance"].Node, join(in.at, "tolerance")
 	}
 	c.errorf(node, field, "%v", err)
 }
@@ -105,7 +105,7 @@ func (c *checker) routeError(in *routeInputs, r *idemhook.Route, err error) {
 	if re.Field == "Source" {
 		return // the check refused it at the field's line, by the same rule (idemhook.ValidSource)
 	}
-	if l := in.f.ReplayHeaders; re.Field == "ReplayHeaders" && l.Node != nil && re.Index < len(l.Content) {
+	if l := in.f["replay_headers"]; re.Field == "ReplayHeaders" && l.Node != nil && re.Index < len(l.Content) {
 		c.errorf(l.Content[re.Index], fmt.Sprintf("%s[%d]", join(in.at, "replay_headers"), re.Index),
 			"%s is never stored or replayed (Set-Cookie, Authorization, hop-by-hop headers and Content-Length never are): remove it",
 			http.CanonicalHeaderKey(r.ReplayHeaders[re.Index]))
@@ -122,7 +122,7 @@ func (c *checker) routeError(in *routeInputs, r *idemhook.Route, err error) {
 // acceptHeaderSet reports whether the route's accept.headers names the
 // header name.
 func acceptHeaderSet(in *routeInputs, name string) bool {
-	n := in.f.Accept.Headers.Node
+	n := in.accept()["headers"].Node
 	if n != nil {
 		n = resolve(n)
 	}
@@ -138,16 +138,16 @@ func acceptHeaderSet(in *routeInputs, name string) bool {
 // providerSettings lists them (secret_env first, then secrets, or the
 // secret_file's lines), or node and field when it can't tell.
 func (in *routeInputs) secretAt(i int, node *yaml.Node, field string) (*yaml.Node, string) {
-	if in.f.SecretFile.Node != nil {
-		return in.f.SecretFile.Node, join(in.at, "secret_file")
+	if in.f["secret_file"].Node != nil {
+		return in.f["secret_file"].Node, join(in.at, "secret_file")
 	}
-	if in.f.SecretEnv.Node != nil {
+	if in.f["secret_env"].Node != nil {
 		if i == 0 {
-			return in.f.SecretEnv.Node, join(in.at, "secret_env")
+			return in.f["secret_env"].Node, join(in.at, "secret_env")
 		}
 		i--
 	}
-	if n := in.f.Secrets.Node; n != nil {
+	if n := in.f["secrets"].Node; n != nil {
 		n = resolve(n)
 		if n.Kind == yaml.SequenceNode && i < len(n.Content) {
 			return n.Content[i], fmt.Sprintf("%s[%d]", join(in.at, "secrets"), i)

@@ -24,28 +24,43 @@ import (
 // much memory each.
 const maxBodyWarn = 64 << 20
 
-// check is the second phase of Parse: it checks every value of f
-// and returns the configuration with the defaults applied.
-func (c *checker) check(f *configFile) *Config {
-	cfg := &Config{File: c.file, Listen: defaultListen}
-	if v, ok := c.str(f.Listen, "listen"); ok {
-		if err := checkListen(v); err != nil {
-			c.errorf(f.Listen.Node, "listen", "%v", err)
-		}
-		cfg.Listen = v
-	}
-	cfg.ShutdownTimeout = c.duration(f.ShutdownTimeout, "shutdown_timeout", defaultShutdownTimeout)
-	cfg.Store = c.store(&f.Store, section(f.root, "store"))
-	cfg.Admin = c.admin(&f.Admin, section(f.root, "admin"), cfg.Listen)
-	cfg.Audit = c.audit(&f.Audit, section(f.root, "audit"), cfg.Store)
-	cfg.Log = c.log(&f.Log)
-	cfg.Routes = c.checkRoutes(f)
+// configSchema is the table of the file's top level; each section has its
+// own, in the file of its section.
+var configSchema = table[Config]{fields: []field[Config]{
+	{name: "listen", to: func(c *Config) any { return &c.Listen }, def: defaultListen, check: checkListen},
+	{name: "store", sub: storeSchema.layout()},
+	{name: "admin", sub: adminSchema.layout()},
+	{name: "audit", sub: auditSchema.layout()},
+	{name: "log", sub: logSchema.layout()},
+	{name: "shutdown_timeout", to: func(c *Config) any { return &c.ShutdownTimeout }, def: defaultShutdownTimeout},
+	{name: "routes", list: routeLayout},
+	{name: "tls", sub: tlsSchema.layout()},
+	{name: "trusted_proxies"}, // a list of addresses: trustedProxies
+	{name: "limits", sub: limitsSchema.layout()},
+}}
+
+// configLayout is the structure of the file.
+var configLayout = configSchema.layout()
+
+// check is the second phase of Parse: it checks every value of root, the
+// file's mapping, and returns the configuration with the defaults applied.
+func (c *checker) check(root *yaml.Node) *Config {
+	cfg := &Config{File: c.file}
+	vals := valuesOf(root)
+	configSchema.read(c, vals, root, "", cfg)
+	// A section merged into the top level (<<: *defaults) is not read for
+	// store, admin, audit and tls: only the file's own.
+	cfg.Store = c.store(section(root, "store"))
+	cfg.Admin = c.admin(section(root, "admin"), cfg.Listen)
+	cfg.Audit = c.audit(section(root, "audit"), cfg.Store)
+	cfg.Log = c.log(vals["log"].Node)
+	cfg.Routes = c.checkRoutes(root)
 	c.queueStore(cfg)
-	if n := section(f.root, "tls"); n != nil {
-		cfg.TLS = c.tls(&f.TLS, n)
+	if n := section(root, "tls"); n != nil {
+		cfg.TLS = c.tls(n)
 	}
-	cfg.TrustedProxies = c.trustedProxies(f.TrustedProxies)
-	cfg.Limits = c.limits(&f.Limits, cfg.Routes)
+	cfg.TrustedProxies = c.trustedProxies(vals["trusted_proxies"])
+	cfg.Limits = c.limits(vals["limits"].Node, cfg.Routes)
 	return cfg
 }
 
@@ -125,61 +140,55 @@ func (c *checker) duration(l leaf, at string, def time.Duration) time.Duration {
 	if !ok {
 		return def
 	}
+	if d, ok := c.parseDuration(l, at, v); ok {
+		return d
+	}
+	return def
+}
+
+// parseDuration parses v, the value of l, a positive duration.
+func (c *checker) parseDuration(l leaf, at, v string) (time.Duration, bool) {
 	d, err := parseDuration(v)
 	if err != nil {
 		c.errorf(l.Node, at, "%v", err)
-		return def
+		return 0, false
 	}
 	if d <= 0 {
 		c.errorf(l.Node, at, "must be positive, got %q", v)
-		return def
+		return 0, false
 	}
-	return d
+	return d, true
 }
 
 // oneOf returns the value of l, which must be one of allowed, or def when
 // absent.
 func (c *checker) oneOf(l leaf, at, def string, allowed ...string) string {
 	v, ok := c.str(l, at)
-	if !ok {
-		return def
-	}
-	if !slices.Contains(allowed, v) {
-		c.errorf(l.Node, at, "invalid %s %q%s (want %s)", lastName(at), v, didYouMean(v, allowed), orList(allowed))
+	if !ok || !c.isOneOf(l, at, v, allowed) {
 		return def
 	}
 	return v
 }
 
-// boolean returns the true/false value of l; false when absent.
-func (c *checker) boolean(l leaf, at string) bool {
-	v, ok := c.str(l, at)
-	if !ok {
+// isOneOf reports whether v, the value of l, is one of allowed.
+func (c *checker) isOneOf(l leaf, at, v string, allowed []string) bool {
+	if !slices.Contains(allowed, v) {
+		c.errorf(l.Node, at, "invalid %s %q%s (want %s)", lastName(at), v, didYouMean(v, allowed), orList(allowed))
 		return false
 	}
-	switch v {
-	case "true":
-		return true
-	case "false":
-		return false
-	}
-	c.errorf(l.Node, at, "invalid %s %q (want true or false)", lastName(at), v)
-	return false
+	return true
 }
 
-// count returns the value of l, a positive whole number, or def when
-// absent.
-func (c *checker) count(l leaf, at string, def int) int {
-	v, ok := c.str(l, at)
-	if !ok {
-		return def
+// parseBool parses v, the value of l, true or false.
+func (c *checker) parseBool(l leaf, at, v string) (b, ok bool) {
+	switch v {
+	case "true":
+		return true, true
+	case "false":
+		return false, true
 	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 || n > 100_000_000 {
-		c.errorf(l.Node, at, "want a whole number from 1 to 100000000, got %q", v)
-		return def
-	}
-	return n
+	c.errorf(l.Node, at, "invalid %s %q (want true or false)", lastName(at), v)
+	return false, false
 }
 
 // lastName returns the last name of a field's path: "ttl" for

@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -129,7 +128,7 @@ func WithURLChecker(u URLChecker) Option {
 }
 
 // Parse reads data, the text of the file name, in three phases. It
-// decodes the YAML into configFile, checking only its structure. It checks
+// decodes the YAML, checking only its structure against the schema. It checks
 // every value, with the defaults applied, into a Config. Then it
 // builds the providers' presets and runs the library's own checks of each
 // route. Every phase reports all it finds, so the error holds every problem
@@ -140,8 +139,8 @@ func Parse(name string, data []byte, getenv func(string) string, opts ...Option)
 		o(c)
 	}
 	var cfg *Config
-	if f := c.decode(data); f != nil {
-		cfg = c.check(f)
+	if root := c.decode(data); root != nil {
+		cfg = c.check(root)
 		c.build(cfg)
 	}
 	if len(c.errs) > 0 {
@@ -188,28 +187,6 @@ func (c *checker) warnf(n *yaml.Node, field, format string, args ...any) {
 	c.warns = append(c.warns, Error{File: c.file, Line: n.Line, Field: field, Msg: fmt.Sprintf(format, args...), column: n.Column})
 }
 
-// configFile is the file as decoded. Its structure is checked (known
-// fields, each given once, mappings and lists where they belong) but none
-// of its values: each value is a leaf, checked by the next phase. The
-// fields are listed in the order of the docs, which is the order an unknown
-// field's error lists them in. Each section's own struct (storeFile,
-// routeFile...) is in the file of its section, beside its public struct,
-// its defaults and its checker.
-type configFile struct {
-	Listen          leaf        `yaml:"listen"`
-	Store           storeFile   `yaml:"store"`
-	Admin           adminFile   `yaml:"admin"`
-	Audit           auditFile   `yaml:"audit"`
-	Log             logFile     `yaml:"log"`
-	ShutdownTimeout leaf        `yaml:"shutdown_timeout"`
-	Routes          []routeFile `yaml:"routes"`
-	TLS             tlsFile     `yaml:"tls"`
-	TrustedProxies  leaf        `yaml:"trusted_proxies"`
-	Limits          limitsFile  `yaml:"limits"`
-
-	root *yaml.Node // the document's mapping, as decoded
-}
-
 // A leaf is one value of the file: its YAML node, kept for the checks that
 // read it and for the line their errors name. It is nil when the field is
 // absent or null.
@@ -221,11 +198,10 @@ func (l *leaf) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-var leafType = reflect.TypeFor[leaf]()
-
-// decode parses data into a configFile. It returns nil, with the problem
-// recorded, when the file is not YAML, is empty or holds a second document.
-func (c *checker) decode(data []byte) *configFile {
+// decode parses data and checks its structure against the schema. It
+// returns the document's mapping, shaped, or nil, with the problem recorded,
+// when the file is not YAML, is empty or holds a second document.
+func (c *checker) decode(data []byte) *yaml.Node {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		c.errs = append(c.errs, yamlErrorAt(c.file, data, err))
@@ -254,30 +230,25 @@ func (c *checker) decode(data []byte) *configFile {
 		c.errorf(top, "", "expected a mapping (name: value lines), got %s", describe(top))
 		return nil
 	}
-	root := c.shape(top, reflect.TypeFor[configFile](), "")
+	root := c.shape(top, configLayout, false, "")
 	if c.shaped > maxShaped {
 		return nil
 	}
-	f := &configFile{root: root}
-	if err := root.Decode(f); err != nil {
-		// shape leaves nothing that fails to decode; report it all the same.
-		c.errs = append(c.errs, yamlError(c.file, err))
-		return nil
-	}
-	return f
+	return root
 }
 
 // maxShaped bounds the nodes of a file, aliases expanded. A gateway with
 // a thousand routes has about fifty thousand.
 const maxShaped = 200_000
 
-// shape checks the structure of n against t, the type it decodes into. A
-// struct is a mapping of its fields, each given once, merged mappings
-// included (<<: *anchor). A slice is a list. A leaf is anything. shape
-// reports every part that does not fit and returns a copy of n without
-// them, aliases resolved, so that decoding the copy cannot fail. Each
-// value of the copy is a node of its own, whose key is recorded in c.keys.
-func (c *checker) shape(n *yaml.Node, t reflect.Type, at string) *yaml.Node {
+// shape checks the structure of n against lay, a mapping's layout (a list
+// of such mappings when list; any value when lay is nil). A mapping has
+// known fields, each given once, merged mappings included (<<: *anchor).
+// shape reports every part that does not fit and returns a copy of n
+// without them, aliases resolved, so that decoding the copy cannot fail.
+// Each value of the copy is a node of its own, whose key is recorded in
+// c.keys.
+func (c *checker) shape(n *yaml.Node, lay *layout, list bool, at string) *yaml.Node {
 	n = resolve(n)
 	if c.shaped++; c.shaped > maxShaped {
 		// Aliases that merge each other can stand for a tree exponentially
@@ -289,9 +260,9 @@ func (c *checker) shape(n *yaml.Node, t reflect.Type, at string) *yaml.Node {
 	}
 	cp := *n
 	switch {
-	case t == leafType || isNull(n):
+	case lay == nil || isNull(n):
 		return &cp
-	case t.Kind() == reflect.Slice:
+	case list:
 		if n.Kind != yaml.SequenceNode {
 			c.errorf(n, at, "expected a list of routes (- path: ...), got %s", describe(n))
 			return c.null(n)
@@ -308,7 +279,7 @@ func (c *checker) shape(n *yaml.Node, t reflect.Type, at string) *yaml.Node {
 				cp.Content[i] = empty
 				continue
 			}
-			cp.Content[i] = c.shape(e, t.Elem(), ep)
+			cp.Content[i] = c.shape(e, lay, false, ep)
 		}
 		return &cp
 	}
@@ -316,25 +287,23 @@ func (c *checker) shape(n *yaml.Node, t reflect.Type, at string) *yaml.Node {
 		c.errorf(n, at, "expected a mapping (name: value lines), got %s", describe(n))
 		return c.null(n)
 	}
-	fields := fieldTypes(t)
 	cp.Content = nil
 	first := map[string]*yaml.Node{} // name -> its key
 	var merges []*yaml.Node
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := resolve(n.Content[i]), n.Content[i+1]
-		switch ft, known := fields[k.Value]; {
+		switch known := slices.Contains(lay.names, k.Value); {
 		case k.Kind == yaml.ScalarNode && k.Tag == "!!merge":
-			merges = append(merges, c.merged(v, t, at)...)
+			merges = append(merges, c.merged(v, lay, at)...)
 		case k.Kind != yaml.ScalarNode:
 			c.errorf(k, at, "expected a field name, got %s", describe(k))
 		case !known:
-			names := fieldNames(t)
-			c.errorf(k, join(at, k.Value), "unknown field %q%s (known: %s)", k.Value, didYouMean(k.Value, names), strings.Join(names, ", "))
+			c.errorf(k, join(at, k.Value), "unknown field %q%s (known: %s)", k.Value, didYouMean(k.Value, lay.names), strings.Join(lay.names, ", "))
 		case first[k.Value] != nil:
 			c.errorf(k, join(at, k.Value), "field given twice (first at line %d)", first[k.Value].Line)
 		default:
 			first[k.Value] = k
-			val := c.shape(v, ft, join(at, k.Value))
+			val := c.shape(v, lay.fields[k.Value], lay.lists[k.Value], join(at, k.Value))
 			c.keys[val] = k
 			cp.Content = append(cp.Content, k, val)
 		}
@@ -351,8 +320,8 @@ func (c *checker) shape(n *yaml.Node, t reflect.Type, at string) *yaml.Node {
 
 // merged checks the value of a merge key (<<: *anchor or <<: [*a, *b]) and
 // returns the mappings it merges, each shaped like the mapping it is
-// merged into.
-func (c *checker) merged(v *yaml.Node, t reflect.Type, at string) []*yaml.Node {
+// merged into, of layout lay.
+func (c *checker) merged(v *yaml.Node, lay *layout, at string) []*yaml.Node {
 	v = resolve(v)
 	srcs := []*yaml.Node{v}
 	if v.Kind == yaml.SequenceNode {
@@ -364,33 +333,11 @@ func (c *checker) merged(v *yaml.Node, t reflect.Type, at string) []*yaml.Node {
 			c.errorf(src, join(at, "<<"), "can only merge a mapping (<<: *anchor or <<: [*a, *b]), got %s", describe(src))
 			continue
 		}
-		if m := c.shape(src, t, at); !c.wrong[m] {
+		if m := c.shape(src, lay, false, at); !c.wrong[m] {
 			out = append(out, m)
 		}
 	}
 	return out
-}
-
-// fieldTypes returns the YAML fields of the struct type t, by name.
-func fieldTypes(t reflect.Type) map[string]reflect.Type {
-	m := map[string]reflect.Type{}
-	for f := range t.Fields() {
-		if name, ok := f.Tag.Lookup("yaml"); ok {
-			m[name] = f.Type
-		}
-	}
-	return m
-}
-
-// fieldNames returns the YAML fields of the struct type t, in order.
-func fieldNames(t reflect.Type) []string {
-	var names []string
-	for f := range t.Fields() {
-		if name, ok := f.Tag.Lookup("yaml"); ok {
-			names = append(names, name)
-		}
-	}
-	return names
 }
 
 // didYouMean returns ": did you mean "x"?" for the name of known nearest

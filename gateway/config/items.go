@@ -36,7 +36,7 @@ type itemsInput struct {
 
 // items checks the route's items:.
 func (c *checker) items(in *routeInputs) {
-	l := in.f.Items
+	l := in.f["items"]
 	at := join(in.at, "items")
 	if l.Node == nil {
 		return

@@ -1,5 +1,7 @@
 package config
 
+import "go.yaml.in/yaml/v3"
+
 // Limits is the limits: section: bounds on what the gateway holds at once,
 // so that a flood of deliveries is answered 503 instead of taking the
 // process past its memory or its open files. A zero field means the default
@@ -22,40 +24,31 @@ type Limits struct {
 	MaxDeliveries int
 }
 
-// limitsFile is the limits: section as decoded: each field a leaf that the
-// checker below reads.
-type limitsFile struct {
-	BodyMemory     leaf `yaml:"body_memory"`
-	MaxConnections leaf `yaml:"max_connections"`
-	MaxDeliveries  leaf `yaml:"max_deliveries"`
-}
+// limitsSchema is the limits: section.
+var limitsSchema = table[Limits]{fields: []field[Limits]{
+	{name: "body_memory", to: func(l *Limits) any { return &l.BodyMemory },
+		min: 1 << 20, bad: "%s is under 1MiB: a few ordinary deliveries would be refused with 503"},
+	{name: "max_connections", to: func(l *Limits) any { return &l.MaxConnections }, min: 1, max: maxCount},
+	{name: "max_deliveries", to: func(l *Limits) any { return &l.MaxDeliveries }, min: 1, max: maxCount},
+}}
 
-// limits checks the limits: section. A route whose max_body is not under an
-// explicit body_memory is refused at its max_body: its bodies could never
-// be held.
-func (c *checker) limits(l *limitsFile, routes []Route) Limits {
+// limits checks the limits: section, n. A route whose
+// max_body is not under an explicit body_memory is refused at its max_body:
+// its bodies could never be held.
+func (c *checker) limits(n *yaml.Node, routes []Route) Limits {
 	var lim Limits
-	if v, ok := c.str(l.BodyMemory, "limits.body_memory"); ok {
-		size, err := parseSize(v)
-		switch {
-		case err != nil:
-			c.errorf(l.BodyMemory.Node, "limits.body_memory", "%v", err)
-		case size < 1<<20:
-			c.errorf(l.BodyMemory.Node, "limits.body_memory", "%s is under 1MiB: a few ordinary deliveries would be refused with 503", v)
-		default:
-			lim.BodyMemory = size
-			for _, rc := range routes {
-				if rc.Route.MaxBodyBytes >= size {
-					c.errorf(l.BodyMemory.Node, "limits.body_memory", "%s is not above %s.max_body (%d bytes): a body of that size could never be held, and its deliveries would be refused with 503 for good",
-						v, rc.Field, rc.Route.MaxBodyBytes)
-				}
+	vals := valuesOf(n)
+	got := limitsSchema.read(c, vals, n, "limits", &lim)
+	if v, ok := got["body_memory"]; ok {
+		for _, rc := range routes {
+			if rc.Route.MaxBodyBytes >= lim.BodyMemory {
+				c.errorf(vals["body_memory"].Node, "limits.body_memory", "%s is not above %s.max_body (%d bytes): a body of that size could never be held, and its deliveries would be refused with 503 for good",
+					v, rc.Field, rc.Route.MaxBodyBytes)
 			}
 		}
 	}
-	lim.MaxConnections = c.count(l.MaxConnections, "limits.max_connections", 0)
-	lim.MaxDeliveries = c.count(l.MaxDeliveries, "limits.max_deliveries", 0)
 	if lim.MaxConnections > 0 && lim.MaxDeliveries > lim.MaxConnections {
-		c.warnf(c.key(l.MaxDeliveries), "limits.max_deliveries", "%d is above max_connections %d: one connection carries one delivery at a time over HTTP/1.1, so the bound is max_connections", lim.MaxDeliveries, lim.MaxConnections)
+		c.warnf(c.key(vals["max_deliveries"]), "limits.max_deliveries", "%d is above max_connections %d: one connection carries one delivery at a time over HTTP/1.1, so the bound is max_connections", lim.MaxDeliveries, lim.MaxConnections)
 	}
 	return lim
 }

@@ -3,6 +3,8 @@ package config
 import (
 	"io"
 	"log/slog"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // Log is the log: section.
@@ -22,17 +24,14 @@ func (lc Log) NewLogger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-// logFile is the log: section as decoded: each field a leaf that the
-// checker below reads.
-type logFile struct {
-	Format leaf `yaml:"format"`
-	Level  leaf `yaml:"level"`
-}
+// logSchema is the log: section.
+var logSchema = table[Log]{fields: []field[Log]{
+	{name: "format", to: func(l *Log) any { return &l.Format }, def: "text", enum: []string{"text", "json"}},
+	{name: "level", to: func(l *Log) any { return &l.Level }, def: "info", enum: []string{"debug", "info", "warn", "error"}},
+}}
 
-// log checks the log: section.
-func (c *checker) log(l *logFile) Log {
-	return Log{
-		Format: c.oneOf(l.Format, "log.format", "text", "text", "json"),
-		Level:  c.oneOf(l.Level, "log.level", "info", "debug", "info", "warn", "error"),
-	}
+// log checks the log: section, n.
+func (c *checker) log(n *yaml.Node) (l Log) {
+	logSchema.read(c, valuesOf(n), n, "log", &l)
+	return l
 }

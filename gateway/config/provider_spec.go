@@ -30,7 +30,7 @@ type specNodes map[string]*yaml.Node
 // reports whether it is one, and returns the spec: its fields that could
 // not be read are reported and left empty.
 func (c *checker) providerSpec(in *routeInputs) (spec *provider.Spec, isSpec bool) {
-	n := in.f.Provider.Node
+	n := in.f["provider"].Node
 	if n == nil {
 		return nil, false
 	}
@@ -329,7 +329,7 @@ func (c *checker) specError(in *routeInputs, err error) bool {
 // specOptions reports (and refuses) provider_options beside a provider
 // spec: its settings are in its own mapping.
 func (c *checker) specOptions(in *routeInputs) bool {
-	if l := in.f.ProviderOptions; l.Node != nil {
+	if l := in.f["provider_options"]; l.Node != nil {
 		c.errorf(c.key(l), join(in.at, "provider_options"), "is for a preset named by provider:; a provider spec takes its settings in its own mapping (a handshake's verify_token, ...): remove provider_options")
 		return true
 	}

@@ -2,9 +2,9 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -51,37 +51,38 @@ const (
 // DefaultAcceptBody is the body of the default accept answer.
 const DefaultAcceptBody = `{"status":"accepted"}` + "\n"
 
-// acceptFile is the accept: section as decoded: each field a leaf that the
-// checker below reads.
-type acceptFile struct {
-	Status  leaf `yaml:"status"`
-	Body    leaf `yaml:"body"`
-	Headers leaf `yaml:"headers"`
-}
+// acceptSchema is the accept: section of a route.
+var acceptSchema = table[Accept]{fields: []field[Accept]{
+	{name: "status", to: func(a *Accept) any { return &a.Status }, def: defaultAcceptStatus, min: 200, max: 299,
+		bad: "invalid status %q: the accept answer must be a 2xx, or the provider sends the event again"},
+	{name: "body"},    // read by delivery, with its Content-Type
+	{name: "headers"}, // read by delivery: header names to values
+}}
 
-// queueFile is the queue: section as decoded: each field a leaf that the
-// checker below reads.
-type queueFile struct {
-	Concurrency    leaf `yaml:"concurrency"`
-	Rate           leaf `yaml:"rate"`
-	AttemptTimeout leaf `yaml:"attempt_timeout"`
-	MaxAttempts    leaf `yaml:"max_attempts"`
-	MaxAge         leaf `yaml:"max_age"`
-	BackoffMin     leaf `yaml:"backoff_min"`
-	BackoffMax     leaf `yaml:"backoff_max"`
-	RetryStatuses  leaf `yaml:"retry_statuses"`
-	OrderBy        leaf `yaml:"order_by"`
-	MaxQueued      leaf `yaml:"max_queued"`
-}
+// queueSchema is the queue: section of a route. attempt_timeout's default
+// is the route's upstream_timeout.
+var queueSchema = table[Queue]{fields: []field[Queue]{
+	{name: "concurrency", to: func(q *Queue) any { return &q.Concurrency }, def: DefaultQueueConcurrency, min: 1, max: maxCount},
+	{name: "rate", to: func(q *Queue) any { return &q.Rate }, min: math.SmallestNonzeroFloat64, max: 1e6, // 0: no bound
+		bad: "invalid rate %q: attempts per second, a positive number such as 50 or 0.5"},
+	{name: "attempt_timeout", to: func(q *Queue) any { return &q.AttemptTimeout }},
+	{name: "max_attempts", to: func(q *Queue) any { return &q.MaxAttempts }, min: 1, max: maxCount}, // 0: bounded by max_age only
+	{name: "max_age", to: func(q *Queue) any { return &q.MaxAge }, def: DefaultQueueMaxAge},
+	{name: "backoff_min", to: func(q *Queue) any { return &q.BackoffMin }, def: DefaultQueueBackoffMin},
+	{name: "backoff_max", to: func(q *Queue) any { return &q.BackoffMax }, def: DefaultQueueBackoffMax},
+	{name: "retry_statuses", to: func(q *Queue) any { return &q.RetryStatuses }, min: 400, max: 499,
+		bad: "invalid status %q: want a 4xx to retry (5xx, 408 and 429 always are)"},
+	{name: "order_by"}, // read by delivery: refused with respond_within
+	{name: "max_queued", to: func(q *Queue) any { return &q.MaxQueued }, def: DefaultQueueMaxQueued, min: 1, max: maxCount},
+}}
 
-// delivery checks deliver, accept and queue.
+// delivery checks what deliver and respond_within ask of the route, and
+// accept and queue.
 func (c *checker) delivery(in *routeInputs, rc *Route) {
 	f, at := in.f, in.at
 	field := func(name string) string { return join(at, name) }
-	rc.Deliver = c.oneOf(f.Deliver, field("deliver"), DeliverProxy, DeliverProxy, DeliverQueue)
-	rc.RespondWithin = c.duration(f.RespondWithin, field("respond_within"), 0)
 	if rc.RespondWithin > 0 && rc.Deliver == DeliverQueue {
-		c.warnf(c.key(f.RespondWithin), field("respond_within"), "does nothing with deliver: queue, which answers at once (respond_within is for deliver: proxy)")
+		c.warnf(c.key(f["respond_within"]), field("respond_within"), "does nothing with deliver: queue, which answers at once (respond_within is for deliver: proxy)")
 		rc.RespondWithin = 0
 	}
 	if !rc.Queued() {
@@ -93,25 +94,18 @@ func (c *checker) delivery(in *routeInputs, rc *Route) {
 		return
 	}
 	a := &rc.Accept
-	a.Status = defaultAcceptStatus
-	if v, ok := c.str(f.Accept.Status, field("accept.status")); ok {
-		st, err := strconv.Atoi(v)
-		if err != nil || st < 200 || st > 299 {
-			c.errorf(f.Accept.Status.Node, field("accept.status"), "invalid status %q: the accept answer must be a 2xx, or the provider sends the event again", v)
-		} else {
-			a.Status = st
-		}
-	}
+	acc := in.accept()
+	acceptSchema.read(c, acc, f["accept"].Node, field("accept"), a)
 	a.Body = []byte(DefaultAcceptBody)
 	a.Header = http.Header{"Content-Type": {"application/json"}}
-	if v, ok := c.str(f.Accept.Body, field("accept.body")); ok {
+	if v, ok := c.str(acc["body"], field("accept.body")); ok {
 		a.Body = []byte(v)
 		a.Header = http.Header{"Content-Type": {"text/plain; charset=utf-8"}}
 		if strings.HasPrefix(strings.TrimSpace(v), "{") || strings.HasPrefix(strings.TrimSpace(v), "[") {
 			a.Header.Set("Content-Type", "application/json")
 		}
 	}
-	if n := f.Accept.Headers.Node; n != nil {
+	if n := acc["headers"].Node; n != nil {
 		if n.Kind != yaml.MappingNode {
 			c.errorf(n, field("accept.headers"), "expected a mapping of header names to values, got %s", describe(n))
 		}
@@ -135,50 +129,24 @@ func (c *checker) delivery(in *routeInputs, rc *Route) {
 	}
 
 	q := &rc.Queue
-	qf := &f.Queue
+	qf := valuesOf(f["queue"].Node)
 	qfield := func(name string) string { return field("queue." + name) }
-	q.Concurrency = c.count(qf.Concurrency, qfield("concurrency"), DefaultQueueConcurrency)
-	if v, ok := c.str(qf.Rate, qfield("rate")); ok {
-		r, err := strconv.ParseFloat(v, 64)
-		if err != nil || r <= 0 || r > 1e6 {
-			c.errorf(qf.Rate.Node, qfield("rate"), "invalid rate %q: attempts per second, a positive number such as 50 or 0.5", v)
-		} else {
-			q.Rate = r
-		}
-	}
-	q.AttemptTimeout = c.duration(qf.AttemptTimeout, qfield("attempt_timeout"), rc.UpstreamTimeout)
-	if qf.MaxAttempts.Node != nil {
-		q.MaxAttempts = c.count(qf.MaxAttempts, qfield("max_attempts"), 0)
-	}
-	q.MaxAge = c.duration(qf.MaxAge, qfield("max_age"), DefaultQueueMaxAge)
-	q.BackoffMin = c.duration(qf.BackoffMin, qfield("backoff_min"), DefaultQueueBackoffMin)
-	q.BackoffMax = c.duration(qf.BackoffMax, qfield("backoff_max"), DefaultQueueBackoffMax)
+	q.AttemptTimeout = rc.UpstreamTimeout
+	queueSchema.read(c, qf, f["queue"].Node, field("queue"), q)
 	if q.BackoffMax < q.BackoffMin {
-		c.errorf(c.key(qf.BackoffMax), qfield("backoff_max"), "%s is below backoff_min %s", FormatDuration(q.BackoffMax), FormatDuration(q.BackoffMin))
+		c.errorf(c.key(qf["backoff_max"]), qfield("backoff_max"), "%s is below backoff_min %s", FormatDuration(q.BackoffMax), FormatDuration(q.BackoffMin))
 	}
-	if vs, ok := c.strList(qf.RetryStatuses, qfield("retry_statuses")); ok {
-		for i, v := range vs {
-			st, err := strconv.Atoi(v)
-			if err != nil || st < 400 || st > 499 {
-				c.errorf(qf.RetryStatuses.Content[i], fmt.Sprintf("%s[%d]", qfield("retry_statuses"), i),
-					"invalid status %q: want a 4xx to retry (5xx, 408 and 429 always are)", v)
-				continue
-			}
-			q.RetryStatuses = append(q.RetryStatuses, st)
-		}
-	}
-	if v, ok := c.str(qf.OrderBy, qfield("order_by")); ok {
+	if v, ok := c.str(qf["order_by"], qfield("order_by")); ok {
 		if rc.RespondWithin > 0 {
-			c.errorf(qf.OrderBy.Node, qfield("order_by"), "can't be kept with respond_within: the proxy sends each delivery at once, out of any group's order; use deliver: queue to deliver in order")
+			c.errorf(qf["order_by"].Node, qfield("order_by"), "can't be kept with respond_within: the proxy sends each delivery at once, out of any group's order; use deliver: queue to deliver in order")
 		} else if err := checkOrderBy(v); err != nil {
-			c.errorf(qf.OrderBy.Node, qfield("order_by"), "%v", err)
+			c.errorf(qf["order_by"].Node, qfield("order_by"), "%v", err)
 		} else {
 			q.OrderBy = v
 		}
 	}
-	q.MaxQueued = c.count(qf.MaxQueued, qfield("max_queued"), DefaultQueueMaxQueued)
 	if rc.RespondWithin > 0 && rc.RespondWithin >= q.AttemptTimeout {
-		c.warnf(c.key(f.RespondWithin), field("respond_within"), "%s is not below the attempt's timeout (%s: queue.attempt_timeout, default upstream_timeout): the backend's attempt ends first, so the budget never runs out",
+		c.warnf(c.key(f["respond_within"]), field("respond_within"), "%s is not below the attempt's timeout (%s: queue.attempt_timeout, default upstream_timeout): the backend's attempt ends first, so the budget never runs out",
 			FormatDuration(rc.RespondWithin), FormatDuration(q.AttemptTimeout))
 	}
 }
@@ -190,7 +158,7 @@ func (c *checker) respondWithinTimeout(in *routeInputs, rc *Route) {
 	if rc.RespondWithin == 0 || p == nil || p.ResponseTimeout == 0 || rc.RespondWithin < p.ResponseTimeout {
 		return
 	}
-	c.warnf(c.key(in.f.RespondWithin), join(in.at, "respond_within"), "%s is not below %s's response timeout (%s): the provider counts the delivery as failed before the gateway answers; set it a second or more below, e.g. %s",
+	c.warnf(c.key(in.f["respond_within"]), join(in.at, "respond_within"), "%s is not below %s's response timeout (%s): the provider counts the delivery as failed before the gateway answers; set it a second or more below, e.g. %s",
 		FormatDuration(rc.RespondWithin), p.Name, FormatDuration(p.ResponseTimeout), FormatDuration(max(p.ResponseTimeout-time.Second, p.ResponseTimeout/2)))
 }
 
@@ -218,14 +186,25 @@ func (c *checker) queueStore(cfg *Config) {
 		}
 		field := fieldOf(rc)
 		n := in.own(field)
-		switch cfg.Store.Driver {
-		case "redis":
+		switch {
+		case refusesQueue(cfg.Store.Driver):
 			c.errorf(n, join(in.at, field), "deliver: queue and respond_within are refused on the redis store: Redis replicates asynchronously, so a failover can lose an event the provider was told was accepted. Use store driver sqlite (one gateway) or postgres (several gateways share one queue)")
-		case "memory":
+		case cfg.Store.Driver == "memory":
 			c.warnf(n, join(in.at, field), "the memory store queues in memory: a restart loses every event not yet delivered; use store driver sqlite or postgres to keep them")
 		}
 	}
 }
+
+// refusesQueue reports whether the store driver refuses queued routes:
+// Redis replicates asynchronously, so a failover can lose an event the
+// provider was told was accepted. Parse and Validate refuse them by it.
+func refusesQueue(driver string) bool { return driver == "redis" }
+
+// keyOutlivesQueue reports whether a key that lives ttl outlives a queued
+// event, which may stay queued maxAge and be sent again by the provider
+// for its retry window: a re-send after the key expired would be accepted
+// and delivered again. Parse and Validate refuse a ttl that does not.
+func keyOutlivesQueue(ttl, maxAge, window time.Duration) bool { return ttl >= maxAge+window }
 
 // queueTTL makes a queued route's key outlive its event: a provider's
 // re-send after the key expired would be accepted and delivered again.
@@ -240,7 +219,7 @@ func (c *checker) queueTTL(in *routeInputs, rc *Route) {
 	case r.TTL == 0:
 		const day = 24 * time.Hour
 		r.TTL = max(r.Preset.DefaultTTL(), (need+day+day-1)/day*day)
-	case r.TTL < need:
+	case !keyOutlivesQueue(r.TTL, rc.Queue.MaxAge, window):
 		c.errorf(in.own("ttl"), join(in.at, "ttl"), "%s is shorter than queue.max_age (%s)%s: an event may stay queued longer than its key, and a re-send after the key expired would be delivered again; set ttl to at least %s or lower queue.max_age",
 			FormatDuration(r.TTL), FormatDuration(rc.Queue.MaxAge), windowText(r.Preset), FormatDuration(need))
 	}

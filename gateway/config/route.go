@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"net/url"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -64,48 +63,54 @@ func RouteFields() []string { return slices.Clone(routeFields) }
 
 const defaultUpstreamTimeout = 30 * time.Second
 
-// routeFile is one entry of routes: as decoded: each field a leaf that the
-// checker below reads, but accept: and queue:, mappings of their own.
-type routeFile struct {
-	Path            leaf       `yaml:"path"`
-	Upstream        leaf       `yaml:"upstream"`
-	Source          leaf       `yaml:"source"`
-	TTL             leaf       `yaml:"ttl"`
-	Header          leaf       `yaml:"header"`
-	InFlight        leaf       `yaml:"in_flight"`
-	WaitTimeout     leaf       `yaml:"wait_timeout"`
-	OnStoreError    leaf       `yaml:"on_store_error"`
-	Provider        leaf       `yaml:"provider"`
-	SecretEnv       leaf       `yaml:"secret_env"`
-	Secrets         leaf       `yaml:"secrets"`
-	SecretFile      leaf       `yaml:"secret_file"`
-	Tenants         leaf       `yaml:"tenants"`
-	ProviderOptions leaf       `yaml:"provider_options"`
-	Tolerance       leaf       `yaml:"tolerance"`
-	MaxBody         leaf       `yaml:"max_body"`
-	UpstreamTimeout leaf       `yaml:"upstream_timeout"`
-	ReplayHeaders   leaf       `yaml:"replay_headers"`
-	StoreStatuses   leaf       `yaml:"store_statuses"`
-	RequireKey      leaf       `yaml:"require_key"`
-	ShareKeys       leaf       `yaml:"share_keys"`
-	Lease           leaf       `yaml:"lease"`
-	MaxStoredBody   leaf       `yaml:"max_stored_body"`
-	RetryAfter      leaf       `yaml:"retry_after"`
-	Deliver         leaf       `yaml:"deliver"`
-	RespondWithin   leaf       `yaml:"respond_within"`
-	ForwardSecret   leaf       `yaml:"forward_secret"`
-	Items           leaf       `yaml:"items"`
-	Accept          acceptFile `yaml:"accept"`
-	Queue           queueFile  `yaml:"queue"`
-}
+// routeSchema is an entry of routes:. The fields it does not set are read
+// by route and the functions it calls, the accept: and queue: sections by
+// delivery (queue.go).
+var routeSchema = table[Route]{fields: []field[Route]{
+	{name: "path", to: func(r *Route) any { return &r.Path }, check: checkPath,
+		missing: "the path this route receives, e.g. /webhooks/stone"},
+	{name: "upstream", to: func(r *Route) any { return &r.Upstream }, missing: "the URL deliveries are forwarded to, e.g. http://127.0.0.1:3000/webhook"},
+	{name: "source", to: func(r *Route) any { return &r.Route.Source }, check: checkSource,
+		missing: "the provider's label, e.g. source: stone (it names the keys: idem:<source>:<key>)"},
+	{name: "ttl", to: func(r *Route) any { return &r.Route.TTL }}, // 0: the preset's default, set by build
+	{name: "header", to: func(r *Route) any { return &r.Route.Header }, check: checkHeaderName},
+	{name: "in_flight", to: func(r *Route) any { return (*string)(&r.Route.InFlight) }, def: "wait", enum: []string{"proceed", "wait", "reject"}},
+	{name: "wait_timeout", to: func(r *Route) any { return &r.Route.WaitTimeout }, def: idemhook.DefaultWaitTimeout},
+	{name: "on_store_error", to: func(r *Route) any { return (*string)(&r.Route.OnStoreError) }, def: "open", enum: []string{"open", "closed"}},
+	{name: "provider"}, // read by providerSettings, with the six fields below
+	{name: "secret_env"},
+	{name: "secrets"},
+	{name: "secret_file"},
+	{name: "tenants"},
+	{name: "provider_options"},
+	{name: "tolerance"},
+	{name: "max_body", to: func(r *Route) any { return &r.Route.MaxBodyBytes }, def: int64(idemhook.DefaultMaxBodyBytes)},
+	{name: "upstream_timeout", to: func(r *Route) any { return &r.UpstreamTimeout }, def: defaultUpstreamTimeout},
+	{name: "replay_headers", to: func(r *Route) any { return &r.Route.ReplayHeaders }, check: checkHeaderName},
+	{name: "store_statuses"}, // read by route: what idemhook.StorableStatus takes
+	{name: "require_key", to: func(r *Route) any { return &r.Route.RequireKey }},
+	{name: "share_keys", to: func(r *Route) any { return &r.ShareKeys }},
+	{name: "lease", to: func(r *Route) any { return &r.Route.Lease }},
+	{name: "max_stored_body"}, // read by route: a size up to 1GiB
+	{name: "retry_after", to: func(r *Route) any { return &r.Route.RetryAfter }},
+	{name: "deliver", to: func(r *Route) any { return &r.Deliver }, def: DeliverProxy, enum: []string{DeliverProxy, DeliverQueue}},
+	{name: "respond_within", to: func(r *Route) any { return &r.RespondWithin }},
+	{name: "forward_secret"}, // read by route: a Standard Webhooks key
+	{name: "items"},          // items.go
+	{name: "accept", sub: acceptSchema.layout()},
+	{name: "queue", sub: queueSchema.layout()},
+}}
 
-// routeFields are the fields of a routes: entry.
-var routeFields = fieldNames(reflect.TypeFor[routeFile]())
+// routeLayout is the structure of a routes: entry; routeFields its fields.
+var (
+	routeLayout = routeSchema.layout()
+	routeFields = routeLayout.names
+)
 
 // routeInputs is what the build phase needs of a route the check phase
 // read: its entry, and its preset's settings once they are checked.
 type routeInputs struct {
-	f    *routeFile
+	f    values     // the entry's fields
 	at   string     // "routes[i]"
 	node *yaml.Node // the entry
 	i    int        // index in Config.Routes
@@ -119,6 +124,9 @@ type routeInputs struct {
 	specNodes  specNodes
 }
 
+// accept returns the fields of the entry's accept: section.
+func (in *routeInputs) accept() values { return valuesOf(in.f["accept"].Node) }
+
 // own returns the value of the entry's own field name, or the entry when
 // the field is absent or merged from another mapping: an error about a
 // merged value points at the route that merges it.
@@ -129,15 +137,15 @@ func (in *routeInputs) own(name string) *yaml.Node {
 	return in.node
 }
 
-// checkRoutes checks the routes: list, each entry and what entries must
-// not share.
-func (c *checker) checkRoutes(f *configFile) []Route {
-	seq := section(f.root, "routes")
+// checkRoutes checks the routes: list of root, the file's mapping, each
+// entry and what entries must not share.
+func (c *checker) checkRoutes(root *yaml.Node) []Route {
+	seq := section(root, "routes")
 	switch {
-	case seq == nil && c.wrong[valueOf(f.root, "routes")]:
+	case seq == nil && c.wrong[valueOf(root, "routes")]:
 		return nil // reported by shape
 	case seq == nil:
-		c.errorf(f.root, "routes", "missing: the gateway needs at least one route (path, upstream, source)")
+		c.errorf(root, "routes", "missing: the gateway needs at least one route (path, upstream, source)")
 		return nil
 	case seq.Kind != yaml.SequenceNode:
 		return nil // reported by shape
@@ -158,7 +166,7 @@ func (c *checker) checkRoutes(f *configFile) []Route {
 		if c.wrong[n] {
 			continue // reported by shape
 		}
-		in := routeInputs{f: &f.Routes[i], at: fmt.Sprintf("routes[%d]", i), node: n, i: len(out)}
+		in := routeInputs{f: valuesOf(n), at: fmt.Sprintf("routes[%d]", i), node: n, i: len(out)}
 		rc := c.route(&in)
 		if rc.Path != "" {
 			if prev, dup := seen[rc.Path]; dup {
@@ -199,6 +207,14 @@ func (c *checker) checkRoutes(f *configFile) []Route {
 	return out
 }
 
+// checkSource checks a route's source.
+func checkSource(v string) error {
+	if v == "" || strings.ContainsAny(v, " \t") || !idemhook.ValidSource(v) {
+		return fmt.Errorf("invalid source %q: a non-empty label without ':', '@' or spaces, e.g. stone", v)
+	}
+	return nil
+}
+
 // sharedSource is the error of a route whose source the routes named in
 // others also have, none of them saying share_keys.
 func sharedSource(src string, others []string) string {
@@ -210,110 +226,50 @@ func (c *checker) route(in *routeInputs) Route {
 	f, at := in.f, in.at
 	field := func(name string) string { return join(at, name) }
 	rc := Route{Line: in.node.Line, Field: at}
-
-	if v, ok := c.str(f.Path, field("path")); ok {
-		if err := checkPath(v); err != nil {
-			c.errorf(f.Path.Node, field("path"), "%v", err)
-		}
-		rc.Path = v
-	} else if f.Path.Node == nil { // absent, not of the wrong type (reported by str)
-		c.errorf(in.node, field("path"), "missing: the path this route receives, e.g. /webhooks/stone")
-	}
-
-	if v, ok := c.str(f.Upstream, field("upstream")); ok {
-		u, err := checkUpstream(v)
-		if err != nil {
-			c.errorf(f.Upstream.Node, field("upstream"), "%v", err)
-		}
-		rc.Upstream = u
-	} else if f.Upstream.Node == nil {
-		c.errorf(in.node, field("upstream"), "missing: the URL deliveries are forwarded to, e.g. http://127.0.0.1:3000/webhook")
-	}
-
+	routeSchema.read(c, f, in.node, at, &rc)
 	r := &rc.Route
-	if v, ok := c.str(f.Source, field("source")); ok {
-		if v == "" || strings.ContainsAny(v, " \t") || !idemhook.ValidSource(v) {
-			c.errorf(f.Source.Node, field("source"), "invalid source %q: a non-empty label without ':', '@' or spaces, e.g. stone", v)
-		}
-		r.Source = v
-	} else if f.Source.Node == nil {
-		c.errorf(in.node, field("source"), "missing: the provider's label, e.g. source: stone (it names the keys: idem:<source>:<key>)")
-	}
-
-	r.TTL = c.duration(f.TTL, field("ttl"), 0) // 0: the preset's default, set by build
-	r.WaitTimeout = c.duration(f.WaitTimeout, field("wait_timeout"), idemhook.DefaultWaitTimeout)
-	rc.UpstreamTimeout = c.duration(f.UpstreamTimeout, field("upstream_timeout"), defaultUpstreamTimeout)
-	r.InFlight = idemhook.InFlightPolicy(c.oneOf(f.InFlight, field("in_flight"), "wait", "proceed", "wait", "reject"))
-	r.RequireKey = c.boolean(f.RequireKey, field("require_key"))
-	rc.ShareKeys = c.boolean(f.ShareKeys, field("share_keys"))
-	if vs, ok := c.strList(f.StoreStatuses, field("store_statuses")); ok {
+	if vs, ok := c.strList(f["store_statuses"], field("store_statuses")); ok {
 		for i, v := range vs {
 			st, err := strconv.Atoi(v)
 			if err != nil || !idemhook.StorableStatus(st) {
-				c.errorf(f.StoreStatuses.Content[i], fmt.Sprintf("%s[%d]", field("store_statuses"), i),
+				c.errorf(f["store_statuses"].Content[i], fmt.Sprintf("%s[%d]", field("store_statuses"), i),
 					"invalid status %q: want a 3xx or 4xx status to store and replay like a success (2xx always is; 1xx and 5xx never are)", v)
 				continue
 			}
 			r.StoreStatuses = append(r.StoreStatuses, st)
 		}
 	}
-	r.OnStoreError = idemhook.StoreErrorPolicy(c.oneOf(f.OnStoreError, field("on_store_error"), "open", "open", "closed"))
-
-	if v, ok := c.str(f.Header, field("header")); ok {
-		if !validHeaderName(v) {
-			c.errorf(f.Header.Node, field("header"), "invalid header name %q", v)
-		}
-		r.Header = v
-	}
-	r.MaxBodyBytes = idemhook.DefaultMaxBodyBytes
-	if v, ok := c.str(f.MaxBody, field("max_body")); ok {
-		if size, err := parseSize(v); err != nil {
-			c.errorf(f.MaxBody.Node, field("max_body"), "%v", err)
-		} else {
-			r.MaxBodyBytes = size
-		}
-	}
-	if hs, ok := c.strList(f.ReplayHeaders, field("replay_headers")); ok {
-		for i, h := range hs {
-			if !validHeaderName(h) {
-				c.errorf(f.ReplayHeaders.Content[i], fmt.Sprintf("%s[%d]", field("replay_headers"), i), "invalid header name %q", h)
-			}
-		}
-		r.ReplayHeaders = hs
-	}
 	c.providerSettings(in, &rc)
 	c.items(in)
 
-	r.Lease = c.duration(f.Lease, field("lease"), 0)
-	if v, ok := c.str(f.MaxStoredBody, field("max_stored_body")); ok {
+	if v, ok := c.str(f["max_stored_body"], field("max_stored_body")); ok {
 		size, err := parseSize(v)
 		switch {
 		case err != nil:
-			c.errorf(f.MaxStoredBody.Node, field("max_stored_body"), "%v", err)
+			c.errorf(f["max_stored_body"].Node, field("max_stored_body"), "%v", err)
 		case size > 1<<30:
-			c.errorf(f.MaxStoredBody.Node, field("max_stored_body"), "%s is over 1GiB: a stored answer that large would be replayed from the store on every duplicate", v)
+			c.errorf(f["max_stored_body"].Node, field("max_stored_body"), "%s is over 1GiB: a stored answer that large would be replayed from the store on every duplicate", v)
 		default:
 			r.MaxStoredBodyBytes = int(size)
 		}
 	}
-	r.RetryAfter = c.duration(f.RetryAfter, field("retry_after"), 0)
 
 	// Settings that do nothing here are warned about.
-	if f.WaitTimeout.Node != nil && r.InFlight != idemhook.InFlightWait {
-		c.warnf(c.key(f.WaitTimeout), field("wait_timeout"), "does nothing with in_flight: %s (only in_flight: wait waits)", r.InFlight)
+	if f["wait_timeout"].Node != nil && r.InFlight != idemhook.InFlightWait {
+		c.warnf(c.key(f["wait_timeout"]), field("wait_timeout"), "does nothing with in_flight: %s (only in_flight: wait waits)", r.InFlight)
 	}
-	if f.RetryAfter.Node != nil && r.InFlight != idemhook.InFlightReject && r.OnStoreError != idemhook.StoreErrorClosed {
-		c.warnf(c.key(f.RetryAfter), field("retry_after"), "does nothing here: it is the Retry-After of in_flight: reject and of on_store_error: closed")
+	if f["retry_after"].Node != nil && r.InFlight != idemhook.InFlightReject && r.OnStoreError != idemhook.StoreErrorClosed {
+		c.warnf(c.key(f["retry_after"]), field("retry_after"), "does nothing here: it is the Retry-After of in_flight: reject and of on_store_error: closed")
 	}
 	if r.MaxBodyBytes > maxBodyWarn {
 		c.warnf(in.own("max_body"), field("max_body"), "%d bytes: each delivery buffers its whole body, so 10 concurrent deliveries of that size take %d MiB",
 			r.MaxBodyBytes, 10*r.MaxBodyBytes>>20)
 	}
 	c.delivery(in, &rc)
-	if v, ok := c.str(f.ForwardSecret, field("forward_secret")); ok {
+	if v, ok := c.str(f["forward_secret"], field("forward_secret")); ok {
 		key, err := parseWebhookSecret(v)
 		if err != nil {
-			c.errorf(f.ForwardSecret.Node, field("forward_secret"), "%v", err)
+			c.errorf(f["forward_secret"].Node, field("forward_secret"), "%v", err)
 		}
 		rc.ForwardKey = key
 	}
@@ -329,12 +285,12 @@ func (c *checker) providerSettings(in *routeInputs, rc *Route) {
 	spec, isSpec := c.providerSpec(in)
 	name, hasProvider := "", isSpec
 	if !isSpec {
-		name, hasProvider = c.str(f.Provider, field("provider"))
+		name, hasProvider = c.str(f["provider"], field("provider"))
 	} else if spec != nil {
 		spec.Name = cmp.Or(spec.Name, rc.Route.Source)
 		name, in.spec = spec.Name, spec
 	}
-	secrets, secretFile, secretsOK := c.secrets(secretFields{f.SecretEnv, f.Secrets, f.SecretFile}, "route", field, hasProvider)
+	secrets, secretFile, secretsOK := c.secrets(secretFields{f["secret_env"], f["secrets"], f["secret_file"]}, "route", field, hasProvider)
 	rc.SecretFile = secretFile
 	tenantsOK := c.tenants(in, rc, hasProvider)
 	type option struct {
@@ -342,7 +298,7 @@ func (c *checker) providerSettings(in *routeInputs, rc *Route) {
 		value string
 	}
 	var opts []option // in file order
-	if on := f.ProviderOptions.Node; on != nil {
+	if on := f["provider_options"].Node; on != nil {
 		if on.Kind != yaml.MappingNode {
 			c.errorf(on, field("provider_options"), "expected a mapping (option: value lines), got %s", describe(on))
 			secretsOK = false
@@ -366,13 +322,13 @@ func (c *checker) providerSettings(in *routeInputs, rc *Route) {
 			}
 		}
 	}
-	tolerance := c.duration(f.Tolerance, field("tolerance"), 0)
+	tolerance := c.duration(f["tolerance"], field("tolerance"), 0)
 
 	if !hasProvider {
 		for _, o := range []struct {
 			name string
 			l    leaf
-		}{{"secret_env", f.SecretEnv}, {"secrets", f.Secrets}, {"secret_file", f.SecretFile}, {"tenants", f.Tenants}, {"provider_options", f.ProviderOptions}, {"tolerance", f.Tolerance}} {
+		}{{"secret_env", f["secret_env"]}, {"secrets", f["secrets"]}, {"secret_file", f["secret_file"]}, {"tenants", f["tenants"]}, {"provider_options", f["provider_options"]}, {"tolerance", f["tolerance"]}} {
 			if o.l.Node != nil {
 				c.errorf(c.key(o.l), field(o.name), "only used with provider: (the signature check of a preset); set provider or remove %s", o.name)
 			}
@@ -384,7 +340,7 @@ func (c *checker) providerSettings(in *routeInputs, rc *Route) {
 		return // the spec's own errors were reported
 	}
 	if !isSpec && !slices.Contains(provider.Names(), name) {
-		c.errorf(f.Provider.Node, field("provider"), "unknown provider %q%s (known: %s)", name, didYouMean(name, provider.Names()), strings.Join(provider.Names(), ", "))
+		c.errorf(f["provider"].Node, field("provider"), "unknown provider %q%s (known: %s)", name, didYouMean(name, provider.Names()), strings.Join(provider.Names(), ", "))
 		return
 	}
 	if !secretsOK || !tenantsOK {
@@ -395,7 +351,7 @@ func (c *checker) providerSettings(in *routeInputs, rc *Route) {
 	keyOption := provider.KeyOption(name)
 	hasKeyOption := keyOption != "" && slices.ContainsFunc(opts, func(o option) bool { return o.key.Value == keyOption && o.value != "" })
 	if len(rc.Tenants) == 0 && !hasKeyOption && !slices.ContainsFunc(secrets, func(s string) bool { return s != "" }) {
-		node, name := c.key(f.Provider), "provider"
+		node, name := c.key(f["provider"]), "provider"
 		if v := valueOf(in.node, "secrets"); v != nil { // also when null
 			node, name = v, "secrets"
 		}
@@ -417,4 +373,12 @@ func (c *checker) providerSettings(in *routeInputs, rc *Route) {
 		}
 	}
 	in.preset = true
+}
+
+// checkHeaderName checks the name of an HTTP header.
+func checkHeaderName(v string) error {
+	if !validHeaderName(v) {
+		return fmt.Errorf("invalid header name %q", v)
+	}
+	return nil
 }

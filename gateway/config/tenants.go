@@ -60,24 +60,24 @@ func (c *checker) tenants(in *routeInputs, rc *Route, hasProvider bool) bool {
 	if IsTenantPath(rc.Path) {
 		rc.Route.Scope = TenantScope
 	}
-	if f.Tenants.Node == nil || !hasProvider {
+	if f["tenants"].Node == nil || !hasProvider {
 		return true
 	}
 	ok := true
 	if rc.Path != "" && !IsTenantPath(rc.Path) {
-		c.errorf(c.key(f.Tenants), field("tenants"), "needs a path ending in /{tenant}, whose value picks the tenant's secrets: path %q has none (e.g. path: %s/{tenant})", rc.Path, strings.TrimSuffix(rc.Path, "/"))
+		c.errorf(c.key(f["tenants"]), field("tenants"), "needs a path ending in /{tenant}, whose value picks the tenant's secrets: path %q has none (e.g. path: %s/{tenant})", rc.Path, strings.TrimSuffix(rc.Path, "/"))
 		ok = false
 	}
 	for _, o := range []struct {
 		name string
 		l    leaf
-	}{{"secret_env", f.SecretEnv}, {"secrets", f.Secrets}, {"secret_file", f.SecretFile}} {
+	}{{"secret_env", f["secret_env"]}, {"secrets", f["secrets"]}, {"secret_file", f["secret_file"]}} {
 		if o.l.Node != nil {
 			c.errorf(c.key(o.l), field(o.name), "with tenants:, each tenant gives its own secrets: move %s into the tenants' entries", o.name)
 			ok = false
 		}
 	}
-	tn := resolve(f.Tenants.Node)
+	tn := resolve(f["tenants"].Node)
 	switch {
 	case tn.Kind != yaml.MappingNode:
 		c.errorf(tn, field("tenants"), "expected a mapping of tenants (acme: {secret_env: STRIPE_SECRET_ACME} lines), got %s", describe(tn))
@@ -179,7 +179,7 @@ func (c *checker) buildTenants(in *routeInputs, rc *Route) *idemhook.Preset {
 	}
 	tenants, err := provider.NewTenants(provider.TenantParam, presets)
 	if err != nil {
-		c.errorf(c.key(in.f.Tenants), join(in.at, "tenants"), "%v", err)
+		c.errorf(c.key(in.f["tenants"]), join(in.at, "tenants"), "%v", err)
 		return nil
 	}
 	return tenants.Preset()

@@ -12,27 +12,29 @@ type TLS struct {
 	Cert, Key string // PEM files; both or neither
 }
 
-// tlsFile is the tls: section as decoded: each field a leaf that the
-// checker below reads.
-type tlsFile struct {
-	Cert leaf `yaml:"cert"`
-	Key  leaf `yaml:"key"`
-}
+// tlsSchema is the tls: section.
+var tlsSchema = table[TLS]{fields: []field[TLS]{
+	{name: "cert", to: func(t *TLS) any { return &t.Cert }},
+	{name: "key", to: func(t *TLS) any { return &t.Key }},
+}}
 
 // tls checks the tls: section, n.
-func (c *checker) tls(t *tlsFile, n *yaml.Node) TLS {
-	cert, hasCert := c.str(t.Cert, "tls.cert")
-	key, hasKey := c.str(t.Key, "tls.key")
+func (c *checker) tls(n *yaml.Node) TLS {
+	var t TLS
+	vals := valuesOf(n)
+	got := tlsSchema.read(c, vals, n, "tls", &t)
+	_, hasCert := got["cert"]
+	_, hasKey := got["key"]
 	switch {
-	case t.Cert.Node == nil:
+	case vals["cert"].Node == nil:
 		c.errorf(n, "tls.cert", "missing: the certificate file (PEM), with key: the private key file")
-	case t.Key.Node == nil:
+	case vals["key"].Node == nil:
 		c.errorf(n, "tls.key", "missing: the private key file (PEM), with cert: the certificate file")
 	case hasCert && hasKey:
-		if _, err := tls.LoadX509KeyPair(cert, key); err != nil {
-			c.errorf(t.Cert.Node, "tls.cert", "cannot load the certificate and key: %v", err)
+		if _, err := tls.LoadX509KeyPair(t.Cert, t.Key); err != nil {
+			c.errorf(vals["cert"].Node, "tls.cert", "cannot load the certificate and key: %v", err)
 		}
-		return TLS{Cert: cert, Key: key}
+		return t
 	}
 	return TLS{}
 }

@@ -52,16 +52,16 @@ func (c *Config) Validate() error {
 			if !rc.Queued() {
 				break
 			}
-			if c.Store.Driver == "redis" {
+			if refusesQueue(c.Store.Driver) {
 				add(rc, i, "deliver", "deliver: queue is refused on the redis store (asynchronous replication can lose an accepted event): use sqlite or postgres")
 			}
-			if rc.Accept.Status < 200 || rc.Accept.Status > 299 {
+			if !acceptSchema.field("status").allows(float64(rc.Accept.Status)) {
 				add(rc, i, "accept.status", "%d: the accept answer must be a 2xx", rc.Accept.Status)
 			}
 			if rc.Queue.MaxAge <= 0 || rc.Queue.Concurrency <= 0 || rc.Queue.AttemptTimeout <= 0 || rc.Queue.MaxQueued <= 0 {
 				add(rc, i, "queue", "MaxAge, Concurrency, AttemptTimeout and MaxQueued must be positive (Parse sets their defaults)")
 			}
-			if rc.Route.TTL > 0 && rc.Route.TTL < rc.Queue.MaxAge {
+			if rc.Route.TTL > 0 && !keyOutlivesQueue(rc.Route.TTL, rc.Queue.MaxAge, 0) {
 				add(rc, i, "ttl", "%s is shorter than queue.max_age %s: a re-send after the key expired would be delivered again", FormatDuration(rc.Route.TTL), FormatDuration(rc.Queue.MaxAge))
 			}
 		default:
