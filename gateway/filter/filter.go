@@ -140,10 +140,11 @@ func (f *Filter) EstimatedCost() uint64 { return f.estimatedCost }
 // [Filter.MatchVars].
 //
 // On an evaluation error (a field read that the event lacks and no has()
-// guards, a type that doesn't fit, more than [MaxLoopSteps]) Match returns true with
-// the error: the event passes, and the caller logs the error. A filter that
-// fails must not lose an event: the provider has been answered and will not
-// send it again, while a consumer can ignore an event it did not want.
+// guards, a type that doesn't fit, more than [MaxLoopSteps]) Match returns
+// true with the error: the event passes, and the caller logs the error. A
+// filter that fails must not lose an event: the provider has been answered
+// and will not send it again, while a consumer can ignore an event it did not
+// want.
 func (f *Filter) Match(in Input) (bool, error) {
 	return f.MatchVars(NewVars(in))
 }
@@ -154,7 +155,7 @@ func (f *Filter) MatchVars(v *Vars) (bool, error) {
 	if err != nil {
 		if errors.Is(err, interpreter.InterruptError{}) {
 			err = fmt.Errorf("more than %d loop steps: the filter was stopped", MaxLoopSteps)
-		} else if !v.parse().ok && strings.Contains(err.Error(), "body") {
+		} else if strings.Contains(err.Error(), "no such attribute(s): body") { // body is unbound only when it is not JSON
 			err = fmt.Errorf("%w (the body is not JSON; guard with json && ...)", err)
 		}
 		return true, fmt.Errorf("filter %q: %w", f.expr, err)
@@ -232,9 +233,7 @@ func firstValues(h map[string][]string, lower bool) map[string]string {
 		if lower {
 			k = strings.ToLower(k)
 		}
-		if _, seen := m[k]; !seen || !lower {
-			m[k] = vs[0]
-		}
+		m[k] = vs[0]
 	}
 	return m
 }

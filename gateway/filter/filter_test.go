@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -346,4 +347,39 @@ func TestFilterString(t *testing.T) {
 	if c := f.EstimatedCost(); c == 0 || c > 10 {
 		t.Errorf("EstimatedCost() = %d, want a small positive number", c)
 	}
+}
+
+func FuzzCompile(f *testing.F) {
+	for _, s := range []string{`body.type.startsWith("payment_intent.")`, "json &&\n  bdy.x", `headers["a"] > 1`,
+		`body.items.exists(i, body.items.exists(j, i == j))`, `size(body)`, `"`, ``} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, expr string) {
+		fl, err := Compile(expr)
+		if err != nil {
+			var fe *Error
+			if !errors.As(err, &fe) || fe.Line < 1 || fe.Column < 1 || fe.Msg == "" {
+				t.Fatalf("Compile(%q) error %#v, want a *filter.Error with a position", expr, err)
+			}
+			return
+		}
+		if fl.EstimatedCost() > MaxEstimatedCost {
+			t.Fatalf("Compile(%q) passed with cost %d", expr, fl.EstimatedCost())
+		}
+		if ok, err := fl.Match(Input{Body: []byte(`{"a":[1,2.5,"x"],"b":{"c":null}}`), Path: "/p"}); err != nil && !ok {
+			t.Fatalf("Match(%q) = false with error %v", expr, err)
+		}
+	})
+}
+
+func FuzzParseJSON(f *testing.F) {
+	for _, s := range []string{`{"a":1}`, `[1,2.5,1e3]`, `9223372036854775808`, ``, `{`, `{} {}`, `a=1`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		_, ok := ParseJSON(body)
+		if ok != json.Valid(body) {
+			t.Fatalf("ParseJSON(%q) ok = %v, json.Valid = %v", body, ok, !ok)
+		}
+	})
 }
