@@ -47,7 +47,10 @@
 //
 // One route, one event space: two routes of a Middleware with one Source
 // would answer each other's deliveries, so [Middleware.Route] refuses the
-// second unless both set Route.ShareKeys.
+// second unless both set Route.ShareKeys. A program that replaces its
+// routes while it runs makes each generation in a [RouteSet] of its own:
+// its routes are checked against each other, and take over the keys of the
+// routes of an earlier set with their Source.
 //
 // Exactly-once effects: a handler whose business writes go to PostgreSQL can
 // complete its delivery's claim inside its own transaction (see [Delivery],
@@ -262,15 +265,17 @@ type Route struct {
 	// fixed route whose keys must equal the guard's returns "" here.
 	Scope func(*http.Request) string
 
-	// ShareKeys lets other routes of the same Middleware have this
-	// route's Source, for routes that mean to share one event space (one
-	// provider's events reaching a service on two paths, say): a delivery
-	// through one is a duplicate of the same event through another, and is
-	// answered with its stored answer. [Middleware.Route] refuses a second
-	// route with a Source unless every route of the Source sets it, so that
-	// routes built in a loop (one per tenant, all with Source "stripe")
-	// can't silently answer one tenant with another's answers. Default:
-	// false, the Source is this route's own.
+	// ShareKeys lets other routes of the same Middleware (or of the same
+	// [RouteSet]) have this route's Source, for routes that mean to share
+	// one event space (one provider's events reaching a service on two
+	// paths, say): a delivery through one is a duplicate of the same event
+	// through another, and is answered with its stored answer.
+	// [Middleware.Route] and [RouteSet.Route] refuse a second route with a
+	// Source unless every route of the Source sets it, so that routes built
+	// in a loop (one per tenant, all with Source "stripe") can't silently
+	// answer one tenant with another's answers. Routes of different sets
+	// are not checked against each other. Default: false, the Source is
+	// this route's own.
 	ShareKeys bool
 
 	// TTL is how long a completed response is kept and replayed. It should
