@@ -47,7 +47,10 @@
 //
 // One route, one event space: two routes of a Middleware with one Source
 // would answer each other's deliveries, so [Middleware.Route] refuses the
-// second unless both set Route.ShareKeys.
+// second unless both set Route.ShareKeys. A program that replaces its
+// routes while it runs makes each generation in a [RouteSet] of its own:
+// its routes are checked against each other, and take over the keys of the
+// routes of an earlier set with their Source.
 //
 // Exactly-once effects: a handler whose business writes go to PostgreSQL can
 // complete its delivery's claim inside its own transaction (see [Delivery],
@@ -262,15 +265,17 @@ type Route struct {
 	// fixed route whose keys must equal the guard's returns "" here.
 	Scope func(*http.Request) string
 
-	// ShareKeys lets other routes of the same Middleware have this
-	// route's Source, for routes that mean to share one event space (one
-	// provider's events reaching a service on two paths, say): a delivery
-	// through one is a duplicate of the same event through another, and is
-	// answered with its stored answer. [Middleware.Route] refuses a second
-	// route with a Source unless every route of the Source sets it, so that
-	// routes built in a loop (one per tenant, all with Source "stripe")
-	// can't silently answer one tenant with another's answers. Default:
-	// false, the Source is this route's own.
+	// ShareKeys lets other routes of the same Middleware (or of the same
+	// [RouteSet]) have this route's Source, for routes that mean to share
+	// one event space (one provider's events reaching a service on two
+	// paths, say): a delivery through one is a duplicate of the same event
+	// through another, and is answered with its stored answer.
+	// [Middleware.Route] and [RouteSet.Route] refuse a second route with a
+	// Source unless every route of the Source sets it, so that routes built
+	// in a loop (one per tenant, all with Source "stripe") can't silently
+	// answer one tenant with another's answers. Routes of different sets
+	// are not checked against each other. Default: false, the Source is
+	// this route's own.
 	ShareKeys bool
 
 	// TTL is how long a completed response is kept and replayed. It should
@@ -436,8 +441,10 @@ type Preset struct {
 	// answered (Asaas counts only 200: a 201 or 204 is a failure to it, and
 	// 15 failures pause its queue; iFood expects 202), so a backend never
 	// has to know; the answer stored, and so every replay, has it too. A Go
-	// handler behind the middleware answers what it likes: it is not
-	// applied there. Default: 0, the backend's own status.
+	// handler behind the middleware answers what it likes: its answers are
+	// not rewritten. The middleware's own answer to a batch whose items are
+	// all done has it, unless the route sets ItemsSuccess. Default: 0, the
+	// backend's own status.
 	SuccessStatus int
 
 	// SuccessBody, if not "", is the body the provider expects with a
@@ -447,8 +454,9 @@ type Preset struct {
 	// charset=utf-8, and a queued route's accept answer is this body
 	// unless the route sets accept.body; the answer stored, and so every
 	// replay, has it too. It needs a SuccessStatus and must be valid UTF-8.
-	// Like SuccessStatus it is not applied to a Go handler behind the
-	// middleware. Default: "", the backend's own body.
+	// Like SuccessStatus it does not rewrite a Go handler's answers, and
+	// is the body of the middleware's own answer to a batch whose items
+	// are all done. Default: "", the backend's own body.
 	SuccessBody string
 
 	// RetryWindow is how long after the first attempt the provider may
@@ -462,15 +470,6 @@ type Preset struct {
 	// array of events), so that each item runs once ([Route.Items]).
 	// Default: nil, one event per request.
 	Items *Items
-
-	// ResponseTimeout is how long the provider waits for the answer to a
-	// delivery before it counts the attempt as failed (and retries it, or
-	// gives up). Where attempts wait for different times, it is the shortest.
-	// The gateway warns when a route's respond_within budget is not below
-	// it, since an answer sent after the provider stopped waiting is lost
-	// and the event comes again; it is also the budget the gateway
-	// suggests. Default: 0, not documented by the provider.
-	ResponseTimeout time.Duration
 }
 
 // retryMargin is added to a preset's RetryWindow to make a route's default

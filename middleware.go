@@ -70,9 +70,7 @@ type Middleware struct {
 	breaker   *breaker.Breaker
 	budget    *bodyBudget    // nil: no bound on the body bytes held
 	later     sync.WaitGroup // answers being stored in the background (completion.go)
-
-	mu      sync.Mutex
-	sources map[string]bool // the Source of each route made, and whether it set ShareKeys
+	own       RouteSet       // the routes of Route, checked against each other (routeset.go)
 }
 
 // New returns a Middleware over store. A zero Options means the defaults.
@@ -135,6 +133,7 @@ func New(store Store, opts Options) (*Middleware, error) {
 	if opts.MaxHeldBodyBytes > 0 {
 		m.budget = &bodyBudget{max: opts.MaxHeldBodyBytes}
 	}
+	m.own = RouteSet{m: m, of: "Middleware"}
 	return m, nil
 }
 
@@ -145,10 +144,17 @@ func (m *Middleware) StoreTimeout() time.Duration { return m.opts.StoreTimeout }
 
 // Route checks rt, applies its defaults and returns the middleware for one
 // webhook route. A Route it refuses is reported as a [*RouteError]: one
-// that [Route.Validate] refuses, and one whose Source another route of m
-// already has, unless every route of that Source sets ShareKeys (routes
-// with one Source answer each other's deliveries).
+// that [Route.Validate] refuses, and one whose Source another route made
+// by m.Route already has, unless every route of that Source sets ShareKeys
+// (routes with one Source answer each other's deliveries). The routes of a
+// [RouteSet] are checked against that set's only.
 func (m *Middleware) Route(rt Route) (func(http.Handler) http.Handler, error) {
+	return m.route(rt, &m.own)
+}
+
+// route is Route for a route of set: its Source is checked against the
+// other routes of set only.
+func (m *Middleware) route(rt Route, set *RouteSet) (func(http.Handler) http.Handler, error) {
 	if err := rt.applyDefaults(); err != nil {
 		return nil, err
 	}
@@ -157,7 +163,7 @@ func (m *Middleware) Route(rt Route) (func(http.Handler) http.Handler, error) {
 			"MaxBodyBytes %d is not under Options.MaxHeldBodyBytes %d: a body of that size could never be held, and its deliveries would be refused with 503 for good",
 			rt.MaxBodyBytes, b.max)}
 	}
-	if err := m.addSource(&rt); err != nil {
+	if err := set.addSource(&rt); err != nil {
 		return nil, err
 	}
 	h := &routeConfig{
@@ -184,30 +190,6 @@ func (m *Middleware) Route(rt Route) (func(http.Handler) http.Handler, error) {
 	return func(next http.Handler) http.Handler {
 		return &handler{routeConfig: h, next: next}
 	}, nil
-}
-
-// addSource records rt's Source as used by a route of m, or refuses it
-// when another route has it and they don't both set ShareKeys. A route with
-// no Source claims nothing, so it shares nothing.
-func (m *Middleware) addSource(rt *Route) error {
-	if rt.Source == "" {
-		return nil
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	shares, used := m.sources[rt.Source]
-	if used && !(shares && rt.ShareKeys) {
-		return &RouteError{Source: rt.Source, Field: "Source", Reason: fmt.Sprintf(
-			"Source %q is already the Source of another route of this Middleware: routes with one Source share their keys, "+
-				"so one would answer a delivery with the stored answer of the other; give each route a Source of its own "+
-				"(such as \"%s-<tenant>\"), or set ShareKeys on every route of the Source if they mean to share keys",
-			rt.Source, rt.Source)}
-	}
-	if m.sources == nil {
-		m.sources = make(map[string]bool)
-	}
-	m.sources[rt.Source] = rt.ShareKeys
-	return nil
 }
 
 // ValidSource reports whether source can be a Route.Source: it holds no

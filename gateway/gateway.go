@@ -300,14 +300,14 @@ func (g *Gateway) apply(cfg *config.Config) error {
 		}
 		g.queues.Store(q)
 	}
+	// The routes of cfg are checked against each other only: each takes
+	// over the keys of the route of its source in the configuration before
+	// a reload, whose deliveries may still be running.
+	set := g.mw.NewRouteSet()
 	for _, rc := range cfg.Routes {
-		// The check refused, at the file's line, a source that routes share
-		// without share_keys. Beyond those, every route shares its keys
-		// with the route of its source in the configuration before a
-		// reload, whose deliveries may still be running: on purpose.
 		route := rc.Route
-		route.ShareKeys = true
-		wrap, err := g.mw.Route(route)
+		route.ShareKeys = rc.ShareKeys // share_keys, as cfg.Validate checked it
+		wrap, err := set.Route(route)
 		if err != nil {
 			// check ran the same checks (routeLimits): not reached.
 			return config.Error{File: cfg.File, Line: rc.Line, Field: rc.Field, Msg: err.Error()}

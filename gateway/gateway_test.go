@@ -9,6 +9,7 @@ import (
 	"github.com/idemhook/idemhook/internal/testutil/gatewaytest"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/idemhook/idemhook"
@@ -106,4 +107,49 @@ routes:
 	if r.Status != http.StatusOK || up.Calls.Load() != 2 {
 		t.Fatalf("signed for the gateway's own URL: %d %q", r.Status, r.Body)
 	}
+}
+
+// A reload keeps the keys of a source: the routes of the new configuration
+// take over those of the routes they replace, on the same path or another,
+// so an event delivered before a reload is replayed after it, not run
+// again. Two routes of one configuration with share_keys share them too.
+func TestReloadKeepsTheKeysOfASource(t *testing.T) {
+	up := gatewaytest.NewUpstream(t)
+	route := func(path string, extra ...string) string {
+		return fmt.Sprintf("  - path: %s\n    upstream: %s/hook\n    source: test\n    header: x-event-id\n", path, up.Srv.URL) + strings.Join(extra, "")
+	}
+	head := "listen: 127.0.0.1:0\nstore: {driver: memory}\nadmin: {listen: off}\naudit: {sink: none}\nroutes:\n"
+	parse := func(text string) *config.Config {
+		t.Helper()
+		cfg, err := config.Parse("idemhook.yaml", []byte(text), gatewaytest.EnvOf())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	url, g, _ := serveConfig(t, parse(head+route("/webhooks/test")))
+	expect := func(what, path, event string, status int, replayed bool, runs int64) {
+		t.Helper()
+		r := gatewaytest.Post(t, url+path, `{}`, "X-Event-Id", event)
+		if got := r.Header.Get(idemhook.ReplayedHeader) == "true"; r.Status != status || got != replayed || up.Calls.Load() != runs {
+			t.Fatalf("%s: %d %q replayed %v, backend runs %d; want %d replayed %v, %d runs", what, r.Status, r.Body, got, up.Calls.Load(), status, replayed, runs)
+		}
+	}
+	expect("evt_1", "/webhooks/test", "evt_1", 200, false, 1)
+
+	if err := g.Reload(parse(head + route("/webhooks/test"))); err != nil {
+		t.Fatalf("reload of the same configuration: %v", err)
+	}
+	expect("evt_1 after a reload", "/webhooks/test", "evt_1", 200, true, 1)
+	expect("evt_2 after a reload", "/webhooks/test", "evt_2", 200, false, 2)
+
+	shared := "    share_keys: true\n"
+	if err := g.Reload(parse(head + route("/webhooks/moved", shared) + route("/webhooks/also", shared))); err != nil {
+		t.Fatalf("reload onto two paths of the source: %v", err)
+	}
+	expect("the old path after the move", "/webhooks/test", "evt_1", 404, false, 2)
+	expect("evt_1 on the new path", "/webhooks/moved", "evt_1", 200, true, 2)
+	expect("evt_2 on the other new path", "/webhooks/also", "evt_2", 200, true, 2)
+	expect("evt_3 on the new path", "/webhooks/moved", "evt_3", 200, false, 3)
+	expect("evt_3 on the other new path", "/webhooks/also", "evt_3", 200, true, 3)
 }

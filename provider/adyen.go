@@ -67,9 +67,8 @@ func Adyen(cfg Config) (*idemhook.Preset, error) {
 		return nil, err
 	}
 	return &idemhook.Preset{
-		Name:            "adyen",
-		RetryWindow:     adyenRetryWindow,
-		ResponseTimeout: adyenResponseTimeout,
+		Name:        "adyen",
+		RetryWindow: adyenRetryWindow,
 		Verify: func(r *http.Request, body []byte) error {
 			return s.verifyAdyen(keys, body)
 		},

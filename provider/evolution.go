@@ -50,10 +50,9 @@ func Evolution(cfg Config) (*idemhook.Preset, error) {
 		bearer = "Bearer "
 	}
 	return &idemhook.Preset{
-		Name:            "evolution",
-		RetryWindow:     evolutionRetryWindow,
-		ResponseTimeout: evolutionResponseTimeout,
-		Verify:          s.verifyToken(header, bearer),
+		Name:        "evolution",
+		RetryWindow: evolutionRetryWindow,
+		Verify:      s.verifyToken(header, bearer),
 		Key: func(r *http.Request, body []byte) (string, error) {
 			return evolutionKey(body), nil
 		},

@@ -241,7 +241,7 @@ func ExampleMessenger() {
 	fmt.Println(p.Verify(r, message), key)
 	reaction := []byte(`{"object":"page","entry":[{"id":"PAGE-ID","time":1458668856463,"messaging":[{"sender":{"id":"PSID"},"recipient":{"id":"PAGE-ID"},"timestamp":1458668856463,"reaction":{"reaction":"love","emoji":"\u2764\uFE0F","action":"react","mid":"m_1457764197618:41d102a3e1ae206a38"}}]}]}`)
 	key, _ = p.Key(r, reaction)
-	fmt.Println(key[:7], p.ResponseTimeout, p.RetryWindow)
+	fmt.Println(key[:7], provider.ResponseTimeout("messenger"), p.RetryWindow)
 	// Output:
 	// <nil> true 200 1158201444
 	// <nil> m_1457764197618:41d102a3e1ae206a38
@@ -485,7 +485,7 @@ func ExampleHubSpot() {
 	r.Header.Set("X-HubSpot-Request-Timestamp", "1779999999000")
 	r.Header.Set("X-HubSpot-Signature-v3", base64.StdEncoding.EncodeToString(m.Sum(nil)))
 	key, _ := p.Key(r, body)
-	fmt.Println(p.Verify(r, body), key, p.ResponseTimeout)
+	fmt.Println(p.Verify(r, body), key, provider.ResponseTimeout("hubspot"))
 	// Output: <nil> 234567:100 5s
 }
 

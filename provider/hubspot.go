@@ -77,9 +77,8 @@ func HubSpot(cfg Config) (*idemhook.Preset, error) {
 	keys := s.secretBytes()
 	items := &idemhook.Items{Paths: []idemhook.ItemPath{{Path: "[*]", Key: "{subscriptionId}:{eventId}"}}}
 	return &idemhook.Preset{
-		Name:            "hubspot",
-		RetryWindow:     hubSpotRetryWindow,
-		ResponseTimeout: hubSpotResponseTimeout,
+		Name:        "hubspot",
+		RetryWindow: hubSpotRetryWindow,
 		Verify: func(r *http.Request, body []byte) error {
 			return s.verifyHubSpot(keys, public, r, body)
 		},

@@ -152,8 +152,8 @@ func TestHubSpot(t *testing.T) {
 		if p.Items == nil || len(p.Items.Paths) != 1 || p.Items.Paths[0] != want || p.Items.Mode != "" {
 			t.Fatalf("Items = %+v, want one path %+v", p.Items, want)
 		}
-		if p.ResponseTimeout != 5*time.Second || p.RetryWindow != 24*time.Hour {
-			t.Fatalf("ResponseTimeout %v RetryWindow %v", p.ResponseTimeout, p.RetryWindow)
+		if rt := provider.ResponseTimeout("hubspot"); rt != 5*time.Second || p.RetryWindow != 24*time.Hour {
+			t.Fatalf("ResponseTimeout %v RetryWindow %v", rt, p.RetryWindow)
 		}
 	})
 }

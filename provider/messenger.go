@@ -75,16 +75,15 @@ func messengerItems() *idemhook.Items {
 }
 
 // metaMessagingPreset is the preset of messenger and instagram: Meta's
-// signature and challenge, its response timeout, and a Key that is the
-// Items' key of a body of one item.
+// signature and challenge, and a Key that is the Items' key of a body of
+// one item.
 func metaMessagingPreset(s settings, verifyToken string, window time.Duration, items *idemhook.Items) *idemhook.Preset {
 	return &idemhook.Preset{
-		Name:            s.name,
-		RetryWindow:     window,
-		ResponseTimeout: metaMessagingResponseTimeout,
-		Items:           items,
-		Verify:          metaVerify(s),
-		Handshake:       metaHandshake(s, verifyToken),
+		Name:        s.name,
+		RetryWindow: window,
+		Items:       items,
+		Verify:      metaVerify(s),
+		Handshake:   metaHandshake(s, verifyToken),
 		Key: func(r *http.Request, body []byte) (string, error) {
 			return items.OneItemKey(body), nil
 		},

@@ -7,8 +7,10 @@
 //
 // Every preset is built only from the exported fields of [idemhook.Preset]
 // (Name, Verify, Handshake, Key, DuplicateStatus, SuccessStatus,
-// SuccessBody, RetryWindow, ResponseTimeout, Items), so a custom preset is
-// written the same way (see Example_customPreset).
+// SuccessBody, RetryWindow, Items), so a custom preset is written the same
+// way (see Example_customPreset). How long a provider waits for an answer
+// is for the gateway only, not the middleware: [ResponseTimeout] gives it
+// for a preset, and a [Spec]'s ResponseTimeout for a provider described.
 //
 // A provider without a preset can be described rather than programmed: a
 // [Spec] (its signature scheme, where its key is, the success answer it
@@ -160,7 +162,7 @@ const (
 // one event wait for different times, the shortest is taken, since a route's
 // respond_within budget must fit every attempt. Stripe, Stone, Asaas,
 // WhatsApp Cloud, Mailgun, SendGrid and Twitch ("within a few seconds")
-// document none, so their presets leave ResponseTimeout 0.
+// document none: [ResponseTimeout] is 0 for them.
 const (
 	// "If we do not receive this response within 10 seconds ... webhooks
 	// ... will be queued and retried" (Adyen's webhook pages).
@@ -240,6 +242,8 @@ type preset struct {
 	// keyOption names the option that can stand in for Secrets (sendgrid's
 	// public_key): with it set, no secret is required.
 	keyOption string
+	// responseTimeout is [ResponseTimeout]'s answer: 0, not documented.
+	responseTimeout time.Duration
 }
 
 // option is one setting of a preset by its configuration name.
@@ -253,45 +257,45 @@ type option struct {
 // Names, New and Config.SetOption read.
 func registry() []preset {
 	return []preset{
-		{name: "adyen", build: Adyen},
+		{name: "adyen", build: Adyen, responseTimeout: adyenResponseTimeout},
 		{name: "asaas", build: Asaas},
-		{name: "evolution", build: Evolution, options: []option{
+		{name: "evolution", build: Evolution, responseTimeout: evolutionResponseTimeout, options: []option{
 			{"header", func(c *Config, v string) { c.Evolution.Header = v }, func(c *Config) string { return c.Evolution.Header }},
 		}},
-		{name: "github", build: GitHub},
-		{name: "hubspot", build: HubSpot, timed: true, options: []option{
+		{name: "github", build: GitHub, responseTimeout: githubPreset.spec.ResponseTimeout},
+		{name: "hubspot", build: HubSpot, responseTimeout: hubSpotResponseTimeout, timed: true, options: []option{
 			{"public_url", func(c *Config, v string) { c.HubSpot.PublicURL = v }, func(c *Config) string { return c.HubSpot.PublicURL }},
 		}},
-		{name: "ifood", build: IFood},
-		{name: "instagram", build: Instagram, options: []option{
+		{name: "ifood", build: IFood, responseTimeout: ifoodPreset.spec.ResponseTimeout},
+		{name: "instagram", build: Instagram, responseTimeout: metaMessagingResponseTimeout, options: []option{
 			{"verify_token", func(c *Config, v string) { c.Instagram.VerifyToken = v }, func(c *Config) string { return c.Instagram.VerifyToken }},
 		}},
 		{name: "mailgun", build: Mailgun, timed: true},
-		{name: "mercadopago", build: MercadoPago, timed: true},
-		{name: "messenger", build: Messenger, options: []option{
+		{name: "mercadopago", build: MercadoPago, responseTimeout: mercadoPagoPreset.spec.ResponseTimeout, timed: true},
+		{name: "messenger", build: Messenger, responseTimeout: metaMessagingResponseTimeout, options: []option{
 			{"verify_token", func(c *Config, v string) { c.Messenger.VerifyToken = v }, func(c *Config) string { return c.Messenger.VerifyToken }},
 		}},
-		{name: "paddle", build: Paddle, timed: true},
+		{name: "paddle", build: Paddle, responseTimeout: paddlePreset.spec.ResponseTimeout, timed: true},
 		{name: "sendgrid", build: SendGrid, timed: true, keyOption: "public_key", options: []option{
 			{"public_key", func(c *Config, v string) { c.SendGrid.PublicKey = v }, func(c *Config) string { return c.SendGrid.PublicKey }},
 		}},
-		{name: "shopify", build: Shopify},
-		{name: "slack", build: Slack, timed: true},
-		{name: "standardwebhooks", build: StandardWebhooks, timed: true},
+		{name: "shopify", build: Shopify, responseTimeout: shopifyPreset.spec.ResponseTimeout},
+		{name: "slack", build: Slack, responseTimeout: slackResponseTimeout, timed: true},
+		{name: "standardwebhooks", build: StandardWebhooks, responseTimeout: standardWebhooksPreset.spec.ResponseTimeout, timed: true},
 		{name: "stone", build: Stone, timed: true, options: []option{
 			{"jwks", func(c *Config, v string) { c.Stone.JWKS = v }, func(c *Config) string { return c.Stone.JWKS }},
 			{"public_key", func(c *Config, v string) { c.Stone.PublicKey = v }, func(c *Config) string { return c.Stone.PublicKey }},
 		}},
 		{name: "stripe", build: Stripe, timed: true},
-		{name: "svix", build: Svix, timed: true},
-		{name: "twilio", build: Twilio, options: []option{
+		{name: "svix", build: Svix, responseTimeout: svixPreset.spec.ResponseTimeout, timed: true},
+		{name: "twilio", build: Twilio, responseTimeout: twilioResponseTimeout, options: []option{
 			{"public_url", func(c *Config, v string) { c.Twilio.PublicURL = v }, func(c *Config) string { return c.Twilio.PublicURL }},
 		}},
 		{name: "twitch", build: Twitch, timed: true},
 		{name: "whatsapp-cloud", build: WhatsAppCloud, options: []option{
 			{"verify_token", func(c *Config, v string) { c.WhatsAppCloud.VerifyToken = v }, func(c *Config) string { return c.WhatsAppCloud.VerifyToken }},
 		}},
-		{name: "zoom", build: Zoom, timed: true},
+		{name: "zoom", build: Zoom, responseTimeout: zoomResponseTimeout, timed: true},
 	}
 }
 
@@ -311,6 +315,19 @@ func Names() []string {
 		names = append(names, p.name)
 	}
 	return names
+}
+
+// ResponseTimeout returns how long the provider of the preset called name
+// (one of [Names]) waits for the answer to a delivery before it counts the
+// attempt as failed (and retries it, or gives up); where attempts wait for
+// different times, the shortest. It is 0 when the provider documents none,
+// or name is no preset. The gateway warns when a route's respond_within
+// budget is not below it, since an answer sent after the provider stopped
+// waiting is lost and the event comes again. A provider described by a
+// [Spec] has its Spec.ResponseTimeout instead.
+func ResponseTimeout(name string) time.Duration {
+	p, _ := lookup(name)
+	return p.responseTimeout
 }
 
 // New returns the preset called name (one of [Names]) configured by cfg.

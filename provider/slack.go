@@ -40,9 +40,8 @@ func Slack(cfg Config) (*idemhook.Preset, error) {
 	}
 	keys := s.secretBytes()
 	return &idemhook.Preset{
-		Name:            "slack",
-		RetryWindow:     slackRetryWindow,
-		ResponseTimeout: slackResponseTimeout,
+		Name:        "slack",
+		RetryWindow: slackRetryWindow,
 		Verify: func(r *http.Request, body []byte) error {
 			ts := r.Header.Get(SlackTimestampHeader)
 			if ts == "" {

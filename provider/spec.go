@@ -435,7 +435,6 @@ func (c *compiled) preset() *idemhook.Preset {
 	p := &idemhook.Preset{
 		Name:            sp.Name,
 		RetryWindow:     sp.RetryWindow,
-		ResponseTimeout: sp.ResponseTimeout,
 		Verify:          c.verify,
 		Key:             c.key,
 		DuplicateStatus: sp.Success.Status,

@@ -293,6 +293,9 @@ func TestSpecsMatchPresets(t *testing.T) {
 			if got, want := presetFields(specP), presetFields(goP); got != want {
 				t.Errorf("preset fields: spec %s, Go %s", got, want)
 			}
+			if got, want := spec.ResponseTimeout, provider.ResponseTimeout(f.name); got != want {
+				t.Errorf("response timeout: spec %v, Go %v", got, want)
+			}
 			for _, c := range specCases(t, f) {
 				cfg, at := f.cfg, baseTime
 				if c.cfg != nil {
@@ -354,14 +357,17 @@ func TestBuiltinSpecsAreTheYAML(t *testing.T) {
 		if got := loadSpec(t, name); !reflect.DeepEqual(got, spec) {
 			t.Errorf("%s: testdata/specs/%s.yaml is\n%+v\nthe preset's spec is\n%+v", name, name, got, spec)
 		}
+		if got := provider.ResponseTimeout(name); got != spec.ResponseTimeout {
+			t.Errorf("%s: ResponseTimeout is %v, the spec's response_timeout %v", name, got, spec.ResponseTimeout)
+		}
 	}
 }
 
 // presetFields prints what the middleware reads of a preset besides its
 // functions.
 func presetFields(p *idemhook.Preset) string {
-	return fmt.Sprintf("name %s duplicate %d success %d %q retry %v respond %v handshake %v",
-		p.Name, p.DuplicateStatus, p.SuccessStatus, p.SuccessBody, p.RetryWindow, p.ResponseTimeout, p.Handshake != nil)
+	return fmt.Sprintf("name %s duplicate %d success %d %q retry %v handshake %v",
+		p.Name, p.DuplicateStatus, p.SuccessStatus, p.SuccessBody, p.RetryWindow, p.Handshake != nil)
 }
 
 // handshakeCases are the handshakes (and near misses) of a provider.

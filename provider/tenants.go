@@ -53,7 +53,7 @@ type Tenants struct {
 // '.', '_', '-' or '~', and not "." or "..". The presets are those of one
 // provider, built with each tenant's secrets (by [New], [Spec.Preset] or by
 // hand): their Name, DuplicateStatus, SuccessStatus, SuccessBody,
-// RetryWindow, ResponseTimeout and Items must be equal, and either all or
+// RetryWindow and Items must be equal, and either all or
 // none must have a Key, since a route has one of each. Each delivery is
 // verified, keyed and answered (handshakes) by its tenant's preset.
 func NewTenants(param string, presets map[string]*idemhook.Preset) (*Tenants, error) {
@@ -90,7 +90,6 @@ func NewTenants(param string, presets map[string]*idemhook.Preset) (*Tenants, er
 		SuccessStatus:   first.SuccessStatus,
 		SuccessBody:     first.SuccessBody,
 		RetryWindow:     first.RetryWindow,
-		ResponseTimeout: first.ResponseTimeout,
 		Items:           first.Items,
 		Verify: func(r *http.Request, body []byte) error {
 			tp, err := t.pick(r)
@@ -210,8 +209,6 @@ func presetDiff(a, b *idemhook.Preset) string {
 		return "SuccessBody"
 	case a.RetryWindow != b.RetryWindow:
 		return "RetryWindow"
-	case a.ResponseTimeout != b.ResponseTimeout:
-		return "ResponseTimeout"
 	case !reflect.DeepEqual(a.Items, b.Items):
 		return "Items"
 	case (a.Key == nil) != (b.Key == nil):

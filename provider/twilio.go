@@ -79,9 +79,8 @@ func Twilio(cfg Config) (*idemhook.Preset, error) {
 	}
 	keys := s.secretBytes()
 	return &idemhook.Preset{
-		Name:            "twilio",
-		RetryWindow:     twilioRetryWindow,
-		ResponseTimeout: twilioResponseTimeout,
+		Name:        "twilio",
+		RetryWindow: twilioRetryWindow,
 		Verify: func(r *http.Request, body []byte) error {
 			return s.verifyTwilio(keys, public, r, body)
 		},

@@ -86,9 +86,8 @@ func Zoom(cfg Config) (*idemhook.Preset, error) {
 		return nil, s.fail(ZoomSignatureHeader, ErrNoMatchingSignature, "")
 	}
 	return &idemhook.Preset{
-		Name:            "zoom",
-		RetryWindow:     zoomRetryWindow,
-		ResponseTimeout: zoomResponseTimeout,
+		Name:        "zoom",
+		RetryWindow: zoomRetryWindow,
 		Verify: func(r *http.Request, body []byte) error {
 			_, err := signer(r, body)
 			return err

@@ -344,3 +344,12 @@ func (in *routeInputs) newPreset(name string) (*idemhook.Preset, error) {
 	}
 	return provider.New(name, in.config)
 }
+
+// responseTimeout is how long the route's provider waits for an answer:
+// its spec's response_timeout, or that of the preset its provider: names.
+func (in *routeInputs) responseTimeout(name string) time.Duration {
+	if in.spec != nil {
+		return in.spec.ResponseTimeout
+	}
+	return provider.ResponseTimeout(name)
+}

@@ -155,11 +155,15 @@ func (c *checker) delivery(in *routeInputs, rc *Route) {
 // below its provider's response timeout: the provider gives up first.
 func (c *checker) respondWithinTimeout(in *routeInputs, rc *Route) {
 	p := rc.Route.Preset
-	if rc.RespondWithin == 0 || p == nil || p.ResponseTimeout == 0 || rc.RespondWithin < p.ResponseTimeout {
+	if rc.RespondWithin == 0 || p == nil {
+		return
+	}
+	timeout := in.responseTimeout(rc.Provider)
+	if timeout == 0 || rc.RespondWithin < timeout {
 		return
 	}
 	c.warnf(c.key(in.f["respond_within"]), join(in.at, "respond_within"), "%s is not below %s's response timeout (%s): the provider counts the delivery as failed before the gateway answers; set it a second or more below, e.g. %s",
-		FormatDuration(rc.RespondWithin), p.Name, FormatDuration(p.ResponseTimeout), FormatDuration(max(p.ResponseTimeout-time.Second, p.ResponseTimeout/2)))
+		FormatDuration(rc.RespondWithin), p.Name, FormatDuration(timeout), FormatDuration(max(timeout-time.Second, timeout/2)))
 }
 
 // checkOrderBy checks an order_by value: header:<name> or json:<field>.

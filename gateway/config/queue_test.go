@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -179,5 +180,53 @@ routes:
 	}
 	if len(cfg.Warnings) != 1 || cfg.Warnings[0].Field != "routes[0].respond_within" || !strings.Contains(cfg.Warnings[0].Msg, "not below slack's response timeout (3s)") {
 		t.Fatalf("warnings %v; want respond_within not below Slack's 3s", cfg.Warnings)
+	}
+}
+
+// The response timeout respond_within is checked against is a spec's
+// response_timeout for a provider described in the file, the preset's
+// for one it names; none is checked where the provider documents none.
+func TestRespondWithinSpecTimeout(t *testing.T) {
+	spec := func(timeout, within string) string {
+		text := "store: {driver: sqlite, path: /tmp/x.db}\n" + specRoute + "    respond_within: " + within + "\n"
+		if timeout != "" {
+			text = strings.Replace(text, "      retry_window: 2d\n", "      retry_window: 2d\n      response_timeout: "+timeout+"\n", 1)
+		}
+		return text
+	}
+	preset := func(name, within string) string {
+		return fmt.Sprintf("store: {driver: sqlite, path: /tmp/x.db}\nroutes:\n  - path: /hooks/%[1]s\n    upstream: http://127.0.0.1:3000/hook\n    source: %[1]s\n    provider: %[1]s\n    secrets: [s]\n    respond_within: %[2]s\n", name, within)
+	}
+	tests := []struct {
+		name, give string
+		want       string // the warning's text, or "" for none
+	}{
+		{"a spec's timeout, reached", spec("5s", "5s"), "5s is not below acme's response timeout (5s): the provider counts the delivery as failed before the gateway answers; set it a second or more below, e.g. 4s"},
+		{"a spec's timeout, passed", spec("5s", "6s"), "6s is not below acme's response timeout (5s)"},
+		{"a spec's timeout, below", spec("5s", "4s"), ""},
+		{"a spec without response_timeout", spec("", "60s"), ""},
+		{"a preset's timeout, reached", preset("zoom", "3s"), "3s is not below zoom's response timeout (3s): the provider counts the delivery as failed before the gateway answers; set it a second or more below, e.g. 2s"},
+		{"a preset's timeout, below", preset("github", "9s"), ""},
+		{"a preset without a documented timeout", preset("stripe", "60s"), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := Parse("idemhook.yaml", []byte(tt.give), envOf("ACME_SECRET", "acme-secret"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, w := range cfg.Warnings {
+				if w.Field == "routes[0].respond_within" && strings.Contains(w.Msg, "response timeout") {
+					got = append(got, w.Msg)
+				}
+			}
+			switch {
+			case tt.want == "" && len(got) != 0:
+				t.Fatalf("warnings %q; want none about the response timeout", got)
+			case tt.want != "" && (len(got) != 1 || !strings.Contains(got[0], tt.want)):
+				t.Fatalf("warnings %q; want one with %q", got, tt.want)
+			}
+		})
 	}
 }
