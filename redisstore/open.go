@@ -46,7 +46,8 @@ type Opened struct {
 // for a webhook path (no command retries, one dial: "Client settings for a
 // webhook path"), and the store on it ([New]). The client connects at the
 // first command, so a Redis that is down fails that command, not Open. An
-// error is redis.ParseURL's or New's, unwrapped, and closes the client.
+// error is redis.ParseURL's or New's, unwrapped; after New's, Open has
+// closed the client.
 // Use [New] or [NewRueidis] to build the store on a client of your own.
 func Open(cfg OpenConfig) (*Opened, error) {
 	opts := &redis.UniversalOptions{
