@@ -3,10 +3,8 @@ package gateway
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/idemhook/idemhook"
@@ -41,9 +39,10 @@ func (rs *resources) close() error {
 // connections are the gateway's connections to its store and audit sink,
 // shared between the two: one *sql.DB per SQLite file, one PostgreSQL pool
 // per URL and the Redis store's client. A SQLite file is used by
-// one gateway process at a time. open, and sqlitestore.OpenFile for the
-// store's file, take its lock (sqlitestore.Lock), so that claims found
-// pending at start belong to a process that died and can be freed at once.
+// one gateway process at a time. open (sqlitestore.OpenWriter), and
+// sqlitestore.OpenFile for the store's file, take its lock
+// (sqlitestore.Lock), so that claims found pending at start belong to a
+// process that died and can be freed at once.
 type connections struct {
 	rs     *resources
 	logger *slog.Logger
@@ -54,35 +53,29 @@ type connections struct {
 	redis redis.UniversalClient
 }
 
-// pgPool returns the pool for url, made on first use. It connects lazily:
-// a server that is down fails the first statement, not this call. Unless
-// the URL sets pool_min_conns, the pool opens all its connections at once,
-// in the background.
+// pgPool returns the pool for url, made on first use (pgstore.NewPool: it
+// connects lazily and, unless the URL sets pool_min_conns, opens all its
+// connections at once, in the background).
 func (f *connections) pgPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	if p, ok := f.pools[url]; ok {
 		return p, nil
 	}
-	cfg, err := pgxpool.ParseConfig(url)
+	p, err := pgstore.NewPool(ctx, url)
 	if err != nil {
 		return nil, err
 	}
-	if !strings.Contains(url, "pool_min_conns") {
-		// Pre-opened (in the background, so a server down still fails the
-		// first statement, not the start): the first burst of deliveries
-		// then finds its connections open rather than each dialing within
-		// the store's 250 ms deadline (docs/stores.md, "PostgreSQL pool").
-		cfg.MinConns = cfg.MaxConns
-	}
-	p, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
+	f.sharePool(url, p)
+	f.rs.add(func() error { p.Close(); return nil })
+	return p, nil
+}
+
+// sharePool records p, the pool for url, for the audit sink when it writes
+// to the same database.
+func (f *connections) sharePool(url string, p *pgxpool.Pool) {
 	if f.pools == nil {
 		f.pools = map[string]*pgxpool.Pool{}
 	}
 	f.pools[url] = p
-	f.rs.add(func() error { p.Close(); return nil })
-	return p, nil
 }
 
 // share records db, the writer of the SQLite file at path, for the audit
@@ -95,30 +88,19 @@ func (f *connections) share(path string, db *sql.DB) {
 }
 
 // open returns the writer of the SQLite file at path: the store's when it
-// is the same file, else opened here under the file's lock.
+// is the same file, else opened here under the file's lock
+// (sqlitestore.OpenWriter).
 func (f *connections) open(path string) (*sql.DB, error) {
 	if db, ok := f.dbs[path]; ok {
 		return db, nil
 	}
-	lock, err := sqlitestore.Lock(path)
-	switch {
-	case errors.Is(err, errors.ErrUnsupported):
-		f.logger.Warn("idemhook sqlite: file locks are not supported here; make sure one gateway process uses the file", "path", path)
-	case err != nil:
-		return nil, fmt.Errorf("%w; one gateway process per SQLite file: stop the other one, or give this one another path", err)
-	default:
-		f.rs.add(lock.Unlock)
-	}
-	db, err := sqlitestore.Open(path)
+	w, err := sqlitestore.OpenWriter(path, f.logger)
 	if err != nil {
 		return nil, err
 	}
-	if f.dbs == nil {
-		f.dbs = map[string]*sql.DB{}
-	}
-	f.dbs[path] = db
-	f.rs.add(db.Close)
-	return db, nil
+	f.rs.add(w.Close) // the writer, then the lock
+	f.share(path, w.DB)
+	return w.DB, nil
 }
 
 // sqliteCacheBytes is how many bytes of recent completed records the SQLite
@@ -157,53 +139,26 @@ func openStore(ctx context.Context, sc config.Store, files *connections, now fun
 		files.share(sc.Path, f.DB)
 		return f.Store, nil
 	case "redis":
-		opts := &redis.UniversalOptions{
-			Addrs:      sc.Addrs,
-			MasterName: sc.MasterName,
-			Username:   sc.Username,
-			Password:   sc.Password,
-			// Fail fast, as redisstore advises for a webhook path. A dead
-			// Redis costs ~0.1ms per call instead of the 250ms store
-			// deadline, and the middleware fails open instead of retrying.
-			MaxRetries:    -1,
-			DialerRetries: 1,
-		}
-		if sc.URL != "" {
-			o, err := redis.ParseURL(sc.URL)
-			if err != nil {
-				return nil, fmt.Errorf("redis store: %w", err)
-			}
-			opts.Addrs = []string{o.Addr}
-			opts.DB = o.DB
-			opts.TLSConfig = o.TLSConfig
-			if o.Username != "" {
-				opts.Username = o.Username
-			}
-			if o.Password != "" {
-				opts.Password = o.Password
-			}
-		}
-		client := redis.NewUniversalClient(opts)
-		files.rs.add(client.Close)
-		files.redis = client
-		// Batch: the commands of concurrent deliveries share pipelines
-		// (docs/benchmarks.md measures what that saves). wait_replicas:
-		// each claim and completion waits for replicas (docs/stores.md,
-		// "Redis failover and replicas").
-		s, err := redisstore.New(client, redisstore.Config{
-			Prefix: sc.Prefix, CompactKeys: sc.Compact,
-			WaitReplicas: sc.WaitReplicas, WaitTimeout: sc.WaitTimeout, WaitAOF: sc.WaitAOF,
+		// Batch (the default): the commands of concurrent deliveries share
+		// pipelines (docs/benchmarks.md measures what that saves).
+		// wait_replicas: each claim and completion waits for replicas
+		// (docs/stores.md, "Redis failover and replicas"). Open's client
+		// fails fast, as redisstore advises for a webhook path.
+		o, err := redisstore.Open(redisstore.OpenConfig{
+			Config: redisstore.Config{
+				Prefix: sc.Prefix, CompactKeys: sc.Compact,
+				WaitReplicas: sc.WaitReplicas, WaitTimeout: sc.WaitTimeout, WaitAOF: sc.WaitAOF,
+			},
+			URL: sc.URL, Addrs: sc.Addrs, MasterName: sc.MasterName,
+			Username: sc.Username, Password: sc.Password,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("redis store: %w", err)
 		}
-		files.rs.add(s.Close) // closed before the client
-		return s, nil
+		files.rs.add(o.Close) // the store, then the client
+		files.redis = o.Client
+		return o.Store, nil
 	case "postgres":
-		pool, err := files.pgPool(ctx, sc.URL)
-		if err != nil {
-			return nil, fmt.Errorf("postgres store %s: %w", config.RedactURL(sc.URL), err)
-		}
 		// The table is created (or checked) at start, so that a wrong URL
 		// or missing rights fail here rather than at the first delivery.
 		// The start is bounded, so that an unreachable host doesn't hang it.
@@ -211,12 +166,13 @@ func openStore(ctx context.Context, sc config.Store, files *connections, now fun
 		defer cancel()
 		// Batch: the writes of concurrent deliveries share a commit
 		// (docs/benchmarks.md measures what that saves).
-		s, err := pgstore.New(start, pool, pgstore.Config{Table: sc.Table, Batch: true})
+		o, err := pgstore.Open(start, pgstore.OpenConfig{Config: pgstore.Config{Table: sc.Table, Batch: true}, URL: sc.URL})
 		if err != nil {
 			return nil, fmt.Errorf("postgres store %s: %w", config.RedactURL(sc.URL), err)
 		}
-		files.rs.add(s.Close)
-		return s, nil
+		files.rs.add(o.Close) // the store, then the pool
+		files.sharePool(sc.URL, o.Pool)
+		return o.Store, nil
 	}
 	return nil, fmt.Errorf("unknown store driver %q", sc.Driver)
 }

@@ -2,7 +2,10 @@ package gateway
 
 import (
 	"context"
+	"crypto/rand"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -10,11 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/gateway/config"
 	"github.com/idemhook/idemhook/internal/testutil/gatewaytest"
+	"github.com/idemhook/idemhook/internal/testutil/pgtest"
 	"github.com/idemhook/idemhook/internal/testutil/redistest"
 	"github.com/idemhook/idemhook/sqlitestore"
 )
@@ -107,5 +112,92 @@ func TestRedisWaitReplicas(t *testing.T) {
 				t.Fatalf("EXISTS of the record on the replica = (%d, %v), want %d", n, err, want)
 			}
 		})
+	}
+}
+
+// TestStoreConnectionsShared: the store's PostgreSQL pool is the one an
+// audit trail on the same URL gets, and a trail on another URL gets one of
+// its own; the Redis store's client is the one the audit stream gets.
+// Closing the gateway's resources closes them.
+func TestStoreConnectionsShared(t *testing.T) {
+	ctx := t.Context()
+	t.Run("postgres", func(t *testing.T) {
+		url := pgtest.URL(t)
+		var rs resources
+		files := &connections{rs: &rs, logger: slog.New(slog.DiscardHandler)}
+		sc := config.Store{Driver: "postgres", URL: url, Table: pgtest.Table(t, pgtest.Pool(t), "idemhook_gw")}
+		if _, err := openStore(ctx, sc, files, time.Now, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		store, n := files.pools[url], len(rs.closers)
+		if p, err := files.pgPool(ctx, url); err != nil || p != store || len(rs.closers) != n {
+			t.Errorf("the audit's pool on the store's URL: %p, %v, %d closers; want the store's %p, %d", p, err, len(rs.closers), store, n)
+		}
+		other, err := files.pgPool(ctx, url+"&application_name=audit")
+		if err != nil || other == store || len(rs.closers) != n+1 {
+			t.Errorf("the audit's pool on another URL: %v, %d closers; want a pool of its own, %d", err, len(rs.closers), n+1)
+		}
+		if err := rs.close(); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []*pgxpool.Pool{store, other} {
+			if err := p.Ping(ctx); err == nil {
+				t.Error("a pool answers after the resources closed")
+			}
+		}
+	})
+	t.Run("redis", func(t *testing.T) {
+		var rs resources
+		files := &connections{rs: &rs, logger: slog.New(slog.DiscardHandler)}
+		sc := config.Store{Driver: "redis", URL: redistest.URL(t), Prefix: "test:" + rand.Text() + ":"}
+		st, err := openStore(ctx, sc, files, time.Now, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if files.redis == nil {
+			t.Fatal("no client for the audit stream")
+		}
+		if _, err := st.Get(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		if err := files.redis.Ping(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rs.close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := files.redis.Ping(ctx).Err(); !errors.Is(err, redis.ErrClosed) {
+			t.Errorf("Ping after the resources closed = %v, want redis.ErrClosed", err)
+		}
+	})
+}
+
+// TestStoreOpenBadURL: a URL the client can't read fails the start with
+// the store's prefix (the URL's password hidden) and the client's own
+// error, before anything connects.
+func TestStoreOpenBadURL(t *testing.T) {
+	const pgURL = "postgres://u:secret@127.0.0.1:1/none?pool_max_conns=many"
+	_, pgErr := pgxpool.ParseConfig(pgURL)
+	const redisURL = "http://u:secret@127.0.0.1:1/0"
+	_, redisErr := redis.ParseURL(redisURL)
+	for _, tt := range []struct {
+		sc   config.Store
+		want string
+	}{
+		{config.Store{Driver: "postgres", URL: pgURL}, "postgres store postgres://u:xxxxx@127.0.0.1:1/none?pool_max_conns=many: " + pgErr.Error()},
+		{config.Store{Driver: "redis", URL: redisURL}, "redis store: " + redisErr.Error()},
+	} {
+		var rs resources
+		files := &connections{rs: &rs, logger: slog.New(slog.DiscardHandler)}
+		_, err := openStore(t.Context(), tt.sc, files, time.Now, time.Minute)
+		if err == nil || err.Error() != tt.want {
+			t.Errorf("%s: %v, want %s", tt.sc.Driver, err, tt.want)
+		}
+		if strings.Contains(fmt.Sprint(err), "secret") {
+			t.Errorf("%s: the error shows the password: %v", tt.sc.Driver, err)
+		}
+		if len(rs.closers) != 0 {
+			t.Errorf("%s: %d resources left to close after a failed open", tt.sc.Driver, len(rs.closers))
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -49,7 +50,8 @@ type File struct {
 //  1. It takes the file's [Lock]. Where file locks are not supported it
 //     logs a WARN (Config.Logger) and goes on without.
 //  2. It opens the writer's pool ([Open]) and a pool of readers
-//     ([OpenReader], Config.Reader).
+//     ([OpenReader], Config.Reader). [OpenWriter] is steps 1 and 2
+//     without the readers.
 //  3. It makes the store ([New]), with the lock as Config.Lock when held.
 //  4. Holding the lock, it frees the pending claims a process that died
 //     left in the file ([Store.FreePendingClaims], with cfg.Lease): no
@@ -63,28 +65,15 @@ func OpenFile(ctx context.Context, path string, cfg FileConfig) (_ *File, err er
 	if cfg.Lock != nil || cfg.Reader != nil {
 		return nil, errors.New("sqlitestore: OpenFile: Config.Lock and Config.Reader are OpenFile's to set")
 	}
-	f := &File{}
+	f, err := OpenWriter(path, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			f.Close() //nolint:errcheck // the step's error is the one to report
 		}
 	}()
-	lock, err := Lock(path)
-	switch {
-	case errors.Is(err, errors.ErrUnsupported):
-		if cfg.Logger != nil {
-			cfg.Logger.Warn("idemhook sqlite: file locks are not supported here; make sure one gateway process uses the file", "path", path)
-		}
-	case err != nil:
-		return nil, fmt.Errorf("%w; one gateway process per SQLite file: stop the other one, or give this one another path", err)
-	default:
-		f.Lock = lock
-		f.closers = append(f.closers, lock.Unlock)
-	}
-	if f.DB, err = Open(path); err != nil {
-		return nil, err
-	}
-	f.closers = append(f.closers, f.DB.Close)
 	// Reads (a claim's first look, a replay) run beside the writer's
 	// commits on a pool of their own.
 	reader, err := OpenReader(path)
@@ -111,6 +100,38 @@ func OpenFile(ctx context.Context, path string, cfg FileConfig) (_ *File, err er
 		cfg.Logger.Info("idemhook sqlite store: this process holds the file alone",
 			"path", path, "lock", path+".lock", "freed_pending_claims", f.Freed)
 	}
+	return f, nil
+}
+
+// OpenWriter does the first two steps of [OpenFile], for a process that
+// writes to a file of its own beside its store's (an audit trail): it
+// takes the file's [Lock], or logs a WARN (to logger, when not nil) where
+// file locks are not supported, and opens the writer's pool ([Open]). The
+// File it returns has no Store and no readers; its Close closes the pool,
+// then releases the lock. An error closes what the first step opened.
+func OpenWriter(path string, logger *slog.Logger) (_ *File, err error) {
+	f := &File{}
+	defer func() {
+		if err != nil {
+			f.Close() //nolint:errcheck // the step's error is the one to report
+		}
+	}()
+	lock, err := Lock(path)
+	switch {
+	case errors.Is(err, errors.ErrUnsupported):
+		if logger != nil {
+			logger.Warn("idemhook sqlite: file locks are not supported here; make sure one gateway process uses the file", "path", path)
+		}
+	case err != nil:
+		return nil, fmt.Errorf("%w; one gateway process per SQLite file: stop the other one, or give this one another path", err)
+	default:
+		f.Lock = lock
+		f.closers = append(f.closers, lock.Unlock)
+	}
+	if f.DB, err = Open(path); err != nil {
+		return nil, err
+	}
+	f.closers = append(f.closers, f.DB.Close)
 	return f, nil
 }
 

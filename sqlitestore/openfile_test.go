@@ -88,3 +88,33 @@ func TestOpenFileRefuses(t *testing.T) {
 	}
 	l2.Unlock()
 }
+
+// OpenWriter takes the lock and opens the writer, for a file beside the
+// store's; a second process is kept out, and Close releases the file.
+func TestOpenWriter(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.db")
+	w, err := sqlitestore.OpenWriter(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Lock == nil || w.Store != nil {
+		t.Fatalf("Lock = %v, Store = %v; want a lock and no store", w.Lock, w.Store)
+	}
+	if _, err := w.DB.ExecContext(t.Context(), "CREATE TABLE t (x)"); err != nil {
+		t.Fatalf("the writer: %v", err)
+	}
+	_, err = sqlitestore.OpenWriter(path, nil)
+	if !errors.Is(err, sqlitestore.ErrLocked) || !strings.HasSuffix(err.Error(), "; one gateway process per SQLite file: stop the other one, or give this one another path") {
+		t.Fatalf("second OpenWriter = %v, want ErrLocked with the advice", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w2, err := sqlitestore.OpenWriter(path, nil)
+	if err != nil {
+		t.Fatalf("OpenWriter after Close: %v", err)
+	}
+	if err := w2.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
