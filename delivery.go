@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 )
@@ -322,27 +321,31 @@ func (x *Delivery) close() {
 }
 
 // settle runs after the handler returned. When the handler completed the
-// claim in a transaction, it finds out whether that committed, answers and
-// returns the outcome with settled true; otherwise settled is false and the
-// middleware carries on as usual.
-func (x *Delivery) settle(pending *Record) (outcome Outcome, settled bool, err error) {
+// claim in a transaction, it finds out whether that committed and returns
+// how the delivery settled, with true; otherwise it returns false and the
+// middleware settles the claim as usual.
+func (x *Delivery) settle(pending *Record) (settled, bool) {
 	x.close()
 	if len(x.written) == 0 {
-		return "", false, nil
+		return settled{}, false
 	}
 	if x.committed {
-		c := x.written[len(x.written)-1]
-		x.sendCommitted(c)
-		if c.omitted {
-			x.ex.omittedBody()
-		}
-		return OutcomeProcessed, true, nil
+		return x.committedAnswer(&x.written[len(x.written)-1]), true
 	}
-	outcome, err = x.settleTx(pending)
-	return outcome, true, err
+	return x.settleTx(pending), true
 }
 
-func (x *Delivery) settleTx(pending *Record) (Outcome, error) {
+// committedAnswer settles a delivery whose completion c committed: it is
+// answered with c's record, in place of whatever the handler wrote, as a
+// replay has it.
+func (x *Delivery) committedAnswer(c *txCompletion) settled {
+	if c.omitted {
+		x.ex.omittedBody(int64(len(c.body)))
+	}
+	return settled{outcome: OutcomeProcessed, answer: answer{kind: answerCommitted, done: c}}
+}
+
+func (x *Delivery) settleTx(pending *Record) settled {
 	ex := x.ex
 	rec, err := ex.call("get", func(ctx context.Context) (*Record, error) {
 		return ex.h.m.store.Get(ctx, ex.storeKey)
@@ -351,19 +354,14 @@ func (x *Delivery) settleTx(pending *Record) (Outcome, error) {
 		// Committed or not, the provider's retry finds out: it replays
 		// the committed record, or runs afresh once the lease lapses.
 		ex.warnStore("WebhookIdempotencyInterceptor could not tell whether the handler's transaction committed for key=", err)
-		x.replaceAnswer(http.StatusServiceUnavailable, ex.h.retryAfter, "Idempotency store unavailable",
-			"the idempotency store could not tell whether this delivery was committed; retry later")
-		return OutcomeStoreErrorClosed, err
+		return settled{outcome: OutcomeStoreErrorClosed, err: err, answer: problemAnswer(http.StatusServiceUnavailable, ex.h.retryAfter,
+			"Idempotency store unavailable", "the idempotency store could not tell whether this delivery was committed; retry later")}
 	}
 	if rec != nil && rec.State == StateCompleted {
 		if enc, err := rec.MarshalBinary(); err == nil {
-			for _, c := range x.written {
-				if bytes.Equal(enc, c.encoded) {
-					x.sendCommitted(c)
-					if rec.BodyOmitted {
-						ex.omittedBody()
-					}
-					return OutcomeProcessed, nil
+			for i := range x.written {
+				if bytes.Equal(enc, x.written[i].encoded) {
+					return x.committedAnswer(&x.written[i])
 				}
 			}
 		}
@@ -380,51 +378,10 @@ func (x *Delivery) settleTx(pending *Record) (Outcome, error) {
 	if ex.h.stores(ex.out.finalStatus()) {
 		// A success (or any answer the provider won't retry) for work that
 		// did not commit would lose the event.
-		x.replaceAnswer(http.StatusInternalServerError, "", "Delivery not committed",
-			"the handler's transaction did not commit; retry the delivery")
-		return OutcomeFailedReleased, err
+		return settled{outcome: OutcomeFailedReleased, err: err, answer: problemAnswer(http.StatusInternalServerError, "",
+			"Delivery not committed", "the handler's transaction did not commit; retry the delivery")}
 	}
-	if !ex.out.hijacked {
-		ex.out.send()
-	}
-	return OutcomeFailedReleased, err
-}
-
-// replaceAnswer discards what the handler wrote, headers included, and
-// answers with a problem instead (with Retry-After unless retryAfter is ""),
-// unless the handler's answer has already gone out.
-func (x *Delivery) replaceAnswer(status int, retryAfter, title, detail string) {
-	ex := x.ex
-	if ex.out.streaming || ex.out.hijacked {
-		return
-	}
-	ex.out = responseCapture{w: ex.out.w}
-	x.resetHeader(nil)
-	if retryAfter != "" {
-		ex.out.w.Header().Set("Retry-After", retryAfter)
-	}
-	ex.writeProblem(status, title, detail)
-}
-
-// sendCommitted answers with the response committed in the handler's
-// transaction, in place of whatever the handler wrote: the record's status,
-// headers and body, as a replay has them.
-func (x *Delivery) sendCommitted(c txCompletion) {
-	ex := x.ex
-	if ex.out.streaming || ex.out.hijacked {
-		// The handler's answer already went out (a body over the storage
-		// cap streams; a hijacked connection is the handler's).
-		return
-	}
-	x.resetHeader(c.header)
-	w := ex.out.w
-	w.Header().Set("Content-Length", strconv.Itoa(len(c.body)))
-	ex.out.streaming = true
-	ex.out.status = c.status
-	ex.out.written = int64(len(c.body))
-	ex.out.buf = nil
-	w.WriteHeader(c.status)
-	w.Write(c.body) //nolint:errcheck // the client may be gone
+	return settled{outcome: OutcomeFailedReleased, err: err, answer: answer{kind: answerCaptured}}
 }
 
 // resetHeader makes the response header what a replay of a record with

@@ -184,20 +184,18 @@ func itemStoreKey(source, scope, key string) string {
 
 // runItems carries the batched delivery through: it claims its items, runs
 // the new ones, waits for those another delivery holds (policy wait), and
-// answers the provider. It returns the delivery's outcome.
-func (run *itemRun) runItems() (Outcome, error) {
+// answers the provider. It returns how the delivery settled, answered.
+func (run *itemRun) runItems() settled {
 	ex := run.ex
 	if err := run.claim(); err != nil {
 		v := ex.storeError(err)
 		if v.act == actRun { // on_store_error open: the whole body, unprotected, as for one event
-			ex.panicking = true
 			ex.h.next.ServeHTTP(&ex.out, ex.r)
-			ex.panicking = false
 		} else {
 			ex.out.w.Header().Set("Retry-After", v.retryAfter)
 			ex.writeProblem(v.status, v.title, v.detail)
 		}
-		return v.outcome, v.err
+		return settled{outcome: v.outcome, err: v.err}
 	}
 	run.startRenewal()
 	defer run.stopRenewals()
@@ -215,7 +213,8 @@ func (run *itemRun) runItems() (Outcome, error) {
 		}
 	}
 	run.settlePending()
-	return run.answer()
+	outcome, err := run.answer()
+	return settled{outcome: outcome, err: err}
 }
 
 // claim claims every item in one batch where the store can, and sets each
@@ -428,9 +427,10 @@ func (run *itemRun) runOne(i int) {
 		}
 		return
 	}
-	outcome, _ := c.runClaimed(run.ops[i].Claim) // stores or releases the item's claim (Batch.Fail included)
+	s := c.runClaimed(run.ops[i].Claim) // stores or releases the item's claim (Batch.Fail included)
+	c.send(s.answer)
 	run.settle(i)
-	if outcome == OutcomeProcessed {
+	if s.outcome == OutcomeProcessed {
 		run.states[i] = itemProcessed
 		return
 	}
@@ -718,10 +718,10 @@ func (run *itemRun) answer() (Outcome, error) {
 	return outcome, nil
 }
 
-// died ends a batched delivery whose handler panicked (p) or exited its
+// died settles a batched delivery whose handler panicked (p) or exited its
 // goroutine: every claim still held is released, and the provider gets a
 // 500 unless an answer is on its way.
-func (run *itemRun) died(p any) (Outcome, error) {
+func (run *itemRun) died(p any) settled {
 	run.stopRenewals()
 	var held []int
 	for i := range run.held {
@@ -730,11 +730,7 @@ func (run *itemRun) died(p any) (Outcome, error) {
 		}
 	}
 	run.release(held)
-	run.ex.handlerFailed()
-	if p != nil {
-		return OutcomeFailedReleased, fmt.Errorf("idemhook: handler panicked: %v", p)
-	}
-	return OutcomeFailedReleased, errGoexit
+	return settled{outcome: OutcomeFailedReleased, err: diedError(p), answer: answer{kind: answerFailed}}
 }
 
 // itemWriter takes a child request's answer: the middleware keeps what it
