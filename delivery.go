@@ -285,9 +285,12 @@ func (h *routeConfig) givenHeader(header http.Header) (http.Header, error) {
 	return given, nil
 }
 
-// offerDelivery puts the claim's Delivery in the request's context for the
-// handler to find.
+// offerDelivery readies ex to run the handler holding pending: the answer
+// is buffered, to be stored before it is sent, and the claim's Delivery is
+// in the request's context for the handler to find.
 func (ex *exchange) offerDelivery(pending *Record) *Delivery {
+	ex.out.buffering = true
+	ex.out.limit = ex.h.rt.MaxStoredBodyBytes
 	x := &ex.offered
 	x.ex, x.claim = ex, pending
 	if h := ex.out.w.Header(); len(h) > 0 {

@@ -404,12 +404,6 @@ type exchange struct {
 	held      int64 // the bytes of the body's buffer taken from the budget
 	canonical int64 // the bytes of the body's canonical copy, taken from the budget while it is hashed
 
-	// A batched delivery (Route.Items): items counts its items for the
-	// report. A request of its items to the handler is an exchange of its
-	// own, with item, the delivery's run, and batch, the items it carries.
-	items *ItemsInfo
-	item  *itemRun
-	batch *Batch
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -955,32 +949,29 @@ func (ex *exchange) end(v verdict) {
 		ex.writeProblem(v.status, v.title, v.detail)
 	}
 	if v.outcome != "" {
-		ex.report(v.outcome, v.err, true)
+		ex.report(settled{outcome: v.outcome, err: v.err}, true)
 	}
 }
 
 // runClaimed runs the handler for a claim this delivery holds, then settles
 // the claim. A panic goes on to serve, which settles the claim instead.
 func (ex *exchange) runClaimed(pending *Record) settled {
-	ex.out.buffering = true
-	ex.out.limit = ex.h.rt.MaxStoredBodyBytes
 	tx := ex.offerDelivery(pending) // see delivery.go; before the renewal, which reads ex.r
 	defer tx.close()
-	if ex.item == nil { // an item's claim is renewed with its batch's
-		ex.startRenewal(pending)
-	}
+	ex.startRenewal(pending)
 	ex.h.next.ServeHTTP(&ex.out, ex.r)
 	ex.renew.stop()
-	return ex.settleClaim(pending, tx)
+	return ex.settleClaim(pending, tx, false)
 }
 
 // settleClaim settles a claim whose handler returned: it stores the
-// handler's answer, or releases the claim, and returns the outcome
+// handler's answer, or releases the claim (also when failedItem: the
+// handler failed the batched item it ran for), and returns the outcome
 // (processed, failed_released, or what settling the handler's own
 // transaction found) with the answer to send: the handler's, once the
 // store has it, so that a provider that retries the instant it has the
 // answer finds it stored.
-func (ex *exchange) settleClaim(pending *Record, tx *Delivery) settled {
+func (ex *exchange) settleClaim(pending *Record, tx *Delivery, failedItem bool) settled {
 	m := ex.h.m
 	if s, ok := tx.settle(pending); ok { // the handler completed the claim in its own transaction
 		return s
@@ -992,7 +983,6 @@ func (ex *exchange) settleClaim(pending *Record, tx *Delivery) settled {
 		return settled{outcome: OutcomeFailedReleased, err: errHijacked}
 	}
 	status := ex.out.finalStatus()
-	failedItem := ex.batch != nil && ex.batch.close()[0] // the handler failed the item it carries (Batch.Fail)
 	if cutShort := ex.out.status == 0 && ex.r.Context().Err() != nil; cutShort || failedItem || !ex.h.stores(status) {
 		ex.release(pending)
 		s := settled{outcome: OutcomeFailedReleased, answer: answer{kind: answerCaptured}}
@@ -1006,7 +996,7 @@ func (ex *exchange) settleClaim(pending *Record, tx *Delivery) settled {
 		Fingerprint: ex.fp,
 		CreatedAt:   m.opts.Now(),
 		Status:      status,
-		Header:      ex.storedHeader(),
+		Header:      ex.h.storedHeader(ex.out.w.Header()),
 		BodyOmitted: ex.out.omitted,
 	}
 	if !ex.out.omitted {
@@ -1059,12 +1049,12 @@ func diedError(p any) error {
 	return errGoexit
 }
 
-// storedHeader picks the replayed headers out of the response, into a
-// pooled map that goes back with putHeader once the record is stored.
-func (ex *exchange) storedHeader() http.Header {
-	src := ex.out.w.Header()
+// storedHeader picks the replayed headers out of the response's header src,
+// into a pooled map that goes back with putHeader once the record is
+// stored.
+func (rc *routeConfig) storedHeader(src http.Header) http.Header {
 	var h http.Header
-	for _, name := range ex.h.replayHeaders {
+	for _, name := range rc.replayHeaders {
 		if vs := src[name]; len(vs) > 0 {
 			if h == nil {
 				h = headerPool.Get().(http.Header)
@@ -1138,11 +1128,11 @@ func (ex *exchange) writeProblem(status int, title, detail string) {
 	ex.out.Write(problem.JSON(status, title, detail)) //nolint:errcheck // the client may be gone
 }
 
-// report calls Options.OnDelivery with the delivery's outcome and the status
-// the caller received. returned is false when the handler run for the
+// report calls Options.OnDelivery with how the delivery settled (s's
+// answer has been sent) and the status the caller received. returned is false when the handler run for the
 // delivery did not return: net/http's 200 for nothing written is then not
 // what the caller got.
-func (ex *exchange) report(outcome Outcome, err error, returned bool) {
+func (ex *exchange) report(s settled, returned bool) {
 	hook := ex.h.m.opts.OnDelivery
 	if hook == nil {
 		return
@@ -1160,15 +1150,15 @@ func (ex *exchange) report(outcome Outcome, err error, returned bool) {
 		Key:           ex.key,
 		Scope:         ex.scope,
 		StoreKey:      ex.storeKey,
-		Outcome:       outcome,
+		Outcome:       s.outcome,
 		Status:        status,
 		Duration:      ex.h.m.opts.Now().Sub(ex.start),
 		RequestBytes:  int64(len(ex.body)),
 		ResponseBytes: ex.out.written,
-		Err:           err,
+		Err:           s.err,
 		Waited:        ex.waited,
 		BodyOmitted:   ex.bodyOmitted,
-		Items:         ex.items,
+		Items:         s.items,
 	})
 }
 

@@ -27,6 +27,7 @@ type settled struct {
 	outcome Outcome
 	err     error
 	answer  answer
+	items   *ItemsInfo // a batched delivery's counts, once it answered
 }
 
 // answer is the answer a settling phase decided on; only send writes it.
@@ -94,7 +95,7 @@ func (ex *exchange) conclude(v verdict, run *handlerRun) {
 		run.end = ex.died(v, run.panicVal)
 	}
 	ex.send(run.end.answer)
-	ex.report(run.end.outcome, run.end.err, run.returned)
+	ex.report(run.end, run.returned)
 	if run.panicVal != nil {
 		panic(run.panicVal)
 	}
