@@ -43,7 +43,7 @@ import (
 //
 //   - committed: the stored record is the one written in the transaction.
 //     The middleware sends that record, as a replay would (see
-//     [Delivery.CompleteWith] for its headers; what else the handler wrote
+//     [CompleteDelivery] for its headers; what else the handler wrote
 //     to the ResponseWriter, status, headers or body, is discarded), and
 //     writes nothing more to the store. Every re-delivery gets the same
 //     answer, replayed. Outcome processed.
@@ -59,9 +59,9 @@ import (
 //     once the lease has lapsed, runs afresh. Outcome store_error_closed.
 //
 // A store author whose write commits its own transaction inside
-// [Delivery.CompleteWith] (the gateway's queue does: the event and the key's
+// [CompleteDelivery] (the gateway's queue does: the event and the key's
 // completion in one transaction) knows the outcome when that returns: it
-// calls [Delivery.Committed], and the middleware sends the committed record
+// calls [DeliveryCommitted], and the middleware sends the committed record
 // without reading the key back, so that a busy store cannot turn an event
 // already recorded into a 503.
 //
@@ -92,7 +92,7 @@ type Delivery struct {
 	mu       sync.Mutex
 	finished bool
 	written  []txCompletion // completions written in a transaction, oldest first
-	// committed is set by Committed: the last of written committed, so
+	// committed is set by DeliveryCommitted: the last of written committed, so
 	// settle needs no read-back.
 	committed bool
 }
@@ -156,16 +156,24 @@ func (x *Delivery) Fence() uint64 {
 	return x.ex.fence
 }
 
-// Store returns the store holding the claim: the middleware's store.
-func (x *Delivery) Store() Store { return x.ex.h.m.store }
+// The store author's side of a Delivery: [DeliveryStore], [CompleteDelivery]
+// and [DeliveryCommitted] are functions rather than methods, so that the
+// handler's type offers the handler only what it uses; a handler completes
+// its Delivery through its store (pgstore.Store.CompleteTx).
 
-// CompleteWith completes the claim with the response status, header and body
-// through write, which must store done under key in place of claim, kept for
-// ttl, with the compare-and-set of [Store.Complete], inside the caller's
-// transaction. It is the building block of the stores' transactional
-// completions (pgstore.Store.CompleteTx); a handler calls those instead.
+// DeliveryStore returns the store holding d's claim: the middleware's store.
+// A store's transactional completion checks with it that the claim is its
+// own.
+func DeliveryStore(d *Delivery) Store { return d.ex.h.m.store }
+
+// CompleteDelivery completes d's claim with the response status, header and
+// body through write, which must store done under key in place of claim,
+// kept for ttl, with the compare-and-set of [Store.Complete], inside the
+// caller's transaction. It is the building block of the stores'
+// transactional completions (pgstore.Store.CompleteTx); a handler calls
+// those instead.
 //
-// CompleteWith builds the record as the middleware would, and the answer
+// CompleteDelivery builds the record as the middleware would, and the answer
 // sent once the transaction committed is that record, so that the first
 // answer and every replay are the same. Its headers are the route's replay
 // headers ([RepresentationHeaders] and Route.ReplayHeaders), each taken from
@@ -180,19 +188,19 @@ func (x *Delivery) Store() Store { return x.ex.h.m.store }
 // An error from write is returned as is: [ErrNotOwner] means the claim was
 // lost (its lease lapsed and another delivery took the event over, or it was
 // deleted), and the caller must roll its transaction back.
-func (x *Delivery) CompleteWith(status int, header http.Header, body []byte, write func(key string, claim, done *Record, ttl time.Duration) error) error {
+func CompleteDelivery(d *Delivery, status int, header http.Header, body []byte, write func(key string, claim, done *Record, ttl time.Duration) error) error {
 	if write == nil {
-		return errors.New("idemhook: Delivery.CompleteWith: nil write")
+		return errors.New("idemhook: CompleteDelivery: nil write")
 	}
-	if status < 200 || status > 999 || !x.ex.h.stores(status) {
-		return fmt.Errorf("idemhook: Delivery.CompleteWith: status %d is not one the middleware stores (it releases the claim of a failed delivery so that a retry runs afresh)", status)
+	if status < 200 || status > 999 || !d.ex.h.stores(status) {
+		return fmt.Errorf("idemhook: CompleteDelivery: status %d is not one the middleware stores (it releases the claim of a failed delivery so that a retry runs afresh)", status)
 	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.finished {
-		return errors.New("idemhook: Delivery.CompleteWith: the handler has returned: a Delivery is only valid while its handler runs")
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.finished {
+		return errors.New("idemhook: CompleteDelivery: the handler has returned: a Delivery is only valid while its handler runs")
 	}
-	ex := x.ex
+	ex := d.ex
 	done := &Record{
 		State:       StateCompleted,
 		Fingerprint: ex.fp,
@@ -223,42 +231,41 @@ func (x *Delivery) CompleteWith(status int, header http.Header, body []byte, wri
 	}
 	encoded, err := done.MarshalBinary()
 	if err != nil {
-		return fmt.Errorf("idemhook: Delivery.CompleteWith: %w", err)
+		return fmt.Errorf("idemhook: CompleteDelivery: %w", err)
 	}
-	claim := *x.claim // a copy: write may keep it
+	claim := *d.claim // a copy: write may keep it
 	if err := write(ex.storeKey, &claim, done, ex.h.rt.TTL); err != nil {
 		return err
 	}
 	// The row is now locked by the caller's transaction: a renewal would
 	// wait for it to end, and then find the claim gone.
 	ex.renew.stop()
-	x.written = append(x.written, txCompletion{encoded: encoded, status: status, header: done.Header, body: bytes.Clone(body), omitted: done.BodyOmitted})
+	d.written = append(d.written, txCompletion{encoded: encoded, status: status, header: done.Header, body: bytes.Clone(body), omitted: done.BodyOmitted})
 	return nil
 }
 
-// Committed tells the middleware that the transaction that wrote the last
-// completion (the last [Delivery.CompleteWith] that returned nil) committed:
-// the transaction that wrote the completion committed; settle needs no
-// read-back. The middleware then sends that completion's record once the
-// handler returns, as it would after reading the key back and finding it,
-// and makes no store call to learn it. It is for a store author whose write
-// function commits its own transaction, so that CompleteWith returning nil
-// means committed; a handler that commits later, in a transaction of its
+// DeliveryCommitted tells the middleware that the transaction that wrote
+// d's last completion (the last [CompleteDelivery] that returned nil)
+// committed, so settling d needs no read-back. The middleware then sends
+// that completion's record once the handler returns, as it would after
+// reading the key back and finding it, and makes no store call to learn it.
+// It is for a store author whose write function commits its own
+// transaction, so that CompleteDelivery returning nil means committed; a handler that commits later, in a transaction of its
 // own (pgstore.Store.CompleteTx), does not call it, and the middleware
 // reads the key back.
 //
 // It fails when no completion has been written, or after the handler
 // returned.
-func (x *Delivery) Committed() error {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.finished {
-		return errors.New("idemhook: Delivery.Committed: the handler has returned: a Delivery is only valid while its handler runs")
+func DeliveryCommitted(d *Delivery) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.finished {
+		return errors.New("idemhook: DeliveryCommitted: the handler has returned: a Delivery is only valid while its handler runs")
 	}
-	if len(x.written) == 0 {
-		return errors.New("idemhook: Delivery.Committed: no completion has been written (Delivery.CompleteWith)")
+	if len(d.written) == 0 {
+		return errors.New("idemhook: DeliveryCommitted: no completion has been written (CompleteDelivery)")
 	}
-	x.committed = true
+	d.committed = true
 	return nil
 }
 
@@ -273,9 +280,9 @@ func (h *routeConfig) givenHeader(header http.Header) (http.Header, error) {
 		name = http.CanonicalHeaderKey(name)
 		switch {
 		case neverReplayed[name]:
-			return nil, fmt.Errorf("idemhook: Delivery.CompleteWith: header %s: it is never stored or replayed, so a replay could not carry it", name)
+			return nil, fmt.Errorf("idemhook: CompleteDelivery: header %s: it is never stored or replayed, so a replay could not carry it", name)
 		case !slices.Contains(h.replayHeaders, name):
-			return nil, fmt.Errorf("idemhook: Delivery.CompleteWith: header %s: route %q does not store it, so a replay could not carry it: add it to Route.ReplayHeaders", name, h.rt.Source)
+			return nil, fmt.Errorf("idemhook: CompleteDelivery: header %s: route %q does not store it, so a replay could not carry it: add it to Route.ReplayHeaders", name, h.rt.Source)
 		}
 		if given == nil {
 			given = make(http.Header, len(header))
