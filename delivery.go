@@ -350,9 +350,9 @@ func (x *Delivery) settle(pending *Record) (settled, bool) {
 // replay has it.
 func (x *Delivery) committedAnswer(c *txCompletion) settled {
 	if c.omitted {
-		x.ex.omittedBody(int64(len(c.body)))
+		x.ex.warnBodyOmitted(int64(len(c.body)))
 	}
-	return settled{outcome: OutcomeProcessed, answer: answer{kind: answerCommitted, done: c}}
+	return settled{outcome: OutcomeProcessed, answer: answer{kind: answerCommitted, done: c}, bodyOmitted: c.omitted}
 }
 
 func (x *Delivery) settleTx(pending *Record) settled {

@@ -366,7 +366,9 @@ const (
 
 // exchange is one request's way through the middleware, from its arrival
 // to its report: what the middleware read, keyed and claimed for it, and
-// the capture of its answer. (The handler's view of a claimed exchange is
+// the capture of its answer. Its phases (phases.go) pass their results to
+// each other as values; the exchange holds what they share, and the
+// buffers a delivery reuses. (The handler's view of a claimed exchange is
 // the exported [Delivery].)
 type exchange struct {
 	h     *handler
@@ -399,11 +401,8 @@ type exchange struct {
 
 	waited time.Duration // time spent in wait, for DeliveryInfo.Waited
 
-	bodyOmitted bool // the answer stored, or replayed, has no body: it was over MaxStoredBodyBytes
-
 	held      int64 // the bytes of the body's buffer taken from the budget
 	canonical int64 // the bytes of the body's canonical copy, taken from the budget while it is hashed
-
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -929,6 +928,7 @@ func (ex *exchange) storeError(err error) verdict {
 // and reports even when the handler panics; any other is answered and
 // reported here.
 func (ex *exchange) end(v verdict) {
+	s := settled{outcome: v.outcome, err: v.err}
 	switch v.act {
 	case actRun:
 		if v.outcome == "" {
@@ -942,14 +942,15 @@ func (ex *exchange) end(v verdict) {
 		return
 	case actReplay:
 		ex.replay(v.rec)
+		s.bodyOmitted = v.rec.BodyOmitted
 	case actProblem:
 		if v.retryAfter != "" {
 			ex.out.w.Header().Set("Retry-After", v.retryAfter)
 		}
 		ex.writeProblem(v.status, v.title, v.detail)
 	}
-	if v.outcome != "" {
-		ex.report(settled{outcome: v.outcome, err: v.err}, true)
+	if s.outcome != "" {
+		ex.report(s, true)
 	}
 }
 
@@ -1009,19 +1010,19 @@ func (ex *exchange) settleClaim(pending *Record, tx *Delivery, failedItem bool) 
 		ex.completeLater(pending) // the store may take it again before the claim lapses
 	}
 	putHeader(ex.doneRec.Header)
+	omitted := err == nil && ex.out.omitted
 	if err != nil {
 		ex.warnStore("WebhookIdempotencyInterceptor cache write failed for key=", err)
-	} else if ex.out.omitted {
-		ex.omittedBody(ex.out.written)
+	} else if omitted {
+		ex.warnBodyOmitted(ex.out.written)
 	}
-	return settled{outcome: OutcomeProcessed, err: err, answer: answer{kind: answerCaptured}}
+	return settled{outcome: OutcomeProcessed, err: err, answer: answer{kind: answerCaptured}, bodyOmitted: omitted}
 }
 
-// omittedBody notes a stored answer whose body (written bytes) was over the
-// route's MaxStoredBodyBytes, and says so once per route in a WARN: its
-// replays will carry an empty body.
-func (ex *exchange) omittedBody(written int64) {
-	ex.bodyOmitted = true
+// warnBodyOmitted says, once per route in a WARN, that a stored answer's
+// body (written bytes) was over the route's MaxStoredBodyBytes: its replays
+// will carry an empty body.
+func (ex *exchange) warnBodyOmitted(written int64) {
 	if ex.h.warnedOmitted.CompareAndSwap(false, true) {
 		ex.h.m.warn("idemhook: a response body over MaxStoredBodyBytes was sent but not stored; "+
 			"its replays carry the status and headers, an empty body and "+BodyOmittedHeader+": true (logged once per route)",
@@ -1110,7 +1111,6 @@ func (ex *exchange) replay(rec *Record) {
 	vs[0], vs[1] = "true", strconv.Itoa(len(rec.Body))
 	h[ReplayedHeader], h["Content-Length"] = vs[0:1:1], vs[1:2:2]
 	if rec.BodyOmitted {
-		ex.bodyOmitted = true
 		h[BodyOmittedHeader] = vs[0:1:1]
 	}
 	status := rec.Status
@@ -1157,7 +1157,7 @@ func (ex *exchange) report(s settled, returned bool) {
 		ResponseBytes: ex.out.written,
 		Err:           s.err,
 		Waited:        ex.waited,
-		BodyOmitted:   ex.bodyOmitted,
+		BodyOmitted:   s.bodyOmitted,
 		Items:         s.items,
 	})
 }

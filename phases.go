@@ -28,6 +28,8 @@ type settled struct {
 	err     error
 	answer  answer
 	items   *ItemsInfo // a batched delivery's counts, once it answered
+
+	bodyOmitted bool // the answer stored has no body: it was over MaxStoredBodyBytes
 }
 
 // answer is the answer a settling phase decided on; only send writes it.
