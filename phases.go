@@ -19,7 +19,10 @@ import (
 //	report  (middleware.go)  Options.OnDelivery, once
 //
 // A verdict that runs no handler (a replay, a problem) is answered and
-// reported by exchange.end directly.
+// reported by exchange.end directly. A batched delivery (itemsrun.go)
+// settles each of its items as its handler's run returns, and its settled
+// holds the batch's counts; the batch's one answer is written by
+// itemRun.answer, its last step.
 
 // settled is how a delivery that ran the handler ends: the outcome it
 // reports, with its error, and the answer the caller gets.
