@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 )
@@ -44,7 +43,7 @@ import (
 //
 //   - committed: the stored record is the one written in the transaction.
 //     The middleware sends that record, as a replay would (see
-//     [Delivery.CompleteWith] for its headers; what else the handler wrote
+//     [CompleteDelivery] for its headers; what else the handler wrote
 //     to the ResponseWriter, status, headers or body, is discarded), and
 //     writes nothing more to the store. Every re-delivery gets the same
 //     answer, replayed. Outcome processed.
@@ -60,9 +59,9 @@ import (
 //     once the lease has lapsed, runs afresh. Outcome store_error_closed.
 //
 // A store author whose write commits its own transaction inside
-// [Delivery.CompleteWith] (the gateway's queue does: the event and the key's
+// [CompleteDelivery] (the gateway's queue does: the event and the key's
 // completion in one transaction) knows the outcome when that returns: it
-// calls [Delivery.Committed], and the middleware sends the committed record
+// calls [DeliveryCommitted], and the middleware sends the committed record
 // without reading the key back, so that a busy store cannot turn an event
 // already recorded into a 503.
 //
@@ -93,7 +92,7 @@ type Delivery struct {
 	mu       sync.Mutex
 	finished bool
 	written  []txCompletion // completions written in a transaction, oldest first
-	// committed is set by Committed: the last of written committed, so
+	// committed is set by DeliveryCommitted: the last of written committed, so
 	// settle needs no read-back.
 	committed bool
 }
@@ -157,16 +156,24 @@ func (x *Delivery) Fence() uint64 {
 	return x.ex.fence
 }
 
-// Store returns the store holding the claim: the middleware's store.
-func (x *Delivery) Store() Store { return x.ex.h.m.store }
+// The store author's side of a Delivery: [DeliveryStore], [CompleteDelivery]
+// and [DeliveryCommitted] are functions rather than methods, so that the
+// handler's type offers the handler only what it uses; a handler completes
+// its Delivery through its store (pgstore.Store.CompleteTx).
 
-// CompleteWith completes the claim with the response status, header and body
-// through write, which must store done under key in place of claim, kept for
-// ttl, with the compare-and-set of [Store.Complete], inside the caller's
-// transaction. It is the building block of the stores' transactional
-// completions (pgstore.Store.CompleteTx); a handler calls those instead.
+// DeliveryStore returns the store holding d's claim: the middleware's store.
+// A store's transactional completion checks with it that the claim is its
+// own.
+func DeliveryStore(d *Delivery) Store { return d.ex.h.m.store }
+
+// CompleteDelivery completes d's claim with the response status, header and
+// body through write, which must store done under key in place of claim,
+// kept for ttl, with the compare-and-set of [Store.Complete], inside the
+// caller's transaction. It is the building block of the stores'
+// transactional completions (pgstore.Store.CompleteTx); a handler calls
+// those instead.
 //
-// CompleteWith builds the record as the middleware would, and the answer
+// CompleteDelivery builds the record as the middleware would, and the answer
 // sent once the transaction committed is that record, so that the first
 // answer and every replay are the same. Its headers are the route's replay
 // headers ([RepresentationHeaders] and Route.ReplayHeaders), each taken from
@@ -181,19 +188,19 @@ func (x *Delivery) Store() Store { return x.ex.h.m.store }
 // An error from write is returned as is: [ErrNotOwner] means the claim was
 // lost (its lease lapsed and another delivery took the event over, or it was
 // deleted), and the caller must roll its transaction back.
-func (x *Delivery) CompleteWith(status int, header http.Header, body []byte, write func(key string, claim, done *Record, ttl time.Duration) error) error {
+func CompleteDelivery(d *Delivery, status int, header http.Header, body []byte, write func(key string, claim, done *Record, ttl time.Duration) error) error {
 	if write == nil {
-		return errors.New("idemhook: Delivery.CompleteWith: nil write")
+		return errors.New("idemhook: CompleteDelivery: nil write")
 	}
-	if status < 200 || status > 999 || !x.ex.h.stores(status) {
-		return fmt.Errorf("idemhook: Delivery.CompleteWith: status %d is not one the middleware stores (it releases the claim of a failed delivery so that a retry runs afresh)", status)
+	if status < 200 || status > 999 || !d.ex.h.stores(status) {
+		return fmt.Errorf("idemhook: CompleteDelivery: status %d is not one the middleware stores (it releases the claim of a failed delivery so that a retry runs afresh)", status)
 	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.finished {
-		return errors.New("idemhook: Delivery.CompleteWith: the handler has returned: a Delivery is only valid while its handler runs")
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.finished {
+		return errors.New("idemhook: CompleteDelivery: the handler has returned: a Delivery is only valid while its handler runs")
 	}
-	ex := x.ex
+	ex := d.ex
 	done := &Record{
 		State:       StateCompleted,
 		Fingerprint: ex.fp,
@@ -224,42 +231,41 @@ func (x *Delivery) CompleteWith(status int, header http.Header, body []byte, wri
 	}
 	encoded, err := done.MarshalBinary()
 	if err != nil {
-		return fmt.Errorf("idemhook: Delivery.CompleteWith: %w", err)
+		return fmt.Errorf("idemhook: CompleteDelivery: %w", err)
 	}
-	claim := *x.claim // a copy: write may keep it
+	claim := *d.claim // a copy: write may keep it
 	if err := write(ex.storeKey, &claim, done, ex.h.rt.TTL); err != nil {
 		return err
 	}
 	// The row is now locked by the caller's transaction: a renewal would
 	// wait for it to end, and then find the claim gone.
 	ex.renew.stop()
-	x.written = append(x.written, txCompletion{encoded: encoded, status: status, header: done.Header, body: bytes.Clone(body), omitted: done.BodyOmitted})
+	d.written = append(d.written, txCompletion{encoded: encoded, status: status, header: done.Header, body: bytes.Clone(body), omitted: done.BodyOmitted})
 	return nil
 }
 
-// Committed tells the middleware that the transaction that wrote the last
-// completion (the last [Delivery.CompleteWith] that returned nil) committed:
-// the transaction that wrote the completion committed; settle needs no
-// read-back. The middleware then sends that completion's record once the
-// handler returns, as it would after reading the key back and finding it,
-// and makes no store call to learn it. It is for a store author whose write
-// function commits its own transaction, so that CompleteWith returning nil
-// means committed; a handler that commits later, in a transaction of its
+// DeliveryCommitted tells the middleware that the transaction that wrote
+// d's last completion (the last [CompleteDelivery] that returned nil)
+// committed, so settling d needs no read-back. The middleware then sends
+// that completion's record once the handler returns, as it would after
+// reading the key back and finding it, and makes no store call to learn it.
+// It is for a store author whose write function commits its own
+// transaction, so that CompleteDelivery returning nil means committed; a handler that commits later, in a transaction of its
 // own (pgstore.Store.CompleteTx), does not call it, and the middleware
 // reads the key back.
 //
 // It fails when no completion has been written, or after the handler
 // returned.
-func (x *Delivery) Committed() error {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.finished {
-		return errors.New("idemhook: Delivery.Committed: the handler has returned: a Delivery is only valid while its handler runs")
+func DeliveryCommitted(d *Delivery) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.finished {
+		return errors.New("idemhook: DeliveryCommitted: the handler has returned: a Delivery is only valid while its handler runs")
 	}
-	if len(x.written) == 0 {
-		return errors.New("idemhook: Delivery.Committed: no completion has been written (Delivery.CompleteWith)")
+	if len(d.written) == 0 {
+		return errors.New("idemhook: DeliveryCommitted: no completion has been written (CompleteDelivery)")
 	}
-	x.committed = true
+	d.committed = true
 	return nil
 }
 
@@ -274,9 +280,9 @@ func (h *routeConfig) givenHeader(header http.Header) (http.Header, error) {
 		name = http.CanonicalHeaderKey(name)
 		switch {
 		case neverReplayed[name]:
-			return nil, fmt.Errorf("idemhook: Delivery.CompleteWith: header %s: it is never stored or replayed, so a replay could not carry it", name)
+			return nil, fmt.Errorf("idemhook: CompleteDelivery: header %s: it is never stored or replayed, so a replay could not carry it", name)
 		case !slices.Contains(h.replayHeaders, name):
-			return nil, fmt.Errorf("idemhook: Delivery.CompleteWith: header %s: route %q does not store it, so a replay could not carry it: add it to Route.ReplayHeaders", name, h.rt.Source)
+			return nil, fmt.Errorf("idemhook: CompleteDelivery: header %s: route %q does not store it, so a replay could not carry it: add it to Route.ReplayHeaders", name, h.rt.Source)
 		}
 		if given == nil {
 			given = make(http.Header, len(header))
@@ -286,9 +292,12 @@ func (h *routeConfig) givenHeader(header http.Header) (http.Header, error) {
 	return given, nil
 }
 
-// offerDelivery puts the claim's Delivery in the request's context for the
-// handler to find.
+// offerDelivery readies ex to run the handler holding pending: the answer
+// is buffered, to be stored before it is sent, and the claim's Delivery is
+// in the request's context for the handler to find.
 func (ex *exchange) offerDelivery(pending *Record) *Delivery {
+	ex.out.buffering = true
+	ex.out.limit = ex.h.rt.MaxStoredBodyBytes
 	x := &ex.offered
 	x.ex, x.claim = ex, pending
 	if h := ex.out.w.Header(); len(h) > 0 {
@@ -322,27 +331,31 @@ func (x *Delivery) close() {
 }
 
 // settle runs after the handler returned. When the handler completed the
-// claim in a transaction, it finds out whether that committed, answers and
-// returns the outcome with settled true; otherwise settled is false and the
-// middleware carries on as usual.
-func (x *Delivery) settle(pending *Record) (outcome Outcome, settled bool, err error) {
+// claim in a transaction, it finds out whether that committed and returns
+// how the delivery settled, with true; otherwise it returns false and the
+// middleware settles the claim as usual.
+func (x *Delivery) settle(pending *Record) (settled, bool) {
 	x.close()
 	if len(x.written) == 0 {
-		return "", false, nil
+		return settled{}, false
 	}
 	if x.committed {
-		c := x.written[len(x.written)-1]
-		x.sendCommitted(c)
-		if c.omitted {
-			x.ex.omittedBody()
-		}
-		return OutcomeProcessed, true, nil
+		return x.committedAnswer(&x.written[len(x.written)-1]), true
 	}
-	outcome, err = x.settleTx(pending)
-	return outcome, true, err
+	return x.settleTx(pending), true
 }
 
-func (x *Delivery) settleTx(pending *Record) (Outcome, error) {
+// committedAnswer settles a delivery whose completion c committed: it is
+// answered with c's record, in place of whatever the handler wrote, as a
+// replay has it.
+func (x *Delivery) committedAnswer(c *txCompletion) settled {
+	if c.omitted {
+		x.ex.warnBodyOmitted(int64(len(c.body)))
+	}
+	return settled{outcome: OutcomeProcessed, answer: answer{kind: answerCommitted, done: c}, bodyOmitted: c.omitted}
+}
+
+func (x *Delivery) settleTx(pending *Record) settled {
 	ex := x.ex
 	rec, err := ex.call("get", func(ctx context.Context) (*Record, error) {
 		return ex.h.m.store.Get(ctx, ex.storeKey)
@@ -351,19 +364,14 @@ func (x *Delivery) settleTx(pending *Record) (Outcome, error) {
 		// Committed or not, the provider's retry finds out: it replays
 		// the committed record, or runs afresh once the lease lapses.
 		ex.warnStore("WebhookIdempotencyInterceptor could not tell whether the handler's transaction committed for key=", err)
-		x.replaceAnswer(http.StatusServiceUnavailable, ex.h.retryAfter, "Idempotency store unavailable",
-			"the idempotency store could not tell whether this delivery was committed; retry later")
-		return OutcomeStoreErrorClosed, err
+		return settled{outcome: OutcomeStoreErrorClosed, err: err, answer: problemAnswer(http.StatusServiceUnavailable, ex.h.retryAfter,
+			"Idempotency store unavailable", "the idempotency store could not tell whether this delivery was committed; retry later")}
 	}
 	if rec != nil && rec.State == StateCompleted {
 		if enc, err := rec.MarshalBinary(); err == nil {
-			for _, c := range x.written {
-				if bytes.Equal(enc, c.encoded) {
-					x.sendCommitted(c)
-					if rec.BodyOmitted {
-						ex.omittedBody()
-					}
-					return OutcomeProcessed, nil
+			for i := range x.written {
+				if bytes.Equal(enc, x.written[i].encoded) {
+					return x.committedAnswer(&x.written[i])
 				}
 			}
 		}
@@ -380,51 +388,10 @@ func (x *Delivery) settleTx(pending *Record) (Outcome, error) {
 	if ex.h.stores(ex.out.finalStatus()) {
 		// A success (or any answer the provider won't retry) for work that
 		// did not commit would lose the event.
-		x.replaceAnswer(http.StatusInternalServerError, "", "Delivery not committed",
-			"the handler's transaction did not commit; retry the delivery")
-		return OutcomeFailedReleased, err
+		return settled{outcome: OutcomeFailedReleased, err: err, answer: problemAnswer(http.StatusInternalServerError, "",
+			"Delivery not committed", "the handler's transaction did not commit; retry the delivery")}
 	}
-	if !ex.out.hijacked {
-		ex.out.send()
-	}
-	return OutcomeFailedReleased, err
-}
-
-// replaceAnswer discards what the handler wrote, headers included, and
-// answers with a problem instead (with Retry-After unless retryAfter is ""),
-// unless the handler's answer has already gone out.
-func (x *Delivery) replaceAnswer(status int, retryAfter, title, detail string) {
-	ex := x.ex
-	if ex.out.streaming || ex.out.hijacked {
-		return
-	}
-	ex.out = responseCapture{w: ex.out.w}
-	x.resetHeader(nil)
-	if retryAfter != "" {
-		ex.out.w.Header().Set("Retry-After", retryAfter)
-	}
-	ex.writeProblem(status, title, detail)
-}
-
-// sendCommitted answers with the response committed in the handler's
-// transaction, in place of whatever the handler wrote: the record's status,
-// headers and body, as a replay has them.
-func (x *Delivery) sendCommitted(c txCompletion) {
-	ex := x.ex
-	if ex.out.streaming || ex.out.hijacked {
-		// The handler's answer already went out (a body over the storage
-		// cap streams; a hijacked connection is the handler's).
-		return
-	}
-	x.resetHeader(c.header)
-	w := ex.out.w
-	w.Header().Set("Content-Length", strconv.Itoa(len(c.body)))
-	ex.out.streaming = true
-	ex.out.status = c.status
-	ex.out.written = int64(len(c.body))
-	ex.out.buf = nil
-	w.WriteHeader(c.status)
-	w.Write(c.body) //nolint:errcheck // the client may be gone
+	return settled{outcome: OutcomeFailedReleased, err: err, answer: answer{kind: answerCaptured}}
 }
 
 // resetHeader makes the response header what a replay of a record with

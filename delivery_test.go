@@ -55,15 +55,15 @@ func TestDeliveryCommitted(t *testing.T) {
 			t.Error("no Delivery in the context of an owned delivery")
 			return
 		}
-		if d.Store() != e.store || !strings.HasPrefix(d.StoreKey(), "idem:orders:sha256:") {
-			t.Errorf("Delivery: store %v key %q", d.Store(), d.StoreKey())
+		if idemhook.DeliveryStore(d) != e.store || !strings.HasPrefix(d.StoreKey(), "idem:orders:sha256:") {
+			t.Errorf("Delivery: store %v key %q", idemhook.DeliveryStore(d), d.StoreKey())
 		}
 		// A replay header from the ResponseWriter is stored, one the route
 		// doesn't store is not, and so is not sent either.
 		w.Header().Set("Content-Language", "pt-BR")
 		w.Header().Set("X-Not-Replayed", "1")
 		hdr := http.Header{"content-type": {"application/json"}}
-		err := d.CompleteWith(http.StatusCreated, hdr, []byte(`{"order":1}`), func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
+		err := idemhook.CompleteDelivery(d, http.StatusCreated, hdr, []byte(`{"order":1}`), func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
 			if key != d.StoreKey() || ttl != idemhook.DefaultTTL || claim.State != idemhook.StatePending || claim.Token == "" {
 				t.Errorf("write(key %q, claim %+v, ttl %v), want the delivery's key, its pending claim and the route's TTL", key, claim, ttl)
 			}
@@ -74,7 +74,7 @@ func TestDeliveryCommitted(t *testing.T) {
 			return e.store.Complete(context.Background(), key, claim, done, ttl)
 		})
 		if err != nil {
-			t.Errorf("CompleteWith: %v", err)
+			t.Errorf("CompleteDelivery: %v", err)
 		}
 		// What the handler writes afterwards is discarded.
 		w.Header().Set("Content-Encoding", "gzip")
@@ -117,11 +117,11 @@ func TestDeliveryCommittedOmittedBody(t *testing.T) {
 	big := strings.Repeat("x", 40)
 	h := txRoute(t, e, func(w http.ResponseWriter, r *http.Request) {
 		d, _ := idemhook.DeliveryFromContext(r.Context())
-		err := d.CompleteWith(http.StatusOK, nil, []byte(big), func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
+		err := idemhook.CompleteDelivery(d, http.StatusOK, nil, []byte(big), func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
 			return e.store.Complete(context.Background(), key, claim, done, ttl)
 		})
 		if err != nil {
-			t.Errorf("CompleteWith: %v", err)
+			t.Errorf("CompleteDelivery: %v", err)
 		}
 	})
 	if first := post(h, `{"id":"evt_big"}`); first.Body.String() != big {
@@ -156,14 +156,14 @@ func TestDeliveryRolledBack(t *testing.T) {
 			h := txRoute(t, e, func(w http.ResponseWriter, r *http.Request) {
 				n := runs.Add(1)
 				d, _ := idemhook.DeliveryFromContext(r.Context())
-				err := d.CompleteWith(http.StatusOK, nil, []byte("ok"), func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
+				err := idemhook.CompleteDelivery(d, http.StatusOK, nil, []byte("ok"), func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
 					if n == 1 {
 						return nil // written, then the transaction rolls back
 					}
 					return e.store.Complete(context.Background(), key, claim, done, ttl)
 				})
 				if err != nil {
-					t.Errorf("CompleteWith: %v", err)
+					t.Errorf("CompleteDelivery: %v", err)
 				}
 				if n == 1 && tt.status != 0 {
 					w.Header().Set("Content-Encoding", "gzip")
@@ -218,11 +218,11 @@ func TestDeliveryCommitUnknown(t *testing.T) {
 	e := newEnv(t, st, clk, idemhook.Options{})
 	h := txRoute(t, e, func(w http.ResponseWriter, r *http.Request) {
 		d, _ := idemhook.DeliveryFromContext(r.Context())
-		err := d.CompleteWith(http.StatusOK, nil, []byte("committed"), func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
+		err := idemhook.CompleteDelivery(d, http.StatusOK, nil, []byte("committed"), func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
 			return ms.Complete(context.Background(), key, claim, done, ttl)
 		})
 		if err != nil {
-			t.Errorf("CompleteWith: %v", err)
+			t.Errorf("CompleteDelivery: %v", err)
 		}
 		w.Header().Set("Content-Encoding", "gzip")
 		st.fail.Store(true)
@@ -256,16 +256,16 @@ func TestDeliveryCommittedNeedsNoReadBack(t *testing.T) {
 	h := txRoute(t, e, func(w http.ResponseWriter, r *http.Request) {
 		d, _ := idemhook.DeliveryFromContext(r.Context())
 		kept = d
-		if err := d.Committed(); err == nil || !strings.Contains(err.Error(), "no completion has been written") {
-			t.Errorf("Committed before CompleteWith: %v", err)
+		if err := idemhook.DeliveryCommitted(d); err == nil || !strings.Contains(err.Error(), "no completion has been written") {
+			t.Errorf("DeliveryCommitted before CompleteDelivery: %v", err)
 		}
-		err := d.CompleteWith(http.StatusOK, nil, []byte("committed"), func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
+		err := idemhook.CompleteDelivery(d, http.StatusOK, nil, []byte("committed"), func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
 			return ms.Complete(context.Background(), key, claim, done, ttl)
 		})
 		if err != nil {
-			t.Errorf("CompleteWith: %v", err)
+			t.Errorf("CompleteDelivery: %v", err)
 		}
-		if err := d.Committed(); err != nil {
+		if err := idemhook.DeliveryCommitted(d); err != nil {
 			t.Errorf("Committed: %v", err)
 		}
 		st.fail.Store(true)
@@ -277,7 +277,7 @@ func TestDeliveryCommittedNeedsNoReadBack(t *testing.T) {
 	if got := e.lastOutcome(); got.Outcome != idemhook.OutcomeProcessed || got.Err != nil {
 		t.Fatalf("outcome %+v; want processed", got)
 	}
-	if err := kept.Committed(); err == nil || !strings.Contains(err.Error(), "handler has returned") {
+	if err := idemhook.DeliveryCommitted(kept); err == nil || !strings.Contains(err.Error(), "handler has returned") {
 		t.Fatalf("Committed after the handler returned: %v", err)
 	}
 	st.fail.Store(false)
@@ -294,12 +294,12 @@ func TestDeliveryCompleteWithErrors(t *testing.T) {
 		kept = d
 		write := func(key string, claim, done *idemhook.Record, ttl time.Duration) error { return nil }
 		for _, status := range []int{500, 503, 408, 429, 99, 1000, 100} {
-			if err := d.CompleteWith(status, nil, nil, write); err == nil {
-				t.Errorf("CompleteWith(%d): no error", status)
+			if err := idemhook.CompleteDelivery(d, status, nil, nil, write); err == nil {
+				t.Errorf("CompleteDelivery(%d): no error", status)
 			}
 		}
-		if err := d.CompleteWith(200, nil, nil, nil); err == nil {
-			t.Error("CompleteWith(nil write): no error")
+		if err := idemhook.CompleteDelivery(d, 200, nil, nil, nil); err == nil {
+			t.Error("CompleteDelivery(nil write): no error")
 		}
 		for _, tt := range []struct {
 			give http.Header
@@ -309,11 +309,11 @@ func TestDeliveryCompleteWithErrors(t *testing.T) {
 			{http.Header{"Set-Cookie": {"s=1"}}, "header Set-Cookie: it is never stored or replayed"},
 			{http.Header{"Content-Length": {"3"}}, "header Content-Length: it is never stored or replayed"},
 		} {
-			if err := d.CompleteWith(200, tt.give, nil, write); err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("CompleteWith(header %v): %v, want %q", tt.give, err, tt.want)
+			if err := idemhook.CompleteDelivery(d, 200, tt.give, nil, write); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("CompleteDelivery(header %v): %v, want %q", tt.give, err, tt.want)
 			}
 		}
-		lost := d.CompleteWith(200, nil, nil, func(string, *idemhook.Record, *idemhook.Record, time.Duration) error {
+		lost := idemhook.CompleteDelivery(d, 200, nil, nil, func(string, *idemhook.Record, *idemhook.Record, time.Duration) error {
 			return idemhook.ErrNotOwner
 		})
 		if !errors.Is(lost, idemhook.ErrNotOwner) {
@@ -329,12 +329,12 @@ func TestDeliveryCompleteWithErrors(t *testing.T) {
 	if got := e.lastOutcome(); got.Outcome != idemhook.OutcomeProcessed {
 		t.Fatalf("outcome %v", got.Outcome)
 	}
-	err := kept.CompleteWith(200, nil, nil, func(string, *idemhook.Record, *idemhook.Record, time.Duration) error {
+	err := idemhook.CompleteDelivery(kept, 200, nil, nil, func(string, *idemhook.Record, *idemhook.Record, time.Duration) error {
 		t.Error("write called after the handler returned")
 		return nil
 	})
 	if err == nil || !strings.Contains(err.Error(), "handler has returned") {
-		t.Fatalf("CompleteWith after the handler returned: %v", err)
+		t.Fatalf("CompleteDelivery after the handler returned: %v", err)
 	}
 }
 
@@ -378,17 +378,17 @@ func TestDeliveryRetriedTransaction(t *testing.T) {
 	h := txRoute(t, e, func(w http.ResponseWriter, r *http.Request) {
 		d, _ := idemhook.DeliveryFromContext(r.Context())
 		rolledBack := func(string, *idemhook.Record, *idemhook.Record, time.Duration) error { return nil }
-		if err := d.CompleteWith(http.StatusOK, nil, []byte("attempt 1"), rolledBack); err != nil {
+		if err := idemhook.CompleteDelivery(d, http.StatusOK, nil, []byte("attempt 1"), rolledBack); err != nil {
 			t.Errorf("attempt 1: %v", err)
 		}
-		err := d.CompleteWith(http.StatusCreated, nil, []byte("attempt 2"), func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
+		err := idemhook.CompleteDelivery(d, http.StatusCreated, nil, []byte("attempt 2"), func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
 			return e.store.Complete(context.Background(), key, claim, done, ttl)
 		})
 		if err != nil {
 			t.Errorf("attempt 2: %v", err)
 		}
 		// A third attempt after the commit finds the claim gone.
-		err = d.CompleteWith(http.StatusOK, nil, []byte("attempt 3"), func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
+		err = idemhook.CompleteDelivery(d, http.StatusOK, nil, []byte("attempt 3"), func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
 			return e.store.Complete(context.Background(), key, claim, done, ttl)
 		})
 		if !errors.Is(err, idemhook.ErrNotOwner) {

@@ -184,20 +184,18 @@ func itemStoreKey(source, scope, key string) string {
 
 // runItems carries the batched delivery through: it claims its items, runs
 // the new ones, waits for those another delivery holds (policy wait), and
-// answers the provider. It returns the delivery's outcome.
-func (run *itemRun) runItems() (Outcome, error) {
+// answers the provider. It returns how the delivery settled, answered.
+func (run *itemRun) runItems() settled {
 	ex := run.ex
 	if err := run.claim(); err != nil {
 		v := ex.storeError(err)
 		if v.act == actRun { // on_store_error open: the whole body, unprotected, as for one event
-			ex.panicking = true
 			ex.h.next.ServeHTTP(&ex.out, ex.r)
-			ex.panicking = false
 		} else {
 			ex.out.w.Header().Set("Retry-After", v.retryAfter)
 			ex.writeProblem(v.status, v.title, v.detail)
 		}
-		return v.outcome, v.err
+		return settled{outcome: v.outcome, err: v.err}
 	}
 	run.startRenewal()
 	defer run.stopRenewals()
@@ -384,29 +382,59 @@ func (run *itemRun) isHeld(i int) bool {
 	return run.held[i]
 }
 
-// child returns the exchange that runs the request carrying body for the
-// items at ops (one in mode split), with a Batch in its context.
-func (run *itemRun) child(ops []int, body []byte) (*exchange, *Batch) {
-	ex := run.ex
-	r := ex.r.Clone(ex.r.Context())
+// request returns the request to the handler that carries body for the
+// items at ops (one in mode split), with their Batch in its context.
+func (run *itemRun) request(ops []int, body []byte) (*http.Request, *Batch) {
+	r := run.ex.r.Clone(run.ex.r.Context())
 	r.Header.Del("Content-Length")
-	c := &exchange{h: ex.h, r: r, start: ex.h.m.opts.Now(), body: body, scope: ex.scope, kind: keyFromPreset, item: run}
-	c.out = responseCapture{w: &itemWriter{header: make(http.Header)}}
-	c.bodyReader.Reset(body)
-	r.Body, r.ContentLength = &c.bodyReader, int64(len(body))
+	r.Body, r.ContentLength = &bodyReader{*bytes.NewReader(body)}, int64(len(body))
 	r.GetBody = func() (io.ReadCloser, error) { return &bodyReader{*bytes.NewReader(body)}, nil }
 	b := &Batch{items: make([]BatchItem, len(ops)), failed: make([]bool, len(ops))}
 	for j, i := range ops {
 		it := run.body.items[run.index[i]]
 		b.items[j] = BatchItem{Key: it.key, StoreKey: run.ops[i].Key, Path: run.plan.paths[it.path], Fence: run.ops[i].Fence}
 	}
-	if len(ops) == 1 {
-		c.storeKey, c.key, c.fence = run.ops[ops[0]].Key, b.items[0].Key, run.ops[ops[0]].Fence
-	}
-	c.r = r.WithContext(context.WithValue(r.Context(), batchContextKey{}, b))
-	c.batch = b
-	c.storeCtx = ex.storeCtx
-	return c, b
+	return r.WithContext(context.WithValue(r.Context(), batchContextKey{}, b)), b
+}
+
+// itemCapture returns the capture of a request of items' answer, which the
+// middleware keeps: the provider gets the batch's answer instead.
+func itemCapture() *responseCapture {
+	return &responseCapture{w: &itemWriter{header: make(http.Header)}}
+}
+
+// itemExchange returns the exchange of item i, keyed by it, for r: in mode
+// split, the delivery of its own that the item is; with body nil, its wait
+// for the delivery that holds its claim (policy wait).
+func (run *itemRun) itemExchange(i int, r *http.Request, body []byte) *exchange {
+	ex := run.ex
+	c := &exchange{h: ex.h, r: r, start: ex.h.m.opts.Now(), body: body, scope: ex.scope, kind: keyFromPreset,
+		key: run.body.items[run.index[i]].key, storeKey: run.ops[i].Key, fence: run.ops[i].Fence, storeCtx: ex.storeCtx}
+	c.out = responseCapture{w: &itemWriter{header: make(http.Header)}}
+	return c
+}
+
+// runItem runs the handler for the one item of b (mode split), holding its
+// claim, which the batch renews, and settles the claim: the handler's
+// answer is stored for the item unless the handler failed it (Batch.Fail).
+// A panic goes on to the batch's serve.
+func (c *exchange) runItem(pending *Record, b *Batch) settled {
+	tx := c.offerDelivery(pending)
+	defer tx.close()
+	c.h.next.ServeHTTP(&c.out, c.r)
+	return c.settleClaim(pending, tx, b.close()[0])
+}
+
+// itemResult is what the handler answered a request of items, as far as
+// the batch's answer needs it when an item failed: the status, and the
+// Retry-After.
+type itemResult struct {
+	status     int
+	retryAfter string
+}
+
+func itemResultOf(out *responseCapture) itemResult {
+	return itemResult{status: out.finalStatus(), retryAfter: out.w.Header().Get("Retry-After")}
 }
 
 // runOne runs the handler for item i alone (mode split): in a request whose
@@ -420,31 +448,33 @@ func (run *itemRun) runOne(i int) {
 	item := run.index[i]
 	body := run.body.render(func(j int) bool { return j == item }, run.loose)
 	run.loose = false
-	c, b := run.child([]int{i}, body)
+	r, b := run.request([]int{i}, body)
 	if run.states[i] == itemUnclaimed {
-		c.h.next.ServeHTTP(&c.out, c.r)
-		if failed := b.close(); failed[0] || !isSuccess(c.out.finalStatus()) {
-			run.fail(i, c)
+		out := itemCapture()
+		run.ex.h.next.ServeHTTP(out, r)
+		if failed := b.close(); failed[0] || !isSuccess(out.finalStatus()) {
+			run.fail(i, itemResultOf(out))
 		}
 		return
 	}
-	outcome, _ := c.runClaimed(run.ops[i].Claim) // stores or releases the item's claim (Batch.Fail included)
+	c := run.itemExchange(i, r, body)
+	s := c.runItem(run.ops[i].Claim, b) // stores or releases the item's claim (Batch.Fail included)
+	c.send(s.answer)
 	run.settle(i)
-	if outcome == OutcomeProcessed {
+	if s.outcome == OutcomeProcessed {
 		run.states[i] = itemProcessed
 		return
 	}
-	run.fail(i, c)
+	run.fail(i, itemResultOf(&c.out))
 }
 
 func isSuccess(status int) bool { return status >= 200 && status <= 299 }
 
-// fail notes that item i failed, as c answered it.
-func (run *itemRun) fail(i int, c *exchange) {
+// fail notes that item i failed, as res says.
+func (run *itemRun) fail(i int, res itemResult) {
 	run.states[i] = itemFailed
 	if run.failStatus == 0 {
-		run.failStatus = c.out.finalStatus()
-		run.failRetryAfter = c.out.w.Header().Get("Retry-After")
+		run.failStatus, run.failRetryAfter = res.status, res.retryAfter
 	}
 }
 
@@ -468,14 +498,15 @@ func (run *itemRun) runFiltered() {
 	}
 	body := run.body.render(func(j int) bool { return keep[j] }, run.loose)
 	run.loose = false
-	c, b := run.child(news, body)
-	c.out.buffering = true
-	c.out.limit = ex.h.rt.MaxStoredBodyBytes
-	c.h.next.ServeHTTP(&c.out, c.r)
+	r, b := run.request(news, body)
+	out := itemCapture()
+	out.buffering = true
+	out.limit = ex.h.rt.MaxStoredBodyBytes
+	ex.h.next.ServeHTTP(out, r)
 	failed := b.close()
-	failHeaderItems(c.out.w.Header(), b, failed)
-	status := c.out.finalStatus()
-	cutShort := c.out.status == 0 && ex.r.Context().Err() != nil
+	failHeaderItems(out.w.Header(), b, failed)
+	status := out.finalStatus()
+	cutShort := out.status == 0 && ex.r.Context().Err() != nil
 	var done, released []int
 	for j, i := range news {
 		if !run.settle(i) && run.states[i] == itemNew {
@@ -484,12 +515,12 @@ func (run *itemRun) runFiltered() {
 		}
 		switch {
 		case run.states[i] == itemUnclaimed:
-			if c.out.hijacked || cutShort || failed[j] || !isSuccess(status) {
+			if out.hijacked || cutShort || failed[j] || !isSuccess(status) {
 				run.states[i] = itemFailed
 			} else {
 				run.states[i] = itemProcessed
 			}
-		case c.out.hijacked || cutShort || failed[j] || !ex.h.stores(status):
+		case out.hijacked || cutShort || failed[j] || !ex.h.stores(status):
 			released = append(released, i)
 		default:
 			done = append(done, i)
@@ -497,10 +528,10 @@ func (run *itemRun) runFiltered() {
 	}
 	run.release(released)
 	for _, i := range released {
-		run.fail(i, c)
+		run.fail(i, itemResultOf(out))
 	}
 	if len(done) > 0 {
-		run.complete(done, c)
+		run.complete(done, out)
 	}
 }
 
@@ -524,20 +555,20 @@ func failHeaderItems(h http.Header, b *Batch, failed []bool) {
 	}
 }
 
-// complete stores c's answer for the items at ops, in one batch where the
-// store can.
-func (run *itemRun) complete(ops []int, c *exchange) {
+// complete stores the handler's answer, out, for the items at ops, in one
+// batch where the store can.
+func (run *itemRun) complete(ops []int, out *responseCapture) {
 	ex := run.ex
 	m := ex.h.m
 	rec := Record{
 		State:       StateCompleted,
 		CreatedAt:   m.opts.Now(),
-		Status:      c.out.finalStatus(),
-		Header:      c.storedHeader(),
-		BodyOmitted: c.out.omitted,
+		Status:      out.finalStatus(),
+		Header:      ex.h.storedHeader(out.w.Header()),
+		BodyOmitted: out.omitted,
 	}
-	if !c.out.omitted {
-		rec.Body = c.out.buf
+	if !out.omitted {
+		rec.Body = out.buf
 	}
 	batch := make([]BatchOp, len(ops))
 	for j, i := range ops {
@@ -611,7 +642,7 @@ func (run *itemRun) settlePending() {
 			run.runOne(i)
 			continue
 		}
-		c, _ := run.child([]int{i}, nil) // keyed by its one item
+		c := run.itemExchange(i, ex.r, nil)
 		v := c.wait()
 		run.waited = true
 		switch v.act {
@@ -660,11 +691,11 @@ func (run *itemRun) counts() ItemsInfo {
 // failed (the provider retries, and its retry runs only those); 409 when
 // another delivery still holds an item (its retry finds it done, or
 // released); else the success the provider expects, marked replayed when
-// every item was done before.
-func (run *itemRun) answer() (Outcome, error) {
+// every item was done before. It returns the outcome, with the items'
+// counts for the report.
+func (run *itemRun) answer() settled {
 	ex := run.ex
 	n := run.counts()
-	ex.items = &n
 	h := ex.out.w.Header()
 	switch {
 	case n.Failed > 0:
@@ -678,15 +709,15 @@ func (run *itemRun) answer() (Outcome, error) {
 		ex.writeProblem(status, "Some items failed", fmt.Sprintf(
 			"%d of the %d items of this delivery failed (the first answered %d) and were released; %d are done. Send the delivery again: only the items not done run",
 			n.Failed, n.Total, run.failStatus, n.Processed+n.Replayed))
-		return OutcomeFailedReleased, nil
+		return settled{outcome: OutcomeFailedReleased, items: &n}
 	case n.InFlight > 0:
 		h.Set("Retry-After", ex.h.leaseAfter)
 		ex.writeProblem(http.StatusConflict, "Delivery in progress", fmt.Sprintf(
 			"%d of the %d items of this delivery are being processed by another delivery; retry later", n.InFlight, n.Total))
 		if run.waited {
-			return OutcomeInFlightRejected, errWaitTimeout
+			return settled{outcome: OutcomeInFlightRejected, err: errWaitTimeout, items: &n}
 		}
-		return OutcomeInFlightRejected, nil
+		return settled{outcome: OutcomeInFlightRejected, items: &n}
 	}
 	status, body, contentType := http.StatusOK, "", ""
 	if a := ex.h.rt.ItemsSuccess; a != nil {
@@ -715,13 +746,13 @@ func (run *itemRun) answer() (Outcome, error) {
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	ex.out.WriteHeader(status)
 	io.WriteString(&ex.out, body) //nolint:errcheck // the client may be gone
-	return outcome, nil
+	return settled{outcome: outcome, items: &n}
 }
 
-// died ends a batched delivery whose handler panicked (p) or exited its
+// died settles a batched delivery whose handler panicked (p) or exited its
 // goroutine: every claim still held is released, and the provider gets a
 // 500 unless an answer is on its way.
-func (run *itemRun) died(p any) (Outcome, error) {
+func (run *itemRun) died(p any) settled {
 	run.stopRenewals()
 	var held []int
 	for i := range run.held {
@@ -730,11 +761,7 @@ func (run *itemRun) died(p any) (Outcome, error) {
 		}
 	}
 	run.release(held)
-	run.ex.handlerFailed()
-	if p != nil {
-		return OutcomeFailedReleased, fmt.Errorf("idemhook: handler panicked: %v", p)
-	}
-	return OutcomeFailedReleased, errGoexit
+	return settled{outcome: OutcomeFailedReleased, err: diedError(p), answer: answer{kind: answerFailed}}
 }
 
 // itemWriter takes a child request's answer: the middleware keeps what it

@@ -348,7 +348,9 @@ const (
 
 // exchange is one request's way through the middleware, from its arrival
 // to its report: what the middleware read, keyed and claimed for it, and
-// the capture of its answer. (The handler's view of a claimed exchange is
+// the capture of its answer. Its phases (phases.go) pass their results to
+// each other as values; the exchange holds what they share, and the
+// buffers a delivery reuses. (The handler's view of a claimed exchange is
 // the exported [Delivery].)
 type exchange struct {
 	h     *handler
@@ -379,23 +381,10 @@ type exchange struct {
 	// by the delivery's store calls (made on first use).
 	storeCtx context.Context
 
-	// panicking is set while an unclaimed handler runs: when it panics, the
-	// report says what was written, not net/http's 200 for nothing.
-	panicking bool
-
 	waited time.Duration // time spent in wait, for DeliveryInfo.Waited
-
-	bodyOmitted bool // the answer stored, or replayed, has no body: it was over MaxStoredBodyBytes
 
 	held      int64 // the bytes of the body's buffer taken from the budget
 	canonical int64 // the bytes of the body's canonical copy, taken from the budget while it is hashed
-
-	// A batched delivery (Route.Items): items counts its items for the
-	// report. A request of its items to the handler is an exchange of its
-	// own, with item, the delivery's run, and batch, the items it carries.
-	items *ItemsInfo
-	item  *itemRun
-	batch *Batch
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -916,100 +905,81 @@ func (ex *exchange) storeError(err error) verdict {
 	return verdict{act: actRun, outcome: OutcomeStoreErrorOpen, err: err}
 }
 
-// end carries out v: the one place every delivery finishes. It writes the
-// answer (or runs the handler), completes or releases the claim, and
-// reports the outcome exactly once, even when the handler panics.
+// end carries out v: the one place every delivery finishes. A verdict that
+// runs the handler is served (phases.go), which settles the claim, answers
+// and reports even when the handler panics; any other is answered and
+// reported here.
 func (ex *exchange) end(v verdict) {
-	outcome, err := v.outcome, v.err
-	defer func() {
-		// Deferred, so that a handler that panics or exits its goroutine
-		// is reported too.
-		if (v.act == actRunClaimed || v.act == actItems) && outcome == "" {
-			// runClaimed did not return: the handler panicked, or ended
-			// its goroutine (runtime.Goexit, where recover gives nil).
-			// Either way it never answered, and a claim left behind would
-			// be renewed for good.
-			p := recover()
-			if v.act == actItems {
-				outcome, err = v.items.died(p)
-			} else {
-				outcome, err = ex.handlerDied(v.claim, p)
-			}
-			ex.report(outcome, err)
-			if p != nil {
-				panic(p)
-			}
-			return
-		}
-		if outcome != "" {
-			ex.report(outcome, err)
-		}
-	}()
+	s := settled{outcome: v.outcome, err: v.err}
 	switch v.act {
 	case actRun:
-		if outcome == "" {
+		if v.outcome == "" {
 			ex.h.next.ServeHTTP(ex.out.w, ex.r) // not a delivery: untouched
 			return
 		}
-		ex.panicking = true
-		ex.h.next.ServeHTTP(&ex.out, ex.r)
-		ex.panicking = false
-	case actRunClaimed:
-		outcome, err = ex.runClaimed(v.claim)
-	case actItems:
-		outcome, err = v.items.runItems()
+		ex.serve(v)
+		return
+	case actRunClaimed, actItems:
+		ex.serve(v)
+		return
 	case actReplay:
 		ex.replay(v.rec)
+		s.bodyOmitted = v.rec.BodyOmitted
 	case actProblem:
 		if v.retryAfter != "" {
 			ex.out.w.Header().Set("Retry-After", v.retryAfter)
 		}
 		ex.writeProblem(v.status, v.title, v.detail)
 	}
+	if s.outcome != "" {
+		ex.report(s, true)
+	}
 }
 
-// runClaimed runs the handler for a claim this delivery holds, then stores
-// the answer or releases the claim, and only then sends the answer. It
-// returns the outcome: processed, failed_released, or what settling the
-// handler's own transaction found. When the handler panics it does not
-// return, and end calls handlerDied.
-func (ex *exchange) runClaimed(pending *Record) (Outcome, error) {
-	m := ex.h.m
-	ex.out.buffering = true
-	ex.out.limit = ex.h.rt.MaxStoredBodyBytes
+// runClaimed runs the handler for a claim this delivery holds, then settles
+// the claim. A panic goes on to serve, which settles the claim instead.
+func (ex *exchange) runClaimed(pending *Record) settled {
 	tx := ex.offerDelivery(pending) // see delivery.go; before the renewal, which reads ex.r
 	defer tx.close()
-	if ex.item == nil { // an item's claim is renewed with its batch's
-		ex.startRenewal(pending)
-	}
+	ex.startRenewal(pending)
 	ex.h.next.ServeHTTP(&ex.out, ex.r)
 	ex.renew.stop()
-	if outcome, settled, err := tx.settle(pending); settled { // the handler completed the claim in its own transaction
-		return outcome, err
-	}
+	return ex.settleClaim(pending, tx, false)
+}
 
+// settleClaim settles a claim whose handler returned: it stores the
+// handler's answer, or releases the claim (also when failedItem: the
+// handler failed the batched item it ran for), and returns the outcome
+// (processed, failed_released, or what settling the handler's own
+// transaction found) with the answer to send: the handler's, once the
+// store has it, so that a provider that retries the instant it has the
+// answer finds it stored.
+func (ex *exchange) settleClaim(pending *Record, tx *Delivery, failedItem bool) settled {
+	m := ex.h.m
+	if s, ok := tx.settle(pending); ok { // the handler completed the claim in its own transaction
+		return s
+	}
 	if ex.out.hijacked {
 		// The handler answered on the raw connection: its answer is
 		// unknown here, so nothing is stored and a retry runs afresh.
 		ex.release(pending)
-		return OutcomeFailedReleased, errHijacked
+		return settled{outcome: OutcomeFailedReleased, err: errHijacked}
 	}
 	status := ex.out.finalStatus()
-	failedItem := ex.batch != nil && ex.batch.close()[0] // the handler failed the item it carries (Batch.Fail)
 	if cutShort := ex.out.status == 0 && ex.r.Context().Err() != nil; cutShort || failedItem || !ex.h.stores(status) {
 		ex.release(pending)
-		ex.out.send()
+		s := settled{outcome: OutcomeFailedReleased, answer: answer{kind: answerCaptured}}
 		if cutShort {
-			return OutcomeFailedReleased, fmt.Errorf("idemhook: delivery cut short: %w", context.Cause(ex.r.Context()))
+			s.err = fmt.Errorf("idemhook: delivery cut short: %w", context.Cause(ex.r.Context()))
 		}
-		return OutcomeFailedReleased, nil
+		return s
 	}
 	ex.doneRec = Record{
 		State:       StateCompleted,
 		Fingerprint: ex.fp,
 		CreatedAt:   m.opts.Now(),
 		Status:      status,
-		Header:      ex.storedHeader(),
+		Header:      ex.h.storedHeader(ex.out.w.Header()),
 		BodyOmitted: ex.out.omitted,
 	}
 	if !ex.out.omitted {
@@ -1022,66 +992,52 @@ func (ex *exchange) runClaimed(pending *Record) (Outcome, error) {
 		ex.completeLater(pending) // the store may take it again before the claim lapses
 	}
 	putHeader(ex.doneRec.Header)
+	omitted := err == nil && ex.out.omitted
 	if err != nil {
 		ex.warnStore("WebhookIdempotencyInterceptor cache write failed for key=", err)
-	} else if ex.out.omitted {
-		ex.omittedBody()
+	} else if omitted {
+		ex.warnBodyOmitted(ex.out.written)
 	}
-	ex.out.send()
-	return OutcomeProcessed, err
+	return settled{outcome: OutcomeProcessed, err: err, answer: answer{kind: answerCaptured}, bodyOmitted: omitted}
 }
 
-// omittedBody notes a stored answer whose body was over the route's
-// MaxStoredBodyBytes, and says so once per route in a WARN: its replays
+// warnBodyOmitted says, once per route in a WARN, that a stored answer's
+// body (written bytes) was over the route's MaxStoredBodyBytes: its replays
 // will carry an empty body.
-func (ex *exchange) omittedBody() {
-	ex.bodyOmitted = true
+func (ex *exchange) warnBodyOmitted(written int64) {
 	if ex.h.warnedOmitted.CompareAndSwap(false, true) {
 		ex.h.m.warn("idemhook: a response body over MaxStoredBodyBytes was sent but not stored; "+
 			"its replays carry the status and headers, an empty body and "+BodyOmittedHeader+": true (logged once per route)",
 			slog.String("source", ex.h.rt.Source), slog.Int("max_stored_body_bytes", ex.h.rt.MaxStoredBodyBytes),
-			slog.Int64("body_bytes", ex.out.written), slog.String("key", ex.storeKey))
+			slog.Int64("body_bytes", written), slog.String("key", ex.storeKey))
 	}
 }
 
-// handlerDied ends a claimed delivery whose handler panicked (p, the value
-// it panicked with) or exited its goroutine (p nil): it stops the renewal,
-// releases the claim and answers 500 unless an answer is on its way.
-func (ex *exchange) handlerDied(pending *Record, p any) (Outcome, error) {
+// handlerDied settles a claimed delivery whose handler panicked (p, the
+// value it panicked with) or exited its goroutine (p nil): it stops the
+// renewal and releases the claim, and the caller gets a 500 unless an
+// answer is on its way.
+func (ex *exchange) handlerDied(pending *Record, p any) settled {
 	ex.renew.stop()
 	ex.release(pending)
-	ex.handlerFailed()
+	return settled{outcome: OutcomeFailedReleased, err: diedError(p), answer: answer{kind: answerFailed}}
+}
+
+// diedError is the error reported for a handler that panicked with p, or
+// exited its goroutine (p nil).
+func diedError(p any) error {
 	if p != nil {
-		return OutcomeFailedReleased, fmt.Errorf("idemhook: handler panicked: %v", p)
+		return fmt.Errorf("idemhook: handler panicked: %v", p)
 	}
-	return OutcomeFailedReleased, errGoexit
+	return errGoexit
 }
 
-// handlerFailed answers 500 for a handler that panicked or exited its
-// goroutine, unless its answer was already on its way: the caller gets a
-// definite failure (and retries), and the hooks report what it got. The
-// answer is flushed, because net/http closes the connection of a panicking
-// handler without sending what is still buffered.
-func (ex *exchange) handlerFailed() {
-	if ex.out.streaming || ex.r.Context().Err() != nil {
-		return
-	}
-	ex.out.buf, ex.out.status, ex.out.buffering, ex.out.omitted, ex.out.written = ex.out.buf[:0], 0, false, false, 0
-	h := ex.out.w.Header()
-	for _, name := range representationHeaders {
-		h.Del(name)
-	}
-	ex.writeProblem(http.StatusInternalServerError, "Handler failed",
-		"the webhook handler failed; the delivery was not processed, retry it")
-	http.NewResponseController(ex.out.w).Flush() //nolint:errcheck // best effort: the connection is about to close
-}
-
-// storedHeader picks the replayed headers out of the response, into a
-// pooled map that goes back with putHeader once the record is stored.
-func (ex *exchange) storedHeader() http.Header {
-	src := ex.out.w.Header()
+// storedHeader picks the replayed headers out of the response's header src,
+// into a pooled map that goes back with putHeader once the record is
+// stored.
+func (rc *routeConfig) storedHeader(src http.Header) http.Header {
 	var h http.Header
-	for _, name := range ex.h.replayHeaders {
+	for _, name := range rc.replayHeaders {
 		if vs := src[name]; len(vs) > 0 {
 			if h == nil {
 				h = headerPool.Get().(http.Header)
@@ -1137,7 +1093,6 @@ func (ex *exchange) replay(rec *Record) {
 	vs[0], vs[1] = "true", strconv.Itoa(len(rec.Body))
 	h[ReplayedHeader], h["Content-Length"] = vs[0:1:1], vs[1:2:2]
 	if rec.BodyOmitted {
-		ex.bodyOmitted = true
 		h[BodyOmittedHeader] = vs[0:1:1]
 	}
 	status := rec.Status
@@ -1155,9 +1110,11 @@ func (ex *exchange) writeProblem(status int, title, detail string) {
 	ex.out.Write(problem.JSON(status, title, detail)) //nolint:errcheck // the client may be gone
 }
 
-// report calls Options.OnDelivery with the delivery's outcome and the status
-// the caller received.
-func (ex *exchange) report(outcome Outcome, err error) {
+// report calls Options.OnDelivery with how the delivery settled (s's
+// answer has been sent) and the status the caller received. returned is false when the handler run for the
+// delivery did not return: net/http's 200 for nothing written is then not
+// what the caller got.
+func (ex *exchange) report(s settled, returned bool) {
 	hook := ex.h.m.opts.OnDelivery
 	if hook == nil {
 		return
@@ -1166,7 +1123,7 @@ func (ex *exchange) report(outcome Outcome, err error) {
 	switch {
 	case ex.out.hijacked:
 		status = 0 // answered on the raw connection: unknown here
-	case status == 0 && ex.r.Context().Err() == nil && !ex.panicking:
+	case status == 0 && ex.r.Context().Err() == nil && returned:
 		status = http.StatusOK // the handler wrote nothing: net/http sends 200
 	}
 	hook(DeliveryInfo{
@@ -1175,15 +1132,15 @@ func (ex *exchange) report(outcome Outcome, err error) {
 		Key:           ex.key,
 		Scope:         ex.scope,
 		StoreKey:      ex.storeKey,
-		Outcome:       outcome,
+		Outcome:       s.outcome,
 		Status:        status,
 		Duration:      ex.h.m.opts.Now().Sub(ex.start),
 		RequestBytes:  int64(len(ex.body)),
 		ResponseBytes: ex.out.written,
-		Err:           err,
+		Err:           s.err,
 		Waited:        ex.waited,
-		BodyOmitted:   ex.bodyOmitted,
-		Items:         ex.items,
+		BodyOmitted:   s.bodyOmitted,
+		Items:         s.items,
 	})
 }
 

@@ -469,7 +469,7 @@ func newEvent(rc config.Route, d *idemhook.Delivery, r *http.Request, trusted []
 // it on qr, whose bound must hold a place reserved for it. On error nothing
 // is kept, the place is given back and the claim is still d's.
 func (q *queues) keep(r *http.Request, rc config.Route, qr *queuedRoute, d *idemhook.Delivery, ev *queue.Event) error {
-	err := d.CompleteWith(rc.Accept.Status, rc.Accept.Header, rc.Accept.Body, func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
+	err := idemhook.CompleteDelivery(d, rc.Accept.Status, rc.Accept.Header, rc.Accept.Body, func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
 		return q.engine.Accept(r.Context(), queue.Completion{Key: key, Claim: claim, Done: done, TTL: ttl}, ev)
 	})
 	if err != nil {
@@ -482,7 +482,7 @@ func (q *queues) keep(r *http.Request, rc config.Route, qr *queuedRoute, d *idem
 	// that read and answer 503 for an event that is queued). It cannot
 	// fail here, the handler running and the completion just written;
 	// if it did, the middleware would read the key back as before.
-	_ = d.Committed()
+	_ = idemhook.DeliveryCommitted(d)
 	qr.history.add(ev.ReceivedAt, func(m *minute) { m.Accepted++ })
 	return nil
 }

@@ -23,7 +23,7 @@ import (
 // not store is an error. Once the handler has returned and the commit is
 // confirmed, the middleware sends that record, and replays it to every
 // re-delivery: the first answer and the replays are the same, and a header
-// the record lacks goes out on neither. See [idemhook.Delivery.CompleteWith]
+// the record lacks goes out on neither. See [idemhook.CompleteDelivery]
 // and [idemhook.Delivery] for what happens on a rollback.
 //
 // Call it as the last statement before tx.Commit, because from then on the
@@ -52,10 +52,10 @@ func (s *Store) completeIn(ctx context.Context, db execer, op string, d *idemhoo
 	if d == nil {
 		return fmt.Errorf("pgstore: %s: nil *idemhook.Delivery (DeliveryFromContext reports false outside a claimed delivery)", op)
 	}
-	if st, ok := d.Store().(*Store); !ok || st.ident != s.ident {
-		return fmt.Errorf("pgstore: %s: the delivery's claim is held by %T, not by this store's table %s", op, d.Store(), s.table)
+	if st, ok := idemhook.DeliveryStore(d).(*Store); !ok || st.ident != s.ident {
+		return fmt.Errorf("pgstore: %s: the delivery's claim is held by %T, not by this store's table %s", op, idemhook.DeliveryStore(d), s.table)
 	}
-	return d.CompleteWith(status, header, body, func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
+	return idemhook.CompleteDelivery(d, status, header, body, func(key string, claim, done *idemhook.Record, ttl time.Duration) error {
 		err := s.complete(ctx, db, key, claim, done, ttl)
 		if errors.Is(err, idemhook.ErrNotOwner) {
 			return fmt.Errorf("pgstore: %s %q: %w", op, key, err)

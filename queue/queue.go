@@ -112,7 +112,7 @@ type Token struct {
 
 // Completion is the key's side of an accept: the claim the middleware holds
 // on Key and the record (the accept answer) that replaces it for TTL. They are
-// the arguments of [idemhook.Delivery.CompleteWith]'s write function.
+// the arguments of [idemhook.CompleteDelivery]'s write function.
 type Completion struct {
 	Key         string
 	Claim, Done *idemhook.Record
