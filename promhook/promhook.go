@@ -175,10 +175,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 // Instrument returns opts with the hooks set to feed m. Hooks already set
 // in opts are kept and called first.
 func (m *Metrics) Instrument(opts idemhook.Options) idemhook.Options {
-	opts.OnDelivery = hookchain.Then(opts.OnDelivery, m.OnDelivery)
-	opts.OnStoreCall = hookchain.Then(opts.OnStoreCall, m.OnStoreCall)
-	opts.OnBreakerChange = hookchain.Then(opts.OnBreakerChange, m.OnBreakerChange)
-	return opts
+	return hookchain.Instrument(opts, hookchain.Hooks{OnDelivery: m.OnDelivery, OnStoreCall: m.OnStoreCall, OnBreakerChange: m.OnBreakerChange})
 }
 
 // OnDelivery counts one finished delivery and observes its duration.
