@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook/internal/fence"
+	"github.com/idemhook/idemhook/internal/httpstatus"
 )
 
 // This file runs a batched delivery (Route.Items): its items are claimed
@@ -423,7 +424,7 @@ func (run *itemRun) runOne(i int) {
 	c, b := run.child([]int{i}, body)
 	if run.states[i] == itemUnclaimed {
 		c.h.next.ServeHTTP(&c.out, c.r)
-		if failed := b.close(); failed[0] || !isSuccess(c.out.finalStatus()) {
+		if failed := b.close(); failed[0] || !httpstatus.IsSuccess(c.out.finalStatus()) {
 			run.fail(i, c)
 		}
 		return
@@ -436,8 +437,6 @@ func (run *itemRun) runOne(i int) {
 	}
 	run.fail(i, c)
 }
-
-func isSuccess(status int) bool { return status >= 200 && status <= 299 }
 
 // fail notes that item i failed, as c answered it.
 func (run *itemRun) fail(i int, c *exchange) {
@@ -484,7 +483,7 @@ func (run *itemRun) runFiltered() {
 		}
 		switch {
 		case run.states[i] == itemUnclaimed:
-			if c.out.hijacked || cutShort || failed[j] || !isSuccess(status) {
+			if c.out.hijacked || cutShort || failed[j] || !httpstatus.IsSuccess(status) {
 				run.states[i] = itemFailed
 			} else {
 				run.states[i] = itemProcessed

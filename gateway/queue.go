@@ -21,6 +21,7 @@ import (
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/gateway/config"
+	"github.com/idemhook/idemhook/internal/httpstatus"
 	"github.com/idemhook/idemhook/queue"
 )
 
@@ -561,7 +562,7 @@ func writeResult(w http.ResponseWriter, res queue.Result, rc config.Route, logge
 	removeHopHeaders(h)
 	h.Del("Content-Length")
 	want := successOf(rc)
-	if want != 0 && isSuccess(res.Status) && rc.Route.Preset.SuccessBody != "" {
+	if want != 0 && httpstatus.IsSuccess(res.Status) && rc.Route.Preset.SuccessBody != "" {
 		body := rc.Route.Preset.SuccessBody
 		setSuccessBodyHeader(h, body)
 		w.WriteHeader(want)
