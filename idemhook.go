@@ -69,6 +69,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/idemhook/idemhook/internal/httpstatus"
 )
 
 // InFlightPolicy says what a duplicate does while the first delivery of its
@@ -372,7 +374,7 @@ type Route struct {
 // Any other answer releases the claim. The gateway's queue tells a
 // delivered attempt by the same rule.
 func (rt Route) Stores(status int) bool {
-	return status >= 200 && status <= 299 || slices.Contains(rt.StoreStatuses, status)
+	return httpstatus.IsSuccess(status) || slices.Contains(rt.StoreStatuses, status)
 }
 
 // Answer is a fixed HTTP answer: a status, its headers and its body.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook/internal/fence"
+	"github.com/idemhook/idemhook/internal/httpstatus"
 )
 
 // This file runs a batched delivery (Route.Items): its items are claimed
@@ -452,7 +453,7 @@ func (run *itemRun) runOne(i int) {
 	if run.states[i] == itemUnclaimed {
 		out := itemCapture()
 		run.ex.h.next.ServeHTTP(out, r)
-		if failed := b.close(); failed[0] || !isSuccess(out.finalStatus()) {
+		if failed := b.close(); failed[0] || !httpstatus.IsSuccess(out.finalStatus()) {
 			run.fail(i, itemResultOf(out))
 		}
 		return
@@ -467,8 +468,6 @@ func (run *itemRun) runOne(i int) {
 	}
 	run.fail(i, itemResultOf(&c.out))
 }
-
-func isSuccess(status int) bool { return status >= 200 && status <= 299 }
 
 // fail notes that item i failed, as res says.
 func (run *itemRun) fail(i int, res itemResult) {
@@ -515,7 +514,7 @@ func (run *itemRun) runFiltered() {
 		}
 		switch {
 		case run.states[i] == itemUnclaimed:
-			if out.hijacked || cutShort || failed[j] || !isSuccess(status) {
+			if out.hijacked || cutShort || failed[j] || !httpstatus.IsSuccess(status) {
 				run.states[i] = itemFailed
 			} else {
 				run.states[i] = itemProcessed

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook/internal/headerdict"
+	"github.com/idemhook/idemhook/internal/varint"
 )
 
 // State says what a [Record] holds.
@@ -172,12 +173,12 @@ func appendString(b []byte, s string) []byte {
 // bad input: anything it can't decode is an error wrapping ErrCorruptRecord.
 // The decoded record does not alias data.
 func (r *Record) UnmarshalBinary(data []byte) error {
-	d := decoder{buf: data}
+	d := decoder{varint.NewReader(data)}
 	*r = Record{}
-	version := d.byte()
-	state := State(d.byte())
-	flags := d.byte()
-	if d.err != nil {
+	version := d.Byte()
+	state := State(d.Byte())
+	flags := d.Byte()
+	if d.Err() != nil {
 		return corrupt("truncated header")
 	}
 	if version != recordVersion1 && version != recordVersion2 {
@@ -191,36 +192,36 @@ func (r *Record) UnmarshalBinary(data []byte) error {
 	}
 	r.State = state
 	r.BodyOmitted = flags&flagBodyOmitted != 0
-	if ms := d.varint(); ms != 0 {
+	if ms := d.Varint(); ms != 0 {
 		r.CreatedAt = time.UnixMilli(ms)
 	}
 	if flags&flagFingerprint != 0 {
-		copy(r.Fingerprint[:], d.bytes(FingerprintSize))
+		copy(r.Fingerprint[:], d.Next(FingerprintSize))
 	}
 	if state == StatePending {
-		r.Token = d.string()
+		r.Token = string(d.Bytes())
 	} else {
-		status := d.uvarint()
-		if d.err == nil && (status < 100 || status > 999) {
+		status := d.Uvarint()
+		if d.Err() == nil && (status < 100 || status > 999) {
 			return corrupt(fmt.Sprintf("status %d", status))
 		}
 		r.Status = int(status)
-		n := d.uvarint()
+		n := d.Uvarint()
 		if n > maxHeaderEntries {
 			return corrupt(fmt.Sprintf("%d header entries", n))
 		}
 		if n > 0 {
 			r.Header = d.header(int(n), version == recordVersion2)
 		}
-		if body := d.lenBytes(); len(body) > 0 {
+		if body := d.Bytes(); len(body) > 0 {
 			r.Body = bytes.Clone(body)
 		}
 	}
-	if d.err != nil {
-		return corrupt(d.err.Error())
+	if d.Err() != nil {
+		return corrupt(d.Err().Error())
 	}
-	if len(d.buf) != 0 {
-		return corrupt(fmt.Sprintf("%d trailing bytes", len(d.buf)))
+	if len(d.Rest()) != 0 {
+		return corrupt(fmt.Sprintf("%d trailing bytes", len(d.Rest())))
 	}
 	return nil
 }
@@ -235,13 +236,13 @@ func (d *decoder) header(n int, tokens bool) http.Header {
 	type entry struct{ k, v span }
 	var buf [8]entry // a typical stored answer has a few headers: no allocation
 	entries := buf[:0]
-	region := d.buf
+	region := d.Rest()
 	literal := false
 	for range n {
 		var e entry
 		e.k = d.span(region, tokens)
 		e.v = d.span(region, tokens)
-		if d.err != nil {
+		if d.Err() != nil {
 			return nil
 		}
 		literal = literal || e.k.s == "" || e.v.s == ""
@@ -249,7 +250,7 @@ func (d *decoder) header(n int, tokens bool) http.Header {
 	}
 	var text string
 	if literal {
-		text = string(region[:len(region)-len(d.buf)])
+		text = string(region[:len(region)-len(d.Rest())])
 	}
 	str := func(sp span) string {
 		if sp.s != "" {
@@ -286,16 +287,16 @@ type span struct {
 
 // span reads a header string, a token when tokens is set and a
 // length-prefixed string otherwise, and returns where its bytes lie in
-// region, of which d.buf is a suffix.
+// region, of which the unread input is a suffix.
 func (d *decoder) span(region []byte, tokens bool) span {
-	n := d.uvarint()
-	if d.err != nil {
+	n := d.Uvarint()
+	if d.Err() != nil {
 		return span{}
 	}
 	if tokens {
 		s, lit, ok := headerdict.Token(n)
 		if !ok {
-			d.err = fmt.Errorf("header token %d", n)
+			d.Fail(fmt.Errorf("header token %d", n))
 			return span{}
 		}
 		if s != "" {
@@ -303,81 +304,14 @@ func (d *decoder) span(region []byte, tokens bool) span {
 		}
 		n = lit
 	}
-	if n > uint64(len(d.buf)) {
-		d.err = errTruncated
+	start := len(region) - len(d.Rest())
+	if d.Next(n); d.Err() != nil {
 		return span{}
 	}
-	start := len(region) - len(d.buf)
-	d.buf = d.buf[n:]
 	return span{start: start, end: start + int(n)}
 }
 
 func corrupt(why string) error { return fmt.Errorf("%w: %s", ErrCorruptRecord, why) }
 
-type decoder struct {
-	buf []byte
-	err error
-}
-
-var errTruncated = fmt.Errorf("truncated")
-
-func (d *decoder) byte() byte {
-	if d.err != nil || len(d.buf) < 1 {
-		d.err = errTruncated
-		return 0
-	}
-	c := d.buf[0]
-	d.buf = d.buf[1:]
-	return c
-}
-
-func (d *decoder) bytes(n int) []byte {
-	if d.err != nil || len(d.buf) < n {
-		d.err = errTruncated
-		return nil
-	}
-	p := d.buf[:n]
-	d.buf = d.buf[n:]
-	return p
-}
-
-func (d *decoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.buf)
-	if n <= 0 {
-		d.err = fmt.Errorf("bad uvarint")
-		return 0
-	}
-	d.buf = d.buf[n:]
-	return v
-}
-
-func (d *decoder) varint() int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.buf)
-	if n <= 0 {
-		d.err = fmt.Errorf("bad varint")
-		return 0
-	}
-	d.buf = d.buf[n:]
-	return v
-}
-
-func (d *decoder) string() string { return string(d.lenBytes()) }
-
-// lenBytes reads a length-prefixed byte string, which aliases d.buf.
-func (d *decoder) lenBytes() []byte {
-	n := d.uvarint()
-	if d.err != nil {
-		return nil
-	}
-	if n > uint64(len(d.buf)) {
-		d.err = errTruncated
-		return nil
-	}
-	return d.bytes(int(n))
-}
+// decoder reads a record's encoding, keeping the first error.
+type decoder struct{ varint.Reader[[]byte] }

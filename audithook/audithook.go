@@ -74,8 +74,7 @@ func New(cfg Config) (*Hook, error) {
 // Instrument returns opts with the hook added to its OnDelivery (an
 // OnDelivery already set still runs, first).
 func (h *Hook) Instrument(opts idemhook.Options) idemhook.Options {
-	opts.OnDelivery = hookchain.Then(opts.OnDelivery, h.OnDelivery)
-	return opts
+	return hookchain.Instrument(opts, hookchain.Hooks{OnDelivery: h.OnDelivery})
 }
 
 // OnDelivery records d's entry. It never blocks.

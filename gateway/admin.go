@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -17,6 +16,7 @@ import (
 	"github.com/idemhook/idemhook/audit"
 	"github.com/idemhook/idemhook/gateway/adminapi"
 	"github.com/idemhook/idemhook/gateway/config"
+	"github.com/idemhook/idemhook/internal/problem"
 )
 
 // adminHandler serves the admin listener:
@@ -207,12 +207,7 @@ func (g *Gateway) keyNotFound(w http.ResponseWriter, r *http.Request, key string
 		}
 		p.Detail += ". " + why
 	}
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusNotFound)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false) // "?scope=<path>" as written, not \u003cpath\u003e
-	_ = enc.Encode(p)
+	problem.Write(w, http.StatusNotFound, problem.Extended(p)) // "?scope=<path>" as written
 }
 
 // scopesHolding returns the scopes other than skip under which key of

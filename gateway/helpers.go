@@ -17,10 +17,7 @@ import (
 
 // writeProblem answers an RFC 9457 problem (adminapi.Problem).
 func writeProblem(w http.ResponseWriter, status int, title, detail string) {
-	w.Header().Set("Content-Type", problem.ContentType)
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	w.Write(problem.JSON(status, title, detail)) //nolint:errcheck // the client may be gone
+	problem.Write(w, status, problem.JSON(status, title, detail))
 }
 
 // errText is err's message for the sender: without the URL net/http wraps

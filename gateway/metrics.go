@@ -75,7 +75,7 @@ func (m reloadMetrics) loaded(now time.Time, reload bool, err error) {
 
 func newMetrics(version string) *metrics {
 	reg := prometheus.NewRegistry()
-	hooks, err := promhook.New(reg, promhook.WithVersion(version))
+	hooks, err := promhook.New(promhook.Config{Registerer: reg, Version: version})
 	if err != nil {
 		panic(err) // a fresh registry holds no metric of the same name
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/gateway/config"
+	"github.com/idemhook/idemhook/internal/httpstatus"
 )
 
 // newTransport returns the transport of one route: its own connection pool,
@@ -94,7 +95,7 @@ func successStatus(rc config.Route) func(*http.Response) error {
 	}
 	body := rc.Route.Preset.SuccessBody
 	return func(resp *http.Response) error {
-		if body != "" && isSuccess(resp.StatusCode) {
+		if body != "" && httpstatus.IsSuccess(resp.StatusCode) {
 			// The backend's body is not what the provider reads: drain a
 			// little of it so the connection can be reused, then drop it.
 			_, _ = io.CopyN(io.Discard, resp.Body, 4<<10)
@@ -108,9 +109,6 @@ func successStatus(rc config.Route) func(*http.Response) error {
 		return nil
 	}
 }
-
-// isSuccess reports whether status is a 2xx: the backend's success.
-func isSuccess(status int) bool { return status >= 200 && status <= 299 }
 
 // setSuccessBodyHeader makes h describe body, a preset's SuccessBody, in
 // place of the backend's body it replaces: its type and length, and none
@@ -135,7 +133,7 @@ func successOf(rc config.Route) int {
 // providerStatus is the status the provider gets for the backend's status:
 // want (its success) in place of any 2xx, when want is not 0.
 func providerStatus(want, status int) int {
-	if want != 0 && isSuccess(status) {
+	if want != 0 && httpstatus.IsSuccess(status) {
 		return want
 	}
 	return status

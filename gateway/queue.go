@@ -21,6 +21,7 @@ import (
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/gateway/config"
+	"github.com/idemhook/idemhook/internal/httpstatus"
 	"github.com/idemhook/idemhook/queue"
 )
 
@@ -558,12 +559,10 @@ func writeResult(w http.ResponseWriter, res queue.Result, rc config.Route, logge
 	for name, values := range res.Header {
 		h[name] = values
 	}
-	for _, name := range hopHeaders {
-		h.Del(name)
-	}
+	removeHopHeaders(h)
 	h.Del("Content-Length")
 	want := successOf(rc)
-	if want != 0 && isSuccess(res.Status) && rc.Route.Preset.SuccessBody != "" {
+	if want != 0 && httpstatus.IsSuccess(res.Status) && rc.Route.Preset.SuccessBody != "" {
 		body := rc.Route.Preset.SuccessBody
 		setSuccessBodyHeader(h, body)
 		w.WriteHeader(want)
@@ -574,24 +573,13 @@ func writeResult(w http.ResponseWriter, res queue.Result, rc config.Route, logge
 	_, _ = w.Write(res.BodyHead)
 }
 
-// hopHeaders are the headers of one connection (RFC 9110 section 7.6.1), not
-// forwarded.
-var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
-
 // forwardHeader returns the headers of r as the proxy forwards them: without
 // the hop-by-hop ones and the sender's Idempotent-Fence, with
 // X-Forwarded-For, -Host and -Proto set by the same rules
 // (trusted_proxies).
 func forwardHeader(r *http.Request, trusted []netip.Prefix) http.Header {
 	h := r.Header.Clone()
-	for _, f := range h["Connection"] {
-		for _, name := range strings.Split(f, ",") {
-			h.Del(strings.TrimSpace(name))
-		}
-	}
-	for _, name := range hopHeaders {
-		h.Del(name)
-	}
+	removeHopHeaders(h)
 	h.Del("X-Forwarded-For")
 	h.Del("X-Forwarded-Host")
 	h.Del("X-Forwarded-Proto")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook/gateway/adminapi"
+	"github.com/idemhook/idemhook/internal/problem"
 	"github.com/idemhook/idemhook/queue"
 )
 
@@ -423,10 +424,7 @@ func (g *Gateway) serveQueuePurge(w http.ResponseWriter, r *http.Request) {
 			detail = fmt.Sprintf("confirm is %d but the selection now holds %d events: ", *s.Confirm, count) + detail
 		}
 		p := adminapi.QueuePurgeConfirm{Problem: adminapi.Problem{Type: "about:blank", Title: "confirm the purge", Status: http.StatusConflict, Detail: detail}, Count: count}
-		w.Header().Set("Content-Type", "application/problem+json")
-		w.Header().Set("Cache-Control", "no-store")
-		w.WriteHeader(http.StatusConflict)
-		_ = json.NewEncoder(w).Encode(p)
+		problem.Write(w, http.StatusConflict, problem.Extended(p))
 		return
 	}
 	var keys []string

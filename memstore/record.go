@@ -2,7 +2,6 @@ package memstore
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/internal/headerdict"
+	"github.com/idemhook/idemhook/internal/varint"
 )
 
 // Records are held in an encoding of memstore's own, smaller than
@@ -119,9 +119,9 @@ func appendRecord(b []byte, r *idemhook.Record, epoch int64) ([]byte, error) {
 // decodeRecord decodes data written by appendRecord with the same epoch.
 // The record shares no memory with data.
 func decodeRecord(data string, epoch int64) (*idemhook.Record, error) {
-	d := decoder{buf: data}
-	head := d.byte()
-	if d.err != nil || head&^headKnown != 0 || (head&headNoCreated != 0 && head&headCreatedBefore != 0) {
+	d := decoder{varint.NewReader(data)}
+	head := d.Byte()
+	if d.Err() != nil || head&^headKnown != 0 || (head&headNoCreated != 0 && head&headCreatedBefore != 0) {
 		return nil, errCorrupt
 	}
 	r := &idemhook.Record{State: idemhook.StatePending, BodyOmitted: head&headBodyOmitted != 0}
@@ -129,7 +129,7 @@ func decodeRecord(data string, epoch int64) (*idemhook.Record, error) {
 		r.State = idemhook.StateCompleted
 	}
 	if head&headNoCreated == 0 {
-		delta := d.uvarint()
+		delta := d.Uvarint()
 		ms := epoch + int64(delta)
 		if head&headCreatedBefore != 0 {
 			ms = epoch - int64(delta)
@@ -137,32 +137,32 @@ func decodeRecord(data string, epoch int64) (*idemhook.Record, error) {
 		r.CreatedAt = time.UnixMilli(ms)
 	}
 	if head&headFingerprint != 0 {
-		copy(r.Fingerprint[:], d.bytes(idemhook.FingerprintSize))
+		copy(r.Fingerprint[:], d.Next(idemhook.FingerprintSize))
 	}
-	if d.err != nil {
+	if d.Err() != nil {
 		return nil, errCorrupt
 	}
 	if r.State == idemhook.StatePending {
-		r.Token = strings.Clone(d.buf)
+		r.Token = strings.Clone(d.Rest())
 		return r, nil
 	}
-	status := d.uvarint()
+	status := d.Uvarint()
 	if status > maxStatus-minStatus {
 		return nil, errCorrupt
 	}
 	r.Status = int(status) + minStatus
-	n := d.uvarint()
-	if n > uint64(len(d.buf)/2) { // an entry takes at least two bytes
+	n := d.Uvarint()
+	if n > uint64(len(d.Rest())/2) { // an entry takes at least two bytes
 		return nil, errCorrupt
 	}
 	if n > 0 {
 		r.Header = d.header(int(n))
 	}
-	if d.err != nil {
+	if d.Err() != nil {
 		return nil, errCorrupt
 	}
-	if len(d.buf) > 0 {
-		r.Body = []byte(d.buf)
+	if len(d.Rest()) > 0 {
+		r.Body = []byte(d.Rest())
 	}
 	return r, nil
 }
@@ -171,89 +171,42 @@ func decodeRecord(data string, epoch int64) (*idemhook.Record, error) {
 // without decoding the rest: it is the bytes after the created-at and the
 // fingerprint.
 func pendingToken(data string) (string, error) {
-	d := decoder{buf: data}
-	head := d.byte()
+	d := decoder{varint.NewReader(data)}
+	head := d.Byte()
 	if head&headNoCreated == 0 {
-		d.uvarint()
+		d.Uvarint()
 	}
 	if head&headFingerprint != 0 {
-		d.bytes(idemhook.FingerprintSize)
+		d.Next(idemhook.FingerprintSize)
 	}
-	if d.err != nil || head&headCompleted != 0 {
+	if d.Err() != nil || head&headCompleted != 0 {
 		return "", errCorrupt
 	}
-	return d.buf, nil
+	return d.Rest(), nil
 }
 
-type decoder struct {
-	buf string
-	err error
-}
-
-var errTruncated = errors.New("truncated")
-
-func (d *decoder) byte() byte {
-	if d.err != nil || len(d.buf) < 1 {
-		d.err = errTruncated
-		return 0
-	}
-	c := d.buf[0]
-	d.buf = d.buf[1:]
-	return c
-}
-
-func (d *decoder) bytes(n int) string {
-	if d.err != nil || len(d.buf) < n {
-		d.err = errTruncated
-		return ""
-	}
-	s := d.buf[:n]
-	d.buf = d.buf[n:]
-	return s
-}
-
-func (d *decoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	// A uvarint of this package's own: encoding/binary reads only byte
-	// slices, and converting would copy.
-	var v uint64
-	for i := 0; i < binary.MaxVarintLen64 && i < len(d.buf); i++ {
-		c := d.buf[i]
-		if i == binary.MaxVarintLen64-1 && c > 1 {
-			break // overflows 64 bits
-		}
-		v |= uint64(c&0x7f) << (7 * i)
-		if c < 0x80 {
-			d.buf = d.buf[i+1:]
-			return v
-		}
-	}
-	d.err = errTruncated
-	return 0
-}
+// decoder reads an entry's encoding, keeping the first error.
+type decoder struct{ varint.Reader[string] }
 
 // token reads a token. A dictionary string is returned as s; a literal one
-// as its start and end in region, of which d.buf is a suffix.
+// as its start and end in region, of which the unread input is a suffix.
 func (d *decoder) token(region string) (s string, start, end int) {
-	t := d.uvarint()
-	if d.err != nil {
+	t := d.Uvarint()
+	if d.Err() != nil {
 		return "", 0, 0
 	}
 	s, n, ok := headerdict.Token(t)
 	switch {
 	case !ok:
-		d.err = errTruncated
+		d.Fail(errCorrupt)
 		return "", 0, 0
 	case s != "":
 		return s, -1, -1
-	case n > uint64(len(d.buf)):
-		d.err = errTruncated
+	}
+	start = len(region) - len(d.Rest())
+	if d.Next(n); d.Err() != nil {
 		return "", 0, 0
 	}
-	start = len(region) - len(d.buf)
-	d.buf = d.buf[n:]
 	return "", start, start + int(n)
 }
 
@@ -270,13 +223,13 @@ func (d *decoder) header(n int) http.Header {
 	type entry struct{ k, v span }
 	var buf [8]entry // a typical answer has a few headers: no allocation
 	entries := buf[:0]
-	region := d.buf
+	region := d.Rest()
 	literal := 0
 	for range n {
 		var e entry
 		e.k.s, e.k.start, e.k.end = d.token(region)
 		e.v.s, e.v.start, e.v.end = d.token(region)
-		if d.err != nil {
+		if d.Err() != nil {
 			return nil
 		}
 		literal += max(e.k.end-e.k.start, 0) + max(e.v.end-e.v.start, 0)
@@ -318,7 +271,7 @@ func (d *decoder) header(n int) http.Header {
 		} else if k == prev {
 			h[k] = values[first : i+1 : i+1] // names are sorted: the entries of one name are adjacent
 		} else {
-			d.err = errTruncated // names out of order: not written by appendRecord
+			d.Fail(errCorrupt) // names out of order: not written by appendRecord
 			return nil
 		}
 	}

@@ -133,10 +133,7 @@ func New(cfg Config) (*Hooks, error) {
 // Instrument returns opts with the hooks set to feed h. Hooks already set
 // in opts are kept and called first.
 func (h *Hooks) Instrument(opts idemhook.Options) idemhook.Options {
-	opts.OnDelivery = hookchain.Then(opts.OnDelivery, h.OnDelivery)
-	opts.OnStoreCall = hookchain.Then(opts.OnStoreCall, h.OnStoreCall)
-	opts.OnBreakerChange = hookchain.Then(opts.OnBreakerChange, h.OnBreakerChange)
-	return opts
+	return hookchain.Instrument(opts, hookchain.Hooks{OnDelivery: h.OnDelivery, OnStoreCall: h.OnStoreCall, OnBreakerChange: h.OnBreakerChange})
 }
 
 // Handler starts a server span for each request, continuing the trace of

@@ -15,16 +15,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// One call registers the gateway's metric set and wires the middleware's
-// hooks. The service serves the registry at /metrics as usual.
-func ExampleRegister() {
+// New registers the gateway's metric set and Instrument wires the
+// middleware's hooks. The service serves the registry at /metrics as usual.
+func ExampleNew() {
 	reg := prometheus.NewRegistry()
-	opts, _, err := promhook.Register(reg, idemhook.Options{})
+	m, err := promhook.New(promhook.Config{Registerer: reg})
 	if err != nil {
 		panic(err)
 	}
 	store, _ := memstore.New(memstore.Config{})
-	mw, err := idemhook.New(store, opts)
+	mw, err := idemhook.New(store, m.Instrument(idemhook.Options{}))
 	if err != nil {
 		panic(err)
 	}
@@ -50,11 +50,11 @@ func ExampleRegister() {
 	// idemhook_deliveries_total{outcome="replayed",source="stone"} 1
 }
 
-// New and Instrument are Register in two steps, for a service that also
-// exports its audit recorder's losses.
-func ExampleNew() {
+// A service that also exports its audit recorder's losses, and names its
+// own version.
+func ExampleMetrics_RegisterAudit() {
 	reg := prometheus.NewRegistry()
-	m, err := promhook.New(reg, promhook.WithVersion("v1.2.3"))
+	m, err := promhook.New(promhook.Config{Registerer: reg, Version: "v1.2.3"})
 	if err != nil {
 		panic(err)
 	}

@@ -2,11 +2,11 @@
 // circuit breaker as Prometheus metrics. They are the metric set of the
 // idemhook gateway, for a Go service that uses the middleware directly.
 //
-// One call registers the collectors and returns the middleware's options
-// with the hooks wired in:
+// [New] registers the collectors and [Metrics.Instrument] wires them into
+// the middleware's options:
 //
-//	opts, m, err := promhook.Register(reg, idemhook.Options{Logger: logger})
-//	mw, err := idemhook.New(store, opts)
+//	m, err := promhook.New(promhook.Config{Registerer: reg})
+//	mw, err := idemhook.New(store, m.Instrument(idemhook.Options{Logger: logger}))
 //
 // The metrics (every name is shared with the gateway, so its dashboard and
 // alert rules in deploy/ work for a library user too):
@@ -79,40 +79,26 @@ type opMetrics struct {
 	errs    prometheus.Counter
 }
 
-// Register creates the collectors, registers them on reg and returns opts
-// with OnDelivery, OnStoreCall and OnBreakerChange set to feed them. Hooks
-// already set in opts are kept and called first. A nil reg is
-// prometheus.DefaultRegisterer. It fails if reg already holds metrics of the
-// same names. A registry holds one middleware's set, unless each
-// middleware registers through prometheus.WrapRegistererWith with the same
-// label name and its own value.
-func Register(reg prometheus.Registerer, opts idemhook.Options) (idemhook.Options, *Metrics, error) {
-	m, err := New(reg)
-	if err != nil {
-		return opts, nil, err
-	}
-	return m.Instrument(opts), m, nil
+// Config configures [New].
+type Config struct {
+	// Registerer receives the collectors. New fails if it already holds
+	// metrics of the same names: a registry holds one middleware's set,
+	// unless each middleware registers through
+	// prometheus.WrapRegistererWith with the same label name and its own
+	// value. Default: prometheus.DefaultRegisterer.
+	Registerer prometheus.Registerer
+
+	// Version is idemhook_build_info's version label, for a binary that
+	// knows its version better than its build information does (one built
+	// with -ldflags "-X ..." outside a module version). Default: the
+	// idemhook module's version in the build information, or "(devel)".
+	Version string
 }
 
-// Option changes what [New] registers.
-type Option func(*settings)
-
-type settings struct{ version string }
-
-// WithVersion sets idemhook_build_info's version label, for a binary that
-// knows its version better than its build information does (one built with
-// -ldflags "-X ..." outside a module version). Default: the idemhook
-// module's version in the build information, or "(devel)".
-func WithVersion(v string) Option { return func(s *settings) { s.version = v } }
-
-// New creates the collectors and registers them on reg (nil means
-// prometheus.DefaultRegisterer). [Metrics.Instrument] wires them into a
-// middleware's options.
-func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
-	var set settings
-	for _, o := range opts {
-		o(&set)
-	}
+// New creates the collectors and registers them on cfg.Registerer.
+// [Metrics.Instrument] wires them into a middleware's options.
+func New(cfg Config) (*Metrics, error) {
+	reg := cfg.Registerer
 	if reg == nil {
 		reg = prometheus.DefaultRegisterer
 	}
@@ -156,8 +142,8 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		m.storeErrs.WithLabelValues(op)
 	}
 	version, goVersion := buildVersion()
-	if set.version != "" {
-		version = set.version
+	if cfg.Version != "" {
+		version = cfg.Version
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "idemhook_build_info",
@@ -175,10 +161,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 // Instrument returns opts with the hooks set to feed m. Hooks already set
 // in opts are kept and called first.
 func (m *Metrics) Instrument(opts idemhook.Options) idemhook.Options {
-	opts.OnDelivery = hookchain.Then(opts.OnDelivery, m.OnDelivery)
-	opts.OnStoreCall = hookchain.Then(opts.OnStoreCall, m.OnStoreCall)
-	opts.OnBreakerChange = hookchain.Then(opts.OnBreakerChange, m.OnBreakerChange)
-	return opts
+	return hookchain.Instrument(opts, hookchain.Hooks{OnDelivery: m.OnDelivery, OnStoreCall: m.OnStoreCall, OnBreakerChange: m.OnBreakerChange})
 }
 
 // OnDelivery counts one finished delivery and observes its duration.

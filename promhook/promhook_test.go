@@ -44,16 +44,23 @@ func memRoute(t *testing.T, opts idemhook.Options, rt idemhook.Route) func(http.
 	return route
 }
 
-func TestRegisterCountsOutcomesAndStoreCalls(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	var prevDeliveries, prevCalls int
-	opts, _, err := promhook.Register(reg, idemhook.Options{
-		OnDelivery:  func(idemhook.DeliveryInfo) { prevDeliveries++ },
-		OnStoreCall: func(idemhook.StoreCallInfo) { prevCalls++ },
-	})
+// instrument registers a Metrics on reg and returns opts with its hooks.
+func instrument(t testing.TB, reg prometheus.Registerer, opts idemhook.Options) idemhook.Options {
+	t.Helper()
+	m, err := promhook.New(promhook.Config{Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return m.Instrument(opts)
+}
+
+func TestCountsOutcomesAndStoreCalls(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	var prevDeliveries, prevCalls int
+	opts := instrument(t, reg, idemhook.Options{
+		OnDelivery:  func(idemhook.DeliveryInfo) { prevDeliveries++ },
+		OnStoreCall: func(idemhook.StoreCallInfo) { prevCalls++ },
+	})
 	route := memRoute(t, opts, idemhook.Route{Source: "stone"})
 	runs := 0
 	h := route(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs++ }))
@@ -88,12 +95,9 @@ func TestRegisterCountsOutcomesAndStoreCalls(t *testing.T) {
 
 // Answers over the route's MaxStoredBodyBytes are counted when they are
 // stored without their body and each time such an answer is replayed.
-func TestRegisterCountsOmittedBodies(t *testing.T) {
+func TestCountsOmittedBodies(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	opts, _, err := promhook.Register(reg, idemhook.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	opts := instrument(t, reg, idemhook.Options{})
 	route := memRoute(t, opts, idemhook.Route{Source: "stone", MaxStoredBodyBytes: 4})
 	h := route(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "0123456789") }))
 	for range 3 {
@@ -113,12 +117,9 @@ func TestRegisterCountsOmittedBodies(t *testing.T) {
 }
 
 // The items of batched deliveries are counted by state.
-func TestRegisterCountsItems(t *testing.T) {
+func TestCountsItems(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	opts, _, err := promhook.Register(reg, idemhook.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	opts := instrument(t, reg, idemhook.Options{})
 	route := memRoute(t, opts, idemhook.Route{Source: "sendgrid", Items: &idemhook.Items{Paths: []idemhook.ItemPath{{Path: "[*]", Key: "id"}}}})
 	h := route(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if b, _ := io.ReadAll(r.Body); strings.Contains(string(b), `"c"`) {
@@ -143,12 +144,9 @@ func TestRegisterCountsItems(t *testing.T) {
 	}
 }
 
-func TestRegisterStoreDownOpensBreaker(t *testing.T) {
+func TestStoreDownOpensBreaker(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	opts, _, err := promhook.Register(reg, idemhook.Options{BreakerThreshold: 2, BreakerCooldown: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
+	opts := instrument(t, reg, idemhook.Options{BreakerThreshold: 2, BreakerCooldown: time.Hour})
 	mw, err := idemhook.New(storetest.Unreachable(errDown), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -187,7 +185,7 @@ func (c *counts) Failed() uint64  { return c.failed }
 
 func TestRegisterAudit(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m, err := promhook.New(reg)
+	m, err := promhook.New(promhook.Config{Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,10 +215,10 @@ func TestRegisterAudit(t *testing.T) {
 
 func TestNewTwiceOnOneRegistryFails(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	if _, err := promhook.New(reg); err != nil {
+	if _, err := promhook.New(promhook.Config{Registerer: reg}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := promhook.New(reg)
+	_, err := promhook.New(promhook.Config{Registerer: reg})
 	var are prometheus.AlreadyRegisteredError
 	if !errors.As(err, &are) {
 		t.Fatalf("second New on one registry: err = %v, want AlreadyRegisteredError", err)
@@ -229,7 +227,7 @@ func TestNewTwiceOnOneRegistryFails(t *testing.T) {
 	// different values.
 	shared := prometheus.NewRegistry()
 	for _, app := range []string{"billing", "orders"} {
-		if _, err := promhook.New(prometheus.WrapRegistererWith(prometheus.Labels{"app": app}, shared)); err != nil {
+		if _, err := promhook.New(promhook.Config{Registerer: prometheus.WrapRegistererWith(prometheus.Labels{"app": app}, shared)}); err != nil {
 			t.Errorf("New wrapped with app=%s: %v", app, err)
 		}
 	}
@@ -237,15 +235,15 @@ func TestNewTwiceOnOneRegistryFails(t *testing.T) {
 
 func TestBuildInfo(t *testing.T) {
 	tests := []struct {
-		give []promhook.Option
+		give string // Config.Version
 		want string // "" means any non-empty version
 	}{
-		{give: nil},
-		{give: []promhook.Option{promhook.WithVersion("v1.4.0")}, want: "v1.4.0"},
+		{give: ""},
+		{give: "v1.4.0", want: "v1.4.0"},
 	}
 	for _, tt := range tests {
 		reg := prometheus.NewRegistry()
-		if _, err := promhook.New(reg, tt.give...); err != nil {
+		if _, err := promhook.New(promhook.Config{Registerer: reg, Version: tt.give}); err != nil {
 			t.Fatal(err)
 		}
 		labels := buildInfo(t, reg)
@@ -340,7 +338,7 @@ func sample(t *testing.T, g prometheus.Gatherer, series string) float64 {
 // OnDelivery and the two store calls of a first delivery, from parallel
 // goroutines as the middleware calls them.
 func BenchmarkHooks(b *testing.B) {
-	_, m, err := promhook.Register(prometheus.NewRegistry(), idemhook.Options{})
+	m, err := promhook.New(promhook.Config{Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		b.Fatal(err)
 	}

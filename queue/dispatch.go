@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook/internal/breaker"
+	"github.com/idemhook/idemhook/internal/httpstatus"
 )
 
 // Route is how a [Dispatcher] delivers one route's events. Zero fields take
@@ -66,7 +67,7 @@ func DefaultRetried(status int) bool {
 }
 
 // DefaultSucceeded is Route.Succeeded's default: every 2xx.
-func DefaultSucceeded(status int) bool { return status >= 200 && status < 300 }
+func DefaultSucceeded(status int) bool { return httpstatus.IsSuccess(status) }
 
 func (r Route) withDefaults() Route {
 	if r.Concurrency <= 0 {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+
+	"github.com/idemhook/idemhook/internal/varint"
 )
 
 // requestVersion is the first byte of an encoded request.
@@ -41,75 +43,41 @@ func appendString(dst []byte, s string) []byte {
 // DecodeRequest sets the request of ev from b, as EncodeRequest wrote it.
 // The body is copied out of b.
 func DecodeRequest(b []byte, ev *Event) error {
-	d := decoder{b: b}
-	if v := d.byte(); v != requestVersion {
+	d := varint.NewReader(b)
+	if v := d.Byte(); v != requestVersion {
 		return fmt.Errorf("%w: request version %d", ErrCorruptEvent, v)
 	}
-	ev.Method = d.string()
-	ev.Target = d.string()
-	n := d.count()
+	ev.Method = string(d.Bytes())
+	ev.Target = string(d.Bytes())
+	n := count(&d)
 	ev.Header = make(http.Header, n)
 	for range n {
-		name := d.string()
-		values := make([]string, d.count())
+		name := string(d.Bytes())
+		values := make([]string, count(&d))
 		for i := range values {
-			values[i] = d.string()
+			values[i] = string(d.Bytes())
 		}
-		if d.err == nil {
+		if d.Err() == nil {
 			ev.Header[name] = values
 		}
 	}
-	ev.Body = []byte(d.string())
-	if d.err == nil && len(d.b) != 0 {
-		d.err = errors.New("trailing bytes")
+	ev.Body = append([]byte{}, d.Bytes()...)
+	if d.Err() == nil && len(d.Rest()) != 0 {
+		d.Fail(errors.New("trailing bytes"))
 	}
-	if d.err != nil {
-		return fmt.Errorf("%w: %v", ErrCorruptEvent, d.err)
+	if d.Err() != nil {
+		return fmt.Errorf("%w: %v", ErrCorruptEvent, d.Err())
 	}
 	return nil
 }
 
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) byte() byte {
-	if d.err != nil || len(d.b) == 0 {
-		d.fail()
+// count reads a number of entries that follow, each at least a byte long:
+// more than the bytes left is corrupt (and would allocate too much).
+func count(d *varint.Reader[[]byte]) int {
+	n := d.Uvarint()
+	if n > uint64(len(d.Rest())) {
+		d.Fail(varint.ErrTruncated)
 		return 0
 	}
-	c := d.b[0]
-	d.b = d.b[1:]
-	return c
-}
-
-func (d *decoder) count() int {
-	if d.err != nil {
-		return 0
-	}
-	n, k := binary.Uvarint(d.b)
-	if k <= 0 || n > uint64(len(d.b)) {
-		d.fail()
-		return 0
-	}
-	d.b = d.b[k:]
 	return int(n)
-}
-
-func (d *decoder) string() string {
-	n := d.count()
-	if d.err != nil || n > len(d.b) {
-		d.fail()
-		return ""
-	}
-	s := string(d.b[:n])
-	d.b = d.b[n:]
-	return s
-}
-
-func (d *decoder) fail() {
-	if d.err == nil {
-		d.err = errors.New("truncated")
-	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook/audit"
+	"github.com/idemhook/idemhook/internal/varint"
 )
 
 // A segment is the unit of the trail on disk: one row of audit_segments
@@ -210,43 +211,6 @@ func among(s string) []byte {
 	return append(append([]byte{0}, s...), 0)
 }
 
-// reader reads uvarints and strings from a summary blob, remembering the
-// first error. (A segment's entries, the hot path, are read with uv and sv
-// instead, without a reader.)
-type reader struct {
-	b   []byte
-	err error
-}
-
-func (r *reader) uvarint() uint64 {
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.fail()
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-// bytes returns the next length-prefixed bytes, aliasing the blob.
-func (r *reader) bytes() []byte {
-	n := r.uvarint()
-	if n > uint64(len(r.b)) {
-		r.fail()
-		return nil
-	}
-	s := r.b[:n]
-	r.b = r.b[n:]
-	return s
-}
-
-func (r *reader) fail() {
-	if r.err == nil {
-		r.err = errCorrupt
-	}
-	r.b = nil
-}
-
 // summaryTriple is one triple of a segment's summary. Its strings alias
 // the blob.
 type summaryTriple struct {
@@ -256,17 +220,20 @@ type summaryTriple struct {
 
 // eachTriple calls fn for every triple of a summary blob.
 func eachTriple(summary []byte, fn func(summaryTriple)) error {
-	r := reader{b: summary}
-	k := r.uvarint()
-	for i := uint64(0); i < k && r.err == nil; i++ {
+	r := varint.NewReader(summary)
+	k := r.Uvarint()
+	for i := uint64(0); i < k && r.Err() == nil; i++ {
 		var t summaryTriple
-		t.source, t.route, t.outcome = r.bytes(), r.bytes(), r.bytes()
-		t.n = int64(r.uvarint())
-		if r.err == nil {
+		t.source, t.route, t.outcome = r.Bytes(), r.Bytes(), r.Bytes()
+		t.n = int64(r.Uvarint())
+		if r.Err() == nil {
 			fn(t)
 		}
 	}
-	return r.err
+	if r.Err() != nil {
+		return errCorrupt
+	}
+	return nil
 }
 
 // matchesSummary reports whether a segment whose summary is summary may

@@ -2,6 +2,7 @@ package problem_test
 
 import (
 	"encoding/json"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/idemhook/idemhook/internal/problem"
@@ -24,5 +25,28 @@ func TestJSON(t *testing.T) {
 		if !json.Valid(got) {
 			t.Errorf("JSON(%d, %q, %q) is not valid JSON", tc.status, tc.title, tc.detail)
 		}
+	}
+}
+
+func TestExtended(t *testing.T) {
+	doc := struct {
+		Type   string   `json:"type"`
+		Title  string   `json:"title"`
+		Status int      `json:"status"`
+		Detail string   `json:"detail,omitempty"`
+		Scopes []string `json:"scopes,omitempty"`
+	}{"about:blank", "no such key", 404, "add ?scope=<path> & retry", []string{"/a"}}
+	want := `{"type":"about:blank","title":"no such key","status":404,"detail":"add ?scope=<path> & retry","scopes":["/a"]}` + "\n"
+	if got := problem.Extended(doc); string(got) != want {
+		t.Errorf("Extended = %s; want %s", got, want)
+	}
+}
+
+func TestWrite(t *testing.T) {
+	w := httptest.NewRecorder()
+	body := problem.JSON(409, "Conflict", "")
+	problem.Write(w, 409, body)
+	if w.Code != 409 || w.Header().Get("Content-Type") != problem.ContentType || w.Header().Get("Cache-Control") != "no-store" || w.Body.String() != string(body) {
+		t.Errorf("Write answered %d %v %q", w.Code, w.Header(), w.Body)
 	}
 }
