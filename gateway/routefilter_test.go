@@ -22,6 +22,7 @@ import (
 	"github.com/idemhook/idemhook/gateway/config"
 	"github.com/idemhook/idemhook/internal/testutil"
 	"github.com/idemhook/idemhook/internal/testutil/gatewaytest"
+	"github.com/idemhook/idemhook/provider"
 )
 
 // signedStripe sends body to url signed now with secret, as Stripe does.
@@ -304,5 +305,64 @@ func TestFilterRuntimeErrorDelivers(t *testing.T) {
 		if n := backend.snapshot()["/hook "+id]; n != want {
 			t.Errorf("%s reached the backend %d times; want %d", tt.id, n, want)
 		}
+	}
+}
+
+// A filtered event gets the success its provider expects: on a proxy
+// route the preset's success status and body (Adyen's 200 [accepted],
+// iFood's 202), on a queued route its accept answer; the replay is the
+// same answer, and the backend is never called.
+func TestFilterAnswersTheProviderSuccess(t *testing.T) {
+	up := gatewaytest.NewUpstream(t)
+	url, _, _ := startGateway(t, sqliteRoutes(t, fmt.Sprintf(`  - path: /adyen
+    upstream: %[1]s/hook
+    source: adyen
+    provider: adyen
+    secrets: [%[2]s]
+    filter: '!json'
+  - path: /adyen-queued
+    upstream: %[1]s/hook
+    source: adyen-queued
+    provider: adyen
+    secrets: [%[2]s]
+    deliver: queue
+    filter: '!json'
+  - path: /ifood
+    upstream: %[1]s/hook
+    source: ifood
+    provider: ifood
+    secrets: [ifood-secret]
+    filter: '!json'
+`, up.Srv.URL, adyenKey)))
+	ifood := func() gatewaytest.Response {
+		body := `{"id":"evt_1","code":"PLC"}`
+		mac := hmac.New(sha256.New, []byte("ifood-secret"))
+		mac.Write([]byte(body))
+		return gatewaytest.Post(t, url+"/ifood", body, provider.IFoodSignatureHeader, hex.EncodeToString(mac.Sum(nil)))
+	}
+	for _, tt := range []struct {
+		name        string
+		send        func() gatewaytest.Response
+		status      int
+		body, ctype string
+	}{
+		{"adyen", func() gatewaytest.Response {
+			return gatewaytest.Post(t, url+"/adyen", adyenBody(t, "7914073381342284"))
+		}, 200, "[accepted]", "text/plain; charset=utf-8"},
+		{"adyen, queued", func() gatewaytest.Response {
+			return gatewaytest.Post(t, url+"/adyen-queued", adyenBody(t, "7914073381342284"))
+		}, 200, "[accepted]", "text/plain; charset=utf-8"},
+		{"ifood", ifood, 202, `{"status":"filtered"}` + "\n", "application/json"},
+	} {
+		for _, replayed := range []string{"", "true"} {
+			r := tt.send()
+			if r.Status != tt.status || r.Body != tt.body || r.Header.Get("Content-Type") != tt.ctype || r.Header.Get("Idempotent-Replayed") != replayed {
+				t.Errorf("%s: %d %q %q replayed=%q; want %d %q %q replayed=%q", tt.name, r.Status, r.Body, r.Header.Get("Content-Type"), r.Header.Get("Idempotent-Replayed"),
+					tt.status, tt.body, tt.ctype, replayed)
+			}
+		}
+	}
+	if n := up.Calls.Load(); n != 0 {
+		t.Errorf("the backend was called %d times; want never", n)
 	}
 }
