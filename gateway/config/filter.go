@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/idemhook/idemhook"
 	"github.com/idemhook/idemhook/gateway/filter"
 	"go.yaml.in/yaml/v3"
 )
@@ -66,12 +67,21 @@ func exprLine(n *yaml.Node, fe *filter.Error) (int, string) {
 // the body, comes with destinations.
 func (c *checker) filterItems(in *routeInputs, rc *Route) {
 	r := &rc.Route
-	if rc.Filter == nil || (r.Items == nil && (r.Preset == nil || r.Preset.Items == nil)) {
+	if rc.Filter == nil || !batched(r) {
 		return
 	}
 	whose := "its items:"
 	if r.Items == nil {
 		whose = fmt.Sprintf("provider %s's items (items: none turns them off)", rc.Provider)
 	}
-	c.errorf(in.own("filter"), join(in.at, "filter"), "can't be combined with a batched body (%s) yet: a filter over each item comes with destinations; filter a route without items", whose)
+	c.errorf(in.own("filter"), join(in.at, "filter"), "can't be combined with a batched body (%s) yet: %s", whose, filterWithItems)
+}
+
+// filterWithItems says why a route's filter is refused with items.
+const filterWithItems = "a filter over each item comes with destinations; filter a route without items"
+
+// batched reports whether r's bodies are batches of items: its own Items
+// or its preset's.
+func batched(r *idemhook.Route) bool {
+	return r.Items != nil || (r.Preset != nil && r.Preset.Items != nil)
 }

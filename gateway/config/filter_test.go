@@ -34,6 +34,7 @@ func TestConfigFilter(t *testing.T) {
 			wantErr: `idemhook.yaml:6: routes[0].filter: can't be combined with a batched body (its items:) yet: a filter over each item comes with destinations; filter a route without items`},
 		{name: "with a provider's items", give: minimal + "    provider: whatsapp-cloud\n    secrets: [s3cret]\n    filter: json\n",
 			wantErr: `idemhook.yaml:7: routes[0].filter: can't be combined with a batched body (provider whatsapp-cloud's items (items: none turns them off)) yet: a filter over each item comes with destinations; filter a route without items`},
+		{name: "a provider's items turned off", give: minimal + "    provider: whatsapp-cloud\n    secrets: [s3cret]\n    items: none\n    filter: json\n", want: "json"},
 		{name: "a queue route", give: minimal + "    deliver: queue\n    filter: '!json'\n", want: "!json"},
 	}
 	for _, tt := range tests {
