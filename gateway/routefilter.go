@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -32,18 +34,30 @@ func markFiltered(next http.Handler) http.Handler {
 }
 
 // filteredOutcome gives a first delivery that its route's filter did not
-// match the outcome filtered. A delivery without a claim keeps its own
-// outcome (store_error_open, key_error, in_flight_proceeded): what the
-// operator must see is that it ran unprotected.
+// match the outcome filtered, with errFiltered as its error (the reason of
+// its audit entry; a failure to store the answer follows it). A delivery
+// without a claim keeps its own outcome (store_error_open, key_error,
+// in_flight_proceeded): what the operator must see is that it ran
+// unprotected.
 func filteredOutcome(d idemhook.DeliveryInfo) idemhook.DeliveryInfo {
 	if d.Request == nil || d.Outcome != idemhook.OutcomeProcessed {
 		return d
 	}
-	if m, ok := d.Request.Context().Value(filteredKey{}).(*atomic.Bool); ok && m.Load() {
-		d.Outcome = outcomeFiltered
+	m, ok := d.Request.Context().Value(filteredKey{}).(*atomic.Bool)
+	if !ok || !m.Load() {
+		return d
+	}
+	d.Outcome = outcomeFiltered
+	if d.Err != nil {
+		d.Err = fmt.Errorf("%w; %w", errFiltered, d.Err)
+	} else {
+		d.Err = errFiltered
 	}
 	return d
 }
+
+// errFiltered is the reason of a filtered delivery.
+var errFiltered = errors.New("the route's filter did not match the event: answered the route's success, neither forwarded nor queued")
 
 // filterRoute runs rc's filter on each delivery, behind the middleware (the
 // signature was checked and the key claimed): a delivery it matches goes on

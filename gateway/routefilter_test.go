@@ -190,8 +190,8 @@ routes:
 	filtered := gatewaytest.DecodeJSON[adminapi.Deliveries](t, gatewaytest.Do(t, http.MethodGet, admin.URL+"/admin/deliveries?outcome=filtered&limit=1000", "")).Deliveries
 	seen := map[string]int{}
 	for _, d := range filtered {
-		if matching[d.Key] || d.Outcome != "filtered" {
-			t.Errorf("filtered entry %+v: a matching event, or another outcome", d)
+		if matching[d.Key] || d.Outcome != "filtered" || !strings.Contains(d.Reason, "filter did not match") || d.Status != map[string]int{"stripe": 200, "stripe-queued": 202}[d.Source] {
+			t.Errorf("filtered entry %+v: a matching event, another outcome or status, or no reason", d)
 		}
 		seen[d.Source+" "+d.Key]++
 	}
@@ -310,8 +310,8 @@ func TestFilterRuntimeErrorDelivers(t *testing.T) {
 
 // A filtered event gets the success its provider expects: on a proxy
 // route the preset's success status and body (Adyen's 200 [accepted],
-// iFood's 202), on a queued route its accept answer; the replay is the
-// same answer, and the backend is never called.
+// iFood's 202), on a queued route and a respond_within one its accept
+// answer; the replay is the same answer, and the backend is never called.
 func TestFilterAnswersTheProviderSuccess(t *testing.T) {
 	up := gatewaytest.NewUpstream(t)
 	url, _, _ := startGateway(t, sqliteRoutes(t, fmt.Sprintf(`  - path: /adyen
@@ -333,6 +333,12 @@ func TestFilterAnswersTheProviderSuccess(t *testing.T) {
     provider: ifood
     secrets: [ifood-secret]
     filter: '!json'
+  - path: /within
+    upstream: %[1]s/hook
+    source: within
+    header: x-event-id
+    respond_within: 2s
+    filter: '!json'
 `, up.Srv.URL, adyenKey)))
 	ifood := func() gatewaytest.Response {
 		body := `{"id":"evt_1","code":"PLC"}`
@@ -353,6 +359,7 @@ func TestFilterAnswersTheProviderSuccess(t *testing.T) {
 			return gatewaytest.Post(t, url+"/adyen-queued", adyenBody(t, "7914073381342284"))
 		}, 200, "[accepted]", "text/plain; charset=utf-8"},
 		{"ifood", ifood, 202, `{"status":"filtered"}` + "\n", "application/json"},
+		{"respond_within", func() gatewaytest.Response { return gatewaytest.Post(t, url+"/within", "{}", "X-Event-Id", "w1") }, 202, config.DefaultAcceptBody, "application/json"},
 	} {
 		for _, replayed := range []string{"", "true"} {
 			r := tt.send()
