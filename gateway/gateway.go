@@ -143,7 +143,7 @@ func newGateway(ctx context.Context, cfg *config.Config, opts Options) (_ *Gatew
 		StoreTimeout:     cfg.Store.Timeout, // 0: the store's own default (SQLite's: 10s)
 		MaxHeldBodyBytes: g.limits.BodyMemory,
 		OnDelivery: func(d idemhook.DeliveryInfo) {
-			d = notQueued(d)
+			d = filteredOutcome(notQueued(d))
 			g.metrics.onDelivery(d)
 			g.audit.record(d)
 		},
@@ -316,6 +316,12 @@ func (g *Gateway) apply(cfg *config.Config) error {
 		idle = append(idle, tr.CloseIdleConnections)
 		rt := g.tracing.transport(timedTransport{next: tr, observe: g.metrics.upstreamObserver(rc.Path)})
 		proxy := detach(g.base, newProxy(rc, rt, g.bufs, g.logger, cfg.TrustedProxies))
+		if rc.Filter != nil {
+			// The route's filter runs behind the middleware (signature,
+			// claim), before the proxy or the queue.
+			mw := wrap
+			wrap = func(next http.Handler) http.Handler { return markFiltered(mw(filterRoute(rc, g.logger, next))) }
+		}
 		if rc.Queued() {
 			qtr := newTransport(rc.Queue.AttemptTimeout)
 			idle = append(idle, qtr.CloseIdleConnections)

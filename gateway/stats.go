@@ -20,7 +20,9 @@ import (
 // that its columns add up to the total.
 //
 //   - processed: the first delivery of its event. The upstream ran and its
-//     answer is stored (outcome processed).
+//     answer is stored (outcome processed), or the route's filter did not
+//     match it: answered the route's success, stored, and neither
+//     forwarded nor queued (the gateway's filtered).
 //   - replayed: a duplicate answered with the stored answer, without
 //     calling the upstream. Its outcomes are replayed and in_flight_waited
 //     (it waited for the first delivery and got its answer).
@@ -61,6 +63,7 @@ const (
 
 var outcomeClass = map[idemhook.Outcome]string{
 	idemhook.OutcomeProcessed:         classProcessed,
+	outcomeFiltered:                   classProcessed,
 	idemhook.OutcomeReplayed:          classReplayed,
 	idemhook.OutcomeInFlightWaited:    classReplayed,
 	idemhook.OutcomeInFlightRejected:  classRefused,
@@ -83,9 +86,9 @@ var duplicateOutcomes = []idemhook.Outcome{
 }
 
 // deliveryOutcomes returns the outcomes of the provider's deliveries: the
-// middleware's and the gateway's own not_queued.
+// middleware's and the gateway's own not_queued and filtered.
 func deliveryOutcomes() []idemhook.Outcome {
-	return append(idemhook.Outcomes(), outcomeNotQueued)
+	return append(idemhook.Outcomes(), outcomeNotQueued, outcomeFiltered)
 }
 
 // addOutcome counts n deliveries of outcome in w, in its class.

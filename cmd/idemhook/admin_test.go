@@ -99,7 +99,7 @@ func TestAdminAPI(t *testing.T) {
 		tests := []struct{ query, want string }{
 			{"since=yesterday", `since: "yesterday" is not an RFC 3339 time (e.g. 2026-11-30T04:00:00Z)`},
 			{"limit=0", `limit: "0" is not a positive integer (at most 1000)`},
-			{"outcome=done", `outcome: unknown "done" (known: processed, replayed, in_flight_proceeded, in_flight_waited, in_flight_rejected, in_flight_abandoned, mismatch, failed_released, store_error_open, store_error_closed, key_error, signature_invalid, too_large, overloaded, not_queued, queue_delivered, queue_dead)`},
+			{"outcome=done", `outcome: unknown "done" (known: processed, replayed, in_flight_proceeded, in_flight_waited, in_flight_rejected, in_flight_abandoned, mismatch, failed_released, store_error_open, store_error_closed, key_error, signature_invalid, too_large, overloaded, not_queued, filtered, queue_delivered, queue_dead)`},
 			{"cursor=garbage", `cursor: not one returned as next by this endpoint`},
 			{"sort=asc", `unknown parameter "sort" (known: source, outcome, route, since, until, limit, cursor)`},
 		}

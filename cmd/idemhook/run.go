@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -248,6 +249,9 @@ func printSummary(w io.Writer, cfg *config.Config) {
 		}
 		if rc.ForwardKey != nil {
 			extra += " forward_signed"
+		}
+		if rc.Filter != nil {
+			extra += " filter=" + strconv.Quote(strings.TrimSpace(rc.Filter.String()))
 		}
 		fmt.Fprintf(w, "    %s -> %s source=%s ttl=%s in_flight=%s on_store_error=%s%s\n",
 			rc.Path, rc.Upstream, r.Source, config.FormatDuration(r.TTL), r.InFlight, r.OnStoreError, extra)

@@ -70,6 +70,10 @@ func TestCheckRefusesWhatServeRefuses(t *testing.T) {
 			"idemhook.yaml:5: tls.key: missing: the private key file (PEM), with cert: the certificate file"},
 		{"tls files missing", head + "tls: {cert: /nonexistent/c.pem, key: /nonexistent/k.pem}\n" + route,
 			"idemhook.yaml:5: tls.cert: cannot load the certificate and key: open /nonexistent/c.pem: no such file or directory"},
+		{"filter: an unknown name", head + route + "    filter: 'bdy.type == \"x\"'\n",
+			`idemhook.yaml:9: routes[0].filter: column 1: unknown name "bdy" (the variables are body, json, headers, query and path)`},
+		{"filter: a | block", head + route + "    filter: |\n      json &&\n        body.type.startsWith(\"x\") &&\n        path.size() > \"1\"\n",
+			`idemhook.yaml:12: routes[0].filter: column 15: found no matching overload for '_>_' applied to '(int, string)'`},
 		{"provider without secret", head + route + "    provider: stripe\n",
 			"idemhook.yaml:9: routes[0].provider: provider stripe needs a secret: set secret_env: NAME_OF_VARIABLE, or secret_file: FILE (one secret per line, read again on every reload: several during a rotation)"},
 	}
@@ -277,6 +281,9 @@ func TestCheckPrintsEffectiveTTLsAndWarnsAboutShortOnes(t *testing.T) {
   - path: /plain
     upstream: http://127.0.0.1:3000/
     source: plain
+    filter: |
+      json &&
+      body.type.startsWith("payment_intent.")
 `)
 	var stdout, stderr bytes.Buffer
 	if err := run(t.Context(), []string{"check", "--config", path}, envOf("STRIPE_SECRET", "whsec_x"), &stdout, &stderr); err != nil {
@@ -285,7 +292,7 @@ func TestCheckPrintsEffectiveTTLsAndWarnsAboutShortOnes(t *testing.T) {
 	for _, want := range []string{
 		"/stripe -> http://127.0.0.1:3000/ source=stripe ttl=4d in_flight=wait on_store_error=open provider=stripe retry_window=3d",
 		"/stripe-short -> http://127.0.0.1:3000/ source=stripe-short ttl=24h in_flight=wait",
-		"/plain -> http://127.0.0.1:3000/ source=plain ttl=24h in_flight=wait",
+		"/plain -> http://127.0.0.1:3000/ source=plain ttl=24h in_flight=wait on_store_error=open filter=\"json &&\\nbody.type.startsWith(\\\"payment_intent.\\\")\"\n",
 	} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("check output lacks %q:\n%s", want, stdout.String())

@@ -32,6 +32,7 @@ func (c *checker) build(cfg *Config) {
 			r.Preset = p
 		}
 		c.buildItems(&in, r, rc.Provider)
+		c.filterItems(&in, rc)
 		if err := r.Validate(); err != nil {
 			c.routeError(&in, r, err)
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/gateway/filter"
 	"github.com/idemhook/idemhook/provider"
 	"go.yaml.in/yaml/v3"
 )
@@ -45,6 +46,10 @@ type Route struct {
 	// ("whsec_<base64>").
 	ForwardKey []byte
 	Queue      Queue // how queued events are delivered (deliver: queue, respond_within)
+	// Filter, when not nil, is the route's filter (filter:): an event it
+	// does not match is answered the route's success (its accept answer
+	// on a queued route) and never forwarded nor queued.
+	Filter *filter.Filter
 }
 
 // Queued reports whether the route keeps events in the queue: deliver:
@@ -97,6 +102,7 @@ var routeSchema = table[Route]{fields: []field[Route]{
 	{name: "respond_within", to: func(r *Route) any { return &r.RespondWithin }},
 	{name: "forward_secret"}, // read by route: a Standard Webhooks key
 	{name: "items"},          // items.go
+	{name: "filter"},         // filter.go: a CEL expression, compiled by routeFilter
 	{name: "accept", sub: acceptSchema.layout()},
 	{name: "queue", sub: queueSchema.layout()},
 }}
@@ -241,6 +247,7 @@ func (c *checker) route(in *routeInputs) Route {
 	}
 	c.providerSettings(in, &rc)
 	c.items(in)
+	c.routeFilter(in, &rc)
 
 	if v, ok := c.str(f["max_stored_body"], field("max_stored_body")); ok {
 		size, err := parseSize(v)

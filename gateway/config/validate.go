@@ -13,7 +13,8 @@ import (
 // it serves one: every route has a path of its own starting with '/', an
 // http or https upstream with a host, and a source that no other route has
 // unless all of them set ShareKeys, and its idemhook.Route passes
-// idemhook.Route.Validate. Load and Parse only return Configs that pass,
+// idemhook.Route.Validate, and a route with a Filter has no Items (its
+// own or its preset's). Load and Parse only return Configs that pass,
 // so gateway.New and Gateway.Reload call it for hand-built ones. Each
 // problem is an Error naming the route's field (routes[1].upstream); its
 // Line is the route's Line, 0 for a Config built by hand.
@@ -66,6 +67,9 @@ func (c *Config) Validate() error {
 			}
 		default:
 			add(rc, i, "deliver", "%q: want proxy or queue", rc.Deliver)
+		}
+		if rc.Filter != nil && batched(&rc.Route) {
+			add(rc, i, "filter", "%s", filterWithItems)
 		}
 		if err := rc.Route.Validate(); err != nil {
 			var re *idemhook.RouteError

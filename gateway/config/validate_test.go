@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook"
+	"github.com/idemhook/idemhook/gateway/filter"
 )
 
 // A Config built by hand is checked for what the gateway needs to serve it,
@@ -22,6 +23,10 @@ func TestValidate(t *testing.T) {
 		return rc
 	}
 	share := func(rc *Route) { rc.ShareKeys = true }
+	json, err := filter.Compile("json")
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name   string
 		routes []Route
@@ -46,6 +51,13 @@ func TestValidate(t *testing.T) {
 		{"a route the library refuses", []Route{route("/a", "a", func(rc *Route) { rc.Route.TTL = -time.Second })}, []string{
 			`routes[0].route.TTL: idemhook: Route "a": TTL -1s is negative`,
 		}},
+		{"a filter with items", []Route{route("/a", "a", func(rc *Route) {
+			rc.Filter = json
+			rc.Route.Items = &idemhook.Items{Paths: []idemhook.ItemPath{{Path: "[*]", Key: "id"}}}
+		})}, []string{
+			`routes[0].filter: a filter over each item comes with destinations; filter a route without items`,
+		}},
+		{"a filter", []Route{route("/a", "a", func(rc *Route) { rc.Filter = json })}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
