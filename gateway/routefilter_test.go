@@ -1,13 +1,13 @@
 package gateway_test
 
 import (
-	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -20,6 +20,7 @@ import (
 	"github.com/idemhook/idemhook/gateway"
 	"github.com/idemhook/idemhook/gateway/adminapi"
 	"github.com/idemhook/idemhook/gateway/config"
+	"github.com/idemhook/idemhook/internal/syncbuf"
 	"github.com/idemhook/idemhook/internal/testutil"
 	"github.com/idemhook/idemhook/internal/testutil/gatewaytest"
 	"github.com/idemhook/idemhook/provider"
@@ -57,11 +58,7 @@ func newEventBackend(t *testing.T) (*gatewaytest.Upstream, *eventCounter) {
 func (c *eventCounter) snapshot() map[string]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make(map[string]int, len(c.got))
-	for k, v := range c.got {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(c.got)
 }
 
 // A signed Stripe stream of mixed event types, each sent twice, through a
@@ -230,24 +227,6 @@ routes:
 	}
 }
 
-// syncBuffer is a log destination safe for the gateway's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // A filter that fails at run time (a field the event lacks, read without
 // has(); a body that is not JSON) lets the event through: it reaches the
 // backend once, is processed, and the gateway logs one WARN naming the
@@ -260,7 +239,7 @@ func TestFilterRuntimeErrorDelivers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	g, err := gateway.New(t.Context(), cfg, gateway.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
