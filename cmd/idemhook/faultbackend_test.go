@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -186,33 +187,21 @@ func (b *Backend) Behaviour() Behaviour {
 func (b *Backend) Runs() map[string]int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	m := make(map[string]int, len(b.runs))
-	for k, v := range b.runs {
-		m[k] = v
-	}
-	return m
+	return maps.Clone(b.runs)
 }
 
 // FirstRuns returns when each event first ran.
 func (b *Backend) FirstRuns() map[string]time.Time {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	m := make(map[string]time.Time, len(b.firstRun))
-	for k, v := range b.firstRun {
-		m[k] = v
-	}
-	return m
+	return maps.Clone(b.firstRun)
 }
 
 // Requests returns how many requests carried each event, in any behaviour.
 func (b *Backend) Requests() map[string]int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	m := make(map[string]int, len(b.requests))
-	for k, v := range b.requests {
-		m[k] = v
-	}
-	return m
+	return maps.Clone(b.requests)
 }
 
 // eventsOf returns the events a request carries and reads its body.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -78,11 +79,7 @@ func (b *EventBackend) InFlight() int { return int(b.inFlight.Load()) }
 func (b *EventBackend) Runs() map[string]int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	m := make(map[string]int, len(b.runs))
-	for id, n := range b.runs {
-		m[id] = n
-	}
-	return m
+	return maps.Clone(b.runs)
 }
 
 // Traffic is what RunTraffic sends and the fault it injects. The zero value
