@@ -137,7 +137,7 @@ func TestConfigErrors(t *testing.T) {
 		{
 			name: "unknown route field",
 			give: route("    tll: 1h\n"),
-			want: []string{`idemhook.yaml:5: routes[0].tll: unknown field "tll": did you mean "ttl"? (known: path, upstream, source, ttl, header, in_flight, wait_timeout, on_store_error, provider, secret_env, secrets, secret_file, tenants, provider_options, tolerance, max_body, upstream_timeout, replay_headers, store_statuses, require_key, share_keys, lease, max_stored_body, retry_after, deliver, respond_within, forward_secret, items, filter, accept, queue)`},
+			want: []string{`idemhook.yaml:5: routes[0].tll: unknown field "tll": did you mean "ttl"? (known: path, upstream, source, ttl, header, in_flight, wait_timeout, on_store_error, provider, secret_env, secrets, secret_file, tenants, provider_options, tolerance, max_body, upstream_timeout, replay_headers, store_statuses, require_key, share_keys, lease, max_stored_body, retry_after, deliver, respond_within, forward_secret, items, filter, accept, queue, destinations)`},
 		},
 		{
 			name: "unknown field in a section",
@@ -504,7 +504,7 @@ func TestExampleConfigs(t *testing.T) {
 		file   string
 		routes int
 	}{
-		{"idemhook.yaml", 5},
+		{"idemhook.yaml", 6},
 		{"redis.yaml", 3},
 		{"postgres.yaml", 1},
 	}

@@ -16,18 +16,21 @@ import (
 // reported at the expression's own line: its line within a | block, the
 // line of a one-line value.
 func (c *checker) routeFilter(in *routeInputs, rc *Route) {
-	l := in.f["filter"]
+	rc.Filter = c.filterOf(in.f["filter"], join(in.at, "filter"))
+}
+
+// filterOf reads the filter l at at: a route's or a destination's.
+func (c *checker) filterOf(l leaf, at string) *filter.Filter {
 	if l.Node == nil {
-		return
+		return nil
 	}
-	at := join(in.at, "filter")
 	if l.Kind != yaml.ScalarNode {
 		c.errorf(l.Node, at, "expected a CEL expression such as 'body.type.startsWith(\"payment_intent.\")', got %s", describe(l.Node))
-		return
+		return nil
 	}
 	if strings.TrimSpace(l.Value) == "" {
-		c.errorf(l.Node, at, "empty: a CEL expression that is true for the events the route delivers, e.g. 'body.type.startsWith(\"payment_intent.\")'; remove filter to deliver every event")
-		return
+		c.errorf(l.Node, at, "empty: a CEL expression that is true for the events to deliver, e.g. 'body.type.startsWith(\"payment_intent.\")'; remove filter to deliver every event")
+		return nil
 	}
 	f, err := filter.Compile(l.Value)
 	var fe *filter.Error
@@ -35,12 +38,12 @@ func (c *checker) routeFilter(in *routeInputs, rc *Route) {
 	case errors.As(err, &fe):
 		line, msg := exprLine(l.Node, fe)
 		c.errorf(&yaml.Node{Line: line, Column: l.Column}, at, "%s", msg)
-		return
+		return nil
 	case err != nil:
 		c.errorf(l.Node, at, "%v", err)
-		return
+		return nil
 	}
-	rc.Filter = f
+	return f
 }
 
 // exprLine returns the line of the file where fe, an error of the
@@ -62,26 +65,42 @@ func exprLine(n *yaml.Node, fe *filter.Error) (int, string) {
 	return n.Line, fmt.Sprintf("line %d, column %d of the expression: %s", fe.Line, fe.Column, fe.Msg)
 }
 
-// filterItems refuses a filter on a route whose bodies are batches of items
-// (its own items: or its provider's): filtering each item, with the item as
-// the body, comes with destinations.
+// filterItems refuses a filter, the route's or a destination's, on a route
+// whose items (its own items: or its provider's) reach the backend in mode
+// filter, several items in one request: a filter decides per item, on a
+// request that holds that item alone (mode split, the default).
 func (c *checker) filterItems(in *routeInputs, rc *Route) {
 	r := &rc.Route
-	if rc.Filter == nil || !batched(r) {
+	if !itemsTogether(r) {
 		return
 	}
 	whose := "its items:"
 	if r.Items == nil {
-		whose = fmt.Sprintf("provider %s's items (items: none turns them off)", rc.Provider)
+		whose = fmt.Sprintf("provider %s's items", rc.Provider)
 	}
-	c.errorf(in.own("filter"), join(in.at, "filter"), "can't be combined with a batched body (%s) yet: %s", whose, filterWithItems)
+	if rc.Filter != nil {
+		c.errorf(in.own("filter"), join(in.at, "filter"), "can't be combined with items in mode filter (%s): %s", whose, filterWithItems)
+	}
+	for j, d := range rc.Destinations {
+		if d.Filter != nil {
+			n := valueOf(in.own("destinations").Content[j], "filter")
+			c.errorf(n, join(d.Field, "filter"), "can't be combined with items in mode filter (%s): %s", whose, filterWithItems)
+		}
+	}
 }
 
-// filterWithItems says why a route's filter is refused with items.
-const filterWithItems = "a filter over each item comes with destinations; filter a route without items"
+// filterWithItems says why a filter is refused with items in mode filter.
+const filterWithItems = "a filter decides for each item on its own, so the items must reach the backend one per request; set items: {mode: split} (the default)"
 
-// batched reports whether r's bodies are batches of items: its own Items
-// or its preset's.
-func batched(r *idemhook.Route) bool {
-	return r.Items != nil || (r.Preset != nil && r.Preset.Items != nil)
+// itemsTogether reports whether r's bodies are batches of items (its own
+// Items or its preset's) whose new items reach the handler together, in
+// mode filter.
+func itemsTogether(r *idemhook.Route) bool {
+	switch {
+	case r.Items != nil:
+		return r.Items.Mode == idemhook.ItemsFilter
+	case r.Preset != nil && r.Preset.Items != nil:
+		return r.Preset.Items.Mode == idemhook.ItemsFilter
+	}
+	return false
 }

@@ -129,25 +129,35 @@ func (c *checker) delivery(in *routeInputs, rc *Route) {
 	}
 
 	q := &rc.Queue
-	qf := valuesOf(f["queue"].Node)
-	qfield := func(name string) string { return field("queue." + name) }
 	q.AttemptTimeout = rc.UpstreamTimeout
-	queueSchema.read(c, qf, f["queue"].Node, field("queue"), q)
+	c.queueSettings(valuesOf(f["queue"].Node), f["queue"].Node, field("queue"), q, queueSchema, rc.RespondWithin)
+	if rc.RespondWithin > 0 && rc.RespondWithin >= q.AttemptTimeout {
+		c.warnf(c.key(f["respond_within"]), field("respond_within"), "%s is not below the attempt's timeout (%s: queue.attempt_timeout, default upstream_timeout): the backend's attempt ends first, so the budget never runs out",
+			FormatDuration(rc.RespondWithin), FormatDuration(q.AttemptTimeout))
+	}
+}
+
+// queueSettings reads the queue: mapping n, whose fields are qf, at at into
+// q by schema: a route's (queueSchema, over its defaults) or a
+// destination's (over its route's settings). respondWithin is the route's.
+func (c *checker) queueSettings(qf values, n *yaml.Node, at string, q *Queue, schema table[Queue], respondWithin time.Duration) {
+	qfield := func(name string) string { return join(at, name) }
+	schema.read(c, qf, n, at, q)
 	if q.BackoffMax < q.BackoffMin {
-		c.errorf(c.key(qf["backoff_max"]), qfield("backoff_max"), "%s is below backoff_min %s", FormatDuration(q.BackoffMax), FormatDuration(q.BackoffMin))
+		at := c.key(qf["backoff_max"])
+		if at == nil { // a destination's backoff_min over its route's backoff_max
+			at = c.key(qf["backoff_min"])
+		}
+		c.errorf(at, qfield("backoff_max"), "%s is below backoff_min %s", FormatDuration(q.BackoffMax), FormatDuration(q.BackoffMin))
 	}
 	if v, ok := c.str(qf["order_by"], qfield("order_by")); ok {
-		if rc.RespondWithin > 0 {
+		if respondWithin > 0 {
 			c.errorf(qf["order_by"].Node, qfield("order_by"), "can't be kept with respond_within: the proxy sends each delivery at once, out of any group's order; use deliver: queue to deliver in order")
 		} else if err := checkOrderBy(v); err != nil {
 			c.errorf(qf["order_by"].Node, qfield("order_by"), "%v", err)
 		} else {
 			q.OrderBy = v
 		}
-	}
-	if rc.RespondWithin > 0 && rc.RespondWithin >= q.AttemptTimeout {
-		c.warnf(c.key(f["respond_within"]), field("respond_within"), "%s is not below the attempt's timeout (%s: queue.attempt_timeout, default upstream_timeout): the backend's attempt ends first, so the budget never runs out",
-			FormatDuration(rc.RespondWithin), FormatDuration(q.AttemptTimeout))
 	}
 }
 
@@ -218,14 +228,14 @@ func (c *checker) queueTTL(in *routeInputs, rc *Route) {
 	if r.Preset != nil {
 		window = r.Preset.RetryWindow
 	}
-	need := rc.Queue.MaxAge + window
+	need := rc.LongestMaxAge() + window
 	switch {
 	case r.TTL == 0:
 		const day = 24 * time.Hour
 		r.TTL = max(r.Preset.DefaultTTL(), (need+day+day-1)/day*day)
-	case !keyOutlivesQueue(r.TTL, rc.Queue.MaxAge, window):
+	case !keyOutlivesQueue(r.TTL, rc.LongestMaxAge(), window):
 		c.errorf(in.own("ttl"), join(in.at, "ttl"), "%s is shorter than queue.max_age (%s)%s: an event may stay queued longer than its key, and a re-send after the key expired would be delivered again; set ttl to at least %s or lower queue.max_age",
-			FormatDuration(r.TTL), FormatDuration(rc.Queue.MaxAge), windowText(r.Preset), FormatDuration(need))
+			FormatDuration(r.TTL), FormatDuration(rc.LongestMaxAge()), windowText(r.Preset), FormatDuration(need))
 	}
 }
 

@@ -50,6 +50,11 @@ type Route struct {
 	// does not match is answered the route's success (its accept answer
 	// on a queued route) and never forwarded nor queued.
 	Filter *filter.Filter
+	// Destinations, when not empty, are the backends a queued route's
+	// events go to in place of Upstream (which is then nil): each event
+	// to each destination whose filter matches it, from a queue of the
+	// destination's own.
+	Destinations []Destination
 }
 
 // Queued reports whether the route keeps events in the queue: deliver:
@@ -74,7 +79,8 @@ const defaultUpstreamTimeout = 30 * time.Second
 var routeSchema = table[Route]{fields: []field[Route]{
 	{name: "path", to: func(r *Route) any { return &r.Path }, check: checkPath,
 		missing: "the path this route receives, e.g. /webhooks/stone"},
-	{name: "upstream", to: func(r *Route) any { return &r.Upstream }, missing: "the URL deliveries are forwarded to, e.g. http://127.0.0.1:3000/webhook"},
+	{name: "upstream", to: func(r *Route) any { return &r.Upstream }, missing: "the URL deliveries are forwarded to, e.g. http://127.0.0.1:3000/webhook",
+		unless: "destinations"},
 	{name: "source", to: func(r *Route) any { return &r.Route.Source }, check: checkSource,
 		missing: "the provider's label, e.g. source: stone (it names the keys: idem:<source>:<key>)"},
 	{name: "ttl", to: func(r *Route) any { return &r.Route.TTL }}, // 0: the preset's default, set by build
@@ -105,6 +111,7 @@ var routeSchema = table[Route]{fields: []field[Route]{
 	{name: "filter"},         // filter.go: a CEL expression, compiled by routeFilter
 	{name: "accept", sub: acceptSchema.layout()},
 	{name: "queue", sub: queueSchema.layout()},
+	{name: "destinations", list: destinationSchema.layout()}, // destinations.go
 }}
 
 // routeLayout is the structure of a routes: entry; routeFields its fields.
@@ -273,6 +280,7 @@ func (c *checker) route(in *routeInputs) Route {
 			r.MaxBodyBytes, 10*r.MaxBodyBytes>>20)
 	}
 	c.delivery(in, &rc)
+	c.destinations(in, &rc)
 	if v, ok := c.str(f["forward_secret"], field("forward_secret")); ok {
 		key, err := parseWebhookSecret(v)
 		if err != nil {

@@ -39,6 +39,7 @@ type field[T any] struct {
 	check func(string) error // a string, or each of a list: refuses a value (which is kept all the same)
 
 	missing string // when set, the field is required: the error of its absence, at the mapping
+	unless  string // a field whose presence makes this one not required
 
 	// A number (for a list of numbers, each one) is refused below min or
 	// above max with bad, a format given the value as written; an int's
@@ -100,7 +101,7 @@ func (s *table[T]) read(c *checker, vals values, n *yaml.Node, at string, dst *T
 				continue
 			}
 		}
-		if f.missing != "" && l.Node == nil {
+		if f.missing != "" && l.Node == nil && (f.unless == "" || vals[f.unless].Node == nil) {
 			c.errorf(n, fat, "missing: %s", f.missing)
 		}
 		if f.to == nil {

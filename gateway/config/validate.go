@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -35,7 +36,11 @@ func (c *Config) Validate() error {
 		default:
 			paths[rc.Path] = i
 		}
-		if u := rc.Upstream; u == nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		if len(rc.Destinations) > 0 {
+			for _, e := range validateDestinations(rc) {
+				add(rc, i, e[0], "%s", e[1])
+			}
+		} else if !validUpstream(rc.Upstream) {
 			add(rc, i, "upstream", "missing or not an http(s) URL with a host: the URL deliveries are forwarded to, e.g. http://127.0.0.1:3000/webhook")
 		}
 		if rc.Route.Source == "" {
@@ -62,14 +67,21 @@ func (c *Config) Validate() error {
 			if rc.Queue.MaxAge <= 0 || rc.Queue.Concurrency <= 0 || rc.Queue.AttemptTimeout <= 0 || rc.Queue.MaxQueued <= 0 {
 				add(rc, i, "queue", "MaxAge, Concurrency, AttemptTimeout and MaxQueued must be positive (Parse sets their defaults)")
 			}
-			if rc.Route.TTL > 0 && !keyOutlivesQueue(rc.Route.TTL, rc.Queue.MaxAge, 0) {
-				add(rc, i, "ttl", "%s is shorter than queue.max_age %s: a re-send after the key expired would be delivered again", FormatDuration(rc.Route.TTL), FormatDuration(rc.Queue.MaxAge))
+			if rc.Route.TTL > 0 && !keyOutlivesQueue(rc.Route.TTL, rc.LongestMaxAge(), 0) {
+				add(rc, i, "ttl", "%s is shorter than queue.max_age %s: a re-send after the key expired would be delivered again", FormatDuration(rc.Route.TTL), FormatDuration(rc.LongestMaxAge()))
 			}
 		default:
 			add(rc, i, "deliver", "%q: want proxy or queue", rc.Deliver)
 		}
-		if rc.Filter != nil && batched(&rc.Route) {
-			add(rc, i, "filter", "%s", filterWithItems)
+		if itemsTogether(&rc.Route) {
+			if rc.Filter != nil {
+				add(rc, i, "filter", "%s", filterWithItems)
+			}
+			for j, d := range rc.Destinations {
+				if d.Filter != nil {
+					add(rc, i, fmt.Sprintf("destinations[%d].filter", j), "%s", filterWithItems)
+				}
+			}
 		}
 		if err := rc.Route.Validate(); err != nil {
 			var re *idemhook.RouteError
@@ -99,4 +111,41 @@ func (c *Config) Validate() error {
 	}
 	slices.SortStableFunc(errs, byLine)
 	return errs
+}
+
+// validUpstream reports whether u is an http or https URL with a host.
+func validUpstream(u *url.URL) bool {
+	return u != nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
+// validateDestinations checks a hand-built route's destinations: what
+// destinations checks of the file's. Each problem is its field, relative
+// to the route, and its message.
+func validateDestinations(rc *Route) [][2]string {
+	var out [][2]string
+	add := func(field, msg string) { out = append(out, [2]string{field, msg}) }
+	if rc.Upstream != nil {
+		add("upstream", "can't be combined with destinations: a route delivers to its upstream or to its destinations")
+	}
+	if rc.Deliver != DeliverQueue || rc.RespondWithin > 0 {
+		add("destinations", "need deliver: queue (and no respond_within)")
+	}
+	seen := map[string]int{}
+	for j, d := range rc.Destinations {
+		at := fmt.Sprintf("destinations[%d]", j)
+		if err := checkDestinationName(d.Name); err != nil {
+			add(at+".name", err.Error())
+		} else if k, dup := seen[d.Name]; dup {
+			add(at+".name", fmt.Sprintf("%q is also the name of destinations[%d]", d.Name, k))
+		} else {
+			seen[d.Name] = j
+		}
+		if !validUpstream(d.Upstream) {
+			add(at+".upstream", "missing or not an http(s) URL with a host")
+		}
+		if q := d.Queue; q.MaxAge <= 0 || q.Concurrency <= 0 || q.AttemptTimeout <= 0 || q.MaxQueued <= 0 {
+			add(at+".queue", "MaxAge, Concurrency, AttemptTimeout and MaxQueued must be positive (Parse sets them from the route's)")
+		}
+	}
+	return out
 }

@@ -53,10 +53,14 @@ func TestValidate(t *testing.T) {
 		}},
 		{"a filter with items", []Route{route("/a", "a", func(rc *Route) {
 			rc.Filter = json
-			rc.Route.Items = &idemhook.Items{Paths: []idemhook.ItemPath{{Path: "[*]", Key: "id"}}}
+			rc.Route.Items = &idemhook.Items{Paths: []idemhook.ItemPath{{Path: "[*]", Key: "id"}}, Mode: idemhook.ItemsFilter}
 		})}, []string{
-			`routes[0].filter: a filter over each item comes with destinations; filter a route without items`,
+			`routes[0].filter: ` + filterWithItems,
 		}},
+		{"a filter with items, each alone", []Route{route("/a", "a", func(rc *Route) {
+			rc.Filter = json
+			rc.Route.Items = &idemhook.Items{Paths: []idemhook.ItemPath{{Path: "[*]", Key: "id"}}}
+		})}, nil},
 		{"a filter", []Route{route("/a", "a", func(rc *Route) { rc.Filter = json })}, nil},
 	}
 	for _, tt := range tests {
