@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -40,6 +41,8 @@ import (
 //     accept is one statement doing both writes, sent in the batches of
 //     Claim and Complete, so that concurrent accepts share a commit (see
 //     queue_batch.go); within one batch, ids follow the keys' order.
+//     AcceptAll is the same for several events: one statement, the UPDATE
+//     and one INSERT of all of them.
 //   - Claim is one statement: a SELECT ... FOR NO KEY UPDATE SKIP LOCKED of
 //     the due events, in id order (queued ones whose next_at has come, and
 //     running ones whose lease has ended, so no rescuer is needed), then the
@@ -94,8 +97,9 @@ type Queue struct {
 	// groupLock is the SQL expression of the advisory lock of the ordered
 	// group of the row e, whose order_key is not NULL.
 	groupLock string
-	// acceptSQL is an accept in one statement (queue_batch.go).
-	acceptSQL string
+	// acceptSQL is an accept in one statement, acceptAllSQL an accept of
+	// several events (queue_batch.go).
+	acceptSQL, acceptAllSQL string
 }
 
 var _ queue.Engine = (*Queue)(nil)
@@ -250,6 +254,7 @@ func (s *Store) Queue(ctx context.Context) (*Queue, error) {
 	// keeps (route, order key) pairs apart.
 	q.groupLock = `hashtextextended('idemhook queue group ` + q.name + `:' || length(e.route) || ':' || e.route || ':' || encode(e.order_key, 'hex'), 0)`
 	q.prepareAcceptSQL()
+	q.prepareAcceptAllSQL()
 	if s.skipCreate {
 		checks := []string{
 			`SELECT id, route, store_key, order_key, state, head, attempt, fence, base, next_at, lease_until, lease_by, received_at, since, reason, request FROM ` + q.events + ` WHERE false`,
@@ -354,8 +359,76 @@ func (q *Queue) Accept(ctx context.Context, c queue.Completion, ev *queue.Event)
 	return nil
 }
 
+// AcceptAll implements [queue.Engine]: the compare-and-set of
+// [Store.Complete] and the INSERT of every event, all or none, in one
+// statement (acceptAllSQL) and one round trip. Unordered events go as
+// Accept's: in a shared batch on a store with [Config.Batch], otherwise in
+// a batch of their own. When any event is ordered, the statement goes in a
+// batch of its own, preceded by the locks of the ordered events' groups,
+// taken in one order (by route, then order key), so that two accepts of
+// the same groups never deadlock.
+func (q *Queue) AcceptAll(ctx context.Context, c queue.Completion, evs []*queue.Event) error {
+	if err := queue.ValidateAcceptAll(evs); err != nil {
+		return err
+	}
+	args, err := acceptArgs(c, nil)
+	if err != nil {
+		return err
+	}
+	n := len(evs)
+	routes, received, since := make([]string, n), make([]time.Time, n), make([]time.Time, n)
+	reqs, keys, orders := make([][]byte, n), make([][]byte, n), make([][]byte, n)
+	fences := make([]int64, n)
+	var groups []*queue.Event // the ordered events
+	for i, ev := range evs {
+		routes[i], received[i], since[i] = ev.Route, ev.ReceivedAt, ev.Since
+		if since[i].IsZero() {
+			since[i] = ev.ReceivedAt
+		}
+		reqs[i], keys[i], orders[i], fences[i] = queue.EncodeRequest(nil, ev), []byte(ev.Key), nullBytes(ev.OrderKey), fenceArg(ev.Fence)
+		if ev.OrderKey != "" {
+			groups = append(groups, ev)
+		}
+	}
+	args = append(args, routes, received, since, reqs, keys, fences, orders)
+	var value []byte
+	switch {
+	case q.s.batcher != nil && len(groups) == 0:
+		o := &op{ctx: ctx, key: []byte(c.Key), sql: q.acceptAllSQL, query: true, args: args}
+		q.s.batcher.do(o)
+		value, err = o.value, o.err
+	default:
+		slices.SortFunc(groups, func(a, b *queue.Event) int {
+			return cmp.Or(strings.Compare(a.Route, b.Route), strings.Compare(a.OrderKey, b.OrderKey))
+		})
+		b := &pgx.Batch{}
+		for _, ev := range groups {
+			b.Queue(q.lockGroupSQL(), ev.Route, []byte(ev.OrderKey))
+		}
+		b.Queue(q.acceptAllSQL, args...).QueryRow(func(row pgx.Row) error { return row.Scan(&value) })
+		err = q.s.pool.SendBatch(ctx, b).Close()
+	}
+	var (
+		ids []int64
+		ok  bool
+	)
+	if err == nil {
+		ids, ok, err = acceptAllIDs(value, n)
+	}
+	switch {
+	case err != nil:
+		return q.errorf("accept all", err)
+	case !ok:
+		return fmt.Errorf("pgstore: queue accept all %q: the claim is no longer held, so nothing was queued: %w", c.Key, idemhook.ErrNotOwner)
+	}
+	for i, ev := range evs {
+		ev.ID = ids[i]
+	}
+	return nil
+}
+
 // acceptArgs are acceptSQL's arguments for the completion c and the event
-// ev.
+// ev; with ev nil, the completion's four only (acceptAllSQL's first).
 func acceptArgs(c queue.Completion, ev *queue.Event) ([]any, error) {
 	us, err := micros("queue accept", c.TTL)
 	if err != nil {
@@ -368,6 +441,9 @@ func acceptArgs(c queue.Completion, ev *queue.Event) ([]any, error) {
 	value, err := encode("queue accept", c.Done)
 	if err != nil {
 		return nil, err
+	}
+	if ev == nil {
+		return []any{[]byte(c.Key), old, value, us}, nil
 	}
 	since := ev.Since
 	if since.IsZero() {

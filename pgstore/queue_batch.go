@@ -28,6 +28,12 @@ import (
 // until the whole batch commits, holding back every other accept and
 // delete of the group meanwhile.
 //
+// AcceptAll's statement (acceptAllSQL) is the same for several events, one
+// per route: unordered, it goes where an unordered accept goes; with an
+// ordered event, in a batch of its own after the locks of all its ordered
+// events' groups, taken by route then order key, so that two AcceptAlls
+// of the same groups take their locks in one order and never deadlock.
+//
 // Within one batch the statements run in the keys' order (batch.go), so
 // the ids of a batch's events follow their keys rather than their
 // arrival. Only ordered events depend on the order of ids.
@@ -74,4 +80,55 @@ func acceptID(value []byte) (int64, bool, error) {
 		return int64(binary.BigEndian.Uint64(value)), true, nil
 	}
 	return 0, false, fmt.Errorf("accept returned %d bytes for the event's id, want 8", len(value))
+}
+
+// prepareAcceptAllSQL builds acceptAllSQL, AcceptAll's statement: acceptSQL
+// for one completion and several events, each of its own route. Its
+// arguments: $1 to $4 as acceptSQL's (the completion), then one array per
+// column of the events, element i for event i: $5 the routes, $6 the
+// received times, $7 the since times, $8 the encoded requests, $9 the
+// events' store keys, $10 their fences, $11 their order keys (NULL
+// elements: unordered). The INSERT takes its rows from the UPDATE's
+// RETURNING crossed with the arrays, so every event is inserted exactly
+// when the key's compare-and-set matched; each row's head flag is
+// acceptSQL's (the statement's rows are of distinct routes, so they are of
+// distinct groups). No event is accepted running. The statement yields one
+// value: the events' ids as 8 big-endian bytes each, in the arrays' order,
+// or NULL when the claim is no longer held. Rows are matched back to
+// their place by route, which no two events share.
+func (q *Queue) prepareAcceptAllSQL() {
+	keys := q.s.ident
+	q.acceptAllSQL = `WITH c AS (
+		UPDATE ` + keys + ` SET value = $3::bytea, expires_at = statement_timestamp() + $4::bigint * interval '1 microsecond'
+		WHERE key = $1::bytea AND value = $2::bytea AND expires_at > statement_timestamp()
+		RETURNING 1
+	), ins AS (
+		INSERT INTO ` + q.events + ` (route, store_key, order_key, head, next_at, received_at, since, request,
+			state, attempt, fence)
+		SELECT u.route, u.store_key, u.order_key, u.order_key IS NULL OR NOT EXISTS (
+			SELECT 1 FROM ` + q.events + ` g WHERE g.route = u.route AND g.order_key = u.order_key),
+			now(), u.received_at, u.since, u.request, 0, 0, u.fence
+		FROM c CROSS JOIN unnest($5::text[], $6::timestamptz[], $7::timestamptz[], $8::bytea[], $9::bytea[], $10::bigint[], $11::bytea[])
+			WITH ORDINALITY AS u(route, received_at, since, request, store_key, fence, order_key, ord)
+		ORDER BY u.ord
+		RETURNING id, route
+	)
+	SELECT (SELECT string_agg(int8send(ins.id), ''::bytea ORDER BY r.ord)
+		FROM ins JOIN unnest($5::text[]) WITH ORDINALITY AS r(route, ord) ON r.route = ins.route)`
+}
+
+// acceptAllIDs reads acceptAllSQL's value for n events: their ids, and
+// false when the claim was no longer held.
+func acceptAllIDs(value []byte, n int) ([]int64, bool, error) {
+	switch len(value) {
+	case 0:
+		return nil, false, nil
+	case 8 * n:
+		ids := make([]int64, n)
+		for i := range ids {
+			ids[i] = int64(binary.BigEndian.Uint64(value[8*i:]))
+		}
+		return ids, true, nil
+	}
+	return nil, false, fmt.Errorf("accept of %d events returned %d bytes for their ids, want %d", n, len(value), 8*n)
 }

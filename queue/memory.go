@@ -69,6 +69,31 @@ func (m *Memory) Accept(ctx context.Context, c Completion, ev *Event) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.append(ev)
+	return nil
+}
+
+// AcceptAll implements [Engine]: it completes the claim in the store, then
+// appends every event under one hold of the engine's lock, so that no
+// Claim sees some of them without the others.
+func (m *Memory) AcceptAll(ctx context.Context, c Completion, evs []*Event) error {
+	if err := ValidateAcceptAll(evs); err != nil {
+		return err
+	}
+	if err := m.store.Complete(ctx, c.Key, c.Claim, c.Done, c.TTL); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, ev := range evs {
+		m.append(ev)
+	}
+	return nil
+}
+
+// append gives ev the next ID and appends a copy of it to its route. The
+// caller holds m.mu.
+func (m *Memory) append(ev *Event) {
 	m.nextID++
 	ev.ID = m.nextID
 	e := &memEvent{ev: *ev, state: Queued, nextAt: ev.ReceivedAt}
@@ -84,7 +109,6 @@ func (m *Memory) Accept(ctx context.Context, c Completion, ev *Event) error {
 	m.events[ev.ID] = e
 	r := m.route(ev.Route)
 	r.ids = append(r.ids, ev.ID)
-	return nil
 }
 
 // Claim implements [Engine].

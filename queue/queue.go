@@ -31,6 +31,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -263,6 +264,15 @@ type Engine interface {
 	// wrapping idemhook.ErrNotOwner and appends nothing.
 	Accept(ctx context.Context, c Completion, ev *Event) error
 
+	// AcceptAll is Accept for one completion and several events, each of
+	// its own route (a queued route's destinations): it completes c and
+	// appends every event of evs, all or none, in one atomic step, and sets
+	// each event's ID. The events are not accepted running (Lease 0), and
+	// no two have one Route. On PostgreSQL an accept of ordered events
+	// takes their groups' locks in one fixed order, so that two accepts of
+	// the same groups can't deadlock.
+	AcceptAll(ctx context.Context, c Completion, evs []*Event) error
+
 	// Claim starts the next attempt of at most max due events of route and
 	// returns them with their requests: queued events whose time has come,
 	// and running ones whose lease has ended (their worker is gone). An
@@ -328,6 +338,28 @@ func ValidateAccept(ev *Event) error {
 		return errors.New("queue: Accept: negative Event.Lease")
 	case ev.Lease > 0 && ev.OrderKey != "":
 		return errors.New("queue: Accept: an event accepted running (Event.Lease) can't be ordered: it is being sent out of its group's order")
+	}
+	return nil
+}
+
+// ValidateAcceptAll checks what AcceptAll requires of its events: engines
+// call it first.
+func ValidateAcceptAll(evs []*Event) error {
+	if len(evs) == 0 {
+		return errors.New("queue: AcceptAll: no events")
+	}
+	routes := make(map[string]bool, len(evs))
+	for _, ev := range evs {
+		if err := ValidateAccept(ev); err != nil {
+			return errors.New("queue: AcceptAll: " + strings.TrimPrefix(err.Error(), "queue: Accept: "))
+		}
+		switch {
+		case ev.Lease != 0:
+			return errors.New("queue: AcceptAll: an event can't be accepted running (Event.Lease)")
+		case routes[ev.Route]:
+			return fmt.Errorf("queue: AcceptAll: two events of route %q", ev.Route)
+		}
+		routes[ev.Route] = true
 	}
 	return nil
 }

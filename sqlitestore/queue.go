@@ -354,6 +354,59 @@ func (q *Queue) Accept(ctx context.Context, c queue.Completion, ev *queue.Event)
 	return nil
 }
 
+// AcceptAll implements [queue.Engine]: the claim's completion and every
+// event's insert are one transaction of the store's writer.
+func (q *Queue) AcceptAll(ctx context.Context, c queue.Completion, evs []*queue.Event) error {
+	if err := queue.ValidateAcceptAll(evs); err != nil {
+		return err
+	}
+	if err := q.f.watch.failure(); err != nil {
+		return err
+	}
+	if err := checkLifetime("complete", c.TTL); err != nil {
+		return err
+	}
+	old, err := encode("complete", c.Claim)
+	if err != nil {
+		return err
+	}
+	value, err := encode("complete", c.Done)
+	if err != nil {
+		return err
+	}
+	reqs := make([][]byte, len(evs))
+	for i, ev := range evs {
+		reqs[i] = queue.EncodeRequest(nil, ev)
+	}
+	ids := make([]int64, len(evs))
+	err = q.s.mode.complete(ctx, c.Key, old, value, c.TTL, func(ctx context.Context, tx *sql.Tx) error {
+		insert := tx.StmtContext(ctx, q.insert)
+		for i, ev := range evs {
+			since := ev.Since
+			if since.IsZero() {
+				since = ev.ReceivedAt
+			}
+			// Queued, due at once (AcceptAll accepts no event running).
+			res, err := insert.ExecContext(ctx,
+				ev.Route, ev.Key, nullString(ev.OrderKey), ms(since), ms(ev.ReceivedAt), reqs[i], 0, nil, ms(ev.ReceivedAt), fenceArg(ev.Fence))
+			if err != nil {
+				return err
+			}
+			if ids[i], err = res.LastInsertId(); err != nil { // the rowid: the id column is its alias
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i, ev := range evs {
+		ev.ID = ids[i]
+	}
+	return nil
+}
+
 // Claim implements [queue.Engine]. An attempt's fence is this process's
 // clock, as the fences the middleware gives claims of this store (one
 // process holds the file, or processes of one machine share it: one

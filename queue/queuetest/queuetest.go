@@ -60,6 +60,9 @@ func Run(t *testing.T, h Harness) {
 		{"NoAnswer", testNoAnswer},
 		{"NoAnswerThroughADispatcher", testNoAnswerDispatched},
 		{"IDsNeverReused", testIDsNeverReused},
+		{"AcceptAll", testAcceptAll},
+		{"AcceptAllOrdered", testAcceptAllOrdered},
+		{"AcceptAllValidates", testAcceptAllValidates},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -755,5 +758,184 @@ func testIDsNeverReused(t *testing.T, s *suite) {
 		if st := s.stats(); st.Pending() != 0 || st.Dead != 0 {
 			t.Fatalf("Stats = %+v; want the route's queue empty", st)
 		}
+	}
+}
+
+// lane is the name of one of a fanned-out route's lanes (its destinations'
+// routes), as the gateway names them.
+func (s *suite) lane(name string) string { return s.route + "#" + name }
+
+// newClaim claims a new key and returns its completion with the accept
+// answer.
+func (s *suite) newClaim() queue.Completion {
+	s.t.Helper()
+	key := "idem:queuetest:" + randHex(8)
+	claim := &idemhook.Record{State: idemhook.StatePending, Token: randHex(8), CreatedAt: time.Now()}
+	if existing, err := s.st.Claim(ctx(s.t), key, claim, time.Minute); err != nil || existing != nil {
+		s.t.Fatalf("Claim(%s) = %v, %v; want a new claim", key, existing, err)
+	}
+	done := &idemhook.Record{State: idemhook.StateCompleted, CreatedAt: time.Now(), Status: http.StatusAccepted,
+		Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"accepted":true}`)}
+	return queue.Completion{Key: key, Claim: claim, Done: done, TTL: time.Hour}
+}
+
+// laneEvent is an event of key on the route route, with a body of its own.
+func laneEvent(route, key, order string) *queue.Event {
+	return &queue.Event{
+		Route: route, Key: key, OrderKey: order, Method: http.MethodPost, Target: "/hook?x=1",
+		Header:     http.Header{"Content-Type": {"application/json"}, "X-Lane": {route}},
+		Body:       []byte(`{"lane":"` + route + `"}`),
+		ReceivedAt: time.Now().Truncate(time.Millisecond),
+	}
+}
+
+// claimRoute claims up to 10 events of route.
+func (s *suite) claimRoute(route string) []*queue.Event {
+	s.t.Helper()
+	evs, err := s.eng.Claim(ctx(s.t), route, 10, time.Minute, "worker-"+route)
+	if err != nil {
+		s.t.Fatalf("Claim(%s): %v", route, err)
+	}
+	return evs
+}
+
+func (s *suite) statsOf(route string) queue.Stats {
+	s.t.Helper()
+	st, err := s.eng.Stats(ctx(s.t), route)
+	if err != nil {
+		s.t.Fatalf("Stats(%s): %v", route, err)
+	}
+	return st
+}
+
+// AcceptAll completes the key once and appends one event per lane, each
+// claimed on its own route; a second AcceptAll with the claim, now spent,
+// appends nothing.
+func testAcceptAll(t *testing.T, s *suite) {
+	c := s.newClaim()
+	lanes := []string{s.lane("billing"), s.lane("crm"), s.lane("audit")}
+	orders := []string{"", "customer-7", ""}
+	var evs []*queue.Event
+	for i, l := range lanes {
+		// Each lane's event carries a key of its own, to show that the
+		// engine keeps each event's Key rather than the completion's.
+		evs = append(evs, laneEvent(l, c.Key+"/"+l, orders[i]))
+	}
+	if err := s.eng.AcceptAll(ctx(t), c, evs); err != nil {
+		t.Fatalf("AcceptAll: %v", err)
+	}
+	seen := map[int64]bool{}
+	for _, ev := range evs {
+		if ev.ID == 0 || seen[ev.ID] {
+			t.Fatalf("AcceptAll gave IDs %v; want distinct, non-zero ones", ids(evs))
+		}
+		seen[ev.ID] = true
+	}
+	rec, err := s.st.Get(ctx(t), c.Key)
+	if err != nil || rec == nil || rec.State != idemhook.StateCompleted || rec.Status != http.StatusAccepted ||
+		string(rec.Body) != `{"accepted":true}` {
+		t.Fatalf("the key's record after AcceptAll = %+v, %v; want the accept answer", rec, err)
+	}
+	for i, l := range lanes {
+		if st := s.statsOf(l); st.Queued != 1 || st.Pending() != 1 {
+			t.Fatalf("Stats(%s) = %+v; want its one event queued", l, st)
+		}
+		got := s.claimRoute(l)
+		if len(got) != 1 {
+			t.Fatalf("Claim(%s) = %v; want its one event %d", l, ids(got), evs[i].ID)
+		}
+		g, want := got[0], evs[i]
+		if g.ID != want.ID || g.Route != l || g.Key != want.Key || g.OrderKey != want.OrderKey || g.Attempt != 1 ||
+			string(g.Body) != string(want.Body) || !slices.Equal(g.Header["X-Lane"], []string{l}) ||
+			g.Target != want.Target || !g.ReceivedAt.Equal(want.ReceivedAt) {
+			t.Fatalf("Claim(%s) = %+v; want its own event %+v at attempt 1", l, g, want)
+		}
+	}
+	// The claim is spent: a second AcceptAll with it fails and appends
+	// nothing on any lane.
+	again := []*queue.Event{laneEvent(lanes[0], c.Key, ""), laneEvent(lanes[1], c.Key, "customer-7"), laneEvent(s.lane("new"), c.Key, "")}
+	err = s.eng.AcceptAll(ctx(t), c, again)
+	if !errors.Is(err, idemhook.ErrNotOwner) {
+		t.Fatalf("AcceptAll with a spent claim = %v; want ErrNotOwner", err)
+	}
+	for _, l := range lanes {
+		if st := s.statsOf(l); st.Running != 1 || st.Pending() != 1 {
+			t.Fatalf("Stats(%s) after a refused AcceptAll = %+v; want only the first event, running", l, st)
+		}
+	}
+	if st := s.statsOf(s.lane("new")); st.Pending() != 0 {
+		t.Fatalf("Stats(%s) after a refused AcceptAll = %+v; want nothing appended", s.lane("new"), st)
+	}
+}
+
+// An ordered event accepted by AcceptAll takes its place in its lane's
+// group: behind an earlier event of the group it is not due until that one
+// settles, and in a lane where the group is empty it is due at once.
+func testAcceptAllOrdered(t *testing.T, s *suite) {
+	a, b := s.lane("a"), s.lane("b")
+	s.route = a
+	first := s.accept("g") // route a, group g
+	c := s.newClaim()
+	evs := []*queue.Event{laneEvent(a, c.Key, "g"), laneEvent(b, c.Key, "g")}
+	if err := s.eng.AcceptAll(ctx(t), c, evs); err != nil {
+		t.Fatalf("AcceptAll: %v", err)
+	}
+	if evs[0].ID <= first.ID {
+		t.Fatalf("AcceptAll's event of lane a has ID %d, after %d; want a larger one", evs[0].ID, first.ID)
+	}
+	got := s.claimRoute(a)
+	if !slices.Equal(ids(got), []int64{first.ID}) {
+		t.Fatalf("Claim(a) = %v; want only the group's head %d", ids(got), first.ID)
+	}
+	if gb := s.claimRoute(b); !slices.Equal(ids(gb), []int64{evs[1].ID}) {
+		t.Fatalf("Claim(b) = %v; want lane b's event %d, its group's head", ids(gb), evs[1].ID)
+	}
+	if more := s.claimRoute(a); len(more) != 0 {
+		t.Fatalf("Claim(a) = %v while the group's head runs; want nothing", ids(more))
+	}
+	if err := s.settle(got[0], queue.Delivered, time.Time{}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if next := s.claimRoute(a); !slices.Equal(ids(next), []int64{evs[0].ID}) {
+		t.Fatalf("after the head's delivery Claim(a) = %v; want AcceptAll's event %d", ids(next), evs[0].ID)
+	}
+}
+
+// AcceptAll refuses, before completing the key, what it can't accept: no
+// events, two of one route, an event accepted running.
+func testAcceptAllValidates(t *testing.T, s *suite) {
+	c := s.newClaim()
+	running := laneEvent(s.lane("b"), c.Key, "")
+	running.Lease, running.Worker = time.Minute, "w"
+	for _, tc := range []struct {
+		name string
+		evs  []*queue.Event
+		want string
+	}{
+		{"none", nil, "no events"},
+		{"nil event", []*queue.Event{laneEvent(s.lane("a"), c.Key, ""), nil}, "nil *Event"},
+		{"one route twice", []*queue.Event{laneEvent(s.lane("a"), c.Key, ""), laneEvent(s.lane("a"), c.Key, "g")}, "two events of route"},
+		{"running", []*queue.Event{laneEvent(s.lane("a"), c.Key, ""), running}, "running"},
+	} {
+		err := s.eng.AcceptAll(ctx(t), c, tc.evs)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("AcceptAll(%s) = %v; want an error saying %q", tc.name, err, tc.want)
+		}
+	}
+	for _, l := range []string{s.lane("a"), s.lane("b")} {
+		if st := s.statsOf(l); st.Pending() != 0 {
+			t.Errorf("Stats(%s) = %+v; a refused AcceptAll appended an event", l, st)
+		}
+	}
+	if rec, _ := s.st.Get(ctx(t), c.Key); rec == nil || rec.State != idemhook.StatePending {
+		t.Fatalf("the key after refused AcceptAlls = %+v; want the claim still pending", rec)
+	}
+	// The claim is still held: a valid AcceptAll takes it.
+	ok := []*queue.Event{laneEvent(s.lane("a"), c.Key, ""), laneEvent(s.lane("b"), c.Key, "")}
+	if err := s.eng.AcceptAll(ctx(t), c, ok); err != nil {
+		t.Fatalf("AcceptAll after the refused ones: %v", err)
+	}
+	if st := s.statsOf(s.lane("b")); st.Queued != 1 {
+		t.Fatalf("Stats(b) = %+v; want the valid AcceptAll's event", st)
 	}
 }
