@@ -196,13 +196,14 @@ func (t *auditTrail) recordAttempt(o queue.Observation) {
 	if t.rec == nil || o.Superseded || o.Cut || o.Verdict == queue.Retry {
 		return
 	}
-	rc, ok := (*t.routes.Load())[o.Route]
+	path, dest, _ := strings.Cut(o.Route, "#") // a destination's queue: <path>#<name>
+	rc, ok := (*t.routes.Load())[path]
 	if !ok {
 		return
 	}
 	e := audit.Entry{
 		Time:          time.Now(),
-		Route:         o.Route,
+		Route:         path,
 		Source:        rc.Route.Source,
 		Outcome:       outcomeQueueDeliver,
 		Status:        o.Result.Status,
@@ -212,7 +213,14 @@ func (t *auditTrail) recordAttempt(o queue.Observation) {
 		Reason:        fmt.Sprintf("event %d, attempt %d", o.Event.ID, o.Event.Attempt),
 		Instance:      t.instance,
 	}
-	e.Key, e.Scope = splitStoreKey(o.Event.Key, rc.Route.Source)
+	storeKey := o.Event.Key
+	if dest != "" {
+		// The event's key, which its provider's deliveries were recorded
+		// under; the destination's ends with #<name>.
+		storeKey = strings.TrimSuffix(storeKey, "#"+dest)
+		e.Reason = "destination " + dest + ", " + e.Reason
+	}
+	e.Key, e.Scope = splitStoreKey(storeKey, rc.Route.Source)
 	if o.Verdict == queue.Kill {
 		e.Outcome = outcomeQueueDead
 		e.Reason += ": " + o.Reason

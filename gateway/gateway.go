@@ -315,12 +315,20 @@ func (g *Gateway) apply(cfg *config.Config) error {
 		tr := newTransport(rc.UpstreamTimeout)
 		idle = append(idle, tr.CloseIdleConnections)
 		rt := g.tracing.transport(timedTransport{next: tr, observe: g.metrics.upstreamObserver(rc.Path)})
-		proxy := detach(g.base, newProxy(rc, rt, g.bufs, g.logger, cfg.TrustedProxies))
-		if rc.Filter != nil {
-			// The route's filter runs behind the middleware (signature,
-			// claim), before the proxy or the queue.
+		var proxy http.Handler // none for a route with destinations (queued: fanOut)
+		if rc.Upstream != nil {
+			proxy = detach(g.base, newProxy(rc, rt, g.bufs, g.logger, cfg.TrustedProxies))
+		}
+		if hasFilter(rc) {
+			// The filters run behind the middleware (signature, claim):
+			// the route's before the proxy or the queue, its destinations'
+			// in the queue's accept (fanOut).
 			mw := wrap
-			wrap = func(next http.Handler) http.Handler { return markFiltered(mw(filterRoute(rc, g.logger, next))) }
+			wrap = func(next http.Handler) http.Handler { return markFiltered(mw(next)) }
+		}
+		if rc.Filter != nil {
+			mw := wrap
+			wrap = func(next http.Handler) http.Handler { return mw(filterRoute(rc, g.logger, next)) }
 		}
 		if rc.Queued() {
 			qtr := newTransport(rc.Queue.AttemptTimeout)

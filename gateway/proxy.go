@@ -249,13 +249,26 @@ func (t timedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // those that don't answer: backends restart, so a down upstream is not a
 // reason to refuse to start (its deliveries get 502 until it is back).
 func probeUpstreams(ctx context.Context, routes []config.Route, logger *slog.Logger) {
+	type upstream struct {
+		route, destination string
+		url                *url.URL
+	}
+	var ups []upstream
+	for _, rc := range routes {
+		if len(rc.Destinations) == 0 {
+			ups = append(ups, upstream{rc.Path, "", rc.Upstream})
+		}
+		for _, d := range rc.Destinations {
+			ups = append(ups, upstream{rc.Path, d.Name, d.Upstream})
+		}
+	}
 	seen := map[string]bool{}
 	done := make(chan struct{})
 	n := 0
-	for _, rc := range routes {
-		host := rc.Upstream.Host
-		if rc.Upstream.Port() == "" {
-			if rc.Upstream.Scheme == "https" {
+	for _, up := range ups {
+		host := up.url.Host
+		if up.url.Port() == "" {
+			if up.url.Scheme == "https" {
 				host += ":443"
 			} else {
 				host += ":80"
@@ -266,17 +279,20 @@ func probeUpstreams(ctx context.Context, routes []config.Route, logger *slog.Log
 		}
 		seen[host] = true
 		n++
-		go func(rc config.Route, host string) {
+		go func() {
 			defer func() { done <- struct{}{} }()
 			d := net.Dialer{Timeout: 2 * time.Second}
 			conn, err := d.DialContext(ctx, "tcp", host)
 			if err != nil {
-				logger.Warn("idemhook upstream unreachable at start; its deliveries get 502 until it is back",
-					"route", rc.Path, "upstream", rc.Upstream.Redacted(), "err", err)
+				attrs := []any{"route", up.route, "upstream", up.url.Redacted(), "err", err}
+				if up.destination != "" {
+					attrs = append(attrs, "destination", up.destination)
+				}
+				logger.Warn("idemhook upstream unreachable at start; its deliveries get 502 until it is back", attrs...)
 				return
 			}
 			conn.Close()
-		}(rc, host)
+		}()
 	}
 	for range n {
 		<-done

@@ -62,7 +62,7 @@ type queues struct {
 	logger *slog.Logger
 
 	mu     sync.Mutex
-	routes map[string]*queuedRoute // by path: the routes of the configuration in use
+	routes map[string]*queuedRoute // by lane name: the lanes of the configuration in use
 
 	stop    chan struct{}
 	stopped chan struct{}
@@ -80,10 +80,14 @@ type queues struct {
 	hybrids sync.WaitGroup
 }
 
-// queuedRoute is one queued route's state that outlives reloads.
+// queuedRoute is one lane's state that outlives reloads: a queued route's
+// queue, or one of its destinations' (config.Route.Lanes).
 type queuedRoute struct {
-	path string
-	cfg  atomic.Pointer[config.Route]
+	name        string // the lane's name in the engine: the route's path, or <path>#<destination>
+	path        string // the route's path
+	destination string // "" on a route's own lane
+	cfg         atomic.Pointer[config.Route]
+	lane        atomic.Pointer[config.Lane]
 	// bound is the count of events not yet delivered that max_queued
 	// bounds (queue_bound.go).
 	bound   bound
@@ -127,13 +131,23 @@ func newQueues(ctx context.Context, store idemhook.Store, diskDir string, logger
 	return q, nil
 }
 
-func (q *queues) route(path string) *queuedRoute {
+// route returns the lane named name (config.LaneName), or nil.
+func (q *queues) route(name string) *queuedRoute {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.routes[path]
+	return q.routes[name]
 }
 
-// list returns the queued routes in use, by path.
+// lanes returns the lanes of the queued route rc, in its order.
+func (q *queues) lanes(rc config.Route) []*queuedRoute {
+	var out []*queuedRoute
+	for _, l := range rc.Lanes() {
+		out = append(out, q.route(l.Name))
+	}
+	return out
+}
+
+// list returns the lanes in use, by name.
 func (q *queues) list() []*queuedRoute {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -141,7 +155,7 @@ func (q *queues) list() []*queuedRoute {
 	for _, r := range q.routes {
 		out = append(out, r)
 	}
-	slices.SortFunc(out, func(a, b *queuedRoute) int { return strings.Compare(a.path, b.path) })
+	slices.SortFunc(out, func(a, b *queuedRoute) int { return strings.Compare(a.name, b.name) })
 	return out
 }
 
@@ -157,36 +171,71 @@ type queuedParts struct {
 // handler is the handler of a queued route, behind its middleware and the
 // backpressure bound. set must have made the route one of the queue's.
 func (q *queues) handler(p queuedParts, trusted []netip.Prefix) http.Handler {
+	if len(p.rc.Destinations) > 0 {
+		return q.admit(p.wrap(q.fanOut(p.rc, q.lanes(p.rc), trusted)))
+	}
 	qr := q.route(p.rc.Path)
 	inner := q.accept(p.rc, qr, trusted)
 	if p.rc.RespondWithin > 0 {
-		inner = q.hybrid(p.rc, qr, trusted, sender(p.rc, p.rt, maxHybridAnswer), p.proxy)
+		inner = q.hybrid(p.rc, qr, trusted, sender(p.rc, p.rc.Upstream, p.rt, maxHybridAnswer), p.proxy)
 	}
 	return q.admit(p.wrap(inner))
 }
 
 // set makes the queued routes of a configuration the ones in use, and gives
-// the dispatcher their delivery settings. A route that keeps its path keeps
-// its counts and history.
+// the dispatcher their lanes' delivery settings. A lane that keeps its name
+// keeps its counts and history. A lane that is gone (a route or a
+// destination removed) keeps its events in the store, unclaimed, until a
+// configuration names it again.
 func (q *queues) set(parts []queuedParts) {
 	q.mu.Lock()
 	next := map[string]*queuedRoute{}
-	routes := make([]queue.Route, len(parts))
-	for i, p := range parts {
+	var routes []queue.Route
+	for _, p := range parts {
 		rc := p.rc
-		routes[i] = dispatchRoute(rc, p.rt)
-		qr := q.routes[rc.Path]
-		if qr == nil {
-			qr = &queuedRoute{path: rc.Path}
-			qr.stats.Store(&queue.Stats{})
+		for _, lane := range rc.Lanes() {
+			routes = append(routes, dispatchRoute(rc, lane, p.rt))
+			qr := q.routes[lane.Name]
+			if qr == nil {
+				qr = &queuedRoute{name: lane.Name, path: rc.Path, destination: lane.Destination}
+				qr.stats.Store(&queue.Stats{})
+			}
+			qr.cfg.Store(&rc)
+			qr.lane.Store(&lane)
+			next[lane.Name] = qr
 		}
-		qr.cfg.Store(&rc)
-		next[rc.Path] = qr
+	}
+	var gone []*queuedRoute
+	for name, qr := range q.routes {
+		if next[name] == nil {
+			gone = append(gone, qr)
+		}
 	}
 	q.routes = next
 	q.mu.Unlock()
 	q.disp.Set(routes)
 	q.readStats()
+	q.warnGone(gone)
+}
+
+// warnGone logs, for each lane a reload removed that still holds events,
+// that they stay in the store, unclaimed: a mistaken edit loses nothing,
+// and they are delivered again when a configuration names the lane again.
+func (q *queues) warnGone(gone []*queuedRoute) {
+	for _, qr := range gone {
+		ctx, cancel := context.WithTimeout(context.Background(), statsInterval)
+		st, err := q.engine.Stats(ctx, qr.name)
+		cancel()
+		if err != nil || st.Pending()+st.Dead == 0 {
+			continue
+		}
+		what := "route"
+		if qr.destination != "" {
+			what = "destination"
+		}
+		q.logger.Warn("idemhook reload: a "+what+" that still has events is no longer configured; they stay in the store, not delivered, until a configuration names it again (or a purge deletes them)",
+			qr.logAttrs("queue", qr.name, "pending", st.Pending(), "dead", st.Dead)...)
+	}
 }
 
 // refresh reads every queued route's counts each statsInterval.
@@ -233,7 +282,7 @@ func (q *queues) readStats() {
 		err := q.countRoute(ctx, qr)
 		cancel()
 		if err != nil {
-			q.logger.Warn("idemhook queue: could not read the route's counts", "route", qr.path, "err", err)
+			q.logger.Warn("idemhook queue: could not read the route's counts", qr.logAttrs("err", err)...)
 		}
 	}
 }
@@ -267,24 +316,36 @@ func (qr *queuedRoute) observe(o queue.Observation) {
 	// bound): never here.
 }
 
-// dispatchRoute is the dispatcher's view of a queued route: how its events
-// are sent, through rt, and which answers succeed or are retried.
-func dispatchRoute(rc config.Route, rt http.RoundTripper) queue.Route {
+// logAttrs are the attributes that name the lane in a log line, then
+// more.
+func (qr *queuedRoute) logAttrs(more ...any) []any {
+	attrs := []any{"route", qr.path}
+	if qr.destination != "" {
+		attrs = append(attrs, "destination", qr.destination)
+	}
+	return append(attrs, more...)
+}
+
+// dispatchRoute is the dispatcher's view of a lane of the queued route rc:
+// how its events are sent, through rt, and which answers succeed or are
+// retried.
+func dispatchRoute(rc config.Route, lane config.Lane, rt http.RoundTripper) queue.Route {
+	qc := lane.Queue
 	retried := func(status int) bool {
-		return queue.DefaultRetried(status) || slices.Contains(rc.Queue.RetryStatuses, status)
+		return queue.DefaultRetried(status) || slices.Contains(qc.RetryStatuses, status)
 	}
 	return queue.Route{
-		Name:           rc.Path,
-		Concurrency:    rc.Queue.Concurrency,
-		Rate:           rc.Queue.Rate,
-		AttemptTimeout: rc.Queue.AttemptTimeout,
-		MaxAttempts:    rc.Queue.MaxAttempts,
-		MaxAge:         rc.Queue.MaxAge,
-		BackoffMin:     rc.Queue.BackoffMin,
-		BackoffMax:     rc.Queue.BackoffMax,
+		Name:           lane.Name,
+		Concurrency:    qc.Concurrency,
+		Rate:           qc.Rate,
+		AttemptTimeout: qc.AttemptTimeout,
+		MaxAttempts:    qc.MaxAttempts,
+		MaxAge:         qc.MaxAge,
+		BackoffMin:     qc.BackoffMin,
+		BackoffMax:     qc.BackoffMax,
 		Succeeded:      rc.Route.Stores,
 		Retried:        retried,
-		Send:           sender(rc, rt, queue.MaxBodyHead),
+		Send:           sender(rc, lane.Upstream, rt, queue.MaxBodyHead),
 	}
 }
 
@@ -293,16 +354,16 @@ func dispatchRoute(rc config.Route, rt http.RoundTripper) queue.Route {
 const maxDrain = 256 << 10
 
 // sender returns the function that sends one attempt of an event of route
-// rc to its upstream, as the proxy would have sent the request: the same
-// upstream URL, the headers as forwarded, plus Idempotency-Key, the
+// rc to target (its upstream, or a destination's), as the proxy would have
+// sent the request: the same upstream URL, the headers as forwarded, plus
+// Idempotency-Key (the event's Key: a destination's is its own), the
 // attempt's number, its fence and the event's id.
 //
 // The answer's body is read up to keep bytes (the attempt's record keeps
 // its head; a respond_within route passes a whole answer back), and what
 // follows is drained up to maxDrain.
-func sender(rc config.Route, rt http.RoundTripper, keep int64) func(ctx context.Context, ev *queue.Event) queue.Result {
+func sender(rc config.Route, target *url.URL, rt http.RoundTripper, keep int64) func(ctx context.Context, ev *queue.Event) queue.Result {
 	prefix := forwardPrefix(rc.Path)
-	target := rc.Upstream
 	return func(ctx context.Context, ev *queue.Event) queue.Result {
 		in, err := url.ParseRequestURI(ev.Target)
 		if err != nil {

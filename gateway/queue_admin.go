@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook/gateway/adminapi"
+	"github.com/idemhook/idemhook/gateway/config"
 	"github.com/idemhook/idemhook/internal/problem"
 	"github.com/idemhook/idemhook/queue"
 )
@@ -67,13 +68,13 @@ func (q *queues) queuedRoute(path string) (*queuedRoute, error) {
 	if qr := q.route(path); qr != nil {
 		return qr, nil
 	}
-	return nil, fmt.Errorf("route %q is not a queued route (deliver: queue): use one of %s", path, q.paths())
+	return nil, fmt.Errorf("route %q is not a queued route (deliver: queue) nor a destination's queue: use one of %s", path, q.paths())
 }
 
 func (q *queues) paths() string {
 	var out []string
 	for _, qr := range q.list() {
-		out = append(out, qr.path)
+		out = append(out, qr.name)
 	}
 	return strings.Join(out, ", ")
 }
@@ -98,13 +99,13 @@ func (g *Gateway) serveQueue(w http.ResponseWriter, r *http.Request) {
 		// Read the counts now rather than the last second's, so that an
 		// operator sees the effect of a redrive or a pause at once.
 		if err := q.countRoute(r.Context(), qr); err != nil {
-			writeProblem(w, http.StatusServiceUnavailable, "queue unreadable", fmt.Sprintf("the counts of route %s could not be read from the store: %v", qr.path, err))
+			writeProblem(w, http.StatusServiceUnavailable, "queue unreadable", fmt.Sprintf("the counts of route %s could not be read from the store: %v", qr.name, err))
 			return
 		}
 		st := *qr.stats.Load()
 		rt := adminapi.QueueRoute{
-			Path: qr.path, Queued: st.Queued, Retrying: st.Retrying, Running: st.Running, Dead: st.Dead,
-			Paused: st.Paused, BackendDown: q.disp.BreakerOpen(qr.path), SettlesPending: q.disp.SettlesPending(qr.path),
+			Path: qr.name, Route: qr.path, Destination: qr.destination, Queued: st.Queued, Retrying: st.Retrying, Running: st.Running, Dead: st.Dead,
+			Paused: st.Paused, BackendDown: q.disp.BreakerOpen(qr.name), SettlesPending: q.disp.SettlesPending(qr.name),
 			History: []adminapi.QueueMinute{},
 		}
 		if !st.Oldest.IsZero() {
@@ -152,7 +153,7 @@ func (g *Gateway) serveQueueEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	bad := func(msg string) { writeProblem(w, http.StatusBadRequest, "bad filter", msg) }
 	query := r.URL.Query()
-	f := queue.Filter{Route: trimmed(r, "route"), Reason: query.Get("reason")}
+	f := queue.Filter{Route: config.LaneName(trimmed(r, "route"), trimmed(r, "destination")), Reason: query.Get("reason")}
 	if f.Route != "" {
 		if _, err := q.queuedRoute(f.Route); err != nil {
 			bad(err.Error())
@@ -210,7 +211,8 @@ func (g *Gateway) serveQueueEvents(w http.ResponseWriter, r *http.Request) {
 }
 
 func queueEventJSON(s *queue.Summary) adminapi.QueueEvent {
-	out := adminapi.QueueEvent{ID: s.ID, Route: s.Route, Key: s.Key, OrderKey: s.OrderKey, State: s.State.String(),
+	_, dest, _ := strings.Cut(s.Route, "#")
+	out := adminapi.QueueEvent{ID: s.ID, Route: s.Route, Destination: dest, Key: s.Key, OrderKey: s.OrderKey, State: s.State.String(),
 		Attempt: s.Attempt, ReceivedAt: s.ReceivedAt.UTC(), Reason: s.Reason, LastStatus: s.LastStatus, LastError: s.LastError}
 	if !s.NextAt.IsZero() && s.State != queue.Dead {
 		next := s.NextAt.UTC()
@@ -264,13 +266,17 @@ func readSelect(w http.ResponseWriter, r *http.Request, v any) bool {
 }
 
 // queueFilter turns a selection into the engine's filter: events of a
-// queued route, in states other than running (redrive and purge leave
-// running events alone).
-func (q *queues) queueFilter(s adminapi.QueueSelect) (queue.Filter, error) {
-	if _, err := q.queuedRoute(s.Route); err != nil {
+// queued route (or a destination's queue), in states other than running
+// (redrive and purge leave running events alone). With removed, the
+// queue may be one the configuration no longer names (a destination
+// removed by a reload, whose events stay in the store): a purge clears
+// them.
+func (q *queues) queueFilter(s adminapi.QueueSelect, removed bool) (queue.Filter, error) {
+	lane := config.LaneName(s.Route, s.Destination)
+	if _, err := q.queuedRoute(lane); err != nil && !(removed && strings.Contains(lane, "#")) {
 		return queue.Filter{}, err
 	}
-	f := queue.Filter{Route: s.Route, IDs: s.IDs, Reason: s.Reason, States: []queue.State{queue.Queued, queue.Dead}}
+	f := queue.Filter{Route: lane, IDs: s.IDs, Reason: s.Reason, States: []queue.State{queue.Queued, queue.Dead}}
 	if s.State != "" {
 		st, ok := queue.ParseState(s.State)
 		if !ok || st == queue.Running {
@@ -323,7 +329,7 @@ func (g *Gateway) serveQueueRedrive(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusBadRequest, "bad body", "confirm is for /admin/queue/purge; a redrive needs none")
 		return
 	}
-	f, err := q.queueFilter(s)
+	f, err := q.queueFilter(s, false)
 	if err != nil {
 		writeProblem(w, http.StatusBadRequest, "bad filter", err.Error())
 		return
@@ -348,6 +354,7 @@ func (g *Gateway) serveQueuePause(w http.ResponseWriter, r *http.Request, paused
 	if !readSelect(w, r, &s) {
 		return
 	}
+	s.Route, s.Destination = config.LaneName(s.Route, s.Destination), ""
 	if _, err := q.queuedRoute(s.Route); err != nil {
 		writeProblem(w, http.StatusBadRequest, "bad route", err.Error())
 		return
@@ -403,7 +410,7 @@ func (g *Gateway) serveQueuePurge(w http.ResponseWriter, r *http.Request) {
 	if !readSelect(w, r, &s) {
 		return
 	}
-	f, err := q.queueFilter(s)
+	f, err := q.queueFilter(s, true)
 	if err != nil {
 		writeProblem(w, http.StatusBadRequest, "bad filter", err.Error())
 		return

@@ -96,7 +96,7 @@ func (b *bound) read(read func() (int64, error)) error {
 // metrics and the console) and its bound.
 func (q *queues) countRoute(ctx context.Context, qr *queuedRoute) error {
 	return qr.bound.read(func() (int64, error) {
-		st, err := q.engine.Stats(ctx, qr.path)
+		st, err := q.engine.Stats(ctx, qr.name)
 		if err != nil {
 			return 0, err
 		}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemhook/idemhook/queue"
@@ -20,12 +21,12 @@ func newQueueMetrics(reg *prometheus.Registry) *queueMetrics {
 	qm := &queueMetrics{
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idemhook_queue_attempts_total",
-			Help: "Delivery attempts of queued events, by route and result: delivered, retried, dead, superseded (the attempt outlived its lease) or cut (by a shutdown).",
-		}, []string{"route", "result", "status"}),
+			Help: "Delivery attempts of queued events, by route, destination (empty on a route without destinations) and result: delivered, retried, dead, superseded (the attempt outlived its lease) or cut (by a shutdown).",
+		}, []string{"route", "destination", "result", "status"}),
 		dead: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idemhook_queue_dead_total",
-			Help: "Queued events that became dead (attempts or maximum age ran out, or the backend refused them for good), by route.",
-		}, []string{"route"}),
+			Help: "Queued events that became dead (attempts or maximum age ran out, or the backend refused them for good), by route and destination.",
+		}, []string{"route", "destination"}),
 	}
 	reg.MustRegister(qm.attempts, qm.dead)
 	return qm
@@ -53,9 +54,10 @@ func (m *metrics) onAttempt(o queue.Observation) {
 	case o.Result.Err != nil:
 		status = "error"
 	}
-	m.queue.attempts.WithLabelValues(o.Route, result, status).Inc()
+	route, dest, _ := strings.Cut(o.Route, "#") // a destination's queue: <path>#<name>
+	m.queue.attempts.WithLabelValues(route, dest, result, status).Inc()
 	if result == "dead" {
-		m.queue.dead.WithLabelValues(o.Route).Inc()
+		m.queue.dead.WithLabelValues(route, dest).Inc()
 	}
 }
 
@@ -77,15 +79,15 @@ type queueCollector struct {
 func newQueueCollector(q func() *queues) *queueCollector {
 	return &queueCollector{
 		q:     q,
-		depth: prometheus.NewDesc("idemhook_queue_events", "Events in a queued route's queue, by state: queued (waiting for their first attempt), retrying, running, dead.", []string{"route", "state"}, nil),
-		age:   prometheus.NewDesc("idemhook_queue_oldest_age_seconds", "Age of the oldest event of a queued route that is not yet delivered nor dead; 0 when none.", []string{"route"}, nil),
-		next:  prometheus.NewDesc("idemhook_queue_next_attempt_seconds", "Seconds until the earliest queued event of a route is due (negative: overdue); absent when none is queued.", []string{"route"}, nil),
-		pause: prometheus.NewDesc("idemhook_queue_paused", "1 while a queued route's deliveries are paused.", []string{"route"}, nil),
-		open:  prometheus.NewDesc("idemhook_queue_backend_down", "1 while a queued route's backend is taken for down (its breaker is open: one probe a second, no attempts spent).", []string{"route"}, nil),
+		depth: prometheus.NewDesc("idemhook_queue_events", "Events in a queued route's queue, by state: queued (waiting for their first attempt), retrying, running, dead.", []string{"route", "destination", "state"}, nil),
+		age:   prometheus.NewDesc("idemhook_queue_oldest_age_seconds", "Age of the oldest event of a queued route that is not yet delivered nor dead; 0 when none.", []string{"route", "destination"}, nil),
+		next:  prometheus.NewDesc("idemhook_queue_next_attempt_seconds", "Seconds until the earliest queued event of a route is due (negative: overdue); absent when none is queued.", []string{"route", "destination"}, nil),
+		pause: prometheus.NewDesc("idemhook_queue_paused", "1 while a queued route's deliveries are paused.", []string{"route", "destination"}, nil),
+		open:  prometheus.NewDesc("idemhook_queue_backend_down", "1 while a queued route's backend is taken for down (its breaker is open: one probe a second, no attempts spent).", []string{"route", "destination"}, nil),
 		settlePending: prometheus.NewDesc("idemhook_queue_settles_pending",
-			"Attempts of a queued route whose outcome the store failed to record; the gateway keeps them and tries again at every poll.", []string{"route"}, nil),
+			"Attempts of a queued route whose outcome the store failed to record; the gateway keeps them and tries again at every poll.", []string{"route", "destination"}, nil),
 		settleFailures: prometheus.NewDesc("idemhook_queue_settle_failures_total",
-			"Times the store failed to record the outcome of an attempt of a queued route, retries of a kept one included.", []string{"route"}, nil),
+			"Times the store failed to record the outcome of an attempt of a queued route, retries of a kept one included.", []string{"route", "destination"}, nil),
 	}
 }
 
@@ -107,20 +109,20 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 			state string
 			n     int64
 		}{{"queued", st.Queued}, {"retrying", st.Retrying}, {"running", st.Running}, {"dead", st.Dead}} {
-			ch <- prometheus.MustNewConstMetric(c.depth, prometheus.GaugeValue, float64(s.n), qr.path, s.state)
+			ch <- prometheus.MustNewConstMetric(c.depth, prometheus.GaugeValue, float64(s.n), qr.path, qr.destination, s.state)
 		}
 		age := 0.0
 		if !st.Oldest.IsZero() {
 			age = now.Sub(st.Oldest).Seconds()
 		}
-		ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, age, qr.path)
+		ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, age, qr.path, qr.destination)
 		if !st.NextAt.IsZero() {
-			ch <- prometheus.MustNewConstMetric(c.next, prometheus.GaugeValue, st.NextAt.Sub(now).Seconds(), qr.path)
+			ch <- prometheus.MustNewConstMetric(c.next, prometheus.GaugeValue, st.NextAt.Sub(now).Seconds(), qr.path, qr.destination)
 		}
-		ch <- prometheus.MustNewConstMetric(c.pause, prometheus.GaugeValue, b2f(st.Paused), qr.path)
-		ch <- prometheus.MustNewConstMetric(c.open, prometheus.GaugeValue, b2f(q.disp.BreakerOpen(qr.path)), qr.path)
-		ch <- prometheus.MustNewConstMetric(c.settlePending, prometheus.GaugeValue, float64(q.disp.SettlesPending(qr.path)), qr.path)
-		ch <- prometheus.MustNewConstMetric(c.settleFailures, prometheus.CounterValue, float64(q.disp.SettleFailures(qr.path)), qr.path)
+		ch <- prometheus.MustNewConstMetric(c.pause, prometheus.GaugeValue, b2f(st.Paused), qr.path, qr.destination)
+		ch <- prometheus.MustNewConstMetric(c.open, prometheus.GaugeValue, b2f(q.disp.BreakerOpen(qr.name)), qr.path, qr.destination)
+		ch <- prometheus.MustNewConstMetric(c.settlePending, prometheus.GaugeValue, float64(q.disp.SettlesPending(qr.name)), qr.path, qr.destination)
+		ch <- prometheus.MustNewConstMetric(c.settleFailures, prometheus.CounterValue, float64(q.disp.SettleFailures(qr.name)), qr.path, qr.destination)
 	}
 }
 

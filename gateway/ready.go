@@ -92,8 +92,8 @@ func (g *Gateway) serveReady(w http.ResponseWriter, r *http.Request) {
 		// Kept settlements don't make the gateway unready: claims work, and
 		// each is retried at every poll.
 		for _, qr := range q.list() {
-			if n := q.disp.SettlesPending(qr.path); n > 0 {
-				fmt.Fprintf(&b, "queue %s: %d attempt outcomes not yet recorded by the store; kept and retried at every poll\n", qr.path, n)
+			if n := q.disp.SettlesPending(qr.name); n > 0 {
+				fmt.Fprintf(&b, "queue %s: %d attempt outcomes not yet recorded by the store; kept and retried at every poll\n", qr.name, n)
 			}
 		}
 	}

@@ -24,18 +24,49 @@ const outcomeFiltered idemhook.Outcome = "filtered"
 
 type filteredKey struct{}
 
-// markFiltered marks each delivery to a route with a filter, before the
-// middleware, so that filterRoute can note that it filtered one and the
-// delivery's outcome says so (filteredOutcome).
+// filterMark is where a filter notes why it filtered a delivery.
+type filterMark struct{ why atomic.Pointer[error] }
+
+// markFiltered marks each delivery to a route with a filter (its own or a
+// destination's), before the middleware, so that filterRoute and fanOut can
+// note that they filtered one and the delivery's outcome says so
+// (filteredOutcome).
 func markFiltered(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), filteredKey{}, new(atomic.Bool))))
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), filteredKey{}, new(filterMark))))
 	})
 }
 
-// filteredOutcome gives a first delivery that its route's filter did not
-// match the outcome filtered, with errFiltered as its error (the reason of
-// its audit entry; a failure to store the answer follows it). A delivery
+// hasFilter reports whether rc or one of its destinations has a filter.
+func hasFilter(rc config.Route) bool {
+	return rc.Filter != nil || slices.ContainsFunc(rc.Destinations, func(d config.Destination) bool { return d.Filter != nil })
+}
+
+// noteFiltered notes on r's delivery that it was filtered, and why. An item
+// of a batch is not noted: the batch is one delivery, whose other items may
+// be delivered; it counts the item processed.
+func noteFiltered(r *http.Request, why error) {
+	if _, item := idemhook.BatchFromContext(r.Context()); item {
+		return
+	}
+	if m, ok := r.Context().Value(filteredKey{}).(*filterMark); ok {
+		m.why.Store(&why)
+	}
+}
+
+// writeAnswer writes a stored answer: status, a copy of header, body.
+func writeAnswer(w http.ResponseWriter, status int, header http.Header, body []byte) {
+	h := w.Header()
+	for name, values := range header {
+		h[name] = slices.Clone(values)
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// filteredOutcome gives a first delivery that a filter kept from every
+// backend the outcome filtered, with why as its error (the reason of its
+// audit entry; a failure to store the answer follows it). A delivery
 // without a claim keeps its own outcome (store_error_open, key_error,
 // in_flight_proceeded): what the operator must see is that it ran
 // unprotected.
@@ -43,21 +74,26 @@ func filteredOutcome(d idemhook.DeliveryInfo) idemhook.DeliveryInfo {
 	if d.Request == nil || d.Outcome != idemhook.OutcomeProcessed {
 		return d
 	}
-	m, ok := d.Request.Context().Value(filteredKey{}).(*atomic.Bool)
-	if !ok || !m.Load() {
+	m, ok := d.Request.Context().Value(filteredKey{}).(*filterMark)
+	if !ok || m.why.Load() == nil {
 		return d
 	}
+	why := *m.why.Load()
 	d.Outcome = outcomeFiltered
 	if d.Err != nil {
-		d.Err = fmt.Errorf("%w; %w", errFiltered, d.Err)
+		d.Err = fmt.Errorf("%w; %w", why, d.Err)
 	} else {
-		d.Err = errFiltered
+		d.Err = why
 	}
 	return d
 }
 
-// errFiltered is the reason of a filtered delivery.
-var errFiltered = errors.New("the route's filter did not match the event: answered the route's success, neither forwarded nor queued")
+// errFiltered is the reason of a delivery its route's filter did not match,
+// errNoDestination of one no destination's filter matched.
+var (
+	errFiltered      = errors.New("the route's filter did not match the event: answered the route's success, neither forwarded nor queued")
+	errNoDestination = errors.New("no destination's filter matched the event: answered the route's accept answer, not queued")
+)
 
 // filterRoute runs rc's filter on each delivery, behind the middleware (the
 // signature was checked and the key claimed): a delivery it matches goes on
@@ -82,15 +118,8 @@ func filterRoute(rc config.Route, logger *slog.Logger, next http.Handler) http.H
 			next.ServeHTTP(w, r)
 			return
 		}
-		if m, ok := r.Context().Value(filteredKey{}).(*atomic.Bool); ok {
-			m.Store(true)
-		}
-		h := w.Header()
-		for name, values := range header {
-			h[name] = slices.Clone(values)
-		}
-		w.WriteHeader(status)
-		_, _ = w.Write(body)
+		noteFiltered(r, errFiltered)
+		writeAnswer(w, status, header, body)
 	})
 }
 

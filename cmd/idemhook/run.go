@@ -253,9 +253,51 @@ func printSummary(w io.Writer, cfg *config.Config) {
 		if rc.Filter != nil {
 			extra += " filter=" + strconv.Quote(strings.TrimSpace(rc.Filter.String()))
 		}
+		to := "<none>"
+		if rc.Upstream != nil {
+			to = rc.Upstream.String()
+		} else if len(rc.Destinations) > 0 {
+			to = fmt.Sprintf("%d destinations", len(rc.Destinations))
+		}
 		fmt.Fprintf(w, "    %s -> %s source=%s ttl=%s in_flight=%s on_store_error=%s%s\n",
-			rc.Path, rc.Upstream, r.Source, config.FormatDuration(r.TTL), r.InFlight, r.OnStoreError, extra)
+			rc.Path, to, r.Source, config.FormatDuration(r.TTL), r.InFlight, r.OnStoreError, extra)
+		for _, d := range rc.Destinations {
+			fmt.Fprintf(w, "      %s -> %s%s\n", d.Name, d.Upstream, destinationSummary(rc, d))
+		}
 	}
+}
+
+// destinationSummary is what check prints of a destination beside its
+// name and upstream: its filter, and the queue settings it sets apart
+// from its route's, with Idempotency-Key's form.
+func destinationSummary(rc config.Route, d config.Destination) string {
+	out := fmt.Sprintf(" key=<store key>#%s", d.Name)
+	if d.Filter != nil {
+		out += " filter=" + strconv.Quote(strings.TrimSpace(d.Filter.String()))
+	} else {
+		out += " filter=none (every event)"
+	}
+	q, rq := d.Queue, rc.Queue
+	for _, s := range []struct {
+		name      string
+		own, base any
+	}{
+		{"concurrency", q.Concurrency, rq.Concurrency},
+		{"rate", q.Rate, rq.Rate},
+		{"attempt_timeout", config.FormatDuration(q.AttemptTimeout), config.FormatDuration(rq.AttemptTimeout)},
+		{"max_attempts", q.MaxAttempts, rq.MaxAttempts},
+		{"max_age", config.FormatDuration(q.MaxAge), config.FormatDuration(rq.MaxAge)},
+		{"backoff_min", config.FormatDuration(q.BackoffMin), config.FormatDuration(rq.BackoffMin)},
+		{"backoff_max", config.FormatDuration(q.BackoffMax), config.FormatDuration(rq.BackoffMax)},
+		{"retry_statuses", fmt.Sprint(q.RetryStatuses), fmt.Sprint(rq.RetryStatuses)},
+		{"order_by", q.OrderBy, rq.OrderBy},
+		{"max_queued", q.MaxQueued, rq.MaxQueued},
+	} {
+		if s.own != s.base {
+			out += fmt.Sprintf(" %s=%v", s.name, s.own)
+		}
+	}
+	return out
 }
 
 // orDerived is v when set, else what the summary says of a limit derived at

@@ -113,11 +113,16 @@ type Queue struct {
 
 // QueueRoute is one queued route's queue at one moment.
 type QueueRoute struct {
-	Path     string `json:"path"`
-	Queued   int64  `json:"queued"`   // waiting for their first attempt
-	Retrying int64  `json:"retrying"` // waiting for a retry
-	Running  int64  `json:"running"`
-	Dead     int64  `json:"dead"` // kept until redriven or purged
+	// Path names the queue: the route's path, or, for a destination of a
+	// route with destinations, <path>#<destination>; what the other
+	// calls' route takes (or route and destination).
+	Path        string `json:"path"`
+	Route       string `json:"route"`                 // the route's path
+	Destination string `json:"destination,omitempty"` // the destination's name`
+	Queued      int64  `json:"queued"`                // waiting for their first attempt
+	Retrying    int64  `json:"retrying"`              // waiting for a retry
+	Running     int64  `json:"running"`
+	Dead        int64  `json:"dead"` // kept until redriven or purged
 	// OldestAgeSeconds is how long ago the oldest event not yet delivered
 	// (nor dead) was accepted; null when there is none.
 	OldestAgeSeconds *float64 `json:"oldest_age_seconds"`
@@ -147,9 +152,13 @@ type QueueMinute struct {
 
 // QueueEvent is an event of the delivery queue, without its request.
 type QueueEvent struct {
-	ID         int64     `json:"id"`
-	Route      string    `json:"route"`
-	Key        string    `json:"key"` // the store key, sent as Idempotency-Key
+	ID    int64  `json:"id"`
+	Route string `json:"route"` // the queue's name: the route's path, or <path>#<destination>
+	// Destination is the destination's name on a route with destinations.
+	Destination string `json:"destination,omitempty"`
+	// Key is the Idempotency-Key its attempts carry: the store key, and
+	// on a destination's queue '#' and the destination's name.
+	Key        string    `json:"key"`
 	OrderKey   string    `json:"order_key,omitempty"`
 	State      string    `json:"state"`   // queued, running or dead
 	Attempt    int       `json:"attempt"` // attempts started
@@ -192,7 +201,10 @@ type QueueEventDetail struct {
 // QueueSelect is the body of POST /admin/queue/redrive and /purge: which
 // events of one route. The fields other than Route narrow the selection.
 type QueueSelect struct {
-	Route        string     `json:"route"`
+	Route string `json:"route"`
+	// Destination, on a route with destinations, selects its queue (or
+	// route names it: /webhooks/stripe#billing).
+	Destination  string     `json:"destination,omitempty"`
 	IDs          []int64    `json:"ids,omitempty"`
 	State        string     `json:"state,omitempty"`  // queued or dead
 	Reason       string     `json:"reason,omitempty"` // dead events whose reason contains it
@@ -205,7 +217,8 @@ type QueueSelect struct {
 
 // QueueRoutePause is the body of POST /admin/queue/pause and /resume.
 type QueueRoutePause struct {
-	Route string `json:"route"`
+	Route       string `json:"route"`
+	Destination string `json:"destination,omitempty"` // as in QueueSelect
 }
 
 // QueueRedriven is the answer of POST /admin/queue/redrive.
