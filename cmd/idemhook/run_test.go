@@ -306,3 +306,47 @@ func TestCheckPrintsEffectiveTTLsAndWarnsAboutShortOnes(t *testing.T) {
 
 // configLine is the format of every refusal and warning.
 var configLine = regexp.MustCompile(`^idemhook\.yaml:\d+: (\S+: )?\S`)
+
+// check prints a route with destinations with each destination: its
+// upstream, the form of its Idempotency-Key, its filter and the queue
+// settings it sets apart from the route's; a filter that does not compile
+// is refused at its line.
+func TestCheckPrintsDestinations(t *testing.T) {
+	dir := t.TempDir()
+	text := `store: {driver: sqlite, path: ` + filepath.Join(dir, "idemhook.db") + `}
+routes:
+  - path: /webhooks/stripe
+    source: stripe
+    provider: stripe
+    secret_env: STRIPE_SECRET
+    deliver: queue
+    queue: {max_attempts: 20}
+    destinations:
+      - {name: billing, upstream: http://billing:3000/stripe, filter: 'body.type.startsWith("payment_intent.")'}
+      - {name: crm, upstream: http://crm:8080/hooks/stripe, filter: 'body.type.startsWith("customer.")',
+         queue: {order_by: "json:data.object.customer", rate: 20}}
+      - {name: analytics, upstream: http://analytics:9000/ingest}
+`
+	path := writeConfig(t, dir, text)
+	var stdout, stderr bytes.Buffer
+	if err := run(t.Context(), []string{"check", "--config", path}, envOf("STRIPE_SECRET", "whsec_x"), &stdout, &stderr); err != nil {
+		t.Fatalf("check: %v\n%s", err, stderr.String())
+	}
+	for _, want := range []string{
+		"    /webhooks/stripe -> 3 destinations source=stripe ttl=",
+		"      billing -> http://billing:3000/stripe key=<store key>#billing filter=\"body.type.startsWith(\\\"payment_intent.\\\")\"\n",
+		"      crm -> http://crm:8080/hooks/stripe key=<store key>#crm filter=\"body.type.startsWith(\\\"customer.\\\")\" rate=20 order_by=json:data.object.customer\n",
+		"      analytics -> http://analytics:9000/ingest key=<store key>#analytics filter=none (every event)\n",
+	} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("check output lacks %q:\n%s", want, stdout.String())
+		}
+	}
+	bad := writeConfig(t, t.TempDir(), strings.Replace(text, `filter: 'body.type.startsWith("customer.")'`, `filter: 'body.type.startsWith(1)'`, 1))
+	stdout.Reset()
+	stderr.Reset()
+	err := run(t.Context(), []string{"check", "--config", bad}, envOf("STRIPE_SECRET", "whsec_x"), &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error()+stderr.String(), bad+":11: routes[0].destinations[1].filter: column") {
+		t.Errorf("check of a bad destination filter: %v\n%s", err, stderr.String())
+	}
+}
