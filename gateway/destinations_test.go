@@ -520,3 +520,47 @@ func TestDestinationsOperated(t *testing.T) {
 		t.Errorf("trail %v;\nwant %v", count, want)
 	}
 }
+
+// An event that one destination's full queue can't take is refused as a
+// whole (503, Retry-After), so that no destination's delivery is lost: the
+// others don't get it either, and its key is released, so the provider's
+// re-send, once there is room, is accepted for every destination. A
+// destination whose filter fails at run time gets the event.
+func TestDestinationFullRefusesTheWholeEvent(t *testing.T) {
+	billing, crm, analytics := newDestination(t), newDestination(t), newDestination(t)
+	cfg := fanoutConfig(fmt.Sprintf("driver: sqlite, path: %q", filepath.Join(t.TempDir(), "idemhook.db")), billing.srv.URL, crm.srv.URL, analytics.srv.URL, "max_queued: 1")
+	// crm's filter fails on an event without data.object.email: it gets it.
+	cfg = strings.Replace(cfg, `filter: 'body.type.startsWith("customer.")'`, `filter: 'body.data.object.email.endsWith("@example.com")'`, 1)
+	cfg = strings.Replace(cfg, "admin: {listen: off}\n", "", 1)
+	url, g, _ := startGateway(t, cfg)
+	admin := httptest.NewServer(g.AdminHandler())
+	defer admin.Close()
+	if r := gatewaytest.Post(t, admin.URL+"/admin/queue/pause", `{"route":"/webhooks/stripe","destination":"billing"}`); r.Status != http.StatusOK {
+		t.Fatalf("pause: %d %s", r.Status, r.Body)
+	}
+	send := func(id string) gatewaytest.Response {
+		return signedStripe(t, url+"/webhooks/stripe", stripeEvent(id, "payment_intent.succeeded", "cus_1"), "whsec_fanout")
+	}
+	if r := send("evt_1"); r.Status != http.StatusAccepted {
+		t.Fatalf("evt_1: %d %s", r.Status, r.Body)
+	}
+	testutil.Eventually(t, "evt_1 at analytics and crm", func() bool { return analytics.delivered() == 1 && crm.delivered() == 1 })
+	r := send("evt_2") // billing holds evt_1, paused: full
+	if r.Status != http.StatusServiceUnavailable || r.Header.Get("Retry-After") == "" || !strings.Contains(r.Body, "destination billing's queue") {
+		t.Fatalf("evt_2 with billing's queue full: %d %v %s; want 503 naming billing", r.Status, r.Header, r.Body)
+	}
+	if r := gatewaytest.Post(t, admin.URL+"/admin/queue/resume", `{"route":"/webhooks/stripe","destination":"billing"}`); r.Status != http.StatusOK {
+		t.Fatalf("resume: %d %s", r.Status, r.Body)
+	}
+	testutil.Eventually(t, "evt_1 at billing", func() bool { return billing.delivered() == 1 })
+	testutil.Eventually(t, "evt_2 accepted once there is room", func() bool {
+		r := send("evt_2")
+		return r.Status == http.StatusAccepted && r.Header.Get("Idempotent-Replayed") == ""
+	})
+	queueDrained(t, g)
+	for name, d := range map[string]*destination{"billing": billing, "crm": crm, "analytics": analytics} {
+		if _, ids := d.snapshot(); !maps.Equal(ids, map[string]int{"evt_1": 1, "evt_2": 1}) {
+			t.Errorf("%s got %v; want evt_1 and evt_2 once each", name, ids)
+		}
+	}
+}
