@@ -92,6 +92,8 @@ func TestDestinationsErrors(t *testing.T) {
 			`idemhook.yaml:5: routes[0].destinations[0].queue.order_by: invalid order_by "x"`},
 		{"ttl below a destination's max_age", base + "    ttl: 80h\n    destinations: [{name: a, upstream: http://h/a, queue: {max_age: 100h}}]\n",
 			"idemhook.yaml:5: routes[0].ttl: 80h is shorter than queue.max_age (100h)"},
+		{"on redis", "store: {driver: redis, addrs: [127.0.0.1:6379]}\n" + base + "    destinations: [{name: a, upstream: http://h/a}]\n",
+			"routes[0].deliver: deliver: queue and respond_within are refused on the redis store"},
 		{"a filter with items together", base + "    items: {mode: filter, paths: [{path: \"[*]\", key: id}]}\n    destinations: [{name: a, upstream: http://h/a, filter: json}]\n",
 			"idemhook.yaml:6: routes[0].destinations[0].filter: can't be combined with items in mode filter"},
 	}

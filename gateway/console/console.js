@@ -566,7 +566,11 @@
     const head = document.createElement('div');
     head.className = 'queue-head';
     const h = document.createElement('h3');
-    h.textContent = path;
+    // A destination's queue is <route>#<destination>: shown as the route
+    // and the destination it delivers to.
+    const cut = path.indexOf('#');
+    h.textContent = cut < 0 ? path : `${path.slice(0, cut)} \u2192 ${path.slice(cut + 1)}`;
+    if (cut >= 0) h.title = `Destination ${path.slice(cut + 1)} of route ${path.slice(0, cut)}: a queue of its own`;
     el.state = document.createElement('span');
     el.state.className = 'badge queue-state';
     el.down = document.createElement('span');

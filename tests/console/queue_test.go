@@ -278,3 +278,120 @@ routes:
 		t.Errorf("page problem: %s", p)
 	}
 }
+
+// TestConsoleDestinationsInBrowser drives the console against a route with
+// two destinations: each has a card of its own, named by the route and the
+// destination; the refusing destination's card shows its dead event with
+// its destination's key, and its Redrive delivers it there once, without a
+// second delivery to the other destination; Pause on one card pauses that
+// destination only.
+func TestConsoleDestinationsInBrowser(t *testing.T) {
+	b := newBrowser(t)
+	type dest struct {
+		up        *gatewaytest.Upstream
+		refuse    atomic.Bool
+		mu        sync.Mutex
+		delivered map[string]int // 200s per Idempotency-Key
+	}
+	newDest := func() *dest {
+		d := &dest{up: gatewaytest.NewUpstream(t), delivered: map[string]int{}}
+		d.up.Handle = func(w http.ResponseWriter, r *http.Request, n int64) {
+			if d.refuse.Load() {
+				http.Error(w, "unknown customer", http.StatusBadRequest)
+				return
+			}
+			d.mu.Lock()
+			d.delivered[r.Header.Get("Idempotency-Key")]++
+			d.mu.Unlock()
+			w.WriteHeader(http.StatusOK)
+		}
+		return d
+	}
+	count := func(d *dest, key string) int {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.delivered[key]
+	}
+	crm, erp := newDest(), newDest()
+	erp.refuse.Store(true)
+	dir := t.TempDir()
+	cfg := fmt.Sprintf(`listen: 127.0.0.1:0
+store: {driver: sqlite, path: %q}
+admin: {listen: 127.0.0.1:0, token: "${TOKEN}"}
+log: {level: warn}
+routes:
+  - path: /webhooks/orders
+    source: shop
+    header: X-Event-Id
+    deliver: queue
+    queue: {backoff_min: 20ms, backoff_max: 50ms}
+    destinations:
+      - {name: crm, upstream: %s/crm}
+      - {name: erp, upstream: %s/erp}
+`, filepath.Join(dir, "idemhook.db"), crm.up.Srv.URL, erp.up.Srv.URL)
+	g := testgw.Start(t, gatewaytest.WriteConfig(t, dir, cfg), gatewaytest.EnvOf("TOKEN", "s3cret"))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("gateway log:\n%s", g.Log)
+		}
+	})
+	post := func(id string) {
+		t.Helper()
+		if r := gatewaytest.Post(t, g.URL("/webhooks/orders"), `{"order":"`+id+`"}`, "X-Event-Id", id); r.Status != http.StatusAccepted {
+			t.Fatalf("event %s: %d %s; want 202", id, r.Status, r.Body)
+		}
+	}
+	post("o1")
+	testutil.Eventually(t, "o1 at crm", func() bool { return count(crm, "idem:shop:o1#crm") == 1 })
+
+	b.do("open the console", chromedp.Navigate(g.AdminURL("/admin/")), chromedp.WaitVisible(chromedp.ID("login")))
+	b.do("sign in", chromedp.SendKeys(chromedp.ID("token"), "s3cret"), chromedp.Click(chromedp.ID("signin")))
+	card := func(dest string) string {
+		return `document.querySelector('.queue-route[data-route="/webhooks/orders#` + dest + `"]')`
+	}
+	b.waitJS("a card per destination, erp's event dead", card("crm")+` && `+card("erp")+` && `+card("erp")+`.querySelectorAll('.queue-dead tbody tr').length === 1`)
+	if got := eval[string](b, card("erp")+`.querySelector('h3').textContent`); got != "/webhooks/orders \u2192 erp" {
+		t.Errorf("erp's card heading %q; want the route and the destination", got)
+	}
+	if got := eval[string](b, card("crm")+`.querySelector('.q-dead').textContent`); got != "0" {
+		t.Errorf("crm's dead count %q; want 0", got)
+	}
+	if key := eval[string](b, card("erp")+`.querySelector('.queue-dead tbody tr td.key').textContent`); key != "idem:shop:o1#erp" {
+		t.Errorf("erp's dead event's key %q; want idem:shop:o1#erp", key)
+	}
+	b.shotOf("console-queue-destinations", "queue")
+
+	// Redrive on erp's card: o1 reaches erp once, crm not again.
+	erp.refuse.Store(false)
+	b.do("redrive erp's dead", chromedp.Click(chromedp.CSS(`.queue-route[data-route="/webhooks/orders#erp"] .queue-redrive-all`)))
+	testutil.Eventually(t, "o1 at erp", func() bool { return count(erp, "idem:shop:o1#erp") == 1 })
+	b.waitJS("erp's dead table empty", card("erp")+`.querySelectorAll('.queue-dead tbody tr').length === 0`)
+
+	// Pause crm's card: o2 reaches erp, waits queued for crm.
+	b.do("pause crm", chromedp.Click(chromedp.CSS(`.queue-route[data-route="/webhooks/orders#crm"] .queue-pause`)))
+	b.waitJS("crm shown paused, erp delivering", card("crm")+`.querySelector('.queue-state').textContent === 'paused' && `+card("erp")+`.querySelector('.queue-state').textContent === 'delivering'`)
+	post("o2")
+	testutil.Eventually(t, "o2 at erp", func() bool { return count(erp, "idem:shop:o2#erp") == 1 })
+	b.waitJS("o2 shown queued for crm", card("crm")+`.querySelector('.q-queued').textContent === '1'`)
+	if n := count(crm, "idem:shop:o2#crm"); n != 0 {
+		t.Fatalf("o2 delivered to crm %d times while it was paused", n)
+	}
+	b.do("resume crm", chromedp.Click(chromedp.CSS(`.queue-route[data-route="/webhooks/orders#crm"] .queue-pause`)))
+	testutil.Eventually(t, "o2 at crm", func() bool { return count(crm, "idem:shop:o2#crm") == 1 })
+	b.waitJS("crm's queue empty", card("crm")+`.querySelector('.q-queued').textContent === '0' && `+card("crm")+`.querySelector('.q-running').textContent === '0'`)
+	for d, keys := range map[*dest][]string{crm: {"idem:shop:o1#crm", "idem:shop:o2#crm"}, erp: {"idem:shop:o1#erp", "idem:shop:o2#erp"}} {
+		d.mu.Lock()
+		if len(d.delivered) != len(keys) {
+			t.Errorf("delivered %v; want %v once each", d.delivered, keys)
+		}
+		for _, k := range keys {
+			if d.delivered[k] != 1 {
+				t.Errorf("%s delivered %d times; want once", k, d.delivered[k])
+			}
+		}
+		d.mu.Unlock()
+	}
+	for _, p := range b.problems {
+		t.Errorf("page problem: %s", p)
+	}
+}
