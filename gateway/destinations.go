@@ -57,13 +57,17 @@ func (q *queues) fanOut(rc config.Route, lanes []*queuedRoute, trusted []netip.P
 		if !q.admitAll(w, r, to) {
 			return
 		}
+		// One request for all: the engine copies it into each lane's row.
+		base := newEvent(rc, d, r, trusted)
 		evs := make([]*queue.Event, len(to))
 		for i, qr := range to {
-			ev := newEvent(rc, d, r, trusted)
+			ev := *base
 			ev.Route = qr.name
-			ev.Key = destinationKey(ev.Key, qr.destination)
-			ev.OrderKey = orderKey(qr.lane.Load().Queue.OrderBy, r.Header, ev.Body)
-			evs[i] = ev
+			ev.Key = destinationKey(base.Key, qr.destination)
+			if by := qr.lane.Load().Queue.OrderBy; by != rc.Queue.OrderBy {
+				ev.OrderKey = orderKey(by, r.Header, base.Body)
+			}
+			evs[i] = &ev
 		}
 		if err := q.keepAll(r, rc, to, d, evs); err != nil {
 			q.logger.Warn("idemhook queue: the event could not be kept; the provider is answered 503 and sends it again", "route", rc.Path, "key", d.StoreKey(), "err", err)

@@ -564,3 +564,45 @@ func TestDestinationFullRefusesTheWholeEvent(t *testing.T) {
 		}
 	}
 }
+
+// A destination's own attempt_timeout holds, above its route's: a backend
+// that answers after the route's timeout but within the destination's is
+// delivered on its first attempt, while another destination keeps the
+// route's timeout.
+func TestDestinationOwnAttemptTimeout(t *testing.T) {
+	var mu sync.Mutex
+	attempts := map[string][]string{} // destination -> Idempotent-Attempt values
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		attempts[r.URL.Path] = append(attempts[r.URL.Path], r.Header.Get(gateway.HeaderAttempt))
+		mu.Unlock()
+		time.Sleep(600 * time.Millisecond) // past the route's 200ms, within patient's 10s
+	}))
+	defer slow.Close()
+	url, g, _ := startGateway(t, fmt.Sprintf(`listen: 127.0.0.1:0
+store: {driver: sqlite, path: %q}
+admin: {listen: off}
+audit: {sink: none}
+routes:
+  - path: /webhooks/x
+    source: x
+    header: x-event-id
+    deliver: queue
+    queue: {attempt_timeout: 200ms, backoff_min: 10ms, backoff_max: 20ms, max_attempts: 2}
+    destinations:
+      - {name: patient, upstream: %q, queue: {attempt_timeout: 10s}}
+      - {name: hasty, upstream: %q}
+`, filepath.Join(t.TempDir(), "idemhook.db"), slow.URL+"/patient", slow.URL+"/hasty"))
+	if r := gatewaytest.Post(t, url+"/webhooks/x", "{}", "X-Event-Id", "e1"); r.Status != http.StatusAccepted {
+		t.Fatalf("%d %s", r.Status, r.Body)
+	}
+	queueDrained(t, g) // patient delivered, hasty dead after its 2 attempts
+	mu.Lock()
+	defer mu.Unlock()
+	if got := attempts["/patient"]; !slices.Equal(got, []string{"1"}) {
+		t.Errorf("patient's attempts %v; want one, delivered within its own timeout", got)
+	}
+	if got := attempts["/hasty"]; !slices.Equal(got, []string{"1", "2"}) {
+		t.Errorf("hasty's attempts %v; want 2, each cut at the route's 200ms", got)
+	}
+}

@@ -331,10 +331,15 @@ func (g *Gateway) apply(cfg *config.Config) error {
 			wrap = func(next http.Handler) http.Handler { return mw(filterRoute(rc, g.logger, next)) }
 		}
 		if rc.Queued() {
-			qtr := newTransport(rc.Queue.AttemptTimeout)
-			idle = append(idle, qtr.CloseIdleConnections)
-			qrt := g.tracing.transport(timedTransport{next: qtr, observe: g.metrics.upstreamObserver(rc.Path)})
-			queued = append(queued, queuedParts{rc: rc, wrap: wrap, rt: qrt, proxy: proxy})
+			// A transport per lane: a destination's attempt_timeout may be
+			// its own, and bounds the wait for the answer's headers.
+			rts := map[string]http.RoundTripper{}
+			for _, lane := range rc.Lanes() {
+				qtr := newTransport(lane.Queue.AttemptTimeout)
+				idle = append(idle, qtr.CloseIdleConnections)
+				rts[lane.Name] = g.tracing.transport(timedTransport{next: qtr, observe: g.metrics.upstreamObserver(rc.Path)})
+			}
+			queued = append(queued, queuedParts{rc: rc, wrap: wrap, rts: rts, proxy: proxy})
 			continue
 		}
 		mux.Handle(rc.Path, g.tracing.handler(wrap(proxy)))

@@ -164,7 +164,7 @@ func (q *queues) list() []*queuedRoute {
 type queuedParts struct {
 	rc    config.Route
 	wrap  func(http.Handler) http.Handler // the route's middleware
-	rt    http.RoundTripper               // the transport of its attempts
+	rts   map[string]http.RoundTripper    // the transport of each lane's attempts, by lane name
 	proxy http.Handler                    // respond_within: the proxy, for a delivery that holds no claim
 }
 
@@ -177,7 +177,7 @@ func (q *queues) handler(p queuedParts, trusted []netip.Prefix) http.Handler {
 	qr := q.route(p.rc.Path)
 	inner := q.accept(p.rc, qr, trusted)
 	if p.rc.RespondWithin > 0 {
-		inner = q.hybrid(p.rc, qr, trusted, sender(p.rc, p.rc.Upstream, p.rt, maxHybridAnswer), p.proxy)
+		inner = q.hybrid(p.rc, qr, trusted, sender(p.rc, p.rc.Upstream, p.rts[p.rc.Path], maxHybridAnswer), p.proxy)
 	}
 	return q.admit(p.wrap(inner))
 }
@@ -194,7 +194,7 @@ func (q *queues) set(parts []queuedParts) {
 	for _, p := range parts {
 		rc := p.rc
 		for _, lane := range rc.Lanes() {
-			routes = append(routes, dispatchRoute(rc, lane, p.rt))
+			routes = append(routes, dispatchRoute(rc, lane, p.rts[lane.Name]))
 			qr := q.routes[lane.Name]
 			if qr == nil {
 				qr = &queuedRoute{name: lane.Name, path: rc.Path, destination: lane.Destination}
