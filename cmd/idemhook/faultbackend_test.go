@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,6 +78,7 @@ type Backend struct {
 	runs      map[string]int
 	firstRun  map[string]time.Time
 	requests  map[string]int
+	keys      map[string][]string // the distinct Idempotency-Keys of each event's runs
 	closed    bool
 
 	// RunTwice, when set, counts every run of that event twice: a backend
@@ -88,12 +90,17 @@ type Backend struct {
 	// RunDelay delays each run's answer (the run counts at once): a
 	// backend too slow to drain the queue within the bound.
 	RunDelay atomic.Int64
+	// DropKeySuffix, when set, records that event's Idempotency-Key
+	// without what follows its last '#': a gateway that sent a
+	// destination the event's store key (the oracle on destinations'
+	// keys must fail).
+	DropKeySuffix atomic.Pointer[string]
 }
 
 // NewBackend starts a Healthy Backend, stopped when the test ends.
 func NewBackend(t testing.TB) *Backend {
 	t.Helper()
-	b := &Backend{behaviour: Healthy, runs: map[string]int{}, firstRun: map[string]time.Time{}, requests: map[string]int{}}
+	b := &Backend{behaviour: Healthy, runs: map[string]int{}, firstRun: map[string]time.Time{}, requests: map[string]int{}, keys: map[string][]string{}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -197,6 +204,17 @@ func (b *Backend) FirstRuns() map[string]time.Time {
 	return maps.Clone(b.firstRun)
 }
 
+// Keys returns the distinct Idempotency-Keys each event's runs carried.
+func (b *Backend) Keys() map[string][]string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make(map[string][]string, len(b.keys))
+	for e, ks := range b.keys {
+		out[e] = slices.Clone(ks)
+	}
+	return out
+}
+
 // Requests returns how many requests carried each event, in any behaviour.
 func (b *Backend) Requests() map[string]int {
 	b.mu.Lock()
@@ -254,6 +272,15 @@ func (b *Backend) handle(w http.ResponseWriter, r *http.Request) {
 			b.runs[id] += n
 			if _, ok := b.firstRun[id]; !ok {
 				b.firstRun[id] = now
+			}
+			key := r.Header.Get("Idempotency-Key")
+			if d := b.DropKeySuffix.Load(); d != nil && *d == id {
+				if i := strings.LastIndex(key, "#"); i >= 0 {
+					key = key[:i]
+				}
+			}
+			if !slices.Contains(b.keys[id], key) {
+				b.keys[id] = append(b.keys[id], key)
 			}
 		}
 		b.mu.Unlock()

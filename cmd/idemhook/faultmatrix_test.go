@@ -44,7 +44,24 @@ type matrixMode struct {
 	queued bool // events are kept in the store's queue (refused on Redis)
 	items  bool // deliveries are batches of items
 	lines  string
+	// refuses, if set, tells the events the route's filter (in lines)
+	// refuses: each is sent twice, and must be answered 2xx and never
+	// reach the backend.
+	refuses func(id string) bool
+	// destinations: the route has two destinations in place of its
+	// upstream, f on the failing backend (/f) and ok on a healthy backend
+	// of its own (/ok), which must run each event once, promptly, while f
+	// fails.
+	destinations bool
 }
+
+// matrixFilter is mode queue-filter's route filter. It reads the JSON body
+// and a header, and refuses the events whose id ends in an odd digit
+// (refusesOdd), half the cell's, known before the cell runs.
+const matrixFilter = `json && has(body.id) && body.id.matches("[02468]$") && headers["x-event-id"] == body.id`
+
+// refusesOdd tells the events matrixFilter refuses.
+func refusesOdd(id string) bool { return strings.ContainsAny(id[len(id)-1:], "13579") }
 
 // The queue's settings keep a cell short: attempts end after 1s, retries
 // wait at most 1s. An attempt's lease is still attempt_timeout + 15s.
@@ -56,6 +73,12 @@ var matrixModes = []matrixMode{
 	{name: "queue", queued: true, lines: "deliver: queue\n" + matrixQueue},
 	{name: "split", items: true, lines: `items: {mode: split, paths: [{path: "items[*]", key: id}]}`},
 	{name: "filter", items: true, lines: `items: {mode: filter, paths: [{path: "items[*]", key: id}]}`},
+	// claim → filter → queue under each fault (issue 35); a filter that
+	// failed at run time would let the odd events through, which the
+	// oracle "filtered" catches.
+	{name: "queue-filter", queued: true, refuses: refusesOdd, lines: "deliver: queue\n" + matrixQueue + "\nfilter: '" + matrixFilter + "'"},
+	// fan-out (issue 35): one destination down holds back no other.
+	{name: "destinations", queued: true, destinations: true, lines: "deliver: queue\n" + matrixQueue},
 }
 
 // matrixStore is a store of the matrix: the inside of store: {...} for one
@@ -126,9 +149,10 @@ func matrixCells() []matrixCell {
 }
 
 // sampleCells picks, for behaviour i, the (2i)th and (2i+1)th of the
-// modes × stores the rules allow: every behaviour twice, every mode ×
-// store at least once; and the connection refused on a queue on SQLite
-// (issue 32's case) always.
+// modes × stores the rules allow, and the pairs past the last of those
+// with behaviours from the first on: every behaviour at least twice, every
+// mode × store at least once; and the connection refused on a queue on
+// SQLite (issue 32's case) always.
 func sampleCells(all []matrixCell) []matrixCell {
 	var combos []matrixCell // the mode × store pairs, of the first behaviour
 	for _, c := range all {
@@ -155,6 +179,11 @@ func sampleCells(all []matrixCell) []matrixCell {
 			c.behaviour = b
 			add(c)
 		}
+	}
+	for k := 2 * len(Behaviours); k < len(combos); k++ {
+		c := combos[k]
+		c.behaviour = Behaviours[k%len(Behaviours)]
+		add(c)
 	}
 	return out
 }
@@ -220,17 +249,26 @@ type cellChecks struct {
 	fake503         string        // the provider records a made-up 503 of the gateway's for this event
 	runDelay        time.Duration // each run of the failing route's backend takes this long
 	drainBound      time.Duration // 0: DrainBound (and the cell waits 5s past it to measure)
+	besideRunTwice  string        // mode destinations: the healthy destination's backend counts this event's run twice
+	besideDown      time.Duration // mode destinations: the healthy destination's backend refuses connections this long from the start
+	besideNoSuffix  string        // mode destinations: the healthy destination's backend records this event's key without its "#ok"
 }
 
 // matrixConfig is a cell's gateway: the failing route /f in front of
 // failing, the healthy route /h (a plain proxy) in front of healthy, both
-// on the store.
-func matrixConfig(storeLine string, mode matrixMode, failing, healthy string) string {
+// on the store. In mode destinations /f has, in place of its upstream,
+// the destination f in front of failing and the destination ok in front
+// of beside.
+func matrixConfig(storeLine string, mode matrixMode, failing, healthy, beside string) string {
 	var extra strings.Builder
 	for _, l := range strings.Split(mode.lines, "\n") {
 		if l != "" {
 			extra.WriteString("    " + l + "\n")
 		}
+	}
+	upstream := fmt.Sprintf("    upstream: %s/f\n", failing)
+	if mode.destinations {
+		upstream = fmt.Sprintf("    destinations:\n      - {name: f, upstream: %s/f}\n      - {name: ok, upstream: %s/ok}\n", failing, beside)
 	}
 	return fmt.Sprintf(`listen: 127.0.0.1:0
 store: {%s}
@@ -239,15 +277,14 @@ audit: {sink: none}
 log: {level: info}
 routes:
   - path: /f
-    upstream: %s/f
-    source: f
+%s    source: f
     header: x-event-id
     upstream_timeout: 1s
 %s  - path: /h
     upstream: %s/h
     source: h
     header: x-event-id
-`, storeLine, failing, extra.String(), healthy)
+`, storeLine, upstream, extra.String(), healthy)
 }
 
 // runCell runs one cell and returns its row. The backend of /f fails as
@@ -256,7 +293,10 @@ routes:
 // a fault in the address, the file is fixed and reloaded); the providers
 // send every delivery again while it is not answered 2xx. The cell ends
 // once every event has run and the queue is empty, or DrainBound plus 5s
-// after the return.
+// after the return. In mode queue-filter the events the filter refuses are
+// sent twice instead (the second 300ms later); in mode destinations every
+// event to /f must run at f's backend and at ok's (a third backend, never
+// failing but for cellChecks.besideDown).
 func runCell(t *testing.T, c matrixCell, br cellChecks) Row {
 	storeLine := c.store.line(t)
 	fb, hb := NewBackend(t), NewBackend(t)
@@ -270,12 +310,24 @@ func runCell(t *testing.T, c matrixCell, br cellChecks) Row {
 		hb.RunTwice.Store(&br.healthyRunTwice)
 	}
 	fb.RunDelay.Store(int64(br.runDelay))
+	var ob *Backend // the destination ok's backend, in mode destinations
+	besideURL := ""
+	if c.mode.destinations {
+		ob = NewBackend(t)
+		besideURL = ob.URL(Healthy)
+		if br.besideRunTwice != "" {
+			ob.RunTwice.Store(&br.besideRunTwice)
+		}
+		if br.besideNoSuffix != "" {
+			ob.DropKeySuffix.Store(&br.besideNoSuffix)
+		}
+	}
 	dir := t.TempDir()
 	cfgText := func(b Behaviour) string {
 		if c.config != nil {
 			return c.config(storeLine, fb.URL(b), hb.URL(Healthy))
 		}
-		return matrixConfig(storeLine, c.mode, fb.URL(b), hb.URL(Healthy))
+		return matrixConfig(storeLine, c.mode, fb.URL(b), hb.URL(Healthy), besideURL)
 	}
 	path := writeConfig(t, dir, cfgText(c.behaviour))
 	reload := make(chan os.Signal, 1)
@@ -300,6 +352,17 @@ func runCell(t *testing.T, c matrixCell, br cellChecks) Row {
 	}
 	o := Observed{Cell: c.name()}
 	var senders sync.WaitGroup
+	if ob != nil && br.besideDown > 0 {
+		if err := ob.Set(Refused); err != nil {
+			t.Fatal(err)
+		}
+		senders.Go(func() {
+			time.Sleep(br.besideDown)
+			if err := ob.Set(Healthy); err != nil {
+				t.Error(err)
+			}
+		})
+	}
 	began := time.Now()
 	for k := range n {
 		id := fmt.Sprintf("f-%d", k)
@@ -308,11 +371,25 @@ func runCell(t *testing.T, c matrixCell, br cellChecks) Row {
 			events = Events(id, c.items)
 			body = Batch(events)
 		}
-		o.Failing = append(o.Failing, events...)
+		copies := 1
+		if c.mode.refuses != nil && c.mode.refuses(id) {
+			o.Filtered = append(o.Filtered, events...)
+			copies = 2
+		} else {
+			o.Failing = append(o.Failing, events...)
+		}
+		if c.mode.destinations {
+			o.Beside = append(o.Beside, events...)
+		}
 		hid := fmt.Sprintf("h-%d", k)
 		o.Healthy = append(o.Healthy, hid)
 		time.Sleep(time.Until(began.Add(time.Duration(k) * time.Second / time.Duration(c.rate))))
-		senders.Go(func() { p.Deliver("failing", g.url("/f"), id, body, events) })
+		for copyN := range copies { // a filtered event's copy comes 300ms later
+			senders.Go(func() {
+				time.Sleep(time.Duration(copyN) * 300 * time.Millisecond)
+				p.Deliver("failing", g.url("/f"), id, body, events)
+			})
+		}
 		for copyN := range 2 { // the provider's duplicate comes 300ms later
 			senders.Go(func() {
 				time.Sleep(time.Duration(copyN) * 300 * time.Millisecond)
@@ -344,6 +421,9 @@ func runCell(t *testing.T, c matrixCell, br cellChecks) Row {
 		default:
 		}
 		ran := allRan(fb.Runs(), o.Failing) && allRan(hb.Runs(), o.Healthy)
+		if ob != nil {
+			ran = ran && allRan(ob.Runs(), o.Beside)
+		}
 		if c.mode.queued {
 			q := queueState(t, g, "/f")
 			if q.Dead > 0 { // a 4xx or a redirect kills an event at once: kept, redriven once the backend is back
@@ -363,7 +443,11 @@ func runCell(t *testing.T, c matrixCell, br cellChecks) Row {
 	if err := g.stop(); err != nil {
 		t.Errorf("gateway run returned %v", err)
 	}
-	o.Answers, o.Runs, o.FirstRuns, o.HealthyRuns = p.Answers(), fb.Runs(), fb.FirstRuns(), hb.Runs()
+	o.Answers, o.Runs, o.FirstRuns, o.HealthyRuns, o.Requests = p.Answers(), fb.Runs(), fb.FirstRuns(), hb.Runs(), fb.Requests()
+	if ob != nil {
+		o.BesideRuns, o.BesideFirstRuns = ob.Runs(), ob.FirstRuns()
+		o.Keys, o.BesideKeys = fb.Keys(), ob.Keys()
+	}
 	row := Tally(o)
 	row.DrainBoundOverride = br.drainBound
 	if o.Redriven > 0 {
@@ -395,8 +479,9 @@ func tail(s string, n int) string {
 	return s
 }
 
-// queueState reads the queue of route from the admin API.
-func queueState(t *testing.T, g *gw, route string) adminapi.QueueRoute {
+// queueLanes reads the queues of route from the admin API: the route's
+// own, or one per destination.
+func queueLanes(t *testing.T, g *gw, route string) []adminapi.QueueRoute {
 	t.Helper()
 	r := do(t, "GET", g.adminURL("/admin/queue?minutes=1"), "")
 	if r.Status != http.StatusOK {
@@ -406,32 +491,60 @@ func queueState(t *testing.T, g *gw, route string) adminapi.QueueRoute {
 	if err := json.Unmarshal([]byte(r.Body), &q); err != nil {
 		t.Fatal(err)
 	}
+	var lanes []adminapi.QueueRoute
 	for _, qr := range q.Routes {
-		if qr.Path == route {
-			return qr
+		if qr.Path == route || qr.Route == route {
+			lanes = append(lanes, qr)
 		}
 	}
-	t.Fatalf("GET /admin/queue has no route %s: %s", route, r.Body)
-	return adminapi.QueueRoute{}
+	if len(lanes) == 0 {
+		t.Fatalf("GET /admin/queue has no route %s: %s", route, r.Body)
+	}
+	return lanes
 }
 
-// redrive queues the dead events of route again, as an operator does once
-// the backend is fixed, and returns how many.
+// queueState reads the queue of route from the admin API: with
+// destinations, the counts of all its destinations' queues together.
+func queueState(t *testing.T, g *gw, route string) adminapi.QueueRoute {
+	t.Helper()
+	lanes := queueLanes(t, g, route)
+	sum := lanes[0]
+	for _, l := range lanes[1:] {
+		sum.Queued += l.Queued
+		sum.Retrying += l.Retrying
+		sum.Running += l.Running
+		sum.Dead += l.Dead
+	}
+	return sum
+}
+
+// redrive queues the dead events of route (of each of its destinations)
+// again, as an operator does once the backend is fixed, and returns how
+// many.
 func redrive(t *testing.T, g *gw, route string) int {
 	t.Helper()
-	body, _ := json.Marshal(map[string]string{"route": route, "state": "dead"})
-	resp, err := http.Post(g.adminURL("/admin/queue/redrive"), "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
+	n := 0
+	for _, l := range queueLanes(t, g, route) {
+		req := map[string]string{"route": route, "state": "dead"}
+		if l.Destination != "" {
+			req["destination"] = l.Destination
+		}
+		body, _ := json.Marshal(req)
+		resp, err := http.Post(g.adminURL("/admin/queue/redrive"), "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out struct {
+			Redriven int `json:"redriven"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&out)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("POST /admin/queue/redrive %s: %d %v", body, resp.StatusCode, err)
+		}
+		n += out.Redriven
 	}
-	defer resp.Body.Close()
-	var out struct {
-		Redriven int `json:"redriven"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("POST /admin/queue/redrive: %d %v", resp.StatusCode, err)
-	}
-	return out.Redriven
+	return n
 }
 
 // TestFaultQueueOutage is issue 32's case as an operator met it: on SQLite,
@@ -481,27 +594,48 @@ routes:
 // event twice, one that answers an event 200 without running it (a dropped
 // event), a healthy route's backend that runs an event twice, a 503 of the
 // gateway's own for no documented reason, and a backend too slow to drain
-// within the bound. Part of the ordinary run (a few seconds).
+// within the bound. The same for modes queue-filter and destinations: each
+// cell unbroken, then a filter that lets every event through (the oracle
+// "filtered" expects the odd ones refused), a healthy destination whose
+// backend runs an event twice, one that is down for 2.5s (its events
+// late), and one that shows an event's key without its "#ok". Part of the ordinary run (some seconds).
 func TestFaultMatrixOraclesCanFail(t *testing.T) {
 	cell := matrixCell{behaviour: Status5xx, mode: matrixModes[2], store: matrixStores[2], faultFor: time.Second, rate: 5}
-	t.Run("unbroken", func(t *testing.T) {
-		row := runCell(t, cell, cellChecks{})
-		for _, err := range row.Check() {
-			t.Errorf("the unbroken cell: %v", err)
-		}
-	})
+	filterCell, destCell := cell, cell
+	filterCell.mode, destCell.mode = matrixModeNamed(t, "queue-filter"), matrixModeNamed(t, "destinations")
+	passAll := filterCell
+	passAll.mode.lines = strings.Replace(passAll.mode.lines, matrixFilter, `json && has(body.id) && headers["x-event-id"] == body.id`, 1)
+	if passAll.mode.lines == filterCell.mode.lines {
+		t.Fatal("the broken filter cell has the same filter as the mode's")
+	}
+	for _, c := range []matrixCell{cell, filterCell, destCell} {
+		t.Run("unbroken_"+c.mode.name, func(t *testing.T) {
+			row := runCell(t, c, cellChecks{})
+			for _, err := range row.Check() {
+				t.Errorf("the unbroken cell: %v", err)
+			}
+			if c.mode.refuses != nil && row.FilteredSent == 0 || c.mode.destinations && row.BesideSent == 0 {
+				t.Errorf("the unbroken %s cell judged no event of its mode: %+v", c.mode.name, row)
+			}
+		})
+	}
 	for _, tc := range []struct {
 		oracle string
+		cell   matrixCell
 		checks cellChecks
 	}{
-		{"twice", cellChecks{backendRunTwice: "f-0"}},
-		{"lost", cellChecks{backendForget: "f-1", drainBound: time.Second}},
-		{"healthy", cellChecks{healthyRunTwice: "h-2"}},
-		{"503", cellChecks{fake503: "f-3"}},
-		{"drain", cellChecks{runDelay: 400 * time.Millisecond, drainBound: 300 * time.Millisecond}},
+		{"twice", cell, cellChecks{backendRunTwice: "f-0"}},
+		{"lost", cell, cellChecks{backendForget: "f-1", drainBound: time.Second}},
+		{"healthy", cell, cellChecks{healthyRunTwice: "h-2"}},
+		{"503", cell, cellChecks{fake503: "f-3"}},
+		{"drain", cell, cellChecks{runDelay: 400 * time.Millisecond, drainBound: 300 * time.Millisecond}},
+		{"filtered", passAll, cellChecks{}},
+		{"beside", destCell, cellChecks{besideRunTwice: "f-0"}},
+		{"beside", destCell, cellChecks{besideDown: 2500 * time.Millisecond}},
+		{"beside", destCell, cellChecks{besideNoSuffix: "f-2"}},
 	} {
 		t.Run(tc.oracle, func(t *testing.T) {
-			row := runCell(t, cell, tc.checks)
+			row := runCell(t, tc.cell, tc.checks)
 			var oracle Oracle
 			for _, o := range Oracles {
 				if o.Name == tc.oracle {
@@ -518,4 +652,16 @@ func TestFaultMatrixOraclesCanFail(t *testing.T) {
 			t.Logf("oracle %q failed as it must: %v", tc.oracle, err)
 		})
 	}
+}
+
+// matrixModeNamed returns the matrix's mode of that name.
+func matrixModeNamed(t *testing.T, name string) matrixMode {
+	t.Helper()
+	for _, m := range matrixModes {
+		if m.name == name {
+			return m
+		}
+	}
+	t.Fatalf("no matrix mode %q", name)
+	return matrixMode{}
 }

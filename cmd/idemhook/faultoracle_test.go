@@ -24,6 +24,14 @@ const DrainBound = 10 * time.Second
 // the provider was not promised.
 var Documented503 = []string{"queue full", "disk almost full", "Overloaded"}
 
+// BesideBound is how soon after its accept each event must have run at the
+// healthy destination beside the failing one on the same route (mode
+// destinations): a lane's attempts are claimed within a poll (250ms) of
+// being due, so a second is generous on a loaded machine, and half the
+// cells' fault (2s), so the events of its first second must run while the
+// other destination is still failing.
+const BesideBound = time.Second
+
 // Observed is what one cell of the fault matrix saw: the events sent to
 // the failing route and to the healthy route beside it on the same store,
 // every answer the providers got, and what each backend ran.
@@ -38,6 +46,24 @@ type Observed struct {
 	Recovered   time.Time // the backend was back
 	Drained     time.Time // every event run (and a queue empty) from then on; zero: not within the wait
 	Redriven    int       // dead events queued again once the backend was back (4xx, a redirect)
+
+	// Filtered are the events sent to the failing route that its filter
+	// refuses (mode queue-filter), each sent twice: answered 2xx by the
+	// gateway, the second copy a replay, neither ever reaching the backend
+	// (Requests, any behaviour). They are not in Failing.
+	Filtered []string
+	Requests map[string]int // the failing route's backend's requests per event
+	// Beside are the events the healthy destination beside the failing
+	// one on the same route must run (mode destinations): each exactly
+	// once, within BesideBound of its accept; BesideRuns and
+	// BesideFirstRuns are that destination's backend's.
+	Beside          []string
+	BesideRuns      map[string]int
+	BesideFirstRuns map[string]time.Time
+	// Keys and BesideKeys are the distinct Idempotency-Keys of each
+	// event's runs at the failing destination f and at ok (mode
+	// destinations): one each, "<store key>#f" and "<store key>#ok".
+	Keys, BesideKeys map[string][]string
 }
 
 // Row is a cell's line of the table, and what the oracles judge.
@@ -52,8 +78,20 @@ type Row struct {
 	Drain                        time.Duration // -1: not drained within the wait
 	Redriven                     int
 	FirstAnswers, RefusedAnswers int // the failing route's answers: in all, and not 2xx
-	Note                         string
-	DrainBoundOverride           time.Duration // 0: DrainBound
+	// FilteredSent events the route's filter refuses; of them, FilteredRan
+	// reached the backend, FilteredWrong were not answered 2xx twice by the
+	// gateway with exactly one of the two a replay.
+	FilteredSent, FilteredRan, FilteredWrong int
+	// BesideSent events the healthy destination must run; of them,
+	// BesideTwice ran more than once, BesideLost were accepted and never
+	// ran, BesideLate ran more than BesideBound after their accept.
+	// BesideMaxLag is the longest time from accept to run. BesideKeyWrong
+	// events ran at f or ok with other than one Idempotency-Key each,
+	// "<store key>#f" and "<store key>#ok" of one store key.
+	BesideSent, BesideTwice, BesideLost, BesideLate, BesideKeyWrong int
+	BesideMaxLag                                                    time.Duration
+	Note                                                            string
+	DrainBoundOverride                                              time.Duration // 0: DrainBound
 }
 
 // Tally computes the row of what o observed.
@@ -108,10 +146,79 @@ func Tally(o Observed) Row {
 			r.HealthyTwice++
 		}
 	}
+	r.FilteredSent = len(o.Filtered)
+	for _, e := range o.Filtered {
+		if o.Requests[e] > 0 || o.Runs[e] > 0 {
+			r.FilteredRan++
+		}
+		var ok, replayed int
+		for _, a := range o.Answers {
+			if a.Route == "failing" && slices.Contains(a.Events, e) && a.Status >= 200 && a.Status < 300 && !a.FromBackend {
+				ok++
+				if a.Replayed {
+					replayed++
+				}
+			}
+		}
+		if ok != 2 || replayed != 1 {
+			r.FilteredWrong++
+		}
+	}
+	r.BesideSent = len(o.Beside)
+	for _, e := range o.Beside {
+		n := o.BesideRuns[e]
+		if n > 1 {
+			r.BesideTwice++
+		}
+		if !destinationKeysRight(o.Keys[e], o.BesideKeys[e], n > 0 && o.Runs[e] > 0) {
+			r.BesideKeyWrong++
+		}
+		var acceptAt time.Time
+		for _, a := range o.Answers {
+			if a.Route == "failing" && slices.Contains(a.Events, e) && a.Status >= 200 && a.Status < 300 && (acceptAt.IsZero() || a.At.Before(acceptAt)) {
+				acceptAt = a.At
+			}
+		}
+		if acceptAt.IsZero() { // never accepted: the oracles on 503s and lost events judge it
+			continue
+		}
+		if n == 0 {
+			r.BesideLost++
+			continue
+		}
+		lag := max(o.BesideFirstRuns[e].Sub(acceptAt), 0) // the run may come before the answer is read
+		r.BesideMaxLag = max(r.BesideMaxLag, lag)
+		if lag > BesideBound {
+			r.BesideLate++
+		}
+	}
 	if !o.Drained.IsZero() {
 		r.Drain = max(o.Drained.Sub(o.Recovered), 0)
 	}
 	return r
+}
+
+// destinationKeysRight reports whether an event's runs at destinations f
+// and ok carried their own keys: each at most one key, "<K>#f" and
+// "<K>#ok" of one non-empty store key K; both present when both ran.
+func destinationKeysRight(f, ok []string, bothRan bool) bool {
+	if len(f) > 1 || len(ok) > 1 || bothRan && (len(f) == 0 || len(ok) == 0) {
+		return false
+	}
+	var stores []string
+	for _, k := range []struct {
+		keys []string
+		dest string
+	}{{f, "f"}, {ok, "ok"}} {
+		for _, key := range k.keys {
+			store, found := strings.CutSuffix(key, "#"+k.dest)
+			if !found || store == "" {
+				return false
+			}
+			stores = append(stores, store)
+		}
+	}
+	return len(stores) < 2 || stores[0] == stores[1]
 }
 
 // Oracle is one check of a cell.
@@ -144,6 +251,19 @@ var Oracles = []Oracle{
 		if r.Undocumented503 > 0 {
 			return fmt.Errorf("%d answers were the gateway's own 503 for no documented reason (only %s are): %s",
 				r.Undocumented503, strings.Join(Documented503, ", "), strings.Join(r.Undocumented, "; "))
+		}
+		return nil
+	}},
+	{"filtered", func(r Row) error {
+		if r.FilteredRan > 0 || r.FilteredWrong > 0 {
+			return fmt.Errorf("of %d events the route's filter refuses, %d reached the backend (must be none) and %d were not answered 2xx by the gateway twice, the second a replay", r.FilteredSent, r.FilteredRan, r.FilteredWrong)
+		}
+		return nil
+	}},
+	{"beside", func(r Row) error {
+		if r.BesideTwice > 0 || r.BesideLost > 0 || r.BesideLate > 0 || r.BesideKeyWrong > 0 {
+			return fmt.Errorf("the healthy destination beside the failing one: of %d events, %d ran twice, %d accepted never ran, %d ran more than %v after their accept (the longest %v), %d ran without their own keys (<store key>#f, <store key>#ok); each must run once, promptly, whatever the other destination does",
+				r.BesideSent, r.BesideTwice, r.BesideLost, r.BesideLate, BesideBound, r.BesideMaxLag.Round(time.Millisecond), r.BesideKeyWrong)
 		}
 		return nil
 	}},
@@ -194,8 +314,18 @@ func Table(rows []Row) string {
 		if r.HealthySent == 0 {
 			healthy = "-"
 		}
+		notes := []string{}
+		if r.FilteredSent > 0 {
+			notes = append(notes, fmt.Sprintf("filter refused %d ×2: %d reached the backend, %d not 2xx+replay", r.FilteredSent, r.FilteredRan, r.FilteredWrong))
+		}
+		if r.BesideSent > 0 {
+			notes = append(notes, fmt.Sprintf("destination ok: %d sent, %d twice, %d lost, %d late, lag ≤ %v, %d wrong keys", r.BesideSent, r.BesideTwice, r.BesideLost, r.BesideLate, r.BesideMaxLag.Round(10*time.Millisecond), r.BesideKeyWrong))
+		}
+		if r.Note != "" {
+			notes = append(notes, r.Note)
+		}
 		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %s | %s | %s | %s |\n",
-			r.Cell, r.Sent, r.Accepted, r.Delivered, r.Twice, r.Lost, s503, drain, healthy, r.Note)
+			r.Cell, r.Sent, r.Accepted, r.Delivered, r.Twice, r.Lost, s503, drain, healthy, strings.Join(notes, "; "))
 	}
 	return b.String()
 }

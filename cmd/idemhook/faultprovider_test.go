@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/idemhook/idemhook"
 )
 
 // Provider sends deliveries as a webhook provider does: each delivery is
@@ -32,6 +34,7 @@ type Answer struct {
 	Events      []string // the events the request carried
 	Status      int      // 0: no answer (connection error, timeout, cut short)
 	FromBackend bool     // carries the Backend's MarkHeader: the backend's answer passed on
+	Replayed    bool     // carries Idempotent-Replayed: true: the stored answer of an earlier delivery
 	Title       string   // the gateway's problem title, for its own answers
 	Err         string
 	At          time.Time
@@ -82,7 +85,7 @@ func (p *Provider) send(url, id, body string, first bool) Answer {
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	a := Answer{Status: resp.StatusCode, FromBackend: resp.Header.Get(MarkHeader) != "", At: time.Now()}
+	a := Answer{Status: resp.StatusCode, FromBackend: resp.Header.Get(MarkHeader) != "", Replayed: resp.Header.Get(idemhook.ReplayedHeader) == "true", At: time.Now()}
 	if err != nil { // cut short: the provider saw no complete answer
 		return Answer{Err: "reading the answer: " + err.Error(), At: a.At}
 	}
