@@ -395,8 +395,9 @@ func tail(s string, n int) string {
 	return s
 }
 
-// queueState reads the queue of route from the admin API.
-func queueState(t *testing.T, g *gw, route string) adminapi.QueueRoute {
+// queueState reads the queue of route from the admin API of g (a gateway
+// in-process or a process).
+func queueState(t *testing.T, g interface{ adminURL(string) string }, route string) adminapi.QueueRoute {
 	t.Helper()
 	r := do(t, "GET", g.adminURL("/admin/queue?minutes=1"), "")
 	if r.Status != http.StatusOK {
