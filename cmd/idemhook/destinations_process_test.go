@@ -210,12 +210,9 @@ func waitWithin(t *testing.T, what string, bound time.Duration, cond func() bool
 	}
 }
 
-// fanStream sends events 0 to events-1 from senders goroutines, each
-// pausing pace after a send, each event n to the gateway urlOf(n) gives,
-// and then, if again is set and the first send was accepted, once more to
-// again(n) (a provider's re-delivery). It returns at once; wait waits for
-// the senders. An event is accepted when answered 202 and not a replay;
-// failed holds why an event was not.
+// fanStream is a stream of events being sent (startFanStream): an event
+// is accepted when answered 202 and not a replay; failed holds why an
+// event was not. wg waits for the senders.
 type fanStream struct {
 	accepted  []atomic.Bool
 	acceptedN atomic.Int32
@@ -228,6 +225,10 @@ type fanStream struct {
 	redeliveryErrs []string
 }
 
+// startFanStream sends events 0 to events-1 from senders goroutines, each
+// pausing pace after a send, each event n to the gateway urlOf(n) gives,
+// and then, if again is set and the first send was accepted, once more to
+// again(n) (a provider's re-delivery). It returns at once.
 func startFanStream(c *http.Client, events, senders int, pace time.Duration, urlOf, again func(n int) string) *fanStream {
 	s := &fanStream{accepted: make([]atomic.Bool, events), failed: make([]string, events)}
 	var next atomic.Int32
