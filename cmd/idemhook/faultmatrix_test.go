@@ -479,9 +479,13 @@ func tail(s string, n int) string {
 	return s
 }
 
-// queueLanes reads the queues of route from the admin API: the route's
-// own, or one per destination.
-func queueLanes(t *testing.T, g *gw, route string) []adminapi.QueueRoute {
+// adminURLer is a gateway in-process (gw) or a process (proc).
+type adminURLer interface{ adminURL(string) string }
+
+// queueLanes reads the queues of route from the admin API of g: the
+// route's own, or one per destination (route may name one:
+// /webhooks/stripe#billing).
+func queueLanes(t *testing.T, g adminURLer, route string) []adminapi.QueueRoute {
 	t.Helper()
 	r := do(t, "GET", g.adminURL("/admin/queue?minutes=1"), "")
 	if r.Status != http.StatusOK {
@@ -505,7 +509,7 @@ func queueLanes(t *testing.T, g *gw, route string) []adminapi.QueueRoute {
 
 // queueState reads the queue of route from the admin API: with
 // destinations, the counts of all its destinations' queues together.
-func queueState(t *testing.T, g *gw, route string) adminapi.QueueRoute {
+func queueState(t *testing.T, g adminURLer, route string) adminapi.QueueRoute {
 	t.Helper()
 	lanes := queueLanes(t, g, route)
 	sum := lanes[0]

@@ -283,52 +283,13 @@ func TestQueueSIGKILLLosesNothing(t *testing.T) {
 			t.Errorf("%s (answered 202: %v) never reached the backend", key, accepted[n].Load())
 			continue
 		}
-		var first, second []*backendAttempt
-		for _, a := range as {
-			if a.eventID != as[0].eventID || a.eventID == "" {
-				t.Errorf("%s: Idempotent-Event-Id %q then %q; want one id on every attempt", key, as[0].eventID, a.eventID)
-			}
-			if a.gen == 1 {
-				first = append(first, a)
-			} else {
-				second = append(second, a)
-			}
-			if a.gen == 1 && !a.answered {
-				cut++
-			}
-		}
-		switch {
-		case len(first) == 0 && len(second) == 1 && second[0].attempt > 1:
-			// Claimed by the killed process (the claim's commit counts the
-			// attempt) but killed before its request left: in flight at the
-			// kill too, and never at the backend. Its one attempt comes after
-			// the restart with the next number.
-			claimedOnly = append(claimedOnly, key)
-			if !runningAtKill[key] {
-				t.Errorf("%s: first sent after the restart as attempt %d, but the file did not hold it as running at the kill", key, second[0].attempt)
-			}
-			if !second[0].answered || second[0].attempt != 2 {
-				t.Errorf("%s: one attempt after the restart, number %d, answered %v; want attempt 2 answered", key, second[0].attempt, second[0].answered)
-			}
-		case len(first)+len(second) == 1:
-			if a := as[0]; !a.answered || a.attempt != 1 {
-				t.Errorf("%s: one attempt, number %d, answered %v; want attempt 1 answered", key, a.attempt, a.answered)
-			}
-		case len(first) == 1 && len(second) == 1:
+		rep, claimed, c, late := judgeAcrossKill(t, key, as, runningAtKill, began, killedAt)
+		cut, settledLate = cut+c, max(settledLate, late)
+		if rep {
 			repeated = append(repeated, key)
-			a, b := first[0], second[0]
-			if !runningAtKill[key] {
-				t.Errorf("%s: delivered again after the restart, but its attempt %d (answered %v, at %v, %v before the kill) was settled in the file; want only attempts in flight at the kill sent again",
-					key, a.attempt, a.answered, a.end.Sub(began), killedAt.Sub(a.end))
-			}
-			if a.answered && killedAt.Sub(a.end) > settledLate {
-				settledLate = killedAt.Sub(a.end)
-			}
-			if !b.answered || b.attempt <= a.attempt {
-				t.Errorf("%s: attempt %d before the kill, then attempt %d (answered %v) after; want a higher number, answered", key, a.attempt, b.attempt, b.answered)
-			}
-		default:
-			t.Errorf("%s: %d attempts before the kill and %d after; want one, or one in flight at the kill and its repeat", key, len(first), len(second))
+		}
+		if claimed {
+			claimedOnly = append(claimedOnly, key)
 		}
 	}
 	if len(repeated)+len(claimedOnly) > concurrency {
@@ -342,6 +303,70 @@ func TestQueueSIGKILLLosesNothing(t *testing.T) {
 		"%d attempts cut at the backend by the kill; %d events repeated %v (unsettled answers up to %v before the kill); %d claimed but not yet sent at the kill %v; all %d delivered %v after the burst began",
 		atKill, events, killedAt.Sub(began).Round(time.Millisecond), len(notAccepted), replayed,
 		cut, len(repeated), repeated, settledLate.Round(time.Millisecond), len(claimedOnly), claimedOnly, events, drained.Round(time.Millisecond))
+}
+
+// judgeAcrossKill checks the attempts as a backend got for key, an event
+// accepted once, across a gateway killed at killedAt. gen 1 attempts were
+// started before the kill, gen 2 after (by the restarted process, or by the
+// gateway that survived it). Allowed: one attempt, numbered 1 and answered;
+// one claimed by the killed process but killed before its request left
+// (claimedOnly), whose one attempt after the kill is numbered 2; one in
+// flight at the kill and its repeat after it with a higher number
+// (repeated). The last two only of an event the store held as running at
+// the kill (runningAtKill). It also returns how many of key's attempts the
+// kill cut at the backend and, for a repeated event whose first attempt was
+// answered, how long before the kill that answer came (its settle had not
+// committed).
+func judgeAcrossKill(t *testing.T, key string, as []*backendAttempt, runningAtKill map[string]bool, began, killedAt time.Time) (repeated, claimedOnly bool, cut int, settledLate time.Duration) {
+	t.Helper()
+	var first, second []*backendAttempt
+	for _, a := range as {
+		if a.eventID != as[0].eventID || a.eventID == "" {
+			t.Errorf("%s: Idempotent-Event-Id %q then %q; want one id on every attempt", key, as[0].eventID, a.eventID)
+		}
+		if a.gen == 1 {
+			first = append(first, a)
+		} else {
+			second = append(second, a)
+		}
+		if a.gen == 1 && !a.answered {
+			cut++
+		}
+	}
+	switch {
+	case len(first) == 0 && len(second) == 1 && second[0].attempt > 1:
+		// Claimed by the killed process (the claim's commit counts the
+		// attempt) but killed before its request left: in flight at the
+		// kill too, and never at the backend. Its one attempt comes after
+		// the kill with the next number.
+		claimedOnly = true
+		if !runningAtKill[key] {
+			t.Errorf("%s: first sent after the kill as attempt %d, but the store did not hold it as running at the kill", key, second[0].attempt)
+		}
+		if !second[0].answered || second[0].attempt != 2 {
+			t.Errorf("%s: one attempt after the kill, number %d, answered %v; want attempt 2 answered", key, second[0].attempt, second[0].answered)
+		}
+	case len(first)+len(second) == 1:
+		if a := as[0]; !a.answered || a.attempt != 1 {
+			t.Errorf("%s: one attempt, number %d, answered %v; want attempt 1 answered", key, a.attempt, a.answered)
+		}
+	case len(first) == 1 && len(second) == 1:
+		repeated = true
+		a, b := first[0], second[0]
+		if !runningAtKill[key] {
+			t.Errorf("%s: delivered again after the kill, but its attempt %d (answered %v, at %v, %v before the kill) was settled in the store; want only attempts in flight at the kill sent again",
+				key, a.attempt, a.answered, a.end.Sub(began), killedAt.Sub(a.end))
+		}
+		if a.answered {
+			settledLate = killedAt.Sub(a.end)
+		}
+		if !b.answered || b.attempt <= a.attempt {
+			t.Errorf("%s: attempt %d before the kill, then attempt %d (answered %v) after; want a higher number, answered", key, a.attempt, b.attempt, b.answered)
+		}
+	default:
+		t.Errorf("%s: %d attempts before the kill and %d after; want one, or one in flight at the kill and its repeat", key, len(first), len(second))
+	}
+	return repeated, claimedOnly, cut, settledLate
 }
 
 // A steady stream of events, 20 a second for 40 seconds over 5 groups
