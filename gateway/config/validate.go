@@ -12,9 +12,11 @@ import (
 
 // Validate checks what the gateway needs of a Config built by hand, before
 // it serves one: every route has a path of its own starting with '/', an
-// http or https upstream with a host, and a source that no other route has
-// unless all of them set ShareKeys, and its idemhook.Route passes
-// idemhook.Route.Validate, and a route with a Filter has no Items (its
+// http or https upstream with a host or, on a queued route, Destinations
+// (each with a valid name of its own, an upstream and positive queue
+// settings), and a source that no other route has unless all of them set
+// ShareKeys, and its idemhook.Route passes idemhook.Route.Validate, and no
+// filter (the route's or a destination's) meets Items in mode filter (its
 // own or its preset's). Load and Parse only return Configs that pass,
 // so gateway.New and Gateway.Reload call it for hand-built ones. Each
 // problem is an Error naming the route's field (routes[1].upstream); its
