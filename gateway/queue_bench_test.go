@@ -105,7 +105,9 @@ func benchFanOut(b *testing.B, client *http.Client, seq *atomic.Int64, store, ba
 			b.Skip("IDEMHOOK_POSTGRES_URL is unset; set it to run the PostgreSQL rows")
 		}
 		table = fmt.Sprintf("bench_fan_%d", time.Now().UnixNano())
-		storeLine = fmt.Sprintf("{driver: postgres, url: %q, table: %s}", pgURL, table)
+		// timeout: 32 senders of 256 KiB wait for one another's writes longer
+		// than the default 250ms, and a claim beyond it is answered 503.
+		storeLine = fmt.Sprintf("{driver: postgres, url: %q, table: %s, timeout: 10s}", pgURL, table)
 	}
 	to := "    upstream: " + backend + "/hook\n"
 	pause := []string{`{"route":"/fan"}`}
