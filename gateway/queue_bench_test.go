@@ -1,6 +1,10 @@
 package gateway_test
 
 import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
@@ -8,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +20,7 @@ import (
 	"time"
 
 	"github.com/idemhook/idemhook/internal/testutil/gatewaytest"
+	"github.com/jackc/pgx/v5"
 )
 
 // BenchmarkQueueAccept compares, on SQLite (and on PostgreSQL when
@@ -24,12 +30,18 @@ import (
 // whose deliveries are held back (rate 0.001/s: one hop and one durable
 // append), and with the plain backend as the baseline.
 //
+// Its rows fan-out/... accept, on a store of their own, bodies of 2 KiB and
+// 256 KiB on a queued route with an upstream, with one destination and with
+// three destinations without filters (every event is kept three times),
+// every lane paused (nothing is delivered); benchFanOut says what they
+// report.
+//
 //	go test ./gateway/ -run '^$' -bench BenchmarkQueueAccept -benchtime 8000x -count 4
 func BenchmarkQueueAccept(b *testing.B) {
 	backend := newBenchBackend(b)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	var seq atomic.Int64
-	benchPost(b, client, &seq, "bare-backend", backend+"/hook")
+	benchPost(b, client, &seq, "bare-backend", backend+"/hook", smallBody)
 	stores := []struct{ name, line string }{{"sqlite", fmt.Sprintf("{driver: sqlite, path: %q}", filepath.Join(b.TempDir(), "idemhook.db"))}}
 	if u := os.Getenv("IDEMHOOK_POSTGRES_URL"); u != "" {
 		stores = append(stores, struct{ name, line string }{"postgres", fmt.Sprintf("{driver: postgres, url: %q, table: bench_q_%d}", u, time.Now().UnixNano())})
@@ -52,35 +64,170 @@ routes:
     queue: {rate: 0.001}
 `, st.line, backend)
 		url, _, stop := startGateway(b, text)
-		benchPost(b, client, &seq, st.name+"/proxy-first", url+"/proxy")
-		benchPost(b, client, &seq, st.name+"/queue-accept", url+"/queue")
+		benchPost(b, client, &seq, st.name+"/proxy-first", url+"/proxy", smallBody)
+		benchPost(b, client, &seq, st.name+"/queue-accept", url+"/queue", smallBody)
 		stop()
+	}
+	for _, st := range []string{"sqlite", "postgres"} {
+		for _, dests := range []string{"upstream", "1", "3"} {
+			for _, size := range []int{2 << 10, 256 << 10} {
+				b.Run(fmt.Sprintf("fan-out/store=%s/dests=%s/body=%dKiB", st, dests, size>>10), func(b *testing.B) {
+					benchFanOut(b, client, &seq, st, backend, dests, size)
+				})
+			}
+		}
 	}
 }
 
-// benchPost runs sub-benchmark name: POSTs with unique keys to url from 32
-// senders.
-func benchPost(b *testing.B, client *http.Client, seq *atomic.Int64, name, url string) {
-	b.Run(name, func(b *testing.B) {
-		b.ReportAllocs()
-		b.SetParallelism(16) // 32 senders on 2 cores
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"type":"order.paid"}`))
-				req.Header.Set("X-Event-Id", fmt.Sprint("e", seq.Add(1)))
-				resp, err := client.Do(req)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				io.Copy(io.Discard, resp.Body) // read to the end: the connection is reused
-				resp.Body.Close()
-				if resp.StatusCode/100 != 2 {
-					b.Errorf("%s: %d", name, resp.StatusCode)
-					return
-				}
+// smallBody is the body the rows other than fan-out/... send.
+var smallBody = []byte(`{"type":"order.paid"}`)
+
+// benchFanOut runs a fan-out/... row of BenchmarkQueueAccept: a gateway on
+// a fresh store (a SQLite file, or PostgreSQL tables dropped at the end)
+// with one queued route /fan, every lane of it paused (the dispatcher
+// delivers nothing), sending to backend as its upstream (dests "upstream")
+// or to dests destinations without filters, accepts b.N bodies of size bytes
+// from 32 senders. The body is JSON around base64 of random bytes, which
+// PostgreSQL's pglz does not compress: the worst case for the copies.
+//
+// On PostgreSQL it also reports, over the b.N accepts, the WAL the server
+// wrote per accept (pg_current_wal_lsn before and after: the whole server's,
+// so another client's writes are counted too), the bytes of the queue's and
+// the keys' tables, their indexes and TOAST per accept
+// (pg_total_relation_size), and the queue rows per accept.
+func benchFanOut(b *testing.B, client *http.Client, seq *atomic.Int64, store, backend, dests string, size int) {
+	var storeLine, table, pgURL string
+	switch store {
+	case "sqlite":
+		storeLine = fmt.Sprintf("{driver: sqlite, path: %q}", filepath.Join(b.TempDir(), "idemhook.db"))
+	default:
+		if pgURL = os.Getenv("IDEMHOOK_POSTGRES_URL"); pgURL == "" {
+			b.Skip("IDEMHOOK_POSTGRES_URL is unset; set it to run the PostgreSQL rows")
+		}
+		table = fmt.Sprintf("bench_fan_%d", time.Now().UnixNano())
+		// timeout: 32 senders of 256 KiB wait for one another's writes longer
+		// than the default 250ms, and a claim beyond it is answered 503.
+		storeLine = fmt.Sprintf("{driver: postgres, url: %q, table: %s, timeout: 10s}", pgURL, table)
+	}
+	to := "    upstream: " + backend + "/hook\n"
+	pause := []string{`{"route":"/fan"}`}
+	if dests != "upstream" {
+		n, _ := strconv.Atoi(dests)
+		to, pause = "    destinations:\n", nil
+		for i := range n {
+			to += fmt.Sprintf("      - {name: d%d, upstream: %s/hook%d}\n", i, backend, i)
+			pause = append(pause, fmt.Sprintf(`{"route":"/fan","destination":"d%d"}`, i))
+		}
+	}
+	url, g, stop := startGateway(b, fmt.Sprintf(`listen: 127.0.0.1:0
+store: %s
+admin: {listen: off}
+audit: {sink: none}
+routes:
+  - path: /fan
+    source: f
+    header: x-event-id
+    max_body: 1MiB
+    deliver: queue
+%s`, storeLine, to))
+	defer stop()
+	admin := httptest.NewServer(g.AdminHandler())
+	defer admin.Close()
+	for _, lane := range pause {
+		if r := postJSON(b, client, admin.URL+"/admin/queue/pause", lane); r != http.StatusOK {
+			b.Fatalf("pause %s: %d", lane, r)
+		}
+	}
+	var conn *pgx.Conn
+	if pgURL != "" {
+		var err error
+		if conn, err = pgx.Connect(b.Context(), pgURL); err != nil {
+			b.Fatal(err)
+		}
+		defer conn.Close(context.Background()) //nolint:errcheck
+		b.Cleanup(func() { dropBenchTables(b, pgURL, table) })
+	}
+	body := benchBody(size)
+	var lsn string
+	if conn != nil {
+		if err := conn.QueryRow(b.Context(), `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	postParallel(b, client, seq, url+"/fan", body)
+	b.StopTimer()
+	if conn == nil || b.Failed() {
+		return
+	}
+	var wal, stored, rows float64
+	q := pgx.Identifier{table}.Sanitize()
+	qq := pgx.Identifier{table + "_queue"}.Sanitize()
+	err := conn.QueryRow(b.Context(), `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::float8,
+		(pg_total_relation_size($2::regclass) + pg_total_relation_size($3::regclass))::float8,
+		(SELECT count(*) FROM `+qq+`)::float8`, lsn, q, qq).Scan(&wal, &stored, &rows)
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := float64(b.N)
+	b.ReportMetric(wal/n, "WAL-B/accept")
+	b.ReportMetric(stored/n, "table-B/accept")
+	b.ReportMetric(rows/n, "rows/accept")
+}
+
+// dropBenchTables drops the keys' table table and its queue's tables.
+func dropBenchTables(b *testing.B, pgURL, table string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, pgURL)
+	if err != nil {
+		b.Errorf("dropping the benchmark's tables %s*: %v", table, err)
+		return
+	}
+	defer conn.Close(ctx) //nolint:errcheck
+	for _, suffix := range []string{"_queue_attempts", "_queue_routes", "_queue", ""} {
+		if _, err := conn.Exec(ctx, `DROP TABLE IF EXISTS `+pgx.Identifier{table + suffix}.Sanitize()); err != nil {
+			b.Errorf("dropping the benchmark's table %s%s: %v", table, suffix, err)
+		}
+	}
+}
+
+// benchBody returns a JSON body of size bytes: an event type and base64 of
+// random bytes.
+func benchBody(size int) []byte {
+	head, tail := `{"type":"order.paid","data":"`, `"}`
+	raw := make([]byte, size)
+	rand.Read(raw)
+	return []byte(head + base64.StdEncoding.EncodeToString(raw)[:size-len(head)-len(tail)] + tail)
+}
+
+// benchPost runs sub-benchmark name: POSTs of body with unique keys to url
+// from 32 senders.
+func benchPost(b *testing.B, client *http.Client, seq *atomic.Int64, name, url string, body []byte) {
+	b.Run(name, func(b *testing.B) { postParallel(b, client, seq, url, body) })
+}
+
+// postParallel POSTs body b.N times with unique keys to url from 32
+// senders; every answer must be a 2xx.
+func postParallel(b *testing.B, client *http.Client, seq *atomic.Int64, url string, body []byte) {
+	b.ReportAllocs()
+	b.SetParallelism(16) // 32 senders on 2 cores
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+			req.Header.Set("X-Event-Id", fmt.Sprint("e", seq.Add(1)))
+			resp, err := client.Do(req)
+			if err != nil {
+				b.Error(err)
+				return
 			}
-		})
+			io.Copy(io.Discard, resp.Body) // read to the end: the connection is reused
+			resp.Body.Close()
+			if resp.StatusCode/100 != 2 {
+				b.Errorf("%s: %d", url, resp.StatusCode)
+				return
+			}
+		}
 	})
 }
 
