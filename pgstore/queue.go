@@ -371,26 +371,42 @@ func (q *Queue) AcceptAll(ctx context.Context, c queue.Completion, evs []*queue.
 	if err := queue.ValidateAcceptAll(evs); err != nil {
 		return err
 	}
+	if len(evs) == 1 {
+		return q.Accept(ctx, c, evs[0]) // acceptSQL: no arrays to build and unnest
+	}
 	args, err := acceptArgs(c, nil)
 	if err != nil {
 		return err
 	}
 	n := len(evs)
 	routes, received, since := make([]string, n), make([]time.Time, n), make([]time.Time, n)
-	reqs, keys, orders := make([][]byte, n), make([][]byte, n), make([][]byte, n)
-	fences := make([]int64, n)
+	keys, orders := make([][]byte, n), make([][]byte, n)
+	fences, req := make([]int64, n), make([]int32, n)
+	// The requests, each sent once: the events of one accept usually
+	// share theirs, so a body is not copied once per lane on its way.
+	var reqs [][]byte
 	var groups []*queue.Event // the ordered events
 	for i, ev := range evs {
 		routes[i], received[i], since[i] = ev.Route, ev.ReceivedAt, ev.Since
 		if since[i].IsZero() {
 			since[i] = ev.ReceivedAt
 		}
-		reqs[i], keys[i], orders[i], fences[i] = queue.EncodeRequest(nil, ev), []byte(ev.Key), nullBytes(ev.OrderKey), fenceArg(ev.Fence)
+		keys[i], orders[i], fences[i] = []byte(ev.Key), nullBytes(ev.OrderKey), fenceArg(ev.Fence)
+		req[i] = int32(len(reqs)) + 1 // SQL arrays count from 1
+		for j, prev := range evs[:i] {
+			if queue.SameRequest(prev, ev) {
+				req[i] = req[j]
+				break
+			}
+		}
+		if int(req[i]) > len(reqs) {
+			reqs = append(reqs, queue.EncodeRequest(nil, ev))
+		}
 		if ev.OrderKey != "" {
 			groups = append(groups, ev)
 		}
 	}
-	args = append(args, routes, received, since, reqs, keys, fences, orders)
+	args = append(args, routes, received, since, req, keys, fences, orders, reqs)
 	var value []byte
 	switch {
 	case q.s.batcher != nil && len(groups) == 0:

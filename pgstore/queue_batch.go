@@ -86,9 +86,11 @@ func acceptID(value []byte) (int64, bool, error) {
 // for one completion and several events, each of its own route. Its
 // arguments: $1 to $4 as acceptSQL's (the completion), then one array per
 // column of the events, element i for event i: $5 the routes, $6 the
-// received times, $7 the since times, $8 the encoded requests, $9 the
-// events' store keys, $10 their fences, $11 their order keys (NULL
-// elements: unordered). The INSERT takes its rows from the UPDATE's
+// received times, $7 the since times, $8 the place of each event's
+// encoded request in $12 (from 1), $9 the events' store keys, $10 their
+// fences, $11 their order keys (NULL elements: unordered); then $12 the
+// distinct encoded requests, each once (events that share a request, as a
+// route's destinations do, are sent it once). The INSERT takes its rows from the UPDATE's
 // RETURNING crossed with the arrays, so every event is inserted exactly
 // when the key's compare-and-set matched; each row's head flag is
 // acceptSQL's (the statement's rows are of distinct routes, so they are of
@@ -107,9 +109,9 @@ func (q *Queue) prepareAcceptAllSQL() {
 			state, attempt, fence)
 		SELECT u.route, u.store_key, u.order_key, u.order_key IS NULL OR NOT EXISTS (
 			SELECT 1 FROM ` + q.events + ` g WHERE g.route = u.route AND g.order_key = u.order_key),
-			now(), u.received_at, u.since, u.request, 0, 0, u.fence
-		FROM c CROSS JOIN unnest($5::text[], $6::timestamptz[], $7::timestamptz[], $8::bytea[], $9::bytea[], $10::bigint[], $11::bytea[])
-			WITH ORDINALITY AS u(route, received_at, since, request, store_key, fence, order_key, ord)
+			now(), u.received_at, u.since, ($12::bytea[])[u.req], 0, 0, u.fence
+		FROM c CROSS JOIN unnest($5::text[], $6::timestamptz[], $7::timestamptz[], $8::int[], $9::bytea[], $10::bigint[], $11::bytea[])
+			WITH ORDINALITY AS u(route, received_at, since, req, store_key, fence, order_key, ord)
 		ORDER BY u.ord
 		RETURNING id, route
 	)

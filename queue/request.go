@@ -1,10 +1,13 @@
 package queue
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 
 	"github.com/idemhook/idemhook/internal/varint"
 )
@@ -33,6 +36,15 @@ func EncodeRequest(dst []byte, ev *Event) []byte {
 	}
 	dst = binary.AppendUvarint(dst, uint64(len(ev.Body)))
 	return append(dst, ev.Body...)
+}
+
+// SameRequest reports whether a and b hold the same request (method,
+// target, header and body), which EncodeRequest encodes the same: the
+// events of one AcceptAll usually do (one event, a lane each), and an
+// engine encodes and sends it once.
+func SameRequest(a, b *Event) bool {
+	return a.Method == b.Method && a.Target == b.Target && bytes.Equal(a.Body, b.Body) &&
+		maps.EqualFunc(a.Header, b.Header, slices.Equal[[]string])
 }
 
 func appendString(dst []byte, s string) []byte {

@@ -46,3 +46,29 @@ func TestDecodeRequestRejectsCorruptInput(t *testing.T) {
 		})
 	}
 }
+
+func TestSameRequest(t *testing.T) {
+	base := func() *queue.Event {
+		return &queue.Event{Method: "POST", Target: "/a?b=1", Header: http.Header{"X-A": {"1", "2"}}, Body: []byte("body")}
+	}
+	for _, tt := range []struct {
+		name   string
+		change func(*queue.Event)
+		want   bool
+	}{
+		{"the same", func(*queue.Event) {}, true},
+		{"a copy of the header", func(e *queue.Event) { e.Header = e.Header.Clone() }, true},
+		{"method", func(e *queue.Event) { e.Method = "PUT" }, false},
+		{"target", func(e *queue.Event) { e.Target = "/a?b=2" }, false},
+		{"body", func(e *queue.Event) { e.Body = []byte("bodY") }, false},
+		{"a header value", func(e *queue.Event) { e.Header = http.Header{"X-A": {"1", "3"}} }, false},
+		{"a header more", func(e *queue.Event) { e.Header.Set("X-B", "1") }, false},
+		{"fields other than the request", func(e *queue.Event) { e.Route, e.Key, e.OrderKey, e.Fence = "r", "k", "o", 9 }, true},
+	} {
+		a, b := base(), base()
+		tt.change(b)
+		if got := queue.SameRequest(a, b); got != tt.want {
+			t.Errorf("%s: SameRequest = %v; want %v", tt.name, got, tt.want)
+		}
+	}
+}

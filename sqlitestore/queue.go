@@ -376,6 +376,10 @@ func (q *Queue) AcceptAll(ctx context.Context, c queue.Completion, evs []*queue.
 	}
 	reqs := make([][]byte, len(evs))
 	for i, ev := range evs {
+		if i > 0 && queue.SameRequest(evs[0], ev) {
+			reqs[i] = reqs[0] // a route's destinations share their request: encoded once
+			continue
+		}
 		reqs[i] = queue.EncodeRequest(nil, ev)
 	}
 	ids := make([]int64, len(evs))

@@ -61,6 +61,7 @@ func Run(t *testing.T, h Harness) {
 		{"NoAnswerThroughADispatcher", testNoAnswerDispatched},
 		{"IDsNeverReused", testIDsNeverReused},
 		{"AcceptAll", testAcceptAll},
+		{"AcceptAllSharedRequest", testAcceptAllSharedRequest},
 		{"AcceptAllOrdered", testAcceptAllOrdered},
 		{"AcceptAllValidates", testAcceptAllValidates},
 	}
@@ -786,6 +787,39 @@ func laneEvent(route, key, order string) *queue.Event {
 		Header:     http.Header{"Content-Type": {"application/json"}, "X-Lane": {route}},
 		Body:       []byte(`{"lane":"` + route + `"}`),
 		ReceivedAt: time.Now().Truncate(time.Millisecond),
+	}
+}
+
+// AcceptAll of events that share one request (a route's destinations do:
+// an engine may keep it once per event but send it once) beside one whose
+// request differs: each lane's claim returns its own event's request.
+func testAcceptAllSharedRequest(t *testing.T, s *suite) {
+	c := s.newClaim()
+	shared := laneEvent(s.lane("shared"), "", "")
+	lanes := []string{s.lane("a"), s.lane("other"), s.lane("b")}
+	var evs []*queue.Event
+	for _, l := range lanes {
+		ev := *shared // the same header map and body
+		ev.Route, ev.Key = l, c.Key+"#"+l
+		if l == s.lane("other") {
+			ev.Body = []byte(`{"other":true}`)
+			ev.Header = http.Header{"X-Other": {"1"}}
+		}
+		evs = append(evs, &ev)
+	}
+	if err := s.eng.AcceptAll(ctx(t), c, evs); err != nil {
+		t.Fatalf("AcceptAll: %v", err)
+	}
+	for i, l := range lanes {
+		got := s.claimRoute(l)
+		if len(got) != 1 {
+			t.Fatalf("Claim(%s) = %d events; want its one", l, len(got))
+		}
+		want := evs[i]
+		if g := got[0]; g.ID != want.ID || g.Key != want.Key || string(g.Body) != string(want.Body) ||
+			!queue.SameRequest(g, want) {
+			t.Errorf("lane %s claimed %+v; want the request %q %v", l, g, want.Body, want.Header)
+		}
 	}
 }
 
