@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemhook/idemhook/internal/syncbuf"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -168,7 +169,7 @@ func serveImageConfig(t *testing.T, bin string) map[string]bool {
 	}
 	exited := make(chan error, 1)
 	listening := make(chan map[string]any, 1)
-	var logs bytes.Buffer
+	var logs syncbuf.Buffer // written by the scanner, read on a failure
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
@@ -223,8 +224,8 @@ func serveImageConfig(t *testing.T, bin string) map[string]bool {
 	// delivered independently, so one series can come before the other
 	// (a CI run under load scraped the dead one before the delivered one).
 	queued := []string{
-		`idemhook_queue_attempts_total{result="delivered",route="/queued/",status="200"} 1`,
-		`idemhook_queue_dead_total{route="/queued/"} 1`,
+		`idemhook_queue_attempts_total{destination="",result="delivered",route="/queued/",status="200"} 1`,
+		`idemhook_queue_dead_total{destination="",route="/queued/"} 1`,
 	}
 	var metrics []byte
 	for deadline := time.Now().Add(20 * time.Second); ; {

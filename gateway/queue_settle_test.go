@@ -37,8 +37,8 @@ func metricValue(t *testing.T, admin, series string) float64 {
 }
 
 const (
-	pendingSeries  = `idemhook_queue_settles_pending{route="/webhooks/test"}`
-	failuresSeries = `idemhook_queue_settle_failures_total{route="/webhooks/test"}`
+	pendingSeries  = `idemhook_queue_settles_pending{destination="",route="/webhooks/test"}`
+	failuresSeries = `idemhook_queue_settle_failures_total{destination="",route="/webhooks/test"}`
 	readyLine      = "queue /webhooks/test: %d attempt outcomes not yet recorded by the store"
 )
 
