@@ -253,9 +253,12 @@ func TestDestinationDownAnotherSlow(t *testing.T) {
 	if l := lane("billing"); l.Path != "/webhooks/stripe#billing" || l.Route != "/webhooks/stripe" || l.Queued+l.Retrying+l.Running != int64(len(billingIDs)) {
 		t.Fatalf("billing's queue while down: %+v; want its %d events pending", l, len(billingIDs))
 	}
-	if l := lane("analytics"); l.Queued+l.Retrying+l.Running+l.Dead != 0 {
-		t.Fatalf("analytics' queue: %+v; want it drained", l)
-	}
+	// Its backend counted each event before the gateway recorded the
+	// answer: the lane empties just after.
+	testutil.Eventually(t, "analytics' queue drained while billing is down", func() bool {
+		l := lane("analytics")
+		return l.Queued+l.Retrying+l.Running+l.Dead == 0
+	})
 
 	// billing comes back on its address.
 	var ln net.Listener
@@ -483,14 +486,15 @@ func TestDestinationsOperated(t *testing.T) {
 		t.Fatalf("pause of an unknown destination: %d %s; want 400 naming the queues", r.Status, r.Body)
 	}
 
+	// The backend counts an attempt before the gateway records it.
 	for _, series := range []string{
 		`idemhook_queue_attempts_total{destination="crm",result="dead",route="/webhooks/stripe",status="422"}`,
 		`idemhook_queue_attempts_total{destination="crm",result="delivered",route="/webhooks/stripe",status="200"}`,
-		`idemhook_queue_events{destination="billing",route="/webhooks/stripe",state="dead"}`,
 	} {
-		if v := metricValue(t, admin.URL, series); v < 0 || (strings.Contains(series, "attempts_total") && v != 1) {
-			t.Errorf("%s = %v; want it, 1 for a count", series, v)
-		}
+		testutil.Eventually(t, series+" counted once", func() bool { return metricValue(t, admin.URL, series) == 1 })
+	}
+	if v := metricValue(t, admin.URL, `idemhook_queue_events{destination="billing",route="/webhooks/stripe",state="dead"}`); v != 0 {
+		t.Errorf("billing's dead events gauge = %v; want the series, 0", v)
 	}
 
 	var got []adminapi.Delivery
