@@ -400,6 +400,14 @@ func fanAllAnswered(backends []*fanBackend, want map[string]int) bool {
 // delivered, counted by its backend, before its lane showed empty).
 func fanReplays(t *testing.T, c *http.Client, g *proc, url string, events int, backends []*fanBackend) {
 	t.Helper()
+	// A backend counts an attempt before the gateway records its answer:
+	// the lanes empty just after the last one.
+	for _, name := range fanNames {
+		eventually(t, "lane "+name+" empty before the replays", func() bool {
+			q := queueState(t, g, "/webhooks/stripe#"+name)
+			return q.Queued+q.Retrying+q.Running+q.Dead == 0
+		})
+	}
 	before := make([]int, len(backends))
 	for i, b := range backends {
 		before[i] = b.total()
